@@ -1,0 +1,114 @@
+"""Input validation shared by every public entry point.
+
+Three layers (see STYLE.md): a ``ValueError`` naming the bad value when it is concrete
+(outside ``jit``), ``eqx.error_if`` when it is traced, and ``throw=`` switches on long runs.
+"""
+
+from __future__ import annotations
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+
+def is_concrete(x) -> bool:
+    """True when ``x`` holds values (not a tracer inside ``jit``/``vmap``/``grad``)."""
+    return not isinstance(x, jax.core.Tracer)
+
+
+def _first_bad(mask: np.ndarray) -> tuple:
+    idx = np.argwhere(mask)[0]
+    return tuple(int(i) for i in idx)
+
+
+def as_float_array(x, name: str):
+    """Convert to a floating JAX array (ints are promoted to the default float dtype)."""
+    if isinstance(x, (list, tuple)):
+        x = np.asarray(x)
+    if not hasattr(x, "dtype") or not hasattr(x, "shape"):
+        try:
+            x = np.asarray(x)
+        except Exception as e:  # pragma: no cover - defensive
+            raise ValueError(f"{name} must be an array, got {type(x).__name__}") from e
+    if not (jnp.issubdtype(x.dtype, jnp.floating) or jnp.issubdtype(x.dtype, jnp.integer)
+            or x.dtype == bool):
+        raise ValueError(f"{name} must be a real floating array, got dtype {x.dtype}")
+    if not jnp.issubdtype(x.dtype, jnp.floating):
+        x = jnp.asarray(x, dtype=jnp.result_type(float))
+    return jnp.asarray(x)
+
+
+def check_finite(x, name: str):
+    """Reject NaN/inf: ValueError with the first bad index when concrete, error_if when traced."""
+    if is_concrete(x):
+        bad = ~np.isfinite(np.asarray(x))
+        if bad.any():
+            i = _first_bad(bad)
+            raise ValueError(f"{name} must be finite, but {name}[{', '.join(map(str, i))}] = "
+                             f"{np.asarray(x)[i]}")
+        return x
+    return eqx.error_if(x, ~jnp.all(jnp.isfinite(x)), f"{name} must be finite (found NaN or inf)")
+
+
+def check_points(x, name: str = "x", dim: int | None = None):
+    """Validate a token array of shape ``(n, d)``: floating, finite, n >= 1, matching ``dim``."""
+    x = as_float_array(x, name)
+    if x.ndim != 2:
+        raise ValueError(f"{name} must have shape (n, d) (tokens are rows), got shape {x.shape}")
+    n, d = x.shape
+    if n < 1 or d < 1:
+        raise ValueError(f"{name} must hold at least one token of dimension >= 1, got shape {x.shape}")
+    if dim is not None and d != dim:
+        raise ValueError(f"{name} has dimension d={d} but the dynamics act on d={dim} "
+                         f"(shape {x.shape})")
+    return check_finite(x, name)
+
+
+def weight_tolerance(dtype) -> float:
+    return float(np.sqrt(np.finfo(np.dtype(dtype)).eps)) * 4
+
+
+def check_weights(weights, n: int, dtype, name: str = "weights"):
+    """Uniform weights when ``None``; otherwise shape (n,), non-negative, summing to one."""
+    if weights is None:
+        return jnp.full((n,), 1.0 / n, dtype=dtype)
+    w = as_float_array(weights, name).astype(dtype)
+    if w.shape != (n,):
+        raise ValueError(f"{name} must have shape ({n},) to match {n} tokens, got shape {w.shape}")
+    tol = weight_tolerance(dtype)
+    if is_concrete(w):
+        wn = np.asarray(w)
+        if not np.isfinite(wn).all():
+            i = _first_bad(~np.isfinite(wn))
+            raise ValueError(f"{name} must be finite, but {name}[{i[0]}] = {wn[i]}")
+        if (wn < 0).any():
+            i = _first_bad(wn < 0)
+            raise ValueError(f"{name} must be non-negative, but {name}[{i[0]}] = {wn[i]}")
+        s = float(wn.sum())
+        if abs(s - 1.0) > tol:
+            raise ValueError(f"{name} must sum to 1 (a probability measure), but they sum to {s!r}")
+        return w
+    w = eqx.error_if(w, jnp.any(w < 0) | ~jnp.all(jnp.isfinite(w)),
+                     f"{name} must be finite and non-negative")
+    return eqx.error_if(w, jnp.abs(jnp.sum(w) - 1.0) > tol, f"{name} must sum to 1")
+
+
+def check_scalar(value, name: str, *, positive: bool = False, nonnegative: bool = False):
+    """A real scalar; concrete values are checked for finiteness and sign."""
+    if is_concrete(value):
+        arr = np.asarray(value)
+        if arr.ndim != 0:
+            raise ValueError(f"{name} must be a scalar, got shape {arr.shape}")
+        if not np.issubdtype(arr.dtype, np.number) or np.iscomplexobj(arr):
+            raise ValueError(f"{name} must be a real number, got {value!r}")
+        v = float(arr)
+        if not np.isfinite(v):
+            raise ValueError(f"{name} must be finite, got {v}")
+        if positive and not v > 0:
+            raise ValueError(f"{name} must be > 0, got {v}")
+        if nonnegative and not v >= 0:
+            raise ValueError(f"{name} must be >= 0, got {v}")
+    elif jnp.ndim(value) != 0:
+        raise ValueError(f"{name} must be a scalar, got shape {jnp.shape(value)}")
+    return value

@@ -1,0 +1,16 @@
+"""jaxtyping aliases used across the package (shapes are documentation *and* checks)."""
+
+from collections.abc import Callable
+from typing import Union
+
+from jaxtyping import Array, ArrayLike, Float
+
+Points = Float[Array, "n d"]
+"""Token positions, one row per token (spec README: tokens are rows)."""
+Queries = Float[Array, "m d"]
+Weights = Float[Array, " n"]
+"""Non-negative weights summing to one: μ = Σ_j w_j δ_{x_j}."""
+Scalar = Float[ArrayLike, ""]
+Matrix = Float[Array, "a b"]
+Param = Union[Float[ArrayLike, "..."], Callable]
+"""A parameter: a fixed array, or a callable ``t -> array`` (e.g. :class:`PiecewiseConstant`)."""

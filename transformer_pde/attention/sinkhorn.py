@@ -1,0 +1,118 @@
+"""Sinkhorn attention (Sander, Ablin, Blondel, Peyré 2022; euclidean.md §2d), through ott-jax."""
+
+from __future__ import annotations
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+from ott.geometry import geometry
+from ott.problems.linear import linear_problem
+from ott.solvers.linear import sinkhorn
+
+from .._checks import check_points, check_scalar, check_weights
+from .._types import Param
+from ..kernels import softmax_average
+from ..params import evaluate
+from .base import AbstractAttention, check_qkv, matrix_dim
+
+
+class SinkhornPotentials(eqx.Module):
+    """Outcome of the Sinkhorn solve behind one velocity evaluation."""
+
+    g: jax.Array
+    """Key potential divided by ε (the key bias of the attention logits)."""
+    converged: jax.Array
+    n_iters: jax.Array
+    error: jax.Array
+    """Last marginal error reported by ott-jax."""
+
+
+class SinkhornAttention(AbstractAttention):
+    r"""Doubly stochastic attention (euclidean.md §2d).
+
+    With Ã = βA/ε (A = KᵀQ), let π(dx,dy) = e^{f(x)+g(y)+yᵀÃx} μ(dx)μ(dy) be the
+    self-coupling of μ with both marginals equal to μ: the entropic OT plan of μ to itself
+    for the cost c(x, y) = −β⟨Qx, Ky⟩ and regularization ε. Then
+
+    $$\Gamma_\mu(x)=\mathbb E_\pi[\,Vy\mid x\,]=\frac{\int e^{g(y)+y^\top\tilde Ax}\,Vy\,d\mu(y)}
+    {\int e^{g(y)+y^\top\tilde Ax}\,d\mu(y)}.$$
+
+    The potentials come from ott-jax's Sinkhorn solver with explicit ``epsilon`` (never its
+    data-dependent default). The conditional expectation is formed by row normalization,
+    which also defines the field off the support (f extends as the log-partition).
+
+    Args:
+        Q, K, V, beta: as in :class:`SoftmaxAttention`.
+        epsilon: entropic regularization ε > 0 (ε = 1 in the authors' code).
+        threshold: ott-jax marginal-error tolerance.
+        max_iterations: Sinkhorn iteration cap.
+        throw: raise (``eqx.error_if``) when Sinkhorn does not converge; otherwise use
+            :meth:`potentials` to inspect convergence yourself.
+    """
+
+    Q: Param
+    K: Param
+    V: Param
+    beta: jax.Array
+    epsilon: jax.Array
+    threshold: float = eqx.field(static=True)
+    max_iterations: int = eqx.field(static=True)
+    throw: bool = eqx.field(static=True)
+
+    def __init__(self, Q, K, V, beta=1.0, *, epsilon=1.0, threshold: float = 1e-6,
+                 max_iterations: int = 2000, throw: bool = True):
+        name = type(self).__name__
+        self.Q, self.K, self.V = check_qkv(name, Q, K, V, beta)
+        check_scalar(epsilon, f"{name}.epsilon", positive=True)
+        if not threshold > 0:
+            raise ValueError(f"{name}.threshold must be > 0, got {threshold}")
+        if int(max_iterations) < 1:
+            raise ValueError(f"{name}.max_iterations must be >= 1, got {max_iterations}")
+        dtype = jnp.result_type(float)
+        self.beta = jnp.asarray(beta, dtype=dtype)
+        self.epsilon = jnp.asarray(epsilon, dtype=dtype)
+        self.threshold = float(threshold)
+        self.max_iterations = int(max_iterations)
+        self.throw = bool(throw)
+
+    @property
+    def dim(self):
+        return matrix_dim(self.V)
+
+    def _potentials(self, x, weights, t) -> SinkhornPotentials:
+        Q, K = evaluate(self.Q, t), evaluate(self.K, t)
+        scores = (x @ Q.T) @ (x @ K.T).T  # s_ij = <Q x_i, K x_j>, row i = query
+        cost = -self.beta * scores
+        geom = geometry.Geometry(cost_matrix=cost, epsilon=self.epsilon)
+        problem = linear_problem.LinearProblem(geom, a=weights, b=weights)
+        # inner_iterations=1 so the iteration count and the check happen every step
+        solver = sinkhorn.Sinkhorn(threshold=self.threshold, max_iterations=self.max_iterations,
+                                   inner_iterations=1)
+        out = solver(problem)
+        # ott's plan is exp((f_i + g_j - C_ij)/ε); row i, renormalized, is the conditional law.
+        err = out.errors[jnp.maximum(out.n_iters - 1, 0)]
+        return SinkhornPotentials(out.g / self.epsilon, out.converged, out.n_iters, err)
+
+    def potentials(self, x, weights=None, t=0.0) -> SinkhornPotentials:
+        """Solve the self-transport problem of μ and report its convergence."""
+        x = check_points(x, "x", self.dim)
+        w = check_weights(weights, x.shape[0], x.dtype)
+        return self._potentials(x, w, jnp.asarray(t, x.dtype))
+
+    def _field(self, queries, x, weights, t):
+        pot = self._potentials(x, weights, t)
+        g = pot.g
+        if self.throw:
+            g = eqx.error_if(g, ~pot.converged,
+                             f"Sinkhorn attention did not converge in max_iterations="
+                             f"{self.max_iterations} (threshold={self.threshold}); raise "
+                             "max_iterations or epsilon, or pass throw=False and inspect "
+                             "SinkhornAttention.potentials(x)")
+        Q, K, V = evaluate(self.Q, t), evaluate(self.K, t), evaluate(self.V, t)
+        q = (self.beta / self.epsilon) * (queries @ Q.T)
+        return softmax_average(q, x @ K.T, x @ V.T, g)
+
+    def gaussian_velocity(self, mean, cov, t=0.0):
+        from ..gaussian import sinkhorn_moments
+
+        return sinkhorn_moments(self, mean, cov, t)

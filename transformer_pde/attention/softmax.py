@@ -1,0 +1,143 @@
+"""Softmax and multi-head attention (euclidean.md §2a–b; sphere.md §1 "General SA")."""
+
+from __future__ import annotations
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+
+from .._checks import check_scalar
+from .._types import Param
+from ..kernels import softmax_average
+from ..params import as_param, evaluate, param_shape
+from .base import AbstractAttention, check_qkv, log_weights, matrix_dim, qkv_features
+
+
+class SoftmaxAttention(AbstractAttention):
+    r"""Softmax self-attention (euclidean.md §2a):
+
+    $$\Gamma_\mu(x)=\frac{\int e^{\beta\langle Qx,Ky\rangle}\,Vy\,d\mu(y)}{\int e^{\beta\langle Qx,Ky\rangle}\,d\mu(y)}.$$
+
+    Args:
+        Q, K: shape ``(k, d)``, or callables ``t -> (k, d)`` (time-dependent weights).
+        V: shape ``(d, d)``, or a callable.
+        beta: inverse temperature β (scores are β⟨Qx, Ky⟩ = β yᵀ A x with A = KᵀQ).
+        causal: token i attends to tokens j <= i in their given order (euclidean.md §2f).
+        block_size: kernel path, see :func:`transformer_pde.kernels.lse_average`.
+
+    Many papers use A = KᵀQ/√d: pass ``Q / sqrt(d)`` (sphere.md §9).
+    """
+
+    Q: Param
+    K: Param
+    V: Param
+    beta: jax.Array
+    causal: bool = eqx.field(static=True)
+    block_size: int | None = eqx.field(static=True)
+
+    def __init__(self, Q, K, V, beta=1.0, *, causal: bool = False, block_size: int | None = None):
+        self.Q, self.K, self.V = check_qkv(type(self).__name__, Q, K, V, beta)
+        self.beta = jnp.asarray(beta, dtype=jnp.result_type(float))
+        self.causal = bool(causal)
+        self.block_size = block_size
+
+    @classmethod
+    def identity(cls, d: int, beta=1.0, **kwargs):
+        """Q = K = V = I_d: the SA model of GLPR (sphere.md §1)."""
+        eye = jnp.eye(d)
+        return cls(eye, eye, eye, beta, **kwargs)
+
+    @property
+    def dim(self):
+        return matrix_dim(self.V)
+
+    def _field(self, queries, x, weights, t):
+        q, k, v = qkv_features(self, queries, x, t)
+        return softmax_average(q, k, v, log_weights(weights), causal=self.causal,
+                               block_size=self.block_size)
+
+    def gaussian_velocity(self, mean, cov, t=0.0):
+        from ..gaussian import softmax_moments
+
+        return softmax_moments(self, mean, cov, t)
+
+
+class MultiHeadAttention(AbstractAttention):
+    r"""Multi-head attention (euclidean.md §2b):
+
+    $$\Gamma_\mu(x)=\sum_{h=1}^H W_h\,\frac{\int e^{\beta\langle Q_hx,K_hy\rangle}\,V_hy\,d\mu(y)}
+    {\int e^{\beta\langle Q_hx,K_hy\rangle}\,d\mu(y)}.$$
+
+    Args:
+        Q, K: shape ``(H, k, d)``.
+        V: shape ``(H, k, d)`` (head values V_h: R^d -> R^k).
+        W: shape ``(H, d, k)`` (output maps W_h: R^k -> R^d).
+        beta: inverse temperature.
+        causal: causal masking, as in :class:`SoftmaxAttention`.
+    """
+
+    Q: Param
+    K: Param
+    V: Param
+    W: Param
+    beta: jax.Array
+    causal: bool = eqx.field(static=True)
+    block_size: int | None = eqx.field(static=True)
+
+    def __init__(self, Q, K, V, W, beta=1.0, *, causal: bool = False, block_size: int | None = None):
+        name = type(self).__name__
+        self.Q, self.K = as_param(Q, f"{name}.Q"), as_param(K, f"{name}.K")
+        self.V, self.W = as_param(V, f"{name}.V"), as_param(W, f"{name}.W")
+        sq, sk, sv, sw = (param_shape(p) for p in (self.Q, self.K, self.V, self.W))
+        if len(sq) != 3 or sq != sk:
+            raise ValueError(f"{name}: Q and K must both have shape (H, k, d), got Q {sq} and K {sk}")
+        H, _, d = sq
+        if len(sv) != 3 or sv[0] != H or sv[2] != d:
+            raise ValueError(f"{name}: V must have shape (H, k_v, d) = ({H}, k_v, {d}), got {sv}")
+        if sw != (H, d, sv[1]):
+            raise ValueError(f"{name}: W must have shape (H, d, k_v) = ({H}, {d}, {sv[1]}), got {sw}")
+        check_scalar(beta, f"{name}.beta")
+        self.beta = jnp.asarray(beta, dtype=jnp.result_type(float))
+        self.causal = bool(causal)
+        self.block_size = block_size
+
+    @classmethod
+    def split(cls, Q, K, V, num_heads: int, beta=1.0, **kwargs):
+        """Split d x d matrices into ``num_heads`` row blocks, W_h = h-th column block of I_d.
+
+        This is the authors' ``rhs_multihead`` construction (euclidean.md §2b).
+        """
+        Q, K, V = (jnp.asarray(a, dtype=jnp.result_type(float)) for a in (Q, K, V))
+        d = V.shape[0]
+        if Q.shape != (d, d) or K.shape != (d, d) or V.shape != (d, d):
+            raise ValueError(f"split needs square (d, d) Q, K, V, got {Q.shape}, {K.shape}, {V.shape}")
+        if num_heads < 1 or d % num_heads:
+            raise ValueError(f"num_heads={num_heads} must divide d={d}")
+        k = d // num_heads
+        blocks = lambda a: a.reshape(num_heads, k, d)  # noqa: E731 - row blocks
+        W = jnp.eye(d).reshape(d, num_heads, k).transpose(1, 0, 2)
+        return cls(blocks(Q), blocks(K), blocks(V), W, beta, **kwargs)
+
+    @property
+    def num_heads(self) -> int:
+        return param_shape(self.Q)[0]
+
+    @property
+    def dim(self):
+        return param_shape(self.Q)[-1]
+
+    def _field(self, queries, x, weights, t):
+        Q, K, V, W = (evaluate(p, t) for p in (self.Q, self.K, self.V, self.W))
+        logw = log_weights(weights)
+
+        def head(Qh, Kh, Vh, Wh):
+            avg = softmax_average(self.beta * (queries @ Qh.T), x @ Kh.T, x @ Vh.T, logw,
+                                  causal=self.causal, block_size=self.block_size)
+            return avg @ Wh.T
+
+        return jnp.sum(jax.vmap(head)(Q, K, V, W), axis=0)
+
+    def gaussian_velocity(self, mean, cov, t=0.0):
+        from ..gaussian import multihead_moments
+
+        return multihead_moments(self, mean, cov, t)

@@ -1,0 +1,98 @@
+"""Attention without softmax normalization: sigmoid (euclidean.md §2e) and USA (sphere.md §1)."""
+
+from __future__ import annotations
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+
+from .._checks import check_scalar
+from .._types import Param
+from ..kernels import exp_kernel_sum, sigmoid_kernel_sum
+from ..params import evaluate
+from .base import AbstractAttention, check_qkv, log_weights, matrix_dim, qkv_features
+
+
+class SigmoidAttention(AbstractAttention):
+    r"""Sigmoid attention (Ramapuram et al. 2024; euclidean.md §2e), keys not normalized:
+
+    $$\Gamma_\mu(x)=\int\sigma\big(\beta\langle Qx,Ky\rangle+b\big)\,Vy\,d\mu(y),\qquad
+    \sigma(s)=\frac1{1+e^{-s}}.$$
+
+    For particles, ∫ dμ is the weighted average Σ_j w_j (1/n for uniform weights).
+    Ramapuram et al. use b = −log n together with an unaveraged sum.
+    """
+
+    Q: Param
+    K: Param
+    V: Param
+    beta: jax.Array
+    bias: jax.Array
+    causal: bool = eqx.field(static=True)
+    block_size: int | None = eqx.field(static=True)
+
+    def __init__(self, Q, K, V, beta=1.0, bias=0.0, *, causal: bool = False,
+                 block_size: int | None = None):
+        self.Q, self.K, self.V = check_qkv(type(self).__name__, Q, K, V, beta)
+        check_scalar(bias, f"{type(self).__name__}.bias")
+        dtype = jnp.result_type(float)
+        self.beta = jnp.asarray(beta, dtype=dtype)
+        self.bias = jnp.asarray(bias, dtype=dtype)
+        self.causal = bool(causal)
+        self.block_size = block_size
+
+    @property
+    def dim(self):
+        return matrix_dim(self.V)
+
+    def _field(self, queries, x, weights, t):
+        q, k, v = qkv_features(self, queries, x, t)
+        # fold the bias into the bilinear form: [q, b] · [k, 1] = q·k + b
+        q = jnp.concatenate([q, jnp.broadcast_to(self.bias, (q.shape[0], 1)).astype(q.dtype)], 1)
+        k = jnp.concatenate([k, jnp.ones((k.shape[0], 1), k.dtype)], 1)
+        return sigmoid_kernel_sum(q, k, v, weights, causal=self.causal, block_size=self.block_size)
+
+
+class UnnormalizedAttention(AbstractAttention):
+    r"""Unnormalized self-attention, USA (sphere.md §1):
+
+    $$\Gamma_\mu(x)=e^{-\beta c}\int e^{\beta\langle Qx,Ky\rangle}\,Vy\,d\mu(y)
+    =e^{-\beta c}\sum_j w_j e^{\beta\langle Qx,Ky_j\rangle}Vy_j.$$
+
+    ``shift`` = c sets the normalization across papers (sphere.md §9): c = 0 is GLPR's USA
+    (1/n, the default), c = 1 is GKPR's e^{β(⟨x,y⟩−1)}/n, which stays finite on the sphere
+    for any β. The sum is computed in the log domain; it overflows only when its true value
+    exceeds the dtype's range.
+    """
+
+    Q: Param
+    K: Param
+    V: Param
+    beta: jax.Array
+    shift: jax.Array
+    causal: bool = eqx.field(static=True)
+    block_size: int | None = eqx.field(static=True)
+
+    def __init__(self, Q, K, V, beta=1.0, *, shift=0.0, causal: bool = False,
+                 block_size: int | None = None):
+        self.Q, self.K, self.V = check_qkv(type(self).__name__, Q, K, V, beta)
+        check_scalar(shift, f"{type(self).__name__}.shift")
+        dtype = jnp.result_type(float)
+        self.beta = jnp.asarray(beta, dtype=dtype)
+        self.shift = jnp.asarray(shift, dtype=dtype)
+        self.causal = bool(causal)
+        self.block_size = block_size
+
+    @classmethod
+    def identity(cls, d: int, beta=1.0, **kwargs):
+        eye = jnp.eye(d)
+        return cls(eye, eye, eye, beta, **kwargs)
+
+    @property
+    def dim(self):
+        return matrix_dim(self.V)
+
+    def _field(self, queries, x, weights, t):
+        q, k, v = qkv_features(self, queries, x, t)
+        bias = log_weights(weights) - self.beta * self.shift
+        return exp_kernel_sum(q, k, v, bias, causal=self.causal, block_size=self.block_size)

@@ -1,0 +1,70 @@
+"""Measures the solver evolves: weighted empirical measures (arrays) and Gaussians."""
+
+from __future__ import annotations
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from ._checks import as_float_array, check_finite, is_concrete
+
+
+class Gaussian(eqx.Module):
+    """A Gaussian measure N(mean, cov) (euclidean.md §4): the state of the Gaussian closure.
+
+    Args:
+        mean: shape ``(d,)``.
+        cov: shape ``(d, d)``, symmetric positive definite.
+    """
+
+    mean: jax.Array
+    cov: jax.Array
+
+    def __init__(self, mean, cov):
+        mean = check_finite(as_float_array(mean, "Gaussian.mean"), "Gaussian.mean")
+        cov = check_finite(as_float_array(cov, "Gaussian.cov"), "Gaussian.cov")
+        if mean.ndim != 1:
+            raise ValueError(f"Gaussian.mean must have shape (d,), got {mean.shape}")
+        d = mean.shape[0]
+        if cov.shape != (d, d):
+            raise ValueError(f"Gaussian.cov must have shape ({d}, {d}) to match mean, got {cov.shape}")
+        if is_concrete(cov):
+            c = np.asarray(cov, dtype=np.float64)
+            asym = np.max(np.abs(c - c.T)) if d else 0.0
+            scale = max(np.max(np.abs(c)), 1e-300)
+            if asym > 1e-6 * scale:
+                raise ValueError(f"Gaussian.cov must be symmetric, but max|cov - cov.T| = {asym:.3g}")
+            lam = np.linalg.eigvalsh((c + c.T) / 2)
+            if lam[0] <= 0:
+                raise ValueError(f"Gaussian.cov must be positive definite, but its smallest "
+                                 f"eigenvalue is {lam[0]:.6g}")
+        self.mean = mean
+        self.cov = cov
+
+    @property
+    def dim(self) -> int:
+        return self.mean.shape[0]
+
+    def sample(self, key, n: int):
+        """n i.i.d. samples, shape ``(n, d)``."""
+        L = jnp.linalg.cholesky(self.cov)
+        z = jax.random.normal(key, (n, self.dim), dtype=self.mean.dtype)
+        return self.mean + z @ L.T
+
+    def gauss_hermite(self, order: int):
+        """Tensor Gauss–Hermite quadrature: ``(points (order**d, d), weights (order**d,))``.
+
+        Integrates polynomials of degree <= 2*order - 1 in each coordinate exactly against
+        N(mean, cov); used to validate the closure with weighted particles.
+        """
+        z, w = np.polynomial.hermite_e.hermegauss(order)  # weight e^{-z^2/2}
+        w = w / w.sum()
+        grids = np.meshgrid(*([z] * self.dim), indexing="ij")
+        pts = np.stack([g.ravel() for g in grids], axis=-1)
+        wts = np.ones(pts.shape[0])
+        for ws in np.meshgrid(*([w] * self.dim), indexing="ij"):
+            wts = wts * ws.ravel()
+        L = jnp.linalg.cholesky(self.cov)
+        x = self.mean + jnp.asarray(pts, self.mean.dtype) @ L.T
+        return x, jnp.asarray(wts / wts.sum(), self.mean.dtype)

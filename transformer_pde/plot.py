@@ -1,0 +1,52 @@
+"""Matplotlib figures (headless: the Agg backend unless the user chose one)."""
+
+from __future__ import annotations
+
+import io
+from pathlib import Path
+
+import matplotlib
+
+if matplotlib.get_backend().lower() not in ("agg", "module://matplotlib_inline.backend_inline"):
+    matplotlib.use("Agg")
+
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+
+
+def save_figure(fig, path, dpi: int = 130) -> Path:
+    """Save atomically (temporary file + rename) and close the figure."""
+    from .experiments._runner import atomic_write_bytes
+
+    path = Path(path)
+    buf = io.BytesIO()
+    fig.savefig(buf, format=path.suffix.lstrip(".") or "png", dpi=dpi, bbox_inches="tight")
+    plt.close(fig)
+    atomic_write_bytes(path, buf.getvalue())
+    return path
+
+
+def sphere_points(ax, x, *, color=None, size=8, title=None):
+    """Tokens on S^2 over a faint wireframe sphere, on a 3-D axis."""
+    x = np.asarray(x)
+    u, v = np.mgrid[0 : 2 * np.pi : 40j, 0 : np.pi : 20j]
+    ax.plot_wireframe(np.cos(u) * np.sin(v), np.sin(u) * np.sin(v), np.cos(v), color="0.85",
+                      linewidth=0.3)
+    ax.scatter(x[:, 0], x[:, 1], x[:, 2], s=size, c=color if color is not None else "C0",
+               depthshade=False)
+    ax.set_box_aspect((1, 1, 1))
+    ax.set_axis_off()
+    if title:
+        ax.set_title(title)
+    return ax
+
+
+def sphere_snapshots(ts, xs, indices, *, suptitle=None):
+    """One 3-D panel per chosen save index; returns the figure."""
+    fig = plt.figure(figsize=(3.2 * len(indices), 3.4))
+    for k, i in enumerate(indices):
+        ax = fig.add_subplot(1, len(indices), k + 1, projection="3d")
+        sphere_points(ax, xs[i], title=f"t = {float(ts[i]):.3g}")
+    if suptitle:
+        fig.suptitle(suptitle)
+    return fig
