@@ -69,5 +69,14 @@ def qkv_features(attn, queries, x, t):
     return attn.beta * (queries @ Q.T), x @ K.T, x @ V.T
 
 
+def scalar_param(value):
+    """A scalar parameter as a JAX array leaf (so jit does not recompile per value and grad
+    reaches it). Python numbers stay weakly typed: float32 tokens keep float32 arithmetic."""
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return jnp.asarray(float(value))
+    value = jnp.asarray(value)
+    return value if jnp.issubdtype(value.dtype, jnp.floating) else value.astype(float)
+
+
 def matrix_dim(V) -> int:
     return param_shape(V)[-1]

@@ -9,7 +9,7 @@ import jax.numpy as jnp
 from .._types import Param
 from ..kernels import softmax_average
 from ..params import evaluate
-from .base import AbstractAttention, check_qkv, log_weights, matrix_dim
+from .base import AbstractAttention, check_qkv, log_weights, matrix_dim, scalar_param
 
 
 class L2Attention(AbstractAttention):
@@ -31,7 +31,7 @@ class L2Attention(AbstractAttention):
 
     def __init__(self, Q, K, V, beta=1.0, *, causal: bool = False, block_size: int | None = None):
         self.Q, self.K, self.V = check_qkv(type(self).__name__, Q, K, V, beta)
-        self.beta = jnp.asarray(beta, dtype=jnp.result_type(float))
+        self.beta = scalar_param(beta)
         self.causal = bool(causal)
         self.block_size = block_size
 

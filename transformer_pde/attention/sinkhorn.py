@@ -13,7 +13,7 @@ from .._checks import check_points, check_scalar, check_weights
 from .._types import Param
 from ..kernels import softmax_average
 from ..params import evaluate
-from .base import AbstractAttention, check_qkv, matrix_dim
+from .base import AbstractAttention, check_qkv, matrix_dim, scalar_param
 
 
 class SinkhornPotentials(eqx.Module):
@@ -68,9 +68,8 @@ class SinkhornAttention(AbstractAttention):
             raise ValueError(f"{name}.threshold must be > 0, got {threshold}")
         if int(max_iterations) < 1:
             raise ValueError(f"{name}.max_iterations must be >= 1, got {max_iterations}")
-        dtype = jnp.result_type(float)
-        self.beta = jnp.asarray(beta, dtype=dtype)
-        self.epsilon = jnp.asarray(epsilon, dtype=dtype)
+        self.beta = scalar_param(beta)
+        self.epsilon = scalar_param(epsilon)
         self.threshold = float(threshold)
         self.max_iterations = int(max_iterations)
         self.throw = bool(throw)

@@ -10,7 +10,14 @@ from .._checks import check_scalar
 from .._types import Param
 from ..kernels import softmax_average
 from ..params import as_param, evaluate, param_shape
-from .base import AbstractAttention, check_qkv, log_weights, matrix_dim, qkv_features
+from .base import (
+    AbstractAttention,
+    check_qkv,
+    log_weights,
+    matrix_dim,
+    qkv_features,
+    scalar_param,
+)
 
 
 class SoftmaxAttention(AbstractAttention):
@@ -37,7 +44,7 @@ class SoftmaxAttention(AbstractAttention):
 
     def __init__(self, Q, K, V, beta=1.0, *, causal: bool = False, block_size: int | None = None):
         self.Q, self.K, self.V = check_qkv(type(self).__name__, Q, K, V, beta)
-        self.beta = jnp.asarray(beta, dtype=jnp.result_type(float))
+        self.beta = scalar_param(beta)
         self.causal = bool(causal)
         self.block_size = block_size
 
@@ -97,7 +104,7 @@ class MultiHeadAttention(AbstractAttention):
         if sw != (H, d, sv[1]):
             raise ValueError(f"{name}: W must have shape (H, d, k_v) = ({H}, {d}, {sv[1]}), got {sw}")
         check_scalar(beta, f"{name}.beta")
-        self.beta = jnp.asarray(beta, dtype=jnp.result_type(float))
+        self.beta = scalar_param(beta)
         self.causal = bool(causal)
         self.block_size = block_size
 

@@ -10,7 +10,14 @@ from .._checks import check_scalar
 from .._types import Param
 from ..kernels import exp_kernel_sum, sigmoid_kernel_sum
 from ..params import evaluate
-from .base import AbstractAttention, check_qkv, log_weights, matrix_dim, qkv_features
+from .base import (
+    AbstractAttention,
+    check_qkv,
+    log_weights,
+    matrix_dim,
+    qkv_features,
+    scalar_param,
+)
 
 
 class SigmoidAttention(AbstractAttention):
@@ -35,9 +42,8 @@ class SigmoidAttention(AbstractAttention):
                  block_size: int | None = None):
         self.Q, self.K, self.V = check_qkv(type(self).__name__, Q, K, V, beta)
         check_scalar(bias, f"{type(self).__name__}.bias")
-        dtype = jnp.result_type(float)
-        self.beta = jnp.asarray(beta, dtype=dtype)
-        self.bias = jnp.asarray(bias, dtype=dtype)
+        self.beta = scalar_param(beta)
+        self.bias = scalar_param(bias)
         self.causal = bool(causal)
         self.block_size = block_size
 
@@ -77,9 +83,8 @@ class UnnormalizedAttention(AbstractAttention):
                  block_size: int | None = None):
         self.Q, self.K, self.V = check_qkv(type(self).__name__, Q, K, V, beta)
         check_scalar(shift, f"{type(self).__name__}.shift")
-        dtype = jnp.result_type(float)
-        self.beta = jnp.asarray(beta, dtype=dtype)
-        self.shift = jnp.asarray(shift, dtype=dtype)
+        self.beta = scalar_param(beta)
+        self.shift = scalar_param(shift)
         self.causal = bool(causal)
         self.block_size = block_size
 
