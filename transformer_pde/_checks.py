@@ -12,6 +12,10 @@ import jax.numpy as jnp
 import numpy as np
 
 
+class NonFiniteStateError(FloatingPointError):
+    """A run produced NaN or inf; the message names the time it first appeared."""
+
+
 def is_concrete(x) -> bool:
     """True when ``x`` holds values (not a tracer inside ``jit``/``vmap``/``grad``)."""
     return not isinstance(x, jax.core.Tracer)
@@ -112,3 +116,19 @@ def check_scalar(value, name: str, *, positive: bool = False, nonnegative: bool 
     elif jnp.ndim(value) != 0:
         raise ValueError(f"{name} must be a scalar, got shape {jnp.shape(value)}")
     return value
+
+
+def check_int(value, name: str, *, minimum: int | None = None):
+    """A Python/NumPy integer (not bool), optionally ``>= minimum``."""
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+        raise ValueError(f"{name} must be an integer, got {value!r} ({type(value).__name__})")
+    if minimum is not None and value < minimum:
+        raise ValueError(f"{name} must be >= {minimum}, got {value}")
+    return int(value)
+
+
+def check_block_size(block_size, name: str):
+    """``None`` (automatic) or a positive integer number of keys per block."""
+    if block_size is None:
+        return None
+    return check_int(block_size, name, minimum=1)

@@ -16,7 +16,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ._checks import check_scalar, check_weights, is_concrete
+from ._checks import NonFiniteStateError, check_scalar, check_weights, is_concrete
 from .dynamics import AbstractDynamics
 from .measures import Gaussian
 
@@ -30,7 +30,10 @@ class Solution(eqx.Module):
         stats: the pytree returned by ``stats(t, x)`` at each save time (or None).
         weights: token weights, shape ``(n,)``.
         num_steps: accepted solver steps.
-        result: diffrax's result code (success unless ``throw=False`` and it failed).
+        result: diffrax's result code (success unless ``throw=False`` and it failed;
+            ``RESULTS.event_occurred`` when the run stopped on a non-finite state).
+        nonfinite_time: end of the first solver step whose state held a NaN or inf (the run
+            stops there); ``inf`` when the state stayed finite. Saves after it are ``inf``.
     """
 
     ts: jax.Array
@@ -39,6 +42,7 @@ class Solution(eqx.Module):
     weights: jax.Array
     num_steps: jax.Array
     result: diffrax.RESULTS
+    nonfinite_time: jax.Array | None = None
 
     @property
     def final(self):
@@ -144,6 +148,7 @@ def solve(
     max_steps: int | None = None,
     progress: bool = False,
     throw: bool = True,
+    stop_on_nonfinite: bool = True,
 ):
     """Integrate dx_i/dt = v(t, x_i; μ_t), μ_t = Σ_j w_j δ_{x_j(t)}, from t0 to t1.
 
@@ -165,6 +170,12 @@ def solve(
         max_steps: step cap (default: exact for constant steps, 100 000 otherwise).
         progress: show a progress bar (diffrax's tqdm meter, updated from inside jit).
         throw: raise if the solve fails; otherwise inspect ``Solution.result``.
+        stop_on_nonfinite: stop at the first step whose state holds a NaN or inf (finite-time
+            blow-up, too large a step) and report its time: with ``throw`` a
+            :class:`NonFiniteStateError` naming the time, otherwise
+            ``Solution.nonfinite_time`` and ``result == RESULTS.event_occurred``. A
+            ``diffrax.Event`` checked after every step; not available with adjoints that
+            exclude events (e.g. ``ImplicitAdjoint``), where it is skipped.
 
     The compiled program depends only on shapes and the static configuration, so repeated
     calls with new values (x0, parameters, t1) do not recompile; ``solve`` works under
@@ -197,16 +208,41 @@ def solve(
         raise ValueError(f"stats must be a callable stats(t, x), got {stats!r}")
     t0a, t1a = _as_time(t0, "t0", dtype), _as_time(t1, "t1", dtype)
     dt0a = None if dt0 is None else jnp.asarray(dt0, dtype)
-    return _solve_particles(
+    adjoint = adjoint or diffrax.RecursiveCheckpointAdjoint()
+    watch = bool(stop_on_nonfinite) and isinstance(
+        adjoint, (diffrax.RecursiveCheckpointAdjoint, diffrax.DirectAdjoint))
+    sol = _solve_particles(
         dynamics, x0, w, t0a, t1a, dt0a, ts, solver, stepsize_controller,
-        stats, adjoint or diffrax.RecursiveCheckpointAdjoint(), int(max_steps), bool(progress),
-        bool(throw),
+        stats, adjoint, int(max_steps), bool(progress), bool(throw), watch,
     )
+    if throw and watch:
+        sol = _raise_if_nonfinite(sol)
+    return sol
+
+
+def _raise_if_nonfinite(sol: Solution) -> Solution:
+    """Report a non-finite state with its time: ValueError-style message when concrete,
+    ``eqx.error_if`` under an outer ``jit``/``vmap`` (where the time cannot be formatted)."""
+    bad_t = sol.nonfinite_time
+    if is_concrete(bad_t):
+        t = np.asarray(bad_t)
+        if np.ndim(t) == 0 and np.isfinite(t):
+            raise NonFiniteStateError(
+                f"solve: the state became non-finite (NaN or inf) at t = {float(t):.6g} (end of the "
+                "first step that produced it); the run was stopped there. Typical causes: "
+                "finite-time blow-up of the dynamics, or a step dt0 too large for the parameters "
+                "(beta, token norms). Pass throw=False to get the partial Solution "
+                "(Solution.nonfinite_time, saves after it are inf).")
+        return sol
+    ts = eqx.error_if(sol.ts, jnp.any(jnp.isfinite(bad_t)),
+                      "solve: the state became non-finite (NaN or inf) during the run; rerun with "
+                      "throw=False and read Solution.nonfinite_time for the time it appeared")
+    return eqx.tree_at(lambda s: s.ts, sol, ts)
 
 
 @eqx.filter_jit
 def _solve_particles(dynamics, x0, w, t0, t1, dt0, ts, solver, controller, stats, adjoint,
-                     max_steps, progress, throw):
+                     max_steps, progress, throw, watch=False):
     term = diffrax.ODETerm(lambda t, y, args: dynamics._velocity(y, w, t))
     retract = dynamics.retract
     if type(dynamics).retract is not AbstractDynamics.retract:
@@ -216,15 +252,28 @@ def _solve_particles(dynamics, x0, w, t0, t1, dt0, ts, solver, controller, stats
     else:
         fn = lambda t, y, args: stats(t, retract(y))  # noqa: E731
     meter = diffrax.TqdmProgressMeter() if progress else diffrax.NoProgressMeter()
+    if watch:
+        # Stop at the first accepted step with a NaN/inf state; the extra save at t1 records
+        # the time the run actually stopped (the event time, or t1).
+        saveat = diffrax.SaveAt(subs=[diffrax.SubSaveAt(ts=ts, fn=fn),
+                                      diffrax.SubSaveAt(t1=True, fn=lambda t, y, args: t)])
+        event = diffrax.Event(lambda t, y, args, **kw: ~jnp.all(jnp.isfinite(y)))
+    else:
+        saveat, event = diffrax.SaveAt(ts=ts, fn=fn), None
     sol = diffrax.diffeqsolve(
-        term, solver, t0, t1, dt0, x0, saveat=diffrax.SaveAt(ts=ts, fn=fn),
-        stepsize_controller=controller, adjoint=adjoint, max_steps=max_steps, throw=throw,
-        progress_meter=meter,
+        term, solver, t0, t1, dt0, x0, saveat=saveat, stepsize_controller=controller,
+        adjoint=adjoint, max_steps=max_steps, throw=throw, progress_meter=meter, event=event,
     )
-    ys = sol.ys
+    if watch:
+        (save_ts, _), (ys, t_end) = sol.ts, sol.ys
+        stopped = sol.result == diffrax.RESULTS.event_occurred
+        nonfinite_time = jnp.where(stopped, t_end[0], jnp.inf)
+    else:
+        save_ts, ys, nonfinite_time = sol.ts, sol.ys, None
     return Solution(
-        ts=sol.ts, xs=ys if stats is None else None, stats=None if stats is None else ys,
+        ts=save_ts, xs=ys if stats is None else None, stats=None if stats is None else ys,
         weights=w, num_steps=sol.stats["num_accepted_steps"], result=sol.result,
+        nonfinite_time=nonfinite_time,
     )
 
 
@@ -250,6 +299,13 @@ def layers(dynamics: AbstractDynamics, x0, num_layers: int, step, *, weights=Non
     t0 = _as_time(t0, "t0", x0.dtype)
     xs = _layers(dynamics, x0, w, h, t0, int(num_layers), int(save_every))
     ts = t0 + h * jnp.arange(0, int(num_layers) + 1, int(save_every), dtype=x0.dtype)
+    if is_concrete(xs):
+        finite = np.isfinite(np.asarray(xs)).reshape(xs.shape[0], -1).all(axis=1)
+        if not finite.all():
+            k = int(np.argmin(finite))
+            raise NonFiniteStateError(
+                f"layers: the tokens became non-finite (NaN or inf) by layer {k * int(save_every)} "
+                f"(t = {float(ts[k]):.6g}); the step or the parameters are too large")
     return Solution(ts=ts, xs=xs, stats=None, weights=w, num_steps=jnp.asarray(int(num_layers)),
                     result=diffrax.RESULTS.successful)
 

@@ -16,7 +16,7 @@ import numpy as np
 from .. import plot
 from ..attention import SoftmaxAttention, UnnormalizedAttention
 from ..diagnostics import cluster_count
-from ..solve import solve
+from ..checkpoint import solve_checkpointed
 from ..spaces import Sphere, uniform_sphere
 from ._base import Experiment, register
 
@@ -44,12 +44,15 @@ class ClusteringConfig:
                              f"num_saves={self.num_saves}")
 
 
-def compute(cfg: ClusteringConfig, progress: bool = False) -> dict:
+def compute(cfg: ClusteringConfig, progress: bool = False, checkpoint=None) -> dict:
+    """Resumable: integrated in fixed chunks of save intervals (``checkpoint.every``), each
+    checkpointed when the runner passes a :class:`~transformer_pde.checkpoint.Checkpoint`."""
     x0 = uniform_sphere(jax.random.key(cfg.seed), cfg.n, cfg.d)
     attn_cls = SoftmaxAttention if cfg.model == "SA" else UnnormalizedAttention
     dyn = Sphere(attn_cls.identity(cfg.d, cfg.beta))
     ts = jnp.linspace(0.0, cfg.t1, cfg.num_saves)
-    sol = solve(dyn, x0, t1=cfg.t1, dt0=cfg.dt, saveat=ts, progress=progress)
+    sol = solve_checkpointed(dyn, x0, t1=cfg.t1, dt0=cfg.dt, saveat=ts, checkpoint=checkpoint,
+                             name="trajectory", progress=progress)
     counts = jax.vmap(lambda x: cluster_count(x, cfg.threshold))(sol.xs)
     return {"ts": np.asarray(sol.ts), "xs": np.asarray(sol.xs), "clusters": np.asarray(counts)}
 
