@@ -1,0 +1,208 @@
+"""Resumable runs: kill a real CLI run (SIGTERM, SIGKILL), resume it, compare bitwise.
+
+The oracle is the uninterrupted run of the same command: a resumed run must end with a
+byte-identical ``data.npz`` (same machine). Library-level tests check the same property for
+:func:`tp.checkpoint.solve_checkpointed` in-process, plus the checkpoint's refusal to mix runs.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import diffrax
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import transformer_pde as tp
+from transformer_pde.checkpoint import Checkpoint, solve_checkpointed
+
+ROOT = Path(__file__).resolve().parents[1]
+
+# Long enough (~800 Tsit5 steps of 256 tokens after the first chunk) that a signal sent when
+# the first checkpoint appears lands mid-run; d=2 keeps the figure cheap.
+OPTIONS = ["--n", "256", "--d", "2", "--t1", "40", "--dt", "0.05", "--num_saves", "41",
+           "--checkpoint-every", "2", "--no-progress"]
+NUM_CHUNKS = 21  # ceil(41 / 2)
+
+
+def _env():
+    env = dict(os.environ)
+    env["PYTHONPATH"] = str(ROOT) + os.pathsep + env.get("PYTHONPATH", "")
+    env.setdefault("JAX_PLATFORMS", "cpu")
+    return env
+
+
+def _cli(*args):
+    return [sys.executable, "-m", "transformer_pde.cli", *args]
+
+
+def _run(args, timeout=300):
+    return subprocess.run(_cli(*args), env=_env(), capture_output=True, text=True, timeout=timeout)
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory):
+    out = tmp_path_factory.mktemp("reference")
+    res = _run(["run", "clustering", "--out", str(out), *OPTIONS])
+    assert res.returncode == 0, res.stderr
+    return out
+
+
+def _manifest(out: Path):
+    path = out / "checkpoints" / "trajectory" / "manifest.json"
+    return json.loads(path.read_text()) if path.exists() else None
+
+
+def _start(args):
+    return subprocess.Popen(_cli(*args), env=_env(), stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+
+
+def _signal_after_checkpoint(proc, out: Path, sig: int, after: int) -> int:
+    """Send ``sig`` once the manifest reports more than ``after`` complete chunks."""
+    deadline = time.monotonic() + 240
+    while (_manifest(out) or {}).get("completed", 0) <= after:
+        if proc.poll() is not None or time.monotonic() > deadline:
+            proc.kill()
+            raise AssertionError(f"run ended before checkpoint {after + 1}: {proc.communicate()}")
+        time.sleep(0.005)
+    proc.send_signal(sig)
+    proc.communicate(timeout=120)
+    return proc.returncode
+
+
+def _assert_consistent_unfinished(out: Path, status: str) -> int:
+    meta = json.loads((out / "metadata.json").read_text())  # parses: never half-written
+    assert meta["status"] == status
+    assert not (out / "data.npz").exists()
+    man = _manifest(out)
+    assert 1 <= man["completed"] < NUM_CHUNKS, f"the signal did not land mid-run: {man}"
+    for j in range(man["completed"]):  # every declared chunk is complete and loadable
+        with np.load(out / "checkpoints" / "trajectory" / f"chunk_{j:06d}.npz") as f:
+            assert np.isfinite(f["state"]).all()
+    return man["completed"]
+
+
+def test_kill_resume_interrupt_resume_is_bitwise_identical(reference, tmp_path):
+    """SIGKILL mid-run, resume, SIGTERM mid-resume, resume again: same bytes as no kill."""
+    out = tmp_path / "run"
+    proc = _start(["run", "clustering", "--out", str(out), *OPTIONS])
+    assert _signal_after_checkpoint(proc, out, signal.SIGKILL, after=0) == -signal.SIGKILL
+    done = _assert_consistent_unfinished(out, "running")
+
+    proc = _start(["run", "--resume", str(out), "--no-progress"])
+    rc = _signal_after_checkpoint(proc, out, signal.SIGTERM, after=done)
+    assert rc == 128 + signal.SIGTERM
+    assert _assert_consistent_unfinished(out, "interrupted") > done
+    assert json.loads((out / "metadata.json").read_text())["resumed"] == 1
+
+    res = _run(["run", "clustering", "--resume", str(out), "--no-progress"])
+    assert res.returncode == 0, res.stderr
+    assert (out / "data.npz").read_bytes() == (reference / "data.npz").read_bytes()
+    assert (out / "config.toml").read_bytes() == (reference / "config.toml").read_bytes()
+    meta = json.loads((out / "metadata.json").read_text())
+    assert meta["status"] == "complete" and meta["resumed"] == 2
+    assert not (out / "checkpoints").exists()
+    assert not list(out.glob(".*.tmp"))
+
+
+# --- in-process: the library function -------------------------------------------------------
+
+class _Crash(Exception):
+    pass
+
+
+def _problem():
+    x0 = tp.uniform_sphere(jax.random.key(1), 24, 3)
+    dyn = tp.Sphere(tp.SoftmaxAttention.identity(3, 2.0))
+    return dyn, x0, jnp.linspace(0.0, 2.0, 9)
+
+
+EULER = diffrax.Euler()  # cheap to compile; the chunking logic does not depend on the solver
+
+
+def test_solve_checkpointed_resume_matches_uninterrupted(tmp_path, monkeypatch):
+    dyn, x0, ts = _problem()
+    stats = lambda t, x: {"mean": jnp.mean(x, 0), "t": t}  # noqa: E731
+    ref = solve_checkpointed(dyn, x0, t1=2.0, dt0=0.05, solver=EULER, saveat=ts, every=3)
+    ref_stats = solve_checkpointed(dyn, x0, t1=2.0, dt0=0.05, solver=EULER, saveat=ts, every=3, stats=stats)
+    # chunking does not change the trajectory beyond round-off (against one plain solve)
+    plain = tp.solve(dyn, x0, t1=2.0, dt0=0.05, solver=EULER, saveat=ts)
+    np.testing.assert_allclose(ref.xs, plain.xs, atol=1e-12)
+    np.testing.assert_allclose(ref_stats.stats["mean"], jnp.mean(ref.xs, 1), atol=1e-14)
+
+    ckpt = Checkpoint(tmp_path / "ck", every=3)
+    real_write = Checkpoint.write_chunk
+    calls = []
+
+    def crashing_write(self, name, index, arrays, manifest):
+        if len(calls) == 2:
+            raise _Crash
+        calls.append(index)
+        real_write(self, name, index, arrays, manifest)
+
+    monkeypatch.setattr(Checkpoint, "write_chunk", crashing_write)
+    with pytest.raises(_Crash):
+        solve_checkpointed(dyn, x0, t1=2.0, dt0=0.05, solver=EULER, saveat=ts, checkpoint=ckpt, name="a")
+    monkeypatch.setattr(Checkpoint, "write_chunk", real_write)
+    assert ckpt.manifest("a")["completed"] == 2
+    res = solve_checkpointed(dyn, x0, t1=2.0, dt0=0.05, solver=EULER, saveat=ts, checkpoint=ckpt, name="a")
+    np.testing.assert_array_equal(res.xs, ref.xs)  # bitwise
+    assert int(res.num_steps) == int(ref.num_steps)
+    # a finished stage resumes with no work and the same answer; stats mode too
+    again = solve_checkpointed(dyn, x0, t1=2.0, dt0=0.05, solver=EULER, saveat=ts, checkpoint=ckpt, name="a")
+    np.testing.assert_array_equal(again.xs, ref.xs)
+    s1 = solve_checkpointed(dyn, x0, t1=2.0, dt0=0.05, solver=EULER, saveat=ts, checkpoint=ckpt, name="s",
+                            stats=stats)
+    np.testing.assert_array_equal(s1.stats["mean"], ref_stats.stats["mean"])
+    np.testing.assert_array_equal(s1.stats["t"], ts)
+
+
+def test_checkpoint_refuses_a_different_run(tmp_path):
+    dyn, x0, ts = _problem()
+    ckpt = Checkpoint(tmp_path, every=4)
+    solve_checkpointed(dyn, x0, t1=2.0, dt0=0.05, solver=EULER, saveat=ts, checkpoint=ckpt, name="a")
+    with pytest.raises(ValueError, match=r"different run \(mismatch in \['x0_sum'\]\)"):
+        solve_checkpointed(dyn, tp.normalize(x0[::-1] + 0.1), t1=2.0, dt0=0.05, solver=EULER, saveat=ts,
+                           checkpoint=ckpt, name="a")
+    with pytest.raises(ValueError, match="every=2 differs"):
+        solve_checkpointed(dyn, x0, t1=2.0, dt0=0.05, solver=EULER, saveat=ts, checkpoint=ckpt, name="a",
+                           every=2)
+
+
+def test_interrupted_runner_leaves_consistent_directory(tmp_path):
+    """An exception inside compute (as SIGINT raises KeyboardInterrupt) marks the run."""
+    from transformer_pde.experiments import get
+    from transformer_pde.experiments._runner import run_experiment
+
+    exp = get("clustering")
+    cfg = exp.make_config(n=16, d=2, t1=2.0, dt=0.1, num_saves=21)  # chunks of 10, 10, 1
+    real = Checkpoint.write_chunk
+
+    def interrupt(self, name, index, arrays, manifest):
+        if index == 1:
+            raise KeyboardInterrupt
+        real(self, name, index, arrays, manifest)
+
+    Checkpoint.write_chunk = interrupt
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            run_experiment(exp, cfg, tmp_path, progress=False)
+    finally:
+        Checkpoint.write_chunk = real
+    meta = json.loads((tmp_path / "metadata.json").read_text())
+    assert meta["status"] == "interrupted" and not (tmp_path / "data.npz").exists()
+    with pytest.raises(ValueError, match="unfinished run"):
+        run_experiment(exp, cfg, tmp_path, progress=False)
+    out = run_experiment(exp, cfg, tmp_path, progress=False, resume=True)
+    # without a checkpoint, compute integrates in the same chunks (DEFAULT_EVERY): same bits
+    direct = exp.compute(cfg, False)
+    np.testing.assert_array_equal(out["results"]["xs"], direct["xs"])
