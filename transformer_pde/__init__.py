@@ -5,6 +5,7 @@ follows the continuity equation ∂_t μ + div(μ Γ_μ) = 0 (spec: ``shared/spe
 """
 
 from . import diagnostics, kernels, plot
+from ._checks import NonFiniteStateError
 from .attention import (
     AbstractAttention,
     L2Attention,
@@ -15,6 +16,7 @@ from .attention import (
     SoftmaxAttention,
     UnnormalizedAttention,
 )
+from .checkpoint import Checkpoint, solve_checkpointed
 from .dynamics import AbstractDynamics
 from .gaussian_solve import GaussianSolution
 from .measures import Gaussian
@@ -27,10 +29,12 @@ __version__ = "0.1.0"
 __all__ = [
     "AbstractAttention",
     "AbstractDynamics",
+    "Checkpoint",
     "Gaussian",
     "GaussianSolution",
     "L2Attention",
     "MultiHeadAttention",
+    "NonFiniteStateError",
     "PiecewiseConstant",
     "SigmoidAttention",
     "SinkhornAttention",
@@ -45,6 +49,7 @@ __all__ = [
     "normalize",
     "plot",
     "solve",
+    "solve_checkpointed",
     "tangent_projection",
     "uniform_sphere",
 ]

@@ -16,7 +16,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ._checks import NonFiniteStateError, check_scalar, check_weights, is_concrete
+from ._checks import NonFiniteStateError, check_int, check_scalar, check_weights, is_concrete
 from .dynamics import AbstractDynamics
 from .measures import Gaussian
 
@@ -101,6 +101,8 @@ def _as_time(value, name, dtype):
 
 
 def _check_times(t0, t1, dt0, saveat, dtype):
+    check_scalar(t0, "t0")
+    check_scalar(t1, "t1")
     if is_concrete(t0) and is_concrete(t1) and not float(t1) > float(t0):
         raise ValueError(f"Must have t1 > t0, got t0={float(t0)} and t1={float(t1)}")
     if dt0 is not None:
@@ -204,6 +206,7 @@ def solve(
                          "stepsize_controller such as diffrax.PIDController)")
     if max_steps is None:
         max_steps = _default_max_steps(t0, t1, dt0, stepsize_controller)
+    check_int(max_steps, "max_steps", minimum=1)
     if stats is not None and not callable(stats):
         raise ValueError(f"stats must be a callable stats(t, x), got {stats!r}")
     t0a, t1a = _as_time(t0, "t0", dtype), _as_time(t1, "t1", dtype)

@@ -6,6 +6,7 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 
+from .._checks import check_block_size
 from .._types import Param
 from ..kernels import softmax_average
 from ..params import evaluate
@@ -33,7 +34,7 @@ class L2Attention(AbstractAttention):
         self.Q, self.K, self.V = check_qkv(type(self).__name__, Q, K, V, beta)
         self.beta = scalar_param(beta)
         self.causal = bool(causal)
-        self.block_size = block_size
+        self.block_size = check_block_size(block_size, f"{type(self).__name__}.block_size")
 
     @property
     def dim(self):

@@ -6,7 +6,7 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 
-from .._checks import check_scalar
+from .._checks import check_block_size, check_scalar
 from .._types import Param
 from ..kernels import softmax_average
 from ..params import as_param, evaluate, param_shape
@@ -46,7 +46,7 @@ class SoftmaxAttention(AbstractAttention):
         self.Q, self.K, self.V = check_qkv(type(self).__name__, Q, K, V, beta)
         self.beta = scalar_param(beta)
         self.causal = bool(causal)
-        self.block_size = block_size
+        self.block_size = check_block_size(block_size, f"{type(self).__name__}.block_size")
 
     @classmethod
     def identity(cls, d: int, beta=1.0, **kwargs):
@@ -106,7 +106,7 @@ class MultiHeadAttention(AbstractAttention):
         check_scalar(beta, f"{name}.beta")
         self.beta = scalar_param(beta)
         self.causal = bool(causal)
-        self.block_size = block_size
+        self.block_size = check_block_size(block_size, f"{type(self).__name__}.block_size")
 
     @classmethod
     def split(cls, Q, K, V, num_heads: int, beta=1.0, **kwargs):

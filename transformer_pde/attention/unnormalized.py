@@ -6,7 +6,7 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 
-from .._checks import check_scalar
+from .._checks import check_block_size, check_scalar
 from .._types import Param
 from ..kernels import exp_kernel_sum, sigmoid_kernel_sum
 from ..params import evaluate
@@ -45,7 +45,7 @@ class SigmoidAttention(AbstractAttention):
         self.beta = scalar_param(beta)
         self.bias = scalar_param(bias)
         self.causal = bool(causal)
-        self.block_size = block_size
+        self.block_size = check_block_size(block_size, f"{type(self).__name__}.block_size")
 
     @property
     def dim(self):
@@ -86,7 +86,7 @@ class UnnormalizedAttention(AbstractAttention):
         self.beta = scalar_param(beta)
         self.shift = scalar_param(shift)
         self.causal = bool(causal)
-        self.block_size = block_size
+        self.block_size = check_block_size(block_size, f"{type(self).__name__}.block_size")
 
     @classmethod
     def identity(cls, d: int, beta=1.0, **kwargs):

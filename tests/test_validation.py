@@ -1,0 +1,359 @@
+"""Bad inputs: every public entry point rejects them with an error naming the value.
+
+``BAD_INPUTS`` below is the documented list (rendered in ``docs/bad_inputs.md``; a test keeps
+the two in sync). Each case is a thunk that must raise ``exc`` with a message matching
+``match`` (the offending value and what was expected). Cases run outside ``jit`` (concrete
+values, ``ValueError``); the ``jit``/traced layer (``eqx.error_if``) and run-time NaNs
+(``NonFiniteStateError`` with the time) are tested separately below.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from pathlib import Path
+
+import diffrax
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import transformer_pde as tp
+from transformer_pde import cli
+from transformer_pde.checkpoint import Checkpoint, solve_checkpointed
+
+ROOT = Path(__file__).resolve().parents[1]
+
+E3 = jnp.eye(3)
+X = tp.normalize(jnp.asarray(np.random.default_rng(0).normal(size=(5, 3))))
+SA = tp.SoftmaxAttention.identity(3, 1.0)
+SPH = tp.Sphere(SA)
+
+
+@dataclasses.dataclass(frozen=True)
+class Case:
+    id: str
+    what: str
+    thunk: object
+    match: str
+    exc: type = ValueError
+
+
+def _nan_at(a, idx):
+    a = np.array(a, dtype=float)
+    a[idx] = np.nan
+    return a
+
+
+def _cli_error(argv, tmp_path=None):
+    def run():
+        args = [a.replace("{tmp}", str(tmp_path)) if tmp_path else a for a in argv]
+        cli.main(args)
+    return run
+
+
+BAD_INPUTS = [
+    # --- tokens -----------------------------------------------------------------------------
+    Case("x-1d", "tokens given as a 1-D array", lambda: SA.velocity(jnp.ones(3)),
+         r"x must have shape \(n, d\).*got shape \(3,\)"),
+    Case("x-3d", "tokens with an extra batch axis", lambda: SA.velocity(jnp.ones((2, 4, 3))),
+         r"x must have shape \(n, d\).*\(2, 4, 3\)"),
+    Case("x-empty", "no tokens", lambda: SA.velocity(jnp.ones((0, 3))),
+         r"at least one token.*\(0, 3\)"),
+    Case("x-nan", "a NaN token coordinate", lambda: SA.velocity(_nan_at(np.ones((4, 3)), (2, 1))),
+         r"x must be finite, but x\[2, 1\] = nan"),
+    Case("x-inf", "an infinite token coordinate",
+         lambda: SA.velocity(np.where(np.eye(4, 3) > 0, np.inf, 0.0)), r"x must be finite.*inf"),
+    Case("x-complex", "complex tokens", lambda: SA.velocity(jnp.ones((4, 3), jnp.complex64)),
+         r"x must be a real floating array, got dtype complex64"),
+    Case("x-string", "tokens that are not numbers", lambda: SA.velocity(np.array([["a", "b", "c"]])),
+         r"x must be a real floating array, got dtype <U1"),
+    Case("x-dim", "token dimension differs from the attention's",
+         lambda: SA.velocity(jnp.ones((4, 5))), r"x has dimension d=5 but the dynamics act on d=3"),
+    Case("sphere-off", "tokens off the unit sphere for tp.Sphere",
+         lambda: SPH.velocity(2 * X), r"x must lie on the unit sphere, but \|x\[0\]\| = 2"),
+    Case("sphere-d1", "tp.Sphere on d = 1",
+         lambda: tp.Sphere(tp.SoftmaxAttention.identity(1)).velocity(jnp.ones((3, 1))),
+         r"needs d >= 2, got d=1"),
+    Case("queries-dim", "field queries of the wrong dimension",
+         lambda: SA.field(jnp.ones((2, 4)), X), r"queries has dimension d=4 but the dynamics act on d=3"),
+    # --- weights ----------------------------------------------------------------------------
+    Case("w-shape", "weights of the wrong length", lambda: SA.velocity(X, jnp.ones(4) / 4),
+         r"weights must have shape \(5,\) to match 5 tokens, got shape \(4,\)"),
+    Case("w-negative", "a negative weight",
+         lambda: SA.velocity(X, jnp.array([0.5, 0.6, -0.1, 0.0, 0.0])),
+         r"weights must be non-negative, but weights\[2\] = -0.1"),
+    Case("w-sum", "weights not summing to one", lambda: SA.velocity(X, jnp.ones(5) / 4),
+         r"weights must sum to 1 .*sum to 1.25"),
+    Case("w-nan", "a NaN weight", lambda: SA.velocity(X, _nan_at(np.ones(5) / 5, 3)),
+         r"weights must be finite, but weights\[3\] = nan"),
+    # --- times ------------------------------------------------------------------------------
+    Case("t1-le-t0", "t1 before t0", lambda: tp.solve(SA, X, t0=1.0, t1=0.5, dt0=0.1),
+         r"Must have t1 > t0, got t0=1.0 and t1=0.5"),
+    Case("t1-nan", "t1 is NaN", lambda: tp.solve(SA, X, t1=float("nan"), dt0=0.1),
+         r"t1 must be finite, got nan"),
+    Case("t0-inf", "t0 is infinite", lambda: tp.solve(SA, X, t0=-np.inf, t1=1.0, dt0=0.1),
+         r"t0 must be finite, got -inf"),
+    Case("dt0-zero", "zero step", lambda: tp.solve(SA, X, t1=1.0, dt0=0.0), r"dt0 must be > 0, got 0"),
+    Case("dt0-negative", "negative step", lambda: tp.solve(SA, X, t1=1.0, dt0=-0.1),
+         r"dt0 must be > 0, got -0.1"),
+    Case("dt0-missing", "constant steps without dt0", lambda: tp.solve(SA, X, t1=1.0),
+         r"dt0 is required with constant step sizes"),
+    Case("saveat-order", "decreasing save times",
+         lambda: tp.solve(SA, X, t1=1.0, dt0=0.1, saveat=jnp.array([0.5, 0.2])),
+         r"saveat times must be non-decreasing, got \[0.5 0.2\]"),
+    Case("saveat-range", "save time beyond t1",
+         lambda: tp.solve(SA, X, t1=1.0, dt0=0.1, saveat=jnp.array([0.5, 2.0])),
+         r"saveat times must lie in \[t0, t1\] = \[0.0, 1.0\], got \[0.5, 2.0\]"),
+    Case("saveat-2d", "save times as a matrix",
+         lambda: tp.solve(SA, X, t1=1.0, dt0=0.1, saveat=jnp.ones((2, 2))),
+         r"saveat must be a non-empty 1-D array of times, got shape \(2, 2\)"),
+    Case("saveat-nan", "a NaN save time",
+         lambda: tp.solve(SA, X, t1=1.0, dt0=0.1, saveat=jnp.array([0.1, jnp.nan])),
+         r"saveat must be finite"),
+    Case("t-vector", "velocity at a vector of times", lambda: SA.velocity(X, t=jnp.ones(2)),
+         r"t must be a scalar, got shape \(2,\)"),
+    Case("max-steps", "max_steps < 1", lambda: tp.solve(SA, X, t1=1.0, dt0=0.1, max_steps=0),
+         r"max_steps must be >= 1, got 0"),
+    Case("stats-callable", "stats that is not a function",
+         lambda: tp.solve(SA, X, t1=1.0, dt0=0.1, stats=3), r"stats must be a callable stats\(t, x\), got 3"),
+    Case("dynamics-type", "solve of something that is not a dynamics",
+         lambda: tp.solve(lambda x: x, X, t1=1.0, dt0=0.1),
+         r"dynamics must be an attention or tp.Sphere\(attention\), got function"),
+    Case("layers-zero", "zero layers", lambda: tp.layers(SA, X, 0, 0.1), r"num_layers must be >= 1, got 0"),
+    Case("layers-step", "negative layer step", lambda: tp.layers(SA, X, 3, -0.1),
+         r"step must be > 0, got -0.1"),
+    Case("layers-save", "save_every not dividing num_layers",
+         lambda: tp.layers(SA, X, 5, 0.1, save_every=2), r"save_every=2 must be >= 1 and divide num_layers=5"),
+    # --- attention parameters ---------------------------------------------------------------
+    Case("qk-shape", "Q and K of different shapes",
+         lambda: tp.SoftmaxAttention(jnp.ones((2, 3)), E3, E3),
+         r"Q and K must both have shape \(k, d\), got Q \(2, 3\) and K \(3, 3\)"),
+    Case("v-square", "V not square",
+         lambda: tp.L2Attention(E3, E3, jnp.ones((3, 2))), r"V must be square with shape \(3, 3\).*got V \(3, 2\)"),
+    Case("beta-nan", "beta is NaN", lambda: tp.SoftmaxAttention(E3, E3, E3, float("nan")),
+         r"SoftmaxAttention.beta must be finite, got nan"),
+    Case("beta-vector", "beta is a vector", lambda: tp.SoftmaxAttention(E3, E3, E3, jnp.ones(3)),
+         r"SoftmaxAttention.beta must be a scalar, got shape \(3,\)"),
+    Case("q-nan", "a NaN entry in Q", lambda: tp.SoftmaxAttention(_nan_at(np.eye(3), (1, 2)), E3, E3),
+         r"SoftmaxAttention.Q must be finite, but SoftmaxAttention.Q\[1, 2\] = nan"),
+    Case("eps-zero", "Sinkhorn epsilon = 0", lambda: tp.SinkhornAttention(E3, E3, E3, 1.0, epsilon=0.0),
+         r"SinkhornAttention.epsilon must be > 0, got 0"),
+    Case("eps-negative", "Sinkhorn epsilon < 0",
+         lambda: tp.SinkhornAttention(E3, E3, E3, 1.0, epsilon=-1.0), r"epsilon must be > 0, got -1"),
+    Case("sinkhorn-threshold", "Sinkhorn threshold <= 0",
+         lambda: tp.SinkhornAttention(E3, E3, E3, threshold=0.0), r"threshold must be > 0, got 0"),
+    Case("sinkhorn-iters", "Sinkhorn max_iterations = 0",
+         lambda: tp.SinkhornAttention(E3, E3, E3, max_iterations=0), r"max_iterations must be >= 1, got 0"),
+    Case("sigmoid-bias", "infinite sigmoid bias",
+         lambda: tp.SigmoidAttention(E3, E3, E3, 1.0, float("inf")), r"SigmoidAttention.bias must be finite, got inf"),
+    Case("usa-shift", "NaN shift of unnormalized attention",
+         lambda: tp.UnnormalizedAttention(E3, E3, E3, shift=float("nan")),
+         r"UnnormalizedAttention.shift must be finite, got nan"),
+    Case("mha-w", "multi-head output maps of the wrong shape",
+         lambda: tp.MultiHeadAttention(jnp.ones((2, 1, 3)), jnp.ones((2, 1, 3)), jnp.ones((2, 1, 3)),
+                                       jnp.ones((2, 3, 2))),
+         r"W must have shape \(H, d, k_v\) = \(2, 3, 1\), got \(2, 3, 2\)"),
+    Case("mha-split", "heads not dividing d",
+         lambda: tp.MultiHeadAttention.split(E3, E3, E3, 2), r"num_heads=2 must divide d=3"),
+    Case("block-size", "block_size = 0", lambda: tp.SoftmaxAttention(E3, E3, E3, block_size=0),
+         r"SoftmaxAttention.block_size must be >= 1, got 0"),
+    Case("pwc-dt", "PiecewiseConstant with dt <= 0",
+         lambda: tp.PiecewiseConstant(jnp.ones((2, 3, 3)), 0.0, 0.0), r"PiecewiseConstant.dt must be > 0, got 0"),
+    Case("pwc-values", "PiecewiseConstant with no layer axis",
+         lambda: tp.PiecewiseConstant(jnp.asarray(1.0)), r"leading layer axis of length >= 1, got shape \(\)"),
+    Case("sphere-sphere", "a sphere of a sphere", lambda: tp.Sphere(SPH), r"already on the sphere"),
+    Case("sphere-wrap", "a sphere of something that is not a dynamics", lambda: tp.Sphere(E3),
+         r"Sphere wraps a dynamics such as SoftmaxAttention, got ArrayImpl"),
+    Case("uniform-sphere", "uniform_sphere with n = 0",
+         lambda: tp.uniform_sphere(jax.random.key(0), 0, 3), r"needs n >= 1 and d >= 2, got n=0, d=3"),
+    # --- Gaussians --------------------------------------------------------------------------
+    Case("cov-asym", "non-symmetric covariance",
+         lambda: tp.Gaussian(jnp.zeros(2), jnp.array([[1.0, 0.5], [0.0, 1.0]])),
+         r"Gaussian.cov must be symmetric, but max\|cov - cov.T\| = 0.5"),
+    Case("cov-not-pd", "indefinite covariance",
+         lambda: tp.Gaussian(jnp.zeros(2), jnp.array([[1.0, 2.0], [2.0, 1.0]])),
+         r"Gaussian.cov must be positive definite, but its smallest eigenvalue is -1"),
+    Case("cov-shape", "covariance of the wrong size", lambda: tp.Gaussian(jnp.zeros(2), E3),
+         r"Gaussian.cov must have shape \(2, 2\) to match mean, got \(3, 3\)"),
+    Case("mean-2d", "mean given as a matrix", lambda: tp.Gaussian(E3, E3),
+         r"Gaussian.mean must have shape \(d,\), got \(3, 3\)"),
+    Case("mean-nan", "NaN in the mean", lambda: tp.Gaussian(_nan_at(np.zeros(3), 0), E3),
+         r"Gaussian.mean must be finite, but Gaussian.mean\[0\] = nan"),
+    Case("gaussian-dim", "Gaussian of the wrong dimension for the attention",
+         lambda: tp.solve(SA, tp.Gaussian(jnp.zeros(2), jnp.eye(2)), t1=1.0, dt0=0.1),
+         r"Gaussian has dimension 2 but the dynamics act on d=3"),
+    Case("gaussian-weights", "weights with a Gaussian state",
+         lambda: tp.solve(SA, tp.Gaussian(jnp.zeros(3), E3), t1=1.0, dt0=0.1, weights=jnp.ones(3) / 3),
+         r"weights and stats apply to particles"),
+    Case("gaussian-closure", "a Gaussian under a variant with no closure",
+         lambda: tp.solve(tp.SigmoidAttention(E3, E3, E3), tp.Gaussian(jnp.zeros(3), E3), t1=1.0, dt0=0.1),
+         r"SigmoidAttention has no Gaussian closure", NotImplementedError),
+    # --- checkpointed solves ----------------------------------------------------------------
+    Case("ckpt-every", "checkpoint every 0 save intervals", lambda: Checkpoint("/tmp/unused-ckpt", every=0),
+         r"checkpoint every must be an integer >= 1 .*got 0"),
+    Case("ckpt-saveat", "a checkpointed solve without save times",
+         lambda: solve_checkpointed(SA, X, t1=1.0, dt0=0.1, saveat=None), r"needs explicit save times"),
+]
+
+# --- experiments and the command line (SystemExit(2) with the message on stderr) -----------
+CLI_BAD_INPUTS = [
+    Case("cli-unknown-experiment", "an experiment that does not exist", ["run", "nope"],
+         r"unknown experiment 'nope'; available: .*clustering"),
+    Case("cli-unknown-option", "an option the experiment does not have", ["run", "clustering", "--nope", "1"],
+         r"unrecognized arguments: --nope 1"),
+    Case("cli-option-type", "a non-integer for an integer option", ["run", "clustering", "--n", "abc"],
+         r"argument --n: invalid int value: 'abc'"),
+    Case("cli-option-value", "an option value the experiment rejects",
+         ["run", "clustering", "--model", "XYZ"], r"model must be 'SA' or 'USA', got 'XYZ'"),
+    Case("cli-option-nan", "NaN for a float option", ["run", "clustering", "--beta", "nan"],
+         r"option beta must not be NaN"),
+    Case("cli-seed", "a negative seed", ["run", "clustering", "--seed", "-1"],
+         r"option seed must be an integer in \[0, 2\*\*32\), got -1"),
+    Case("cli-checkpoint-every", "--checkpoint-every 0", ["run", "clustering", "--checkpoint-every", "0"],
+         r"expected an integer >= 1, got 0"),
+    Case("toml-missing", "a config file that does not exist",
+         ["run", "clustering", "--config", "{tmp}/missing.toml"], r"config file .*missing.toml' does not exist"),
+    Case("toml-syntax", "a config file that is not TOML",
+         ["run", "clustering", "--config", "{tmp}/syntax.toml"], r"is not valid TOML"),
+    Case("toml-unknown-key", "unknown keys in a config file",
+         ["run", "clustering", "--config", "{tmp}/unknown.toml"], r"unknown key\(s\) \['betta', 'nn'\]"),
+    Case("toml-type", "a string where the config expects an integer",
+         ["run", "clustering", "--config", "{tmp}/type.toml"], r"option n must be an integer, got '12'"),
+    Case("toml-experiment", "a config file written for another experiment",
+         ["run", "clustering", "--config", "{tmp}/other.toml"], r"is for experiment 'other', not 'clustering'"),
+    Case("resume-missing", "--resume of a directory without a run", ["run", "--resume", "{tmp}/none"],
+         r"no run there \(metadata.json is missing\)"),
+    Case("resume-options", "--resume with changed options", ["run", "--resume", "{tmp}/unfinished", "--n", "3"],
+         r"--resume continues a run with its saved options; remove --n"),
+    Case("run-over-unfinished", "a fresh run into a directory holding an unfinished run",
+         ["run", "clustering", "--out", "{tmp}/unfinished"], r"holds an unfinished run .*--resume"),
+]
+
+TOML_FILES = {
+    "syntax.toml": "n = = 3\n",
+    "unknown.toml": "nn = 3\nbetta = 2.0\nbeta = 1.0\n",
+    "type.toml": 'n = "12"\n',
+    "other.toml": 'experiment = "other"\nn = 12\n',
+}
+
+
+@pytest.mark.parametrize("case", BAD_INPUTS, ids=[c.id for c in BAD_INPUTS])
+def test_bad_input_raises_clear_error(case):
+    with pytest.raises(case.exc, match=case.match):
+        case.thunk()
+
+
+@pytest.fixture
+def cli_dir(tmp_path):
+    for name, text in TOML_FILES.items():
+        (tmp_path / name).write_text(text)
+    unfinished = tmp_path / "unfinished"
+    unfinished.mkdir()
+    (unfinished / "metadata.json").write_text(
+        '{"experiment": "clustering", "status": "running", "config": {}}')
+    return tmp_path
+
+
+@pytest.mark.parametrize("case", CLI_BAD_INPUTS, ids=[c.id for c in CLI_BAD_INPUTS])
+def test_cli_bad_input_exits_with_clear_message(case, cli_dir, capsys):
+    with pytest.raises(SystemExit) as info:
+        _cli_error(case.thunk, cli_dir)()
+    assert info.value.code == 2
+    err = capsys.readouterr().err
+    assert re.search(case.match, err), err
+
+
+def test_documented_list_is_complete():
+    doc = (ROOT / "docs" / "bad_inputs.md").read_text()
+    ids = [c.id for c in BAD_INPUTS + CLI_BAD_INPUTS]
+    assert len(ids) == len(set(ids)) and len(ids) >= 30
+    missing = [i for i in ids if f"`{i}`" not in doc]
+    assert not missing, f"docs/bad_inputs.md lacks {missing}; regenerate it (see its header)"
+
+
+def render_doc() -> str:
+    """The text of docs/bad_inputs.md (``python tests/test_validation.py`` rewrites it)."""
+    lines = ["# Bad inputs and the errors they give", "",
+             "Every row is a test case in `tests/test_validation.py` (generated from its tables "
+             "with `python tests/test_validation.py`). Concrete bad values raise `ValueError` "
+             "naming the value and what was expected; inside `jit` the same checks become "
+             "`eqx.error_if`; a NaN/inf produced during a run raises `NonFiniteStateError` "
+             "naming the time it appeared (or, with `throw=False`, is reported in "
+             "`Solution.nonfinite_time` and `Solution.result`). Command-line mistakes exit with "
+             "status 2 and the message on stderr.", "",
+             "| id | bad input | error (regular expression the message matches) |",
+             "|---|---|---|"]
+    for c in BAD_INPUTS + CLI_BAD_INPUTS:
+        exc = "" if c.exc is ValueError else f"{c.exc.__name__}: "
+        lines.append(f"| `{c.id}` | {c.what} | {exc}`{c.match.replace('|', '¦')}` |")
+    return "\n".join(lines) + "\n"
+
+
+# --- the traced layer and run-time failures --------------------------------------------------
+
+def test_traced_weights_use_error_if():
+    f = eqx.filter_jit(lambda w: SA.velocity(X, w))
+    with pytest.raises(eqx.EquinoxRuntimeError, match="weights must be finite and non-negative"):
+        f(jnp.array([0.5, 0.6, -0.1, 0.0, 0.0]))
+    with pytest.raises(eqx.EquinoxRuntimeError, match="weights must sum to 1"):
+        f(jnp.ones(5) / 4)
+    with pytest.raises(eqx.EquinoxRuntimeError, match="x must be finite"):
+        eqx.filter_jit(lambda x: SA.velocity(x))(_nan_at(np.ones((5, 3)), (0, 0)))
+
+
+def _blowup_time(beta, r0):
+    """One token, x' = e^{β|x|²} x (unnormalized attention on R^d, w = 1): u = |x|² obeys
+    u' = 2u e^{βu}, which reaches ∞ at T = ∫_{u0}^∞ du / (2u e^{βu}) = E1(β u0) / 2."""
+    from scipy.special import exp1
+
+    return 0.5 * exp1(beta * r0**2)
+
+
+def test_blowup_reported_with_its_time():
+    usa = tp.UnnormalizedAttention.identity(2, 1.0)
+    x0 = jnp.array([[1.0, 0.0]])
+    T = _blowup_time(1.0, 1.0)
+    with pytest.raises(tp.NonFiniteStateError, match=r"non-finite \(NaN or inf\) at t = 0\.1") as info:
+        tp.solve(usa, x0, t1=1.0, dt0=1e-3, saveat=jnp.linspace(0, 1, 11))
+    t_reported = float(re.search(r"at t = ([0-9.e+-]+)", str(info.value)).group(1))
+    assert T <= t_reported <= T + 0.01  # explicit RK lags the true blow-up by O(dt)-ish
+    sol = tp.solve(usa, x0, t1=1.0, dt0=1e-3, saveat=jnp.linspace(0, 1, 11), throw=False)
+    assert sol.result == diffrax.RESULTS.event_occurred and not sol.succeeded
+    assert float(sol.nonfinite_time) == pytest.approx(t_reported, rel=1e-5)
+    assert np.isfinite(sol.xs[1]).all() and np.isinf(sol.xs[2:]).all()
+    # a finite run reports no time
+    ok = tp.solve(usa, x0, t1=0.05, dt0=1e-3, saveat=jnp.array([0.05]))
+    assert np.isinf(ok.nonfinite_time) and ok.succeeded
+    # under vmap (traced): eqx.error_if, pointing to throw=False for the time
+    with pytest.raises(eqx.EquinoxRuntimeError, match="became non-finite"):
+        jax.vmap(lambda b: tp.solve(tp.UnnormalizedAttention.identity(2, b), x0, t1=1.0,
+                                    dt0=1e-3).xs)(jnp.array([0.5, 1.0]))
+    # the discrete Transformer reports the first non-finite layer
+    with pytest.raises(tp.NonFiniteStateError, match=r"by layer \d+"):
+        tp.layers(usa, x0, 200, 0.01)
+    # a checkpointed run stops and pads with inf, like diffrax
+    sol = solve_checkpointed(usa, x0, t1=1.0, dt0=1e-3, saveat=jnp.linspace(0, 1, 11), every=2,
+                             throw=False)
+    assert float(sol.nonfinite_time) == pytest.approx(t_reported, rel=1e-5)
+    assert np.isinf(sol.xs[2:]).all() and np.isfinite(sol.xs[:2]).all()
+
+
+def test_sinkhorn_nonconvergence_is_a_result_not_nan():
+    x = jnp.asarray(np.random.default_rng(1).normal(size=(6, 3)))
+    attn = tp.SinkhornAttention(E3, E3, E3, 1.0, epsilon=0.05, max_iterations=3, throw=False)
+    pot = attn.potentials(x)
+    assert not bool(pot.converged) and int(pot.n_iters) == 3 and float(pot.error) > attn.threshold
+    assert np.isfinite(attn.velocity(x)).all()
+    strict = tp.SinkhornAttention(E3, E3, E3, 1.0, epsilon=0.05, max_iterations=3)
+    with pytest.raises(eqx.EquinoxRuntimeError, match="Sinkhorn attention did not converge in "
+                                                      "max_iterations=3"):
+        strict.velocity(x)
+
+
+if __name__ == "__main__":  # regenerate docs/bad_inputs.md
+    (ROOT / "docs").mkdir(exist_ok=True)
+    (ROOT / "docs" / "bad_inputs.md").write_text(render_doc())
+    print(f"wrote {ROOT / 'docs' / 'bad_inputs.md'} ({len(BAD_INPUTS) + len(CLI_BAD_INPUTS)} cases)")
