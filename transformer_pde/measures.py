@@ -36,9 +36,12 @@ class Gaussian(eqx.Module):
             if asym > 1e-6 * scale:
                 raise ValueError(f"Gaussian.cov must be symmetric, but max|cov - cov.T| = {asym:.3g}")
             lam = np.linalg.eigvalsh((c + c.T) / 2)
-            if lam[0] <= 0:
+            # singular up to round-off counts as singular: the closure needs cov^{-1}
+            tol = d * np.finfo(np.dtype(cov.dtype)).eps * max(abs(lam[-1]), 1e-300)
+            if lam[0] <= tol:
                 raise ValueError(f"Gaussian.cov must be positive definite, but its smallest "
-                                 f"eigenvalue is {lam[0]:.6g}")
+                                 f"eigenvalue is {lam[0]:.6g} (needs > {tol:.3g}, relative to "
+                                 f"the largest {lam[-1]:.6g})")
         self.mean = mean
         self.cov = cov
 

@@ -246,7 +246,9 @@ def _raise_if_nonfinite(sol: Solution) -> Solution:
 @eqx.filter_jit
 def _solve_particles(dynamics, x0, w, t0, t1, dt0, ts, solver, controller, stats, adjoint,
                      max_steps, progress, throw, watch=False):
-    term = diffrax.ODETerm(lambda t, y, args: dynamics._velocity(y, w, t))
+    # the state's dtype sets the precision of the run: float32 tokens with float64 parameters
+    # (e.g. under x64) integrate in float32 instead of failing on a dtype mismatch
+    term = diffrax.ODETerm(lambda t, y, args: dynamics._velocity(y, w, t).astype(y.dtype))
     retract = dynamics.retract
     if type(dynamics).retract is not AbstractDynamics.retract:
         solver = _Retracted(solver, dynamics)
@@ -316,7 +318,7 @@ def layers(dynamics: AbstractDynamics, x0, num_layers: int, step, *, weights=Non
 @eqx.filter_jit
 def _layers(dynamics, x0, w, h, t0, num_layers, save_every):
     def layer(x, l):
-        return dynamics.retract(x + h * dynamics._velocity(x, w, t0 + l * h)), None
+        return dynamics.retract(x + h * dynamics._velocity(x, w, t0 + l * h).astype(x.dtype)), None
 
     def block(x, b):
         x, _ = jax.lax.scan(layer, x, b * save_every + jnp.arange(save_every))

@@ -114,7 +114,9 @@ class MultiHeadAttention(AbstractAttention):
 
         This is the authors' ``rhs_multihead`` construction (euclidean.md §2b).
         """
-        Q, K, V = (jnp.asarray(a, dtype=jnp.result_type(float)) for a in (Q, K, V))
+        # keep the callers' float dtype (float32 stays float32 under x64); ints become floats
+        dtype = jnp.result_type(*(jnp.asarray(a) for a in (Q, K, V)), float)
+        Q, K, V = (jnp.asarray(a, dtype=dtype) for a in (Q, K, V))
         d = V.shape[0]
         if Q.shape != (d, d) or K.shape != (d, d) or V.shape != (d, d):
             raise ValueError(f"split needs square (d, d) Q, K, V, got {Q.shape}, {K.shape}, {V.shape}")
@@ -122,7 +124,7 @@ class MultiHeadAttention(AbstractAttention):
             raise ValueError(f"num_heads={num_heads} must divide d={d}")
         k = d // num_heads
         blocks = lambda a: a.reshape(num_heads, k, d)  # noqa: E731 - row blocks
-        W = jnp.eye(d).reshape(d, num_heads, k).transpose(1, 0, 2)
+        W = jnp.eye(d, dtype=dtype).reshape(d, num_heads, k).transpose(1, 0, 2)
         return cls(blocks(Q), blocks(K), blocks(V), W, beta, **kwargs)
 
     @property
