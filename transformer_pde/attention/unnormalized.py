@@ -89,8 +89,9 @@ class UnnormalizedAttention(AbstractAttention):
         self.block_size = block_size
 
     @classmethod
-    def identity(cls, d: int, beta=1.0, **kwargs):
-        eye = jnp.eye(d)
+    def identity(cls, d: int, beta=1.0, *, dtype=None, **kwargs):
+        """Q = K = V = I_d: GLPR's USA (sphere.md §1)."""
+        eye = jnp.eye(d, dtype=dtype)
         return cls(eye, eye, eye, beta, **kwargs)
 
     @property
