@@ -138,8 +138,8 @@ def test_compiled_once_per_shape():
     first = len(traces)
     assert first > 0
     a2 = _Counting(tp.SoftmaxAttention.identity(3, beta=3.0), traces)
-    tp.solve(a2, 2 * x0, t1=1.0, dt0=0.1, weights=np.arange(1.0, 9.0) / 36)
-    assert len(traces) == first  # new values (x0, beta, weights): no retrace
+    tp.solve(a2, 2 * x0, t1=1.2, dt0=0.1, weights=np.arange(1.0, 9.0) / 36)
+    assert len(traces) == first  # new values (x0, beta, weights, t1): no retrace
 
 
 def test_vmap_over_initial_data_and_beta():
