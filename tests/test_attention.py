@@ -4,10 +4,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+import reference as ref
 
 import transformer_pde as tp
-
-import reference as ref
 
 N, D, KDIM = 7, 3, 2
 

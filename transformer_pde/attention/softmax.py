@@ -23,7 +23,8 @@ from .base import (
 class SoftmaxAttention(AbstractAttention):
     r"""Softmax self-attention (euclidean.md §2a):
 
-    $$\Gamma_\mu(x)=\frac{\int e^{\beta\langle Qx,Ky\rangle}\,Vy\,d\mu(y)}{\int e^{\beta\langle Qx,Ky\rangle}\,d\mu(y)}.$$
+    $$\Gamma_\mu(x)=\frac{\int e^{\beta\langle Qx,Ky\rangle}\,Vy\,d\mu(y)}
+    {\int e^{\beta\langle Qx,Ky\rangle}\,d\mu(y)}.$$
 
     Args:
         Q, K: shape ``(k, d)``, or callables ``t -> (k, d)`` (time-dependent weights).

@@ -9,7 +9,6 @@ import jax.numpy as jnp
 from .._checks import check_scalar
 from .._types import Param
 from ..kernels import exp_kernel_sum, sigmoid_kernel_sum
-from ..params import evaluate
 from .base import (
     AbstractAttention,
     check_qkv,
