@@ -130,7 +130,9 @@ def _default_max_steps(t0, t1, dt0, controller):
     if isinstance(controller, diffrax.ConstantStepSize) and dt0 is not None and all(
         is_concrete(v) for v in (t0, t1, dt0)
     ):
-        return int(np.ceil((float(t1) - float(t0)) / float(dt0) * (1 + 1e-6))) + 1
+        steps = int(np.ceil((float(t1) - float(t0)) / float(dt0) * (1 + 1e-6))) + 1
+        # round up to a power of two: a new horizon reuses the compiled program
+        return max(16, 1 << (steps - 1).bit_length())
     return 100_000
 
 

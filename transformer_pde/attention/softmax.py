@@ -6,7 +6,7 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 
-from .._checks import check_block_size, check_scalar
+from .._checks import as_float_array, check_block_size, check_scalar
 from .._types import Param
 from ..kernels import softmax_average
 from ..params import as_param, evaluate, param_shape
@@ -23,7 +23,8 @@ from .base import (
 class SoftmaxAttention(AbstractAttention):
     r"""Softmax self-attention (euclidean.md §2a):
 
-    $$\Gamma_\mu(x)=\frac{\int e^{\beta\langle Qx,Ky\rangle}\,Vy\,d\mu(y)}{\int e^{\beta\langle Qx,Ky\rangle}\,d\mu(y)}.$$
+    $$\Gamma_\mu(x)=\frac{\int e^{\beta\langle Qx,Ky\rangle}\,Vy\,d\mu(y)}
+    {\int e^{\beta\langle Qx,Ky\rangle}\,d\mu(y)}.$$
 
     Args:
         Q, K: shape ``(k, d)``, or callables ``t -> (k, d)`` (time-dependent weights).
@@ -49,9 +50,9 @@ class SoftmaxAttention(AbstractAttention):
         self.block_size = check_block_size(block_size, f"{type(self).__name__}.block_size")
 
     @classmethod
-    def identity(cls, d: int, beta=1.0, **kwargs):
+    def identity(cls, d: int, beta=1.0, *, dtype=None, **kwargs):
         """Q = K = V = I_d: the SA model of GLPR (sphere.md §1)."""
-        eye = jnp.eye(d)
+        eye = jnp.eye(d, dtype=dtype)
         return cls(eye, eye, eye, beta, **kwargs)
 
     @property
@@ -114,9 +115,7 @@ class MultiHeadAttention(AbstractAttention):
 
         This is the authors' ``rhs_multihead`` construction (euclidean.md §2b).
         """
-        # keep the callers' float dtype (float32 stays float32 under x64); ints become floats
-        dtype = jnp.result_type(*(jnp.asarray(a) for a in (Q, K, V)), float)
-        Q, K, V = (jnp.asarray(a, dtype=dtype) for a in (Q, K, V))
+        Q, K, V = (as_float_array(a, name) for a, name in ((Q, "Q"), (K, "K"), (V, "V")))
         d = V.shape[0]
         if Q.shape != (d, d) or K.shape != (d, d) or V.shape != (d, d):
             raise ValueError(f"split needs square (d, d) Q, K, V, got {Q.shape}, {K.shape}, {V.shape}")
@@ -124,7 +123,7 @@ class MultiHeadAttention(AbstractAttention):
             raise ValueError(f"num_heads={num_heads} must divide d={d}")
         k = d // num_heads
         blocks = lambda a: a.reshape(num_heads, k, d)  # noqa: E731 - row blocks
-        W = jnp.eye(d, dtype=dtype).reshape(d, num_heads, k).transpose(1, 0, 2)
+        W = jnp.eye(d, dtype=V.dtype).reshape(d, num_heads, k).transpose(1, 0, 2)
         return cls(blocks(Q), blocks(K), blocks(V), W, beta, **kwargs)
 
     @property

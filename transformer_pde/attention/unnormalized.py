@@ -9,7 +9,6 @@ import jax.numpy as jnp
 from .._checks import check_block_size, check_scalar
 from .._types import Param
 from ..kernels import exp_kernel_sum, sigmoid_kernel_sum
-from ..params import evaluate
 from .base import (
     AbstractAttention,
     check_qkv,
@@ -89,8 +88,9 @@ class UnnormalizedAttention(AbstractAttention):
         self.block_size = check_block_size(block_size, f"{type(self).__name__}.block_size")
 
     @classmethod
-    def identity(cls, d: int, beta=1.0, **kwargs):
-        eye = jnp.eye(d)
+    def identity(cls, d: int, beta=1.0, *, dtype=None, **kwargs):
+        """Q = K = V = I_d: GLPR's USA (sphere.md §1)."""
+        eye = jnp.eye(d, dtype=dtype)
         return cls(eye, eye, eye, beta, **kwargs)
 
     @property

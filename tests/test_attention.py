@@ -1,0 +1,216 @@
+"""Every attention variant against a plain NumPy reference, and the measure-level invariants."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+import reference as ref
+
+import transformer_pde as tp
+
+N, D, KDIM = 7, 3, 2
+
+
+@pytest.fixture
+def data():
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(N, D))
+    w = rng.uniform(0.2, 1.0, size=N)
+    w /= w.sum()
+    Q, K = rng.normal(size=(KDIM, D)), rng.normal(size=(KDIM, D))
+    V = rng.normal(size=(D, D))
+    queries = rng.normal(size=(4, D))
+    return x, w, Q, K, V, queries
+
+
+def _variants(Q, K, V):
+    """(attention, NumPy field(queries, x, w)) pairs on random parameters."""
+    beta = 0.7
+    rng = np.random.default_rng(1)
+    H, kh = 2, 2
+    Qs, Ks = rng.normal(size=(H, kh, D)), rng.normal(size=(H, kh, D))
+    Vs, Ws = rng.normal(size=(H, kh, D)), rng.normal(size=(H, D, kh))
+    return {
+        "softmax": (tp.SoftmaxAttention(Q, K, V, beta),
+                    lambda q, x, w: ref.softmax_field(q, x, w, Q, K, V, beta)),
+        "multihead": (tp.MultiHeadAttention(Qs, Ks, Vs, Ws, beta),
+                      lambda q, x, w: ref.multihead_field(q, x, w, Qs, Ks, Vs, Ws, beta)),
+        "l2": (tp.L2Attention(Q, K, V, beta), lambda q, x, w: ref.l2_field(q, x, w, Q, K, V, beta)),
+        "sigmoid": (tp.SigmoidAttention(Q, K, V, beta, bias=-0.3),
+                    lambda q, x, w: ref.sigmoid_field(q, x, w, Q, K, V, beta, -0.3)),
+        "unnormalized": (tp.UnnormalizedAttention(Q, K, V, beta, shift=0.5),
+                         lambda q, x, w: ref.unnormalized_field(q, x, w, Q, K, V, beta, 0.5)),
+    }
+
+
+@pytest.mark.parametrize("name", ["softmax", "multihead", "l2", "sigmoid", "unnormalized"])
+def test_field_matches_numpy(data, name):
+    x, w, Q, K, V, queries = data
+    attn, reference = _variants(Q, K, V)[name]
+    np.testing.assert_allclose(attn.velocity(x, weights=w), reference(x, x, w), rtol=1e-10, atol=1e-12)
+    np.testing.assert_allclose(attn.field(queries, x, w), reference(queries, x, w), rtol=1e-10,
+                               atol=1e-12)
+    uniform = np.full(N, 1.0 / N)
+    np.testing.assert_allclose(attn.velocity(x), reference(x, x, uniform), rtol=1e-10, atol=1e-12)
+
+
+@pytest.mark.parametrize("epsilon", [0.5, 2.0])
+def test_sinkhorn_matches_numpy(data, epsilon):
+    x, w, Q, K, V, _ = data
+    attn = tp.SinkhornAttention(Q, K, V, 0.7, epsilon=epsilon, threshold=1e-13, max_iterations=20000)
+    expected = ref.sinkhorn_field(x, w, Q, K, V, 0.7, epsilon)
+    np.testing.assert_allclose(attn.velocity(x, weights=w), expected, rtol=1e-10, atol=1e-12)
+    pot = attn.potentials(x, w)
+    assert bool(pot.converged) and int(pot.n_iters) > 0
+
+
+def test_sinkhorn_reports_nonconvergence(data):
+    x, w, Q, K, V, _ = data
+    attn = tp.SinkhornAttention(Q, K, V, 5.0, epsilon=0.01, threshold=1e-14, max_iterations=3,
+                                throw=False)
+    assert not bool(attn.potentials(x, w).converged)
+    strict = tp.SinkhornAttention(Q, K, V, 5.0, epsilon=0.01, threshold=1e-14, max_iterations=3)
+    with pytest.raises(Exception, match="did not converge"):
+        strict.velocity(x, w)
+
+
+@pytest.mark.parametrize("name", ["softmax", "l2", "sigmoid", "unnormalized"])
+def test_causal_matches_numpy(data, name):
+    x, w, Q, K, V, _ = data
+    beta = 0.9
+    cls = {"softmax": tp.SoftmaxAttention, "l2": tp.L2Attention, "sigmoid": tp.SigmoidAttention,
+           "unnormalized": tp.UnnormalizedAttention}[name]
+    attn = cls(Q, K, V, beta, causal=True)
+    if name == "softmax":
+        expected = ref.softmax_field(x, x, w, Q, K, V, beta, causal=True)
+    elif name == "sigmoid":
+        expected = ref.sigmoid_field(x, x, w, Q, K, V, beta, 0.0, causal=True)
+    elif name == "unnormalized":
+        expected = ref.unnormalized_field(x, x, w, Q, K, V, beta, causal=True)
+    else:
+        expected = np.stack([ref.l2_field(x[i:i + 1], x[: i + 1], w[: i + 1], Q, K, V, beta)[0]
+                             for i in range(N)])
+    np.testing.assert_allclose(attn.velocity(x, weights=w), expected, rtol=1e-10, atol=1e-12)
+    # the first token sees only itself under softmax-type normalization
+    if name in ("softmax", "l2"):
+        np.testing.assert_allclose(attn.velocity(x, w)[0], V @ x[0], rtol=1e-12)
+
+
+def _all_attentions(Q, K, V):
+    out = {k: a for k, (a, _) in _variants(Q, K, V).items()}
+    out["sinkhorn"] = tp.SinkhornAttention(Q, K, V, 0.7, epsilon=1.0, threshold=1e-13,
+                                           max_iterations=20000)
+    return out
+
+
+@pytest.mark.parametrize("name", ["softmax", "multihead", "l2", "sigmoid", "unnormalized", "sinkhorn"])
+def test_permutation_equivariance_and_splitting(data, name):
+    x, w, Q, K, V, _ = data
+    attn = _all_attentions(Q, K, V)[name]
+    v = attn.velocity(x, weights=w)
+    perm = np.random.default_rng(5).permutation(N)
+    np.testing.assert_allclose(attn.velocity(x[perm], weights=w[perm]), v[perm], rtol=1e-9, atol=1e-11)
+    # split token 2 into two copies of half the weight: nothing changes (spec README)
+    xs = np.concatenate([x, x[2:3]])
+    ws = np.concatenate([w, w[2:3] / 2])
+    ws[2] /= 2
+    vs = attn.velocity(xs, weights=ws)
+    np.testing.assert_allclose(vs[:N], v, rtol=1e-9, atol=1e-11)
+    np.testing.assert_allclose(vs[N], v[2], rtol=1e-9, atol=1e-11)
+
+
+def test_zero_weight_tokens_are_ignored(data):
+    x, w, Q, K, V, _ = data
+    attn = tp.SoftmaxAttention(Q, K, V, 0.7)
+    w0 = np.concatenate([w, [0.0]])
+    x0 = np.concatenate([x, 1e3 * np.ones((1, D))])
+    np.testing.assert_allclose(attn.velocity(x0, w0)[:N], attn.velocity(x, w), rtol=1e-12)
+
+
+def test_multihead_split_reduces_to_softmax_with_one_head(data):
+    x, w, *_ = data
+    rng = np.random.default_rng(3)
+    Q, K, V = (rng.normal(size=(D, D)) for _ in range(3))
+    one = tp.MultiHeadAttention.split(Q, K, V, 1, beta=0.5)
+    np.testing.assert_allclose(one.velocity(x, w), tp.SoftmaxAttention(Q, K, V, 0.5).velocity(x, w),
+                               rtol=1e-12)
+    Q4, K4, V4 = (rng.normal(size=(4, 4)) for _ in range(3))
+    x4 = rng.normal(size=(5, 4))
+    two = tp.MultiHeadAttention.split(Q4, K4, V4, 2, beta=0.5)
+    expected = np.concatenate([ref.softmax_field(x4, x4, np.full(5, 0.2), Q4[2 * h:2 * h + 2],
+                                                 K4[2 * h:2 * h + 2], V4[2 * h:2 * h + 2], 0.5)
+                               for h in range(2)], axis=1)
+    np.testing.assert_allclose(two.velocity(x4), expected, rtol=1e-10)
+
+
+def test_time_dependent_parameters(data):
+    x, w, Q, K, V, _ = data
+    stack = np.stack([V, 2 * V, -V])
+    layered = tp.SoftmaxAttention(Q, K, tp.PiecewiseConstant(stack, t0=0.0, dt=0.5), 0.7)
+    for t, layer in [(0.0, 0), (0.49, 0), (0.5, 1), (1.0 + 1e-12, 2), (0.3 * 5, 2), (7.0, 2)]:
+        fixed = tp.SoftmaxAttention(Q, K, stack[layer], 0.7)
+        np.testing.assert_allclose(layered.velocity(x, w, t=t), fixed.velocity(x, w), rtol=1e-12)
+    # 0.1 * 7 / 0.1 rounds to 6.999...: still layer 7, not 6
+    many = tp.PiecewiseConstant(jnp.arange(10.0), dt=0.1)
+    assert float(many(0.1 * 7)) == 7.0
+    rotating = tp.SoftmaxAttention(Q, K, lambda t: jnp.cos(t) * jnp.asarray(V), 0.7)
+    np.testing.assert_allclose(rotating.velocity(x, w, t=0.8),
+                               np.cos(0.8) * tp.SoftmaxAttention(Q, K, V, 0.7).velocity(x, w), rtol=1e-12)
+
+
+@pytest.mark.parametrize("name", ["softmax", "multihead", "l2", "sigmoid", "sinkhorn"])
+def test_float32_large_beta_and_norms_stay_finite(name):
+    rng = np.random.default_rng(7)
+    x = (100.0 * rng.normal(size=(16, 4))).astype(np.float32)
+    Q, K, V = (rng.normal(size=(4, 4)).astype(np.float32) for _ in range(3))
+    if name == "multihead":
+        attn = tp.MultiHeadAttention.split(Q, K, V, 2, beta=1e3)
+    elif name == "sinkhorn":
+        attn = tp.SinkhornAttention(Q, K, V, 1e3, epsilon=1.0, max_iterations=50, throw=False)
+    else:
+        attn = {"softmax": tp.SoftmaxAttention, "l2": tp.L2Attention,
+                "sigmoid": tp.SigmoidAttention}[name](Q, K, V, 1e3)
+    v = attn.velocity(x)
+    assert v.dtype == jnp.float32
+    assert np.isfinite(np.asarray(v)).all()
+    if name in ("softmax", "l2", "sinkhorn"):
+        # a convex combination of V x_j: bounded by max |V x_j|
+        assert np.max(np.abs(v)) <= np.max(np.abs(x @ V.T)) * (1 + 1e-5)
+
+
+def test_unnormalized_gkpr_shift_is_finite_on_sphere_for_large_beta():
+    x = np.asarray(tp.uniform_sphere(jax.random.key(0), 12, 3, dtype=jnp.float32))
+    usa = tp.UnnormalizedAttention.identity(3, beta=1e3, shift=1.0, dtype=jnp.float32)
+    v = usa.velocity(x.astype(np.float32))
+    assert np.isfinite(np.asarray(v)).all()
+    # each token sees itself with weight e^{β(1-1)}/n = 1/n, others are negligible
+    np.testing.assert_allclose(v, x / 12, atol=1e-4)
+
+
+def test_bad_inputs_name_the_value(data):
+    x, w, Q, K, V, _ = data
+    with pytest.raises(ValueError, match=r"V must be square"):
+        tp.SoftmaxAttention(Q, K, np.ones((3, 2)), 1.0)
+    with pytest.raises(ValueError, match=r"Q and K must both have shape"):
+        tp.SoftmaxAttention(Q, K[:, :2], V, 1.0)
+    attn = tp.SoftmaxAttention(Q, K, V, 1.0)
+    with pytest.raises(ValueError, match=r"dimension d=2 but the dynamics act on d=3"):
+        attn.velocity(x[:, :2])
+    bad = x.copy()
+    bad[3, 1] = np.nan
+    with pytest.raises(ValueError, match=r"x\[3, 1\] = nan"):
+        attn.velocity(bad)
+    with pytest.raises(ValueError, match=r"non-negative, but weights\[1\] = -0.5"):
+        attn.velocity(x, np.array([1.5, -0.5, 0, 0, 0, 0, 0]))
+    with pytest.raises(ValueError, match=r"sum to 1.*sum to 2"):
+        attn.velocity(x, 2 * w)
+    with pytest.raises(ValueError, match=r"shape \(7,\)"):
+        attn.velocity(x, w[:5])
+    with pytest.raises(ValueError, match=r"beta must be finite, got inf"):
+        tp.SoftmaxAttention(Q, K, V, np.inf)
+    with pytest.raises(ValueError, match=r"epsilon must be > 0, got -1"):
+        tp.SinkhornAttention(Q, K, V, 1.0, epsilon=-1.0)
+    with pytest.raises(ValueError, match=r"num_heads=2 must divide d=3"):
+        tp.MultiHeadAttention.split(V, V, V, 2)
+    with pytest.raises(ValueError, match=r"unit sphere.*\|x\[0\]\|"):
+        tp.Sphere(attn).velocity(2 * tp.normalize(jnp.asarray(x)))

@@ -1,0 +1,56 @@
+"""The command line end to end: the main job at small size, list, and errors."""
+
+import json
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from transformer_pde.cli import main
+
+
+def test_list_names_the_experiments(capsys):
+    assert main(["list"]) == 0
+    out = capsys.readouterr().out
+    assert "clustering" in out
+
+
+def test_run_clustering_end_to_end(tmp_path, capsys):
+    out = tmp_path / "run"
+    code = main(["run", "clustering", "--out", str(out), "--n", "24", "--t1", "8", "--dt", "0.2",
+                 "--num-saves", "5", "--seed", "3", "--no-progress"])
+    assert code == 0
+    data = np.load(out / "data.npz")
+    assert data["xs"].shape == (5, 24, 3)
+    np.testing.assert_allclose(np.linalg.norm(data["xs"], axis=-1), 1.0, atol=1e-5)
+    assert data["clusters"][0] == 24 and data["clusters"][-1] == 1  # d = 3: one cluster
+    meta = json.loads((out / "metadata.json").read_text())
+    assert meta["config"]["n"] == 24 and meta["config"]["seed"] == 3
+    assert meta["wall_time_s"] > 0 and meta["versions"]["jax"]
+    assert (out / "clustering.png").stat().st_size > 10_000
+    assert "figure:" in capsys.readouterr().out
+
+
+def test_unknown_experiment_is_named(capsys):
+    with pytest.raises(SystemExit) as e:
+        main(["run", "no-such-thing"])
+    assert e.value.code == 2
+    err = capsys.readouterr().err
+    assert "unknown experiment 'no-such-thing'" in err and "clustering" in err
+
+
+def test_bad_option_value_is_named(capsys):
+    with pytest.raises(SystemExit) as e:
+        main(["run", "clustering", "--n", "0"])
+    assert e.value.code == 2
+    assert "n=0" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        main(["run", "clustering", "--beta", "hot"])
+    assert "invalid float value: 'hot'" in capsys.readouterr().err
+
+
+def test_console_script_entry_point():
+    res = subprocess.run([sys.executable, "-m", "transformer_pde.cli", "list"], capture_output=True,
+                         text=True, timeout=120)
+    assert res.returncode == 0 and "clustering" in res.stdout

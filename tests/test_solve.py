@@ -1,0 +1,217 @@
+"""solve() and layers(): invariants, convergence orders, jit/vmap/grad, bad input."""
+
+import diffrax
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+import reference as ref
+
+import transformer_pde as tp
+
+
+def _random_attention(seed=0, d=3, beta=0.8):
+    rng = np.random.default_rng(seed)
+    Q, K, V = rng.normal(size=(2, d)), rng.normal(size=(2, d)), rng.normal(size=(d, d)) / 2
+    return tp.SoftmaxAttention(Q, K, V, beta), (Q, K, V, beta)
+
+
+def _x0(n=8, d=3, seed=1):
+    return np.random.default_rng(seed).normal(size=(n, d))
+
+
+def test_sphere_stays_on_sphere_and_is_tangent():
+    x0 = tp.uniform_sphere(jax.random.key(3), 16, 3)
+    dyn = tp.Sphere(tp.SoftmaxAttention.identity(3, beta=4.0))
+    v = dyn.velocity(x0)
+    np.testing.assert_allclose(jnp.sum(v * x0, axis=1), 0.0, atol=1e-14)
+    ts = jnp.linspace(0.0, 100.0, 11)
+    for solver in (diffrax.Euler(), diffrax.Tsit5()):
+        sol = tp.solve(dyn, x0, t1=100.0, dt0=0.01, saveat=ts, solver=solver)  # 10^4 steps
+        assert int(sol.num_steps) == 10_000
+        norms = jnp.linalg.norm(sol.xs, axis=-1)
+        assert float(jnp.max(jnp.abs(norms - 1.0))) < 1e-6
+
+
+def _errors(dyn, x0, solver, dts, t1=1.0):
+    reference = tp.solve(dyn, x0, t1=t1, dt0=1e-3, solver=diffrax.Tsit5()).final
+    return [float(jnp.max(jnp.abs(tp.solve(dyn, x0, t1=t1, dt0=dt, solver=solver).final - reference)))
+            for dt in dts]
+
+
+@pytest.mark.parametrize("solver, order, dts", [
+    (diffrax.Euler(), 1, [0.1, 0.05, 0.025, 0.0125]),
+    (diffrax.Heun(), 2, [0.1, 0.05, 0.025, 0.0125]),
+    (diffrax.Tsit5(), 5, [0.2, 0.1, 0.05]),
+])
+def test_convergence_order_on_rd(solver, order, dts):
+    attn, _ = _random_attention()
+    errs = _errors(attn, jnp.asarray(_x0()), solver, dts)
+    slope = np.polyfit(np.log(dts), np.log(errs), 1)[0]
+    # Tsit5's leading error term is still settling at these steps (local slopes 5.5, 5.3)
+    assert abs(slope - order) < (0.5 if order == 5 else 0.2), (slope, errs)
+
+
+def test_retraction_keeps_heun_second_order_on_sphere():
+    x0 = tp.uniform_sphere(jax.random.key(0), 8, 3)
+    dyn = tp.Sphere(tp.SoftmaxAttention.identity(3, beta=2.0))
+    dts = [0.1, 0.05, 0.025, 0.0125]
+    errs = _errors(dyn, x0, diffrax.Heun(), dts, t1=2.0)
+    slope = np.polyfit(np.log(dts), np.log(errs), 1)[0]
+    assert abs(slope - 2) < 0.3, (slope, errs)
+
+
+def test_layers_equal_euler_on_rd():
+    attn, _ = _random_attention()
+    x0 = _x0()
+    lay = tp.layers(attn, x0, num_layers=20, step=0.05)
+    sol = tp.solve(attn, x0, t1=1.0, dt0=0.05, solver=diffrax.Euler(), saveat=jnp.linspace(0, 1, 21))
+    np.testing.assert_allclose(lay.ts, sol.ts, atol=1e-12)
+    np.testing.assert_allclose(lay.xs, sol.xs, rtol=1e-11, atol=1e-12)
+
+
+def test_layers_on_sphere_are_residual_layers_with_layer_norm():
+    """Against a NumPy Transformer: x <- N(x + h P⊥Γ(x)) with per-layer V_l."""
+    rng = np.random.default_rng(4)
+    Q, K = rng.normal(size=(3, 3)), rng.normal(size=(3, 3))
+    Vs = rng.normal(size=(5, 3, 3))
+    h = 0.2
+    dyn = tp.Sphere(tp.SoftmaxAttention(Q, K, tp.PiecewiseConstant(Vs, dt=h), beta=1.5))
+    x = np.asarray(tp.uniform_sphere(jax.random.key(1), 6, 3))
+    out = tp.layers(dyn, x, num_layers=5, step=h)
+    w = np.full(6, 1 / 6)
+    for l in range(5):
+        g = ref.softmax_field(x, x, w, Q, K, Vs[l], 1.5)
+        g = g - np.sum(g * x, axis=1, keepdims=True) * x
+        x = x + h * g
+        x = x / np.linalg.norm(x, axis=1, keepdims=True)
+        np.testing.assert_allclose(out.xs[l + 1], x, rtol=1e-11, atol=1e-12)
+    euler = tp.solve(dyn, out.xs[0], t1=1.0, dt0=h, solver=diffrax.Euler())
+    np.testing.assert_allclose(euler.final, x, rtol=1e-10, atol=1e-12)
+
+
+def test_stats_saved_instead_of_states_and_weights():
+    attn, _ = _random_attention()
+    x0 = _x0(n=6)
+    w = np.arange(1.0, 7.0) / 21.0
+    ts = jnp.linspace(0.0, 1.0, 5)
+    full = tp.solve(attn, x0, t1=1.0, dt0=0.05, saveat=ts, weights=w)
+    mean = tp.solve(attn, x0, t1=1.0, dt0=0.05, saveat=ts, weights=w,
+                    stats=lambda t, x: {"mean": w @ x, "t": t})
+    assert mean.xs is None
+    np.testing.assert_allclose(mean.stats["mean"], jnp.einsum("n,tnd->td", w, full.xs), rtol=1e-12)
+    np.testing.assert_allclose(mean.stats["t"], ts)
+    # weights change the dynamics (they are the measure)
+    uniform = tp.solve(attn, x0, t1=1.0, dt0=0.05)
+    assert float(jnp.max(jnp.abs(uniform.final - full.final))) > 1e-3
+
+
+def test_adaptive_dopri5():
+    attn, _ = _random_attention()
+    x0 = jnp.asarray(_x0())
+    ref_sol = tp.solve(attn, x0, t1=1.0, dt0=1e-3)
+    sol = tp.solve(attn, x0, t1=1.0, dt0=0.1, solver=diffrax.Dopri5(),
+                   stepsize_controller=diffrax.PIDController(rtol=1e-8, atol=1e-10))
+    np.testing.assert_allclose(sol.final, ref_sol.final, atol=1e-7)
+    assert 5 < int(sol.num_steps) < 1000
+
+
+class _Counting(tp.AbstractDynamics):
+    inner: tp.SoftmaxAttention
+    traces: list = eqx.field(static=True)
+
+    @property
+    def dim(self):
+        return self.inner.dim
+
+    def _velocity(self, x, w, t):
+        self.traces.append(1)
+        return self.inner._velocity(x, w, t)
+
+
+def test_compiled_once_per_shape():
+    traces = []
+    x0 = _x0()
+    a1 = _Counting(tp.SoftmaxAttention.identity(3, beta=1.0), traces)
+    tp.solve(a1, x0, t1=1.0, dt0=0.1)
+    first = len(traces)
+    assert first > 0
+    a2 = _Counting(tp.SoftmaxAttention.identity(3, beta=3.0), traces)
+    tp.solve(a2, 2 * x0, t1=1.2, dt0=0.1, weights=np.arange(1.0, 9.0) / 36)
+    assert len(traces) == first  # new values (x0, beta, weights, t1): no retrace
+
+
+def test_vmap_over_initial_data_and_beta():
+    attn, _ = _random_attention()
+    batch = jnp.asarray(np.random.default_rng(2).normal(size=(3, 8, 3)))
+    run = lambda x: tp.solve(attn, x, t1=0.5, dt0=0.05).final  # noqa: E731
+    np.testing.assert_allclose(jax.vmap(run)(batch), jnp.stack([run(x) for x in batch]), rtol=1e-12)
+
+    x0 = tp.uniform_sphere(jax.random.key(0), 8, 3)
+
+    def final(beta):
+        return tp.solve(tp.Sphere(tp.SoftmaxAttention.identity(3, beta)), x0, t1=0.5, dt0=0.05).final
+
+    betas = jnp.asarray([0.5, 1.0, 4.0])
+    np.testing.assert_allclose(jax.vmap(final)(betas), jnp.stack([final(float(b)) for b in betas]),
+                               rtol=1e-12)
+
+
+def test_grad_matches_finite_differences():
+    _, (Q, K, V, beta) = _random_attention(seed=3)
+    x0 = _x0(n=5, seed=6)
+    c = np.random.default_rng(9).normal(size=x0.shape)
+
+    def loss(x0, Q, K, V, beta):
+        attn = tp.SoftmaxAttention(Q, K, V, beta)
+        return jnp.sum(c * tp.solve(tp.Sphere(attn), tp.normalize(x0), t1=1.0, dt0=0.05).final)
+
+    args = tuple(jnp.asarray(a) for a in (x0, Q, K, V, beta))
+    grads = jax.grad(loss, argnums=range(5))(*args)
+    rng = np.random.default_rng(11)
+    dirs = tuple(rng.normal(size=np.shape(a)) for a in args)
+    eps = 1e-6
+    plus = loss(*(a + eps * u for a, u in zip(args, dirs)))
+    minus = loss(*(a - eps * u for a, u in zip(args, dirs)))
+    fd = (plus - minus) / (2 * eps)
+    analytic = sum(jnp.sum(g * u) for g, u in zip(grads, dirs))
+    np.testing.assert_allclose(analytic, fd, rtol=1e-6)
+    assert all(float(jnp.max(jnp.abs(g))) > 0 for g in grads)
+
+
+def test_float32_run():
+    x0 = tp.uniform_sphere(jax.random.key(0), 32, 3, dtype=jnp.float32)
+    dyn = tp.Sphere(tp.SoftmaxAttention.identity(3, beta=1.0, dtype=jnp.float32))
+    sol = tp.solve(dyn, x0, t1=5.0, dt0=0.1, saveat=jnp.linspace(0, 5, 3))
+    assert sol.xs.dtype == jnp.float32
+    assert float(jnp.max(jnp.abs(jnp.linalg.norm(sol.xs, axis=-1) - 1))) < 1e-5
+
+
+def test_bad_inputs():
+    attn, _ = _random_attention()
+    x0 = _x0()
+    with pytest.raises(ValueError, match=r"t1 > t0, got t0=2.0 and t1=1.0"):
+        tp.solve(attn, x0, t0=2.0, t1=1.0, dt0=0.1)
+    with pytest.raises(ValueError, match=r"dt0 must be > 0, got -0.1"):
+        tp.solve(attn, x0, t1=1.0, dt0=-0.1)
+    with pytest.raises(ValueError, match=r"dt0 is required"):
+        tp.solve(attn, x0, t1=1.0)
+    bad = x0.copy()
+    bad[2, 0] = np.nan
+    with pytest.raises(ValueError, match=r"x0\[2, 0\] = nan"):
+        tp.solve(attn, bad, t1=1.0, dt0=0.1)
+    with pytest.raises(ValueError, match=r"saveat times must lie in \[t0, t1\]"):
+        tp.solve(attn, x0, t1=1.0, dt0=0.1, saveat=jnp.array([0.0, 2.0]))
+    with pytest.raises(ValueError, match=r"non-decreasing"):
+        tp.solve(attn, x0, t1=1.0, dt0=0.1, saveat=jnp.array([0.5, 0.2]))
+    with pytest.raises(ValueError, match=r"shape \(n, d\).*\(8,\)"):
+        tp.solve(attn, x0[:, 0], t1=1.0, dt0=0.1)
+    with pytest.raises(ValueError, match=r"weights must sum to 1"):
+        tp.solve(attn, x0, t1=1.0, dt0=0.1, weights=np.ones(8))
+    with pytest.raises(ValueError, match=r"dynamics must be an attention"):
+        tp.solve(lambda x: x, x0, t1=1.0, dt0=0.1)
+    with pytest.raises(ValueError, match=r"num_layers must be >= 1, got 0"):
+        tp.layers(attn, x0, 0, 0.1)
+    with pytest.raises(ValueError, match=r"unit sphere"):
+        tp.solve(tp.Sphere(attn), x0, t1=1.0, dt0=0.1)
