@@ -146,7 +146,8 @@ def read_metadata(out_dir: Path) -> dict | None:
     try:
         return json.loads(path.read_text())
     except (OSError, json.JSONDecodeError) as e:
-        raise ValueError(f"{path} is unreadable ({e}); not an output directory of transformer-pde")
+        raise ValueError(f"{path} is unreadable ({e}); not an output directory of "
+                         "transformer-pde") from None
 
 
 def _remove_stale_temporaries(out_dir: Path) -> None:

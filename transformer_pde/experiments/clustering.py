@@ -15,8 +15,8 @@ import numpy as np
 
 from .. import plot
 from ..attention import SoftmaxAttention, UnnormalizedAttention
-from ..diagnostics import cluster_count
 from ..checkpoint import solve_checkpointed
+from ..diagnostics import cluster_count
 from ..spaces import Sphere, uniform_sphere
 from ._base import Experiment, register
 
