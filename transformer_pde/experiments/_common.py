@@ -68,3 +68,13 @@ def parse_floats(text: str, name: str) -> list[float]:
     if not vals:
         raise ValueError(f"{name} must list at least one number, got {text!r}")
     return vals
+
+
+def pid(rtol: float, dtype, atol_ratio: float = 1e-2):
+    """A PID controller whose tolerance is reachable in ``dtype`` (float32 runs use at least
+    100 machine epsilons: a smaller rtol only exhausts max_steps)."""
+    import diffrax
+    import numpy as np
+
+    rtol = max(float(rtol), 100 * float(np.finfo(np.dtype(dtype)).eps))
+    return diffrax.PIDController(rtol=rtol, atol=rtol * atol_ratio)

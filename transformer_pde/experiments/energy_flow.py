@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import dataclasses
 
-import diffrax
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -38,7 +37,7 @@ from ..diagnostics import cluster_labels, cluster_masses, interaction_energy
 from ..solve import solve
 from ..spaces import Sphere, uniform_sphere
 from ._base import Experiment, register
-from ._common import parse_floats
+from ._common import parse_floats, pid
 
 
 @dataclasses.dataclass(frozen=True)
@@ -120,8 +119,7 @@ def four_particle_root(d1, d2, beta, tol=1e-14) -> float:
 
 
 def _run(dyn, x0, cfg, ts):
-    ctrl = diffrax.PIDController(rtol=cfg.rtol, atol=cfg.rtol * 1e-2)
-    return solve(dyn, x0, t1=cfg.t1, dt0=1e-2, saveat=ts, stepsize_controller=ctrl)
+    return solve(dyn, x0, t1=cfg.t1, dt0=1e-2, saveat=ts, stepsize_controller=pid(cfg.rtol, x0.dtype))
 
 
 def compute(cfg: EnergyFlowConfig, progress: bool = False) -> dict:

@@ -26,7 +26,7 @@ import numpy as np
 from .. import plot
 from ..solve import solve
 from ._base import Experiment, register
-from ._common import parse_floats
+from ._common import parse_floats, pid
 from .clustering import MODELS, model_dynamics
 
 
@@ -88,8 +88,8 @@ def reduced_rhs(model: str, n: int, beta):
     return sa if model == "SA" else usa
 
 
-def _controller(cfg):
-    return diffrax.PIDController(rtol=cfg.rtol, atol=cfg.rtol * 1e-2)
+def _controller(cfg, dtype):
+    return pid(cfg.rtol, dtype)
 
 
 @eqx.filter_jit
@@ -109,11 +109,11 @@ def compute(cfg: EquiangularConfig, progress: bool = False) -> dict:
         rho_sim, rho_ode, dev, rate = [], [], [], []
         for beta in cfg.beta_list:
             sol = solve(model_dynamics(model, cfg.d, beta), x0, t1=cfg.t1, dt0=1e-3, saveat=ts,
-                        stepsize_controller=_controller(cfg), stats=lambda t, x: x @ x.T,
+                        stepsize_controller=_controller(cfg, x0.dtype), stats=lambda t, x: x @ x.T,
                         progress=progress)
             gram = np.asarray(sol.stats)[:, off]  # (T, n(n-1)) pairwise inner products
             r = np.asarray(_reduced_solve(model, cfg.n, jnp.asarray(beta, x0.dtype),
-                                          jnp.asarray(cfg.rho0, x0.dtype), ts, _controller(cfg)))
+                                          jnp.asarray(cfg.rho0, x0.dtype), ts, _controller(cfg, x0.dtype)))
             rho_sim.append(gram.mean(axis=1))
             rho_ode.append(r)
             dev.append(np.abs(gram - r[:, None]).max())
