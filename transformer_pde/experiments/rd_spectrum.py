@@ -7,9 +7,11 @@ $$\dot z_i=\sum_j P_{ij}(e^{tV}z)\,V(z_j-z_i)\qquad(\text{rows of }P\text{ sum t
 
 Limits by the spectrum of V (Q = K = I here; sphere.md §1 table):
 
-* V = I: the z_i converge to vertices of a convex polytope (here: vertices of the convex
-  hull of the start; §10.5 reports 85–100 % of tokens within 0.1 of one), and the attention
-  matrix falls to low rank.
+* V = I: the z_i converge to the vertices of a convex polytope (every limit point is an
+  extreme point of the set of limit points: it is the unique maximizer of ⟨z_k, ·⟩ there,
+  so it attends to itself). Most limit points are vertices of the convex hull of the start
+  (§10.5 reports 85–100 % of tokens within 0.1 of one, n = 20). The attention matrix falls
+  to low rank.
 * V with a simple top eigenvalue λ₁ > 0: the coordinates ⟨φ₁, z_i⟩ converge to at most 3
   values: the z_i end on at most 3 parallel hyperplanes.
 * V = −I: all x_i → 0 (one cluster at the origin), slowly: for small x the second moment
@@ -28,7 +30,7 @@ import numpy as np
 
 from .. import plot
 from ..attention import SoftmaxAttention
-from ..diagnostics import attention_matrix, numerical_rank
+from ..diagnostics import attention_matrix, cluster_labels, numerical_rank
 from ..dynamics import AbstractDynamics
 from ..solve import solve
 from ._base import Experiment, register
@@ -135,6 +137,12 @@ def compute(cfg: RdSpectrumConfig, progress: bool = False) -> dict:
     xs = jax.vmap(dyn.unscaled)(zs, ts)
     hull = convex_hull_vertices(z0)
     dist = np.linalg.norm(np.asarray(zs[-1])[:, None] - np.asarray(z0)[hull][None], axis=-1).min(1)
+    # the limit points (tokens merged at distance tol) must be vertices of their own hull
+    zf = np.asarray(zs[-1])
+    labels = np.asarray(cluster_labels(jnp.asarray(zf), cfg.tol, metric="euclidean"))
+    limits = zf[np.unique(labels)]
+    out.update(identity_limit_points=limits, identity_limits_are_vertices=np.asarray(
+        len(limits) < 3 or len(convex_hull_vertices(limits)) == len(limits)))
     out.update(identity_zs=np.asarray(zs), identity_rank=np.asarray(rank(xs)), hull=hull,
                identity_dist_to_hull_vertex=dist,
                identity_fraction_at_vertex=np.asarray(np.mean(dist < cfg.tol)))
