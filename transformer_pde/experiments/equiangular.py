@@ -118,7 +118,7 @@ def compute(cfg: EquiangularConfig, progress: bool = False) -> dict:
             rho_ode.append(r)
             dev.append(np.abs(gram - r[:, None]).max())
             # fit where 1 − ρ is resolved: above the solver's absolute tolerance and rounding
-            floor = max(1e3 * float(jnp.finfo(x0.dtype).eps), 100 * _controller(cfg, x0.dtype).atol)
+            floor = max(1e3 * float(jnp.finfo(x0.dtype).eps), 100 * _controller(cfg, x0.dtype).rtol)
             rate.append(decay_rate(np.asarray(ts), r, lo=floor))
         out[f"rho_{model}"] = np.stack(rho_sim)
         out[f"rho_ode_{model}"] = np.stack(rho_ode)

@@ -270,5 +270,5 @@ register(Experiment(
     config=MetastabilityConfig,
     compute=compute,
     figures=figures,
-    tiny={"cap_betas": "2,4,6", "stair_betas": "1000,2000", "tau_max": 0.12},
+    tiny={"cap_betas": "2,4,6", "stair_betas": "2000,4000", "tau_max": 0.12},
 ))
