@@ -245,6 +245,7 @@ def test_tour_notebook(runs, monkeypatch):
     monkeypatch.setenv("TP_TOUR_TINY", "1")
     monkeypatch.setenv("TP_TOUR_DIR", str(runs.root))
     monkeypatch.setenv("PYTHONPATH", str(root))
-    NotebookClient(nb, timeout=300, kernel_name="python3", resources={"metadata": {"path": str(root)}}).execute()
+    NotebookClient(nb, timeout=300, kernel_name="python3",
+                   resources={"metadata": {"path": str(root)}}).execute()
     text = "".join(o.get("text", "") for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", []))
     assert "clustering: SA 1 cluster(s), USA 1 cluster(s)" in text

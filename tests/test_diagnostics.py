@@ -40,8 +40,8 @@ def test_energy_against_numpy_double_loop():
     np.testing.assert_allclose(interaction_energy(jnp.asarray(x), beta), refI, rtol=1e-12)
     # normalized form: 2β e^{-β} E (sphere.md §2 erratum), in (0, 1]
     phi = normalized_energy(jnp.asarray(x), beta, w)
-    np.testing.assert_allclose(phi, 2 * beta * np.exp(-beta) * float(interaction_energy(jnp.asarray(x), beta, w)),
-                               rtol=1e-12)
+    E = float(interaction_energy(jnp.asarray(x), beta, w))
+    np.testing.assert_allclose(phi, 2 * beta * np.exp(-beta) * E, rtol=1e-12)
     assert 0 < float(phi) <= 1
 
 

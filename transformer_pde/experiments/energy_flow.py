@@ -2,7 +2,8 @@ r"""Gradient ascent and descent of the interaction energy (Burger et al.; sphere
 
 With Qᵀ K = D and V = ±D for a symmetric D, self-attention on the sphere,
 
-$$\dot x_i=\pm P^\perp_{x_i}\frac{\sum_j e^{\beta\langle Dx_i,x_j\rangle}Dx_j}{\sum_j e^{\beta\langle Dx_i,x_j\rangle}},$$
+$$\dot x_i=\pm P^\perp_{x_i}\frac{\sum_j e^{\beta\langle Dx_i,x_j\rangle}Dx_j}
+{\sum_j e^{\beta\langle Dx_i,x_j\rangle}},$$
 
 is the gradient ascent (+) or descent (−) of E(μ) = (1/2β) ∬ e^{β⟨x, Dy⟩} dμ dμ in the
 Z-weighted metric of GLPR §3.4 (sphere.md §1 "Gradient structure"; Q = D, K = I here). Its
@@ -220,5 +221,5 @@ register(Experiment(
     config=EnergyFlowConfig,
     compute=compute,
     figures=figures,
-    tiny={"n": 6, "t1": 150.0, "num_saves": 12, "rtol": 1e-6},
+    tiny={"n": 6, "t1": 60.0, "num_saves": 12, "rtol": 1e-6},
 ))

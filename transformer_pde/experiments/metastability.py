@@ -210,7 +210,8 @@ def compute(cfg: MetastabilityConfig, progress: bool = False) -> dict:
     return {
         "cap_betas": betas, "exit_times": exits, "cap_horizons": t1s,
         "theorem_T2": cfg.eps / n_cap * np.exp((1 - alpha) * betas),
-        "alpha": np.asarray(alpha), "predicted_exit": predicted_exit_time(betas, cfg), "exit_slope": np.asarray(slope),
+        "alpha": np.asarray(alpha), "predicted_exit": predicted_exit_time(betas, cfg),
+        "exit_slope": np.asarray(slope),
         "predicted_slope": np.asarray(1 - np.cos(cfg.cap_angle)),
         "stair_betas": np.asarray(cfg.stair_beta_list), "taus": taus, "phi": phi,
         "masses": masses, "thetas": theta, "theta_start": staircase_start(cfg),
@@ -244,7 +245,7 @@ def figures(res: dict, cfg: MetastabilityConfig, out_dir) -> list:
         ax.plot(taus, res["phi"][k], label=f"β = {beta:g}", lw=1.2)
     for v in PUBLISHED_PLATEAUS:
         ax.axhline(v, color="0.6", ls=":", lw=0.8)
-    for beta, tc in PUBLISHED_COLLAPSE.items():
+    for tc in PUBLISHED_COLLAPSE.values():
         ax.axvline(tc, color="0.8", lw=0.8)
     ax.set_xlabel("rescaled time τ (arc length / log β)")
     ax.set_ylabel("normalized energy φ")

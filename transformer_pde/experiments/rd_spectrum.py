@@ -246,5 +246,5 @@ register(Experiment(
     config=RdSpectrumConfig,
     compute=compute,
     figures=figures,
-    tiny={"n": 12, "n1d": 8, "num_saves": 11, "rtol": 1e-7},
+    tiny={"n": 12, "n1d": 8, "t1": 8.0, "t1_1d": 6.0, "num_saves": 9, "rtol": 1e-6},
 ))
