@@ -249,3 +249,17 @@ def test_tour_notebook(runs, monkeypatch):
                    resources={"metadata": {"path": str(root)}}).execute()
     text = "".join(o.get("text", "") for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", []))
     assert "clustering: SA 1 cluster(s), USA 1 cluster(s)" in text
+
+
+@pytest.mark.slow
+def test_published_sizes_rd_and_staircase():
+    """sphere.md §10.5 (85–100 % of tokens at an initial hull vertex, n = 20) and §10.3
+    (collapse near 0.12 / 0.10 / 0.092 in rescaled time at β = 500 / 2000 / 4000)."""
+    exp = get("rd-spectrum")
+    res = exp.compute(exp.make_config(), False)
+    assert res["identity_fraction_at_vertex"] >= 0.85 and bool(res["identity_limits_are_vertices"])
+    exp = get("metastability")
+    res = exp.compute(exp.make_config(cap_betas="2,3"), False)
+    times = dict(zip(res["stair_betas"], res["collapse_times"]))
+    for beta, tc in {500.0: 0.12, 2000.0: 0.10, 4000.0: 0.092}.items():
+        assert abs(times[beta] / tc - 1) < 0.07, (beta, times[beta])

@@ -38,6 +38,7 @@ class ClusteringConfig:
     beta: float = 1.0
     t1: float = 30.0
     dt: float = 0.1
+    """Step of SA; USA uses dt / max(sqrt(β) e^{β−1/2}, 1) (the authors' rule)."""
     seed: int = 0
     models: str = "SA,USA"
     """Comma-separated subset of SA (softmax) and USA (unnormalized, GLPR's 1/n)."""
@@ -72,13 +73,23 @@ def model_dynamics(model: str, d: int, beta) -> Sphere:
     return Sphere(cls.identity(d, beta))
 
 
+def usa_step(dt: float, beta: float) -> float:
+    """USA moves e^β times faster than SA near clusters; the authors' step rule (sphere.md §2,
+    phase-diagram defaults): dt / max(sqrt(β) e^{β − 1/2}, 1)."""
+    return dt / max(np.sqrt(beta) * np.exp(beta - 0.5), 1.0)
+
+
 def compute(cfg: ClusteringConfig, progress: bool = False) -> dict:
     x0 = uniform_sphere(jax.random.key(cfg.seed), cfg.n, cfg.d)
     ts = jnp.linspace(0.0, cfg.t1, cfg.num_saves)
     out = {"ts": np.asarray(ts)}
     for model in cfg.model_list:
-        sol = solve(model_dynamics(model, cfg.d, cfg.beta), x0, t1=cfg.t1, dt0=cfg.dt, saveat=ts,
+        dt = cfg.dt if model == "SA" else usa_step(cfg.dt, cfg.beta)
+        sol = solve(model_dynamics(model, cfg.d, cfg.beta), x0, t1=cfg.t1, dt0=dt, saveat=ts,
                     progress=progress)
+        if not np.isfinite(np.asarray(sol.xs)).all():
+            raise ValueError(f"{model}: the solution left the sphere (non-finite states) with step "
+                             f"{dt:g} at beta={cfg.beta:g}; pass a smaller --dt")
         out[f"xs_{model}"] = np.asarray(sol.xs)
         out[f"clusters_{model}"] = np.asarray(jax.vmap(lambda x: cluster_count(x, cfg.threshold))(sol.xs))
         out[f"energy_{model}"] = np.asarray(jax.vmap(lambda x: normalized_energy(x, cfg.beta))(sol.xs))
