@@ -22,13 +22,16 @@ def test_run_clustering_end_to_end(tmp_path, capsys):
                  "--num-saves", "5", "--seed", "3", "--no-progress"])
     assert code == 0
     data = np.load(out / "data.npz")
-    assert data["xs"].shape == (5, 24, 3)
-    np.testing.assert_allclose(np.linalg.norm(data["xs"], axis=-1), 1.0, atol=1e-5)
-    assert data["clusters"][0] == 24 and data["clusters"][-1] == 1  # d = 3: one cluster
+    for model in ("SA", "USA"):
+        assert data[f"xs_{model}"].shape == (5, 24, 3)
+        np.testing.assert_allclose(np.linalg.norm(data[f"xs_{model}"], axis=-1), 1.0, atol=1e-5)
+        clusters = data[f"clusters_{model}"]
+        assert clusters[0] == 24 and clusters[-1] == 1  # d = 3: one cluster
     meta = json.loads((out / "metadata.json").read_text())
     assert meta["config"]["n"] == 24 and meta["config"]["seed"] == 3
     assert meta["wall_time_s"] > 0 and meta["versions"]["jax"]
     assert (out / "clustering.png").stat().st_size > 10_000
+    assert (out / "clustering.gif").stat().st_size > 10_000
     assert "figure:" in capsys.readouterr().out
 
 

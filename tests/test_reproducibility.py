@@ -20,7 +20,7 @@ from transformer_pde.experiments._base import load_toml
 from transformer_pde.experiments._runner import npz_bytes
 
 ROOT = Path(__file__).resolve().parents[1]
-TINY = ["--n", "16", "--d", "2", "--t1", "2.0", "--dt", "0.1", "--num_saves", "5", "--no-progress"]
+TINY = ["--n", "16", "--d", "2", "--t1", "2.0", "--dt", "0.1", "--num_saves", "5", "--no-animate", "--no-progress"]
 
 
 def _run(out: Path, *extra: str, name: str | None = "clustering") -> Path:
@@ -47,17 +47,19 @@ def test_same_command_and_seed_give_identical_files(tmp_path):
     if head.returncode == 0:
         assert meta["git_commit"].split("-")[0] == head.stdout.strip()
     with np.load(a / "data.npz") as f:
-        assert set(f.files) == {"ts", "xs", "clusters"} and f["xs"].shape == (5, 16, 2)
+        assert set(f.files) == {"ts"} | {f"{k}_{m}" for k in ("xs", "clusters", "energy") for m in ("SA", "USA")}
+        assert f["xs_SA"].shape == (5, 16, 2)
 
 
 def test_toml_config_resolution_and_round_trip(tmp_path):
     cfg = tmp_path / "opts.toml"
-    cfg.write_text("# options\nseed = 5\nbeta = 2\nmodel = \"USA\"\n")
+    cfg.write_text("# options\nseed = 5\nbeta = 2\nmodels = \"USA\"\n")
     out = _run(tmp_path / "t", "--config", str(cfg), "--beta", "3.5")
     resolved = load_toml(out / "config.toml")
     # defaults < TOML < flags; ints accepted for floats
     assert resolved == {"experiment": "clustering", "n": 16, "d": 2, "beta": 3.5, "t1": 2.0,
-                        "dt": 0.1, "seed": 5, "model": "USA", "num_saves": 5, "threshold": 0.999}
+                        "dt": 0.1, "seed": 5, "models": "USA", "num_saves": 5, "threshold": 0.999,
+                        "animate": False, "frames": 31}
     assert json.loads((out / "config.json").read_text()) == {
         k: v for k, v in resolved.items() if k != "experiment"}
     # the resolved file alone reruns the experiment (no NAME needed), byte for byte

@@ -28,7 +28,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 # Long enough (~800 Tsit5 steps of 256 tokens after the first chunk) that a signal sent when
 # the first checkpoint appears lands mid-run; d=2 keeps the figure cheap.
-OPTIONS = ["--n", "256", "--d", "2", "--t1", "40", "--dt", "0.05", "--num_saves", "41",
+OPTIONS = ["--models", "SA", "--no-animate", "--n", "256", "--d", "2", "--t1", "40", "--dt", "0.05", "--num_saves", "41",
            "--checkpoint-every", "2", "--no-progress"]
 NUM_CHUNKS = 21  # ceil(41 / 2)
 
@@ -57,7 +57,7 @@ def reference(tmp_path_factory):
 
 
 def _manifest(out: Path):
-    path = out / "checkpoints" / "trajectory" / "manifest.json"
+    path = out / "checkpoints" / "trajectory_SA" / "manifest.json"
     return json.loads(path.read_text()) if path.exists() else None
 
 
@@ -86,7 +86,7 @@ def _assert_consistent_unfinished(out: Path, status: str) -> int:
     man = _manifest(out)
     assert 1 <= man["completed"] < NUM_CHUNKS, f"the signal did not land mid-run: {man}"
     for j in range(man["completed"]):  # every declared chunk is complete and loadable
-        with np.load(out / "checkpoints" / "trajectory" / f"chunk_{j:06d}.npz") as f:
+        with np.load(out / "checkpoints" / "trajectory_SA" / f"chunk_{j:06d}.npz") as f:
             assert np.isfinite(f["state"]).all()
     return man["completed"]
 
@@ -184,7 +184,7 @@ def test_interrupted_runner_leaves_consistent_directory(tmp_path):
     from transformer_pde.experiments._runner import run_experiment
 
     exp = get("clustering")
-    cfg = exp.make_config(n=16, d=2, t1=2.0, dt=0.1, num_saves=21)  # chunks of 10, 10, 1
+    cfg = exp.make_config(n=16, d=2, t1=2.0, dt=0.1, num_saves=21, models="SA", animate=False)  # chunks of 10, 10, 1
     real = Checkpoint.write_chunk
 
     def interrupt(self, name, index, arrays, manifest):
@@ -205,4 +205,4 @@ def test_interrupted_runner_leaves_consistent_directory(tmp_path):
     out = run_experiment(exp, cfg, tmp_path, progress=False, resume=True)
     # without a checkpoint, compute integrates in the same chunks (DEFAULT_EVERY): same bits
     direct = exp.compute(cfg, False)
-    np.testing.assert_array_equal(out["results"]["xs"], direct["xs"])
+    np.testing.assert_array_equal(out["results"]["xs_SA"], direct["xs_SA"])

@@ -212,7 +212,7 @@ CLI_BAD_INPUTS = [
     Case("cli-option-type", "a non-integer for an integer option", ["run", "clustering", "--n", "abc"],
          r"argument --n: invalid int value: 'abc'"),
     Case("cli-option-value", "an option value the experiment rejects",
-         ["run", "clustering", "--model", "XYZ"], r"model must be 'SA' or 'USA', got 'XYZ'"),
+         ["run", "clustering", "--models", "XYZ"], r"models must be a comma-separated subset of .*got 'XYZ'"),
     Case("cli-option-nan", "NaN for a float option", ["run", "clustering", "--beta", "nan"],
          r"option beta must not be NaN"),
     Case("cli-seed", "a negative seed", ["run", "clustering", "--seed", "-1"],

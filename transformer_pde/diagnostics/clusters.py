@@ -1,11 +1,25 @@
-"""Cluster detection by single linkage (sphere.md §10: ⟨x_i, x_j⟩ > 0.999)."""
+"""Clusters of tokens: single linkage, masses, clustered pairs (sphere.md §2 and §10).
+
+The published runs count clusters by single linkage with ⟨x_i, x_j⟩ > 0.999 (sphere.md §10);
+the authors' phase diagrams also report the fraction of pairs i ≠ j with ⟨x_i, x_j⟩ > 0.999
+(``rotf/phase-diagrams.py``, sphere.md §2 "Cluster counting"). All functions work under jit.
+"""
 
 from __future__ import annotations
 
 import jax
 import jax.numpy as jnp
 
-from .._types import Points
+from .._types import Points, Weights
+
+
+def _adjacency(x, threshold, metric):
+    if metric == "cosine":
+        return (x @ x.T) > threshold
+    if metric == "euclidean":
+        sq = jnp.sum(x * x, axis=-1)
+        return (sq[:, None] + sq[None, :] - 2 * x @ x.T) < threshold**2
+    raise ValueError(f"metric must be 'cosine' or 'euclidean', got {metric!r}")
 
 
 def cluster_labels(x: Points, threshold: float = 0.999, *, metric: str = "cosine") -> jax.Array:
@@ -19,14 +33,7 @@ def cluster_labels(x: Points, threshold: float = 0.999, *, metric: str = "cosine
     O(log n) sweeps for typical graphs (at most n).
     """
     n = x.shape[0]
-    if metric == "cosine":
-        adj = (x @ x.T) > threshold
-    elif metric == "euclidean":
-        sq = jnp.sum(x * x, axis=-1)
-        adj = (sq[:, None] + sq[None, :] - 2 * x @ x.T) < threshold**2
-    else:
-        raise ValueError(f"metric must be 'cosine' or 'euclidean', got {metric!r}")
-    adj = adj | jnp.eye(n, dtype=bool)
+    adj = _adjacency(x, threshold, metric) | jnp.eye(n, dtype=bool)
     big = jnp.iinfo(jnp.int32).max
 
     def sweep(state):
@@ -44,3 +51,29 @@ def cluster_count(x: Points, threshold: float = 0.999, *, metric: str = "cosine"
     """Number of clusters (connected components, see :func:`cluster_labels`)."""
     labels = cluster_labels(x, threshold, metric=metric)
     return jnp.sum(labels == jnp.arange(x.shape[0]))
+
+
+def cluster_masses(x: Points, threshold: float = 0.999, weights: Weights | None = None, *,
+                   metric: str = "cosine") -> jax.Array:
+    """Masses m_k of the clusters, sorted in decreasing order and padded with zeros to ``(n,)``.
+
+    m_k = Σ_{i in cluster k} w_i (w_i = 1/n by default), so the masses sum to one and
+    ``jnp.sum(masses > 0)`` is :func:`cluster_count`. For well-separated point clusters the
+    normalized energy is Σ_k m_k² (sphere.md §2, "Plateau values").
+    """
+    n = x.shape[0]
+    w = jnp.full((n,), 1.0 / n, x.dtype) if weights is None else jnp.asarray(weights, x.dtype)
+    labels = cluster_labels(x, threshold, metric=metric)
+    masses = jnp.zeros((n,), x.dtype).at[labels].add(w)
+    return -jnp.sort(-masses)
+
+
+def clustered_pair_fraction(x: Points, threshold: float = 0.999) -> jax.Array:
+    """Fraction of ordered pairs i ≠ j with ⟨x_i, x_j⟩ > threshold (the authors' "density"
+    in their phase diagrams, sphere.md §2 and §10.4); 1 exactly when all tokens are one
+    tight cluster. Needs n >= 2."""
+    n = x.shape[0]
+    if n < 2:
+        raise ValueError(f"clustered_pair_fraction needs n >= 2 tokens, got n={n}")
+    close = (x @ x.T) > threshold
+    return (jnp.sum(close) - jnp.sum(jnp.diagonal(close))) / (n * (n - 1))

@@ -1,8 +1,15 @@
-"""Clustering on the sphere (GLPR; sphere.md §1 and §10.1): the main job.
+"""Clustering on the sphere (GLPR; sphere.md §1, §8.4 and §10.1): the main job.
 
-Tokens i.i.d. uniform on S^{d-1}, Q = K = V = I, dx_i/dt = P⊥_{x_i}(Σ_j softmax_j(β⟨x_i,x_j⟩) x_j).
-For d >= 3 almost every start ends in one cluster, for every β (sphere.md §1, `thm: boumal`);
-at larger β the tokens first gather in several metastable clusters (sphere.md §2).
+Tokens i.i.d. uniform on S^{d-1}, Q = K = V = I, for the two models of GLPR:
+
+* SA:  dx_i/dt = P⊥_{x_i}(Σ_j softmax_j(β⟨x_i,x_j⟩) x_j);
+* USA: dx_i/dt = P⊥_{x_i}((1/n) Σ_j e^{β⟨x_i,x_j⟩} x_j).
+
+For d >= 3 almost every start ends in one cluster, for every β and both models (sphere.md
+§1, `thm: boumal`); at larger β the tokens first gather in several metastable clusters
+(sphere.md §2), so reaching one cluster can take very long. Outputs: tokens at chosen
+times, the cluster count (single linkage, ⟨x_i,x_j⟩ > threshold) and the normalized energy
+over time, and an animated GIF of the tokens.
 """
 
 from __future__ import annotations
@@ -16,9 +23,12 @@ import numpy as np
 from .. import plot
 from ..attention import SoftmaxAttention, UnnormalizedAttention
 from ..checkpoint import solve_checkpointed
-from ..diagnostics import cluster_count
+from ..diagnostics import cluster_count, normalized_energy
 from ..spaces import Sphere, uniform_sphere
 from ._base import Experiment, register
+from ._common import save_gif
+
+MODELS = ("SA", "USA")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -28,66 +38,157 @@ class ClusteringConfig:
     beta: float = 1.0
     t1: float = 30.0
     dt: float = 0.1
+    """Step of SA; USA uses dt / max(sqrt(β) e^{β−1/2}, 1) (the authors' rule)."""
     seed: int = 0
-    model: str = "SA"
-    """'SA' (softmax) or 'USA' (unnormalized, GLPR's 1/n normalization)."""
+    models: str = "SA,USA"
+    """Comma-separated subset of SA (softmax) and USA (unnormalized, GLPR's 1/n)."""
     num_saves: int = 61
     threshold: float = 0.999
+    animate: bool = True
+    """Write clustering.gif (tokens over time; d = 2 or 3)."""
+    frames: int = 31
+    """Animation frames (at most num_saves), spread evenly over the saves."""
 
     def __post_init__(self):
         if self.n < 1 or self.d < 2:
             raise ValueError(f"clustering needs n >= 1 and d >= 2, got n={self.n}, d={self.d}")
-        if self.model not in ("SA", "USA"):
-            raise ValueError(f"model must be 'SA' or 'USA', got {self.model!r}")
+        if not self.model_list or any(m not in MODELS for m in self.model_list):
+            raise ValueError(f"models must be a comma-separated subset of {MODELS}, got {self.models!r}")
         if not self.t1 > 0 or not self.dt > 0 or self.num_saves < 2:
             raise ValueError(f"need t1 > 0, dt > 0, num_saves >= 2; got t1={self.t1}, dt={self.dt}, "
                              f"num_saves={self.num_saves}")
+        if self.beta < 0:
+            raise ValueError(f"beta must be >= 0, got {self.beta}")
+        if self.frames < 2:
+            raise ValueError(f"frames must be >= 2, got {self.frames}")
+
+    @property
+    def model_list(self) -> list[str]:
+        return [m.strip() for m in self.models.split(",") if m.strip()]
+
+
+def model_dynamics(model: str, d: int, beta) -> Sphere:
+    """Sphere(SA) or Sphere(USA) with Q = K = V = I (sphere.md §1)."""
+    cls = SoftmaxAttention if model == "SA" else UnnormalizedAttention
+    return Sphere(cls.identity(d, beta))
+
+
+def usa_step(dt: float, beta: float) -> float:
+    """USA moves e^β times faster than SA near clusters; the authors' step rule (sphere.md §2,
+    phase-diagram defaults): dt / max(sqrt(β) e^{β − 1/2}, 1)."""
+    return dt / max(np.sqrt(beta) * np.exp(beta - 0.5), 1.0)
 
 
 def compute(cfg: ClusteringConfig, progress: bool = False, checkpoint=None) -> dict:
     """Resumable: integrated in fixed chunks of save intervals (``checkpoint.every``), each
     checkpointed when the runner passes a :class:`~transformer_pde.checkpoint.Checkpoint`."""
     x0 = uniform_sphere(jax.random.key(cfg.seed), cfg.n, cfg.d)
-    attn_cls = SoftmaxAttention if cfg.model == "SA" else UnnormalizedAttention
-    dyn = Sphere(attn_cls.identity(cfg.d, cfg.beta))
     ts = jnp.linspace(0.0, cfg.t1, cfg.num_saves)
-    sol = solve_checkpointed(dyn, x0, t1=cfg.t1, dt0=cfg.dt, saveat=ts, checkpoint=checkpoint,
-                             name="trajectory", progress=progress)
-    counts = jax.vmap(lambda x: cluster_count(x, cfg.threshold))(sol.xs)
-    return {"ts": np.asarray(sol.ts), "xs": np.asarray(sol.xs), "clusters": np.asarray(counts)}
+    out = {"ts": np.asarray(ts)}
+    for model in cfg.model_list:
+        dt = cfg.dt if model == "SA" else usa_step(cfg.dt, cfg.beta)
+        sol = solve_checkpointed(model_dynamics(model, cfg.d, cfg.beta), x0, t1=cfg.t1, dt0=dt,
+                                 saveat=ts, checkpoint=checkpoint, name=f"trajectory_{model}",
+                                 progress=progress)
+        out[f"xs_{model}"] = np.asarray(sol.xs)
+        out[f"clusters_{model}"] = np.asarray(jax.vmap(lambda x: cluster_count(x, cfg.threshold))(sol.xs))
+        out[f"energy_{model}"] = np.asarray(jax.vmap(lambda x: normalized_energy(x, cfg.beta))(sol.xs))
+    return out
+
+
+def _draw_tokens(ax, x, d, title):
+    if d == 3:
+        plot.sphere_points(ax, x, size=5, title=title)
+    else:
+        ax.plot(np.cos(np.linspace(0, 2 * np.pi, 200)), np.sin(np.linspace(0, 2 * np.pi, 200)),
+                color="0.8", lw=0.8)
+        ax.scatter(x[:, 0], x[:, 1], s=6)
+        ax.set_aspect("equal")
+        ax.set_axis_off()
+        ax.set_title(title)
 
 
 def figures(res: dict, cfg: ClusteringConfig, out_dir) -> list:
     import matplotlib.pyplot as plt
 
-    ts, xs, clusters = res["ts"], res["xs"], res["clusters"]
+    ts = res["ts"]
+    models = cfg.model_list
     T = len(ts)
     picks = sorted({0, T // 8, T // 4, T - 1})
-    paths = []
-    if cfg.d == 3:
-        fig = plt.figure(figsize=(3.1 * (len(picks) + 1.4), 3.3))
-        gs = fig.add_gridspec(1, len(picks) + 2)
-        for k, i in enumerate(picks):
-            ax = fig.add_subplot(gs[0, k], projection="3d")
-            plot.sphere_points(ax, xs[i], size=5, title=f"t = {ts[i]:.3g}")
-        ax = fig.add_subplot(gs[0, len(picks):])
-    else:
-        fig, ax = plt.subplots(figsize=(5, 3.3))
-    ax.step(ts, clusters, where="post")
-    ax.set_yscale("log")
-    ax.set_xlabel("t (depth)")
-    ax.set_ylabel(f"clusters (⟨x_i,x_j⟩ > {cfg.threshold})")
-    ax.set_title(f"{cfg.model}, n={cfg.n}, d={cfg.d}, β={cfg.beta:g}: {int(clusters[-1])} cluster(s)")
-    ax.grid(alpha=0.3)
-    paths.append(plot.save_figure(fig, out_dir / "clustering.png"))
+    draw = cfg.d in (2, 3)
+    ncol = len(picks) + 2 if draw else 2
+    fig = plt.figure(figsize=(3.0 * ncol, 3.1 * len(models)))
+    gs = fig.add_gridspec(len(models), ncol)
+    for r, model in enumerate(models):
+        xs = res[f"xs_{model}"]
+        if draw:
+            for k, i in enumerate(picks):
+                ax = fig.add_subplot(gs[r, k], projection="3d" if cfg.d == 3 else None)
+                _draw_tokens(ax, xs[i], cfg.d, f"{model}, t = {ts[i]:.3g}")
+        ax = fig.add_subplot(gs[r, ncol - 2])
+        ax.step(ts, res[f"clusters_{model}"], where="post")
+        ax.set_yscale("log")
+        ax.set_xlabel("t (depth)")
+        ax.set_ylabel(f"clusters (⟨x_i,x_j⟩>{cfg.threshold})", fontsize=8)
+        ax.set_title(f"{model}: {int(res[f'clusters_{model}'][-1])} cluster(s) at t={ts[-1]:g}", fontsize=9)
+        ax.grid(alpha=0.3)
+        ax = fig.add_subplot(gs[r, ncol - 1])
+        ax.plot(ts, res[f"energy_{model}"])
+        ax.set_xlabel("t (depth)")
+        ax.set_ylabel("normalized energy φ")
+        ax.set_ylim(0, 1.05)
+        ax.grid(alpha=0.3)
+    fig.suptitle(f"n={cfg.n}, d={cfg.d}, β={cfg.beta:g}, uniform start (seed {cfg.seed})")
+    paths = [plot.save_figure(fig, out_dir / "clustering.png")]
+    if cfg.animate and draw:
+        paths.append(animation(res, cfg, out_dir / "clustering.gif"))
     return paths
+
+
+def animation(res: dict, cfg: ClusteringConfig, path):
+    """Tokens over time, one panel per model, as a GIF (small frames: a few seconds to write)."""
+    import matplotlib.pyplot as plt
+    from matplotlib.animation import FuncAnimation
+
+    ts, models = res["ts"], cfg.model_list
+    idx = np.unique(np.linspace(0, len(ts) - 1, min(cfg.frames, len(ts))).round().astype(int))
+    fig = plt.figure(figsize=(2.6 * len(models), 2.8))
+    arts = []
+    for k, model in enumerate(models):
+        x = res[f"xs_{model}"]
+        if cfg.d == 3:
+            ax = fig.add_subplot(1, len(models), k + 1, projection="3d")
+            plot.sphere_points(ax, x[0], size=4)
+            sc = ax.collections[-1]
+        else:
+            ax = fig.add_subplot(1, len(models), k + 1)
+            _draw_tokens(ax, x[0], 2, "")
+            sc = ax.collections[-1]
+        arts.append((ax, sc, x, model))
+
+    def update(f):
+        i = idx[f]
+        for ax, sc, x, model in arts:
+            if cfg.d == 3:
+                sc._offsets3d = (x[i, :, 0], x[i, :, 1], x[i, :, 2])
+            else:
+                sc.set_offsets(x[i])
+            ax.set_title(f"{model}, t = {ts[i]:.3g}", fontsize=9)
+        return [a[1] for a in arts]
+
+    anim = FuncAnimation(fig, update, frames=len(idx), blit=False)
+    fig.set_dpi(60)
+    try:
+        return save_gif(anim, path, fps=8)
+    finally:
+        plt.close(fig)
 
 
 register(Experiment(
     name="clustering",
-    summary="tokens uniform on S^2, Q=K=V=I: collapse to one cluster (GLPR)",
+    summary="tokens uniform on S^2, Q=K=V=I, SA and USA: collapse to one cluster (GLPR)",
     config=ClusteringConfig,
     compute=compute,
     figures=figures,
-    tiny={"n": 32, "t1": 6.0, "dt": 0.2, "num_saves": 7},
+    tiny={"n": 32, "t1": 15.0, "dt": 0.2, "num_saves": 7, "frames": 4},
 ))

@@ -1,0 +1,270 @@
+"""Every clustering experiment (issue 5) run at its ``tiny`` size, its outcome asserted.
+
+One session fixture runs each experiment once through the runner (data, metadata, figures
+written to a temporary directory); the tests check the outcomes against independent
+references (closed forms, SciPy, theorems), and the tour notebook reuses those runs.
+"""
+
+import json
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import transformer_pde as tp
+from transformer_pde.experiments import get
+from transformer_pde.experiments._runner import run_experiment
+
+NAMES = ["clustering", "phase-diagram", "equiangular", "metastability", "energy-flow", "rd-spectrum"]
+
+
+@pytest.fixture(scope="session")
+def runs(tmp_path_factory):
+    root = tmp_path_factory.mktemp("clustering_runs")
+    cache = {}
+
+    def get_run(name):
+        if name not in cache:
+            exp = get(name)
+            out = run_experiment(exp, exp.make_config(**exp.tiny), root / name, progress=False)
+            cache[name] = (out, exp.make_config(**exp.tiny), root / name)
+        return cache[name]
+
+    get_run.root = root
+    return get_run
+
+
+def _check_files(out, out_dir, figures):
+    meta = json.loads(Path(out["metadata"]).read_text())
+    assert Path(out["data"]).exists() and meta["config"]
+    for f in figures:
+        assert (out_dir / f).stat().st_size > 1000, f
+    data = np.load(out["data"])
+    return data, meta
+
+
+def test_clustering_one_cluster_sa_and_usa(runs):
+    out, cfg, d = runs("clustering")
+    data, _ = _check_files(out, d, ["clustering.png", "clustering.gif"])
+    assert (d / "clustering.gif").read_bytes()[:4] == b"GIF8"
+    for model in ("SA", "USA"):
+        assert int(data[f"clusters_{model}"][-1]) == 1  # d >= 3: one cluster (sphere.md §1)
+        assert data[f"clusters_{model}"][0] > 10
+        e = data[f"energy_{model}"]
+        assert np.all(np.diff(e) > -1e-9) and abs(e[-1] - 1) < 1e-6
+        xs = data[f"xs_{model}"]
+        np.testing.assert_allclose(np.linalg.norm(xs, axis=-1), 1, atol=1e-9)
+
+
+def test_phase_diagram_matches_published(runs):
+    out, cfg, d = runs("phase-diagram")
+    data, _ = _check_files(out, d, ["phase_diagram.png", "angle_histograms.png"])
+    ours, pub = data["measured_at_published"], data["published_fraction"]
+    assert np.isfinite(ours).all()  # the tiny grid holds all (β, t) of sphere.md §10.4
+    # batch 48: standard errors up to 0.035 (fraction_sem); 0.1 is about 3 of them
+    np.testing.assert_allclose(ours, pub, atol=0.1)
+    frac = data["fraction"]
+    assert frac[0, -1] > 0.97  # β = 1: one cluster by t = 30
+    assert np.all(np.diff(frac[:, -1]) < 0)  # metastable clusters persist longer at larger β
+
+
+@pytest.mark.slow
+def test_phase_diagram_default_size():
+    exp = get("phase-diagram")
+    res = exp.compute(exp.make_config(), False)
+    np.testing.assert_allclose(res["measured_at_published"], res["published_fraction"], atol=0.05)
+
+
+def test_equiangular_against_scipy(runs):
+    from scipy.integrate import solve_ivp
+
+    from transformer_pde.experiments.equiangular import equiangular_start
+
+    out, cfg, d = runs("equiangular")
+    data, _ = _check_files(out, d, ["equiangular.png"])
+    n, ts = cfg.n, data["ts"]
+    for k, beta in enumerate(cfg.beta_list):
+        rhs = {  # sphere.md §1, written out again here
+            "SA": lambda t, r: 2 * np.exp(beta * r) * (1 - r) * ((n - 1) * r + 1)
+            / (np.exp(beta) + (n - 1) * np.exp(beta * r)),
+            "USA": lambda t, r: 2 / n * np.exp(beta * r) * (1 - r) * ((n - 1) * r + 1),
+        }
+        for model in ("SA", "USA"):
+            ref = solve_ivp(rhs[model], (0, ts[-1]), [cfg.rho0], t_eval=ts, rtol=1e-11, atol=1e-13).y[0]
+            np.testing.assert_allclose(data[f"rho_{model}"][k], ref, atol=1e-6)
+            assert data[f"max_deviation_{model}"][k] < 1e-6
+    np.testing.assert_allclose(data["rate_SA"], 2.0, rtol=1e-2)  # local rate 2 (sphere.md §8.3)
+    usa = data["rate_USA"]
+    assert np.isfinite(usa[0])
+    np.testing.assert_allclose(usa[np.isfinite(usa)], data["predicted_rate_USA"][np.isfinite(usa)],
+                               rtol=2e-2)  # 2 e^β
+    # starts: the requested Gram matrix; the simplex ρ0 = −1/(n−1) is stationary
+    for rho0 in (0.0, 0.3, -1 / (n - 1)):
+        x = equiangular_start(jax.random.key(1), n, n + 1, rho0)
+        G = np.asarray(x @ x.T)
+        np.testing.assert_allclose(G[~np.eye(n, dtype=bool)], rho0, atol=1e-12)
+    x = equiangular_start(jax.random.key(1), n, n, -1 / (n - 1))
+    for cls in (tp.SoftmaxAttention, tp.UnnormalizedAttention):
+        np.testing.assert_allclose(tp.Sphere(cls.identity(n, 2.0)).velocity(x), 0, atol=1e-12)
+
+
+def test_metastability_caps_and_staircase(runs):
+    out, cfg, d = runs("metastability")
+    data, _ = _check_files(out, d, ["metastability.png"])
+    ex, pred = data["exit_times"], data["predicted_exit"]
+    assert np.all(ex >= data["theorem_T2"])  # GKPR's T₂ lower bound
+    np.testing.assert_allclose(ex[1:], pred[1:], rtol=0.1)  # e^{β(1−cos θ0)}/(2β sin²θ0)
+    assert abs(float(data["exit_slope"]) - float(data["predicted_slope"])) < 0.1
+    # staircase: plateaus at Σ(m_k/n)² with sizes (2,1,1,1) → (3,1,1) → (3,2) → (5)
+    taus, phi, masses = data["taus"], data["phi"], data["masses"]
+    n = len(cfg.theta_list)
+    for k, beta in enumerate(cfg.stair_beta_list):
+        sizes = np.rint(masses[k] * n).astype(int)
+        change = np.nonzero(np.any(np.diff(sizes, axis=0) != 0, axis=1))[0] + 1
+        bounds = np.concatenate([[0], change, [len(taus)]])
+        seq = [tuple(s[s > 0]) for s in sizes[bounds[:-1]]]
+        assert seq == [(1, 1, 1, 1, 1), (2, 1, 1, 1), (3, 1, 1), (3, 2), (5,)], seq
+        for a, b, level in zip(bounds[1:-2], bounds[2:-1], [0.28, 0.44, 0.52]):
+            mid = (a + b) // 2  # middle of the plateau
+            assert abs(phi[k, mid] - level) < 0.01, (beta, phi[k, mid], level)
+            assert abs(phi[k, mid] - np.sum(masses[k, mid] ** 2)) < 0.01
+        assert phi[k, -1] > 0.999
+    published = {2000.0: 0.10, 4000.0: 0.092, 500.0: 0.12}  # sphere.md §10.3
+    for k, beta in enumerate(cfg.stair_beta_list):
+        if beta in published:
+            assert abs(data["collapse_times"][k] / published[beta] - 1) < 0.05
+
+
+def test_energy_flow_extremal_measures(runs):
+    from transformer_pde.experiments.energy_flow import classify, ngon_energy
+
+    out, cfg, d = runs("energy-flow")
+    data, _ = _check_files(out, d, ["energy_flow.png"])
+    beta, n = cfg.beta, cfg.n
+    for name in cfg.cases():
+        e_up, e_down = data[f"{name}_ascent_energy"], data[f"{name}_descent_energy"]
+        assert np.all(np.diff(e_up) > -1e-9) and np.all(np.diff(e_down) < 1e-9)  # monotone
+    final = lambda key: data[f"{key}_xs"][-1]  # noqa: E731
+    # D = I: ascent → Dirac (E = e^β/2β); descent → regular n-gon (the uniform measure on S^1)
+    assert classify(final("identity_ascent")) == "Dirac"
+    np.testing.assert_allclose(data["identity_ascent_energy"][-1], np.exp(beta) / (2 * beta), rtol=1e-6)
+    ang = np.sort(np.arctan2(final("identity_descent")[:, 1], final("identity_descent")[:, 0]))
+    gaps = np.diff(np.append(ang, ang[0] + 2 * np.pi))
+    np.testing.assert_allclose(gaps, 2 * np.pi / n, atol=1e-3)
+    np.testing.assert_allclose(data["identity_descent_energy"][-1], ngon_energy(n, beta), rtol=1e-6)
+    # D positive definite: ascent concentrates on ± the top eigenvector e3
+    np.testing.assert_allclose(data["posdef_ascent_axis_weight"], [0, 0, 1], atol=1e-6)
+    assert classify(final("posdef_descent")) == "spread"
+    # D = −I: ascent → antipodal pair, E = (Σm² e^{−β} + 2 m₁m₂ e^{β})/2β; descent → Dirac
+    assert classify(final("negdef_ascent")) == "antipodal pair"
+    m = data["negdef_ascent_masses"][:2]
+    pair = (np.sum(m**2) * np.exp(-beta) + 2 * m[0] * m[1] * np.exp(beta)) / (2 * beta)
+    np.testing.assert_allclose(data["negdef_ascent_energy"][-1], pair, rtol=1e-6)
+    assert pair <= np.cosh(beta) / (2 * beta) + 1e-12  # the equal split is the maximizer
+    assert classify(final("negdef_descent")) == "Dirac"
+    np.testing.assert_allclose(data["negdef_descent_energy"][-1], np.exp(-beta) / (2 * beta), rtol=1e-6)
+    # indefinite diag(−1, d₂): e^{βd₂} < cosh β → pair on ±e1; otherwise tokens on ±e2
+    for d2 in (0.2, 1.0):
+        key = f"indefinite_{d2:g}_ascent"
+        axis = 0 if np.exp(beta * d2) < np.cosh(beta) else 1
+        np.testing.assert_allclose(data[f"{key}_axis_weight"], np.eye(2)[axis], atol=1e-6)
+    # four-particle stationary state d₁ tanh(βd₁x₁²) = d₂ tanh(βd₂x₂²)
+    s = float(data["four_root_x1_sq"])
+    d1, d2 = cfg.four_d1, cfg.four_d2
+    assert abs(d1 * np.tanh(beta * d1 * s) - d2 * np.tanh(beta * d2 * (1 - s))) < 1e-12
+    if d1 == beta == 1:  # the authors' check (four_part_system.py)
+        np.testing.assert_allclose(np.tanh(s) / np.tanh(d2 * (1 - s)), d2, rtol=1e-10)
+    assert float(data["four_root_speed"]) < 1e-10
+    np.testing.assert_allclose(data["four_x1_sq"][-1], s, atol=1e-6)
+
+
+def test_rd_spectrum_limits(runs):
+    out, cfg, d = runs("rd-spectrum")
+    data, _ = _check_files(out, d, ["rd_spectrum.png"])
+    assert bool(data["identity_limits_are_vertices"])
+    assert data["identity_fraction_at_vertex"] >= 0.5
+    assert data["identity_rank"][-1] < data["identity_rank"][0]
+    assert int(data["top_num_levels"]) <= 3
+    m2, ts = data["negative_second_moment"], data["ts"]
+    assert np.all(np.diff(data["negative_max_norm"]) < 0)
+    assert abs(2 * ts[-1] * m2[-1] / cfg.d - 1) < 0.2  # tr C ≈ d/(2t)
+    P = data["leaders_P"][-1]
+    assert np.sum(np.abs(P.max(axis=1) - 1) < 1e-3) >= P.shape[0] - 1  # Boolean rows
+    assert set(np.argmax(P, axis=1)) <= set(data["leaders"].tolist())  # rows e_a or e_b
+    assert data["leaders_rank"][-1] <= 3
+
+
+def test_rescaled_model_matches_unscaled():
+    """z = e^{−tV}x: the rescaled ODE reproduces the plain R^d attention dynamics."""
+    import diffrax
+
+    from transformer_pde.experiments.rd_spectrum import RescaledSoftmax, convex_hull_vertices
+
+    V = jnp.diag(jnp.asarray([1.0, 0.5]))
+    eye = jnp.eye(2)
+    x0 = jax.random.uniform(jax.random.key(3), (6, 2), minval=-1, maxval=1)
+    ts = jnp.linspace(0, 1.5, 4)
+    ctrl = diffrax.PIDController(rtol=1e-10, atol=1e-12)
+    x = tp.solve(tp.SoftmaxAttention(eye, eye, V), x0, t1=1.5, dt0=1e-3, saveat=ts,
+                 stepsize_controller=ctrl).xs
+    dyn = RescaledSoftmax(eye, eye, V)
+    z = tp.solve(dyn, x0, t1=1.5, dt0=1e-3, saveat=ts, stepsize_controller=ctrl).xs
+    np.testing.assert_allclose(jax.vmap(dyn.unscaled)(z, ts), x, rtol=1e-7, atol=1e-9)
+    square = np.array([[0, 0], [1, 0], [1, 1], [0, 1], [0.5, 0.5], [0.2, 0.7]])
+    assert sorted(convex_hull_vertices(square).tolist()) == [0, 1, 2, 3]
+
+
+def test_configs_reject_bad_values():
+    with pytest.raises(ValueError, match="models"):
+        get("clustering").make_config(models="SA,XYZ")
+    with pytest.raises(ValueError, match="d >= n"):
+        get("equiangular").make_config(n=8, d=4)
+    with pytest.raises(ValueError, match="rho0"):
+        get("equiangular").make_config(rho0=-0.9)
+    with pytest.raises(ValueError, match="eps"):
+        get("metastability").make_config(eps=0.1)
+    with pytest.raises(ValueError, match="step"):
+        get("phase-diagram").make_config(step="rk4")
+    with pytest.raises(ValueError, match="top_ratio"):
+        get("rd-spectrum").make_config(top_ratio=1.5)
+    with pytest.raises(ValueError, match="comma-separated"):
+        get("energy-flow").make_config(indefinite_d2="a,b")
+
+
+def test_tour_notebook(runs, monkeypatch):
+    """The notebook runs top to bottom at the tiny size, reusing this session's runs."""
+    import nbformat
+    from nbclient import NotebookClient
+
+    for name in NAMES:
+        runs(name)
+    root = Path(__file__).resolve().parents[1]
+    nb = nbformat.read(root / "notebooks" / "clustering_tour.ipynb", as_version=4)
+    monkeypatch.setenv("TP_TOUR_TINY", "1")
+    monkeypatch.setenv("TP_TOUR_DIR", str(runs.root))
+    monkeypatch.setenv("PYTHONPATH", str(root))
+    NotebookClient(nb, timeout=300, kernel_name="python3",
+                   resources={"metadata": {"path": str(root)}}).execute()
+    text = "".join(o.get("text", "") for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", []))
+    assert "clustering: SA 1 cluster(s), USA 1 cluster(s)" in text
+
+
+@pytest.mark.slow
+def test_published_sizes_rd_and_staircase():
+    """sphere.md §10.5 (85–100 % of tokens at an initial hull vertex, n = 20) and §10.3
+    (collapse near 0.12 / 0.10 / 0.092 in rescaled time at β = 500 / 2000 / 4000)."""
+    exp = get("rd-spectrum")
+    fractions = []
+    for seed in range(8):  # the published figure is a range over seeds; one seed can fall to 65 %
+        res = exp.compute(exp.make_config(seed=seed), False)
+        assert bool(res["identity_limits_are_vertices"])
+        assert 3 <= len(res["identity_limit_points"]) <= 7
+        fractions.append(float(res["identity_fraction_at_vertex"]))
+    assert np.mean(fractions) >= 0.85 and np.median(fractions) >= 0.9, fractions
+    exp = get("metastability")
+    res = exp.compute(exp.make_config(cap_betas="2,3"), False)
+    times = dict(zip(res["stair_betas"], res["collapse_times"]))
+    for beta, tc in {500.0: 0.12, 2000.0: 0.10, 4000.0: 0.092}.items():
+        assert abs(times[beta] / tc - 1) < 0.07, (beta, times[beta])

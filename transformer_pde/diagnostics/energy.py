@@ -1,0 +1,130 @@
+r"""Energies, attention matrices and moments of a token configuration (sphere.md §1–3).
+
+Pure functions of the state, usable inside ``tp.solve(..., stats=lambda t, x: ...)`` and
+under ``jit``/``vmap``. Tokens are rows ``x`` of shape ``(n, d)``; ``weights`` (default
+uniform 1/n) give the measure μ = Σ_j w_j δ_{x_j}.
+
+Normalizations differ across papers (sphere.md §9); the ones used here:
+
+* :func:`interaction_energy` — GLPR's E_β[μ] = (1/2β) ∬ e^{β⟨x, D y⟩} dμ dμ (sphere.md §1;
+  D = I by default; Burger et al.'s energy for a symmetric D, sphere.md §3).
+* :func:`normalized_energy` — φ = 2β e^{-β} E_β = ∬ e^{β(⟨x,y⟩−1)} dμ dμ ∈ (0, 1] on the
+  sphere: the quantity of GKPR's staircase after their erratum (sphere.md §2), finite for
+  every β, equal to 1 exactly at a Dirac mass, and to Σ_k (m_k)^2 for well-separated
+  point clusters of masses m_k.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+
+from .._checks import check_scalar, is_concrete
+from .._types import Points, Weights
+
+
+def _weights(x, weights):
+    if weights is None:
+        return jnp.full((x.shape[0],), 1.0 / x.shape[0], dtype=x.dtype)
+    return jnp.asarray(weights, dtype=x.dtype)
+
+
+def _log_weights(w):
+    return jnp.where(w > 0, jnp.log(jnp.where(w > 0, w, 1.0)), -jnp.inf)
+
+
+def _check_beta(beta, positive=False):
+    check_scalar(beta, "beta", positive=positive)
+    if is_concrete(beta) and not positive and float(beta) < 0:
+        raise ValueError(f"beta must be >= 0, got {float(beta)}")
+    return beta
+
+
+def _gram(x, D):
+    return x @ x.T if D is None else x @ jnp.asarray(D, x.dtype) @ x.T
+
+
+def log_interaction_energy(x: Points, beta, weights: Weights | None = None, D=None) -> jax.Array:
+    """log E_β, computed by log-sum-exp (finite even where E_β overflows, e.g. β > 700)."""
+    _check_beta(beta, positive=True)
+    lw = _log_weights(_weights(x, weights))
+    logits = beta * _gram(x, D) + lw[:, None] + lw[None, :]
+    return jax.nn.logsumexp(logits) - jnp.log(2 * beta)
+
+
+def interaction_energy(x: Points, beta, weights: Weights | None = None, D=None) -> jax.Array:
+    r"""E_β = (1/2β) Σ_{i,j} w_i w_j e^{β⟨x_i, D x_j⟩} (sphere.md §1; D = I unless given).
+
+    Non-decreasing along SA and USA (and along Burger's ascent flow with Qᵀ K = V = D);
+    see :func:`energy_rate` for its exact time derivative. Requires β > 0.
+    """
+    return jnp.exp(log_interaction_energy(x, beta, weights, D))
+
+
+def normalized_energy(x: Points, beta, weights: Weights | None = None) -> jax.Array:
+    r"""φ = Σ_{i,j} w_i w_j e^{β(⟨x_i,x_j⟩−1)} = 2β e^{-β} E_β, in (0, 1] for unit tokens.
+
+    GKPR's staircase quantity with their erratum's normalization (sphere.md §2): the printed
+    (2β e^β n²)^{-1} Σ e^{β⟨x_i,x_j⟩} tends to 0 with β; this one plateaus at Σ_k (m_k)^2
+    while the tokens sit in well-separated clusters of masses m_k. Valid for β >= 0.
+    """
+    _check_beta(beta)
+    w = _weights(x, weights)
+    k = jnp.exp(beta * (x @ x.T - 1.0))
+    return w @ k @ w
+
+
+def attention_matrix(x: Points, beta=1.0, *, Q=None, K=None, weights: Weights | None = None,
+                     causal: bool = False) -> jax.Array:
+    r"""P_ij = w_j e^{β⟨Q x_i, K x_j⟩} / Σ_k w_k e^{β⟨Q x_i, K x_k⟩}, shape ``(n, n)``.
+
+    Rows are probability vectors (query i, key j: spec README conventions); Q, K default to
+    the identity. With ``causal=True`` only keys j <= i count (sphere.md §4).
+    """
+    check_scalar(beta, "beta")
+    q = x if Q is None else x @ jnp.asarray(Q, x.dtype).T
+    k = x if K is None else x @ jnp.asarray(K, x.dtype).T
+    logits = beta * (q @ k.T) + _log_weights(_weights(x, weights))[None, :]
+    if causal:
+        n = x.shape[0]
+        logits = jnp.where(jnp.tril(jnp.ones((n, n), bool)), logits, -jnp.inf)
+    return jax.nn.softmax(logits, axis=-1)
+
+
+def numerical_rank(P, rtol=1e-3) -> jax.Array:
+    """Number of singular values above ``rtol`` times the largest (0 for the zero matrix).
+
+    The attention matrix of the unnormalized R^d model falls to rank <= 3 as it converges to
+    a Boolean matrix (sphere.md §1, "1D Boolean limit"; §10.5 for its decay over time);
+    ``rtol`` sets what counts as numerically zero.
+    """
+    s = jnp.linalg.svd(jnp.asarray(P), compute_uv=False)
+    return jnp.sum(s > rtol * s[0]) * (s[0] > 0)
+
+
+def mean_token(x: Points, weights: Weights | None = None) -> jax.Array:
+    """The barycenter Σ_i w_i x_i (its norm is 1 exactly at a Dirac on the sphere; the
+    β = 0 dynamics is ẋ_i = P⊥_{x_i} of it, sphere.md §1)."""
+    return _weights(x, weights) @ x
+
+
+def energy_rate(x: Points, beta, model: str = "SA", weights: Weights | None = None) -> jax.Array:
+    r"""The dissipation identity for dE_β/dt along SA or USA on the sphere (sphere.md §1):
+
+    USA (GLPR's 1/n): dE/dt = Σ_i w_i |ẋ_i|², ẋ_i = P⊥_{x_i} Σ_j w_j e^{β⟨x_i,x_j⟩} x_j;
+    SA:               dE/dt = Σ_i w_i Z_i |ẋ_i|², Z_i = Σ_j w_j e^{β⟨x_i,x_j⟩},
+                      ẋ_i = P⊥_{x_i} Σ_j w_j e^{β⟨x_i,x_j⟩} x_j / Z_i.
+
+    Written out here from the formulas (not through the attention modules), so tests can
+    set it against the solver's finite-difference dE/dt.
+    """
+    if model not in ("SA", "USA"):
+        raise ValueError(f"model must be 'SA' or 'USA', got {model!r}")
+    w = _weights(x, weights)
+    kern = jnp.exp(beta * (x @ x.T)) * w[None, :]
+    s = kern @ x
+    z = jnp.sum(kern, axis=1)
+    tangent = s - jnp.sum(s * x, axis=1, keepdims=True) * x
+    if model == "USA":
+        return jnp.sum(w * jnp.sum(tangent**2, axis=1))
+    return jnp.sum(w * jnp.sum(tangent**2, axis=1) / z)

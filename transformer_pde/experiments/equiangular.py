@@ -1,0 +1,186 @@
+r"""Equiangular starts against the reduced ODE for the common inner product (sphere.md §1, §8.3).
+
+If the Gram matrix of the start is equiangular, ⟨x_i, x_j⟩ = ρ0 for all i ≠ j (orthogonal
+tokens: ρ0 = 0, which needs d >= n), symmetry keeps it equiangular and ρ(t) solves
+(GLPR `thm: orthogonal`)
+
+$$\text{SA: }\dot\rho=\frac{2e^{\beta\rho}(1-\rho)((n-1)\rho+1)}{e^\beta+(n-1)e^{\beta\rho}},\qquad
+\text{USA: }\dot\rho=\tfrac2n e^{\beta\rho}(1-\rho)((n-1)\rho+1).$$
+
+Fixed points: ρ = 1 (one cluster) and ρ = −1/(n−1) (the regular simplex, stationary). Near
+ρ = 1, 1 − ρ decays like e^{−2t} (SA) and e^{−2e^β t} (USA). The experiment integrates the
+n-token system and the scalar ODE (for the gap u = 1 − ρ, accurate however small u gets)
+with the same adaptive solver and reports the largest deviation over all pairs and times,
+and the late-time decay rates of the gap.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import diffrax
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from .. import plot
+from ..solve import solve
+from ._base import Experiment, register
+from ._common import parse_floats, pid
+from .clustering import MODELS, model_dynamics
+
+
+@dataclasses.dataclass(frozen=True)
+class EquiangularConfig:
+    n: int = 16
+    d: int = 16
+    betas: str = "0.5,1,4"
+    rho0: float = 0.0
+    """Common initial inner product, in [−1/(n−1), 1); 0 = orthogonal tokens."""
+    t1: float = 10.0
+    num_saves: int = 101
+    rtol: float = 1e-8
+    """Relative tolerance of both adaptive solves (Tsit5 with a PID controller)."""
+    seed: int = 0
+
+    def __post_init__(self):
+        if self.n < 2 or self.d < self.n:
+            raise ValueError(f"equiangular starts need n >= 2 and d >= n, got n={self.n}, d={self.d}")
+        if not -1.0 / (self.n - 1) - 1e-12 <= self.rho0 < 1:
+            raise ValueError(f"rho0 must lie in [-1/(n-1), 1) = [{-1 / (self.n - 1):.4g}, 1), "
+                             f"got {self.rho0}")
+        if any(b < 0 for b in self.beta_list):
+            raise ValueError(f"betas must be >= 0, got {self.betas!r}")
+        if not self.t1 > 0 or self.num_saves < 2 or not self.rtol > 0:
+            raise ValueError(f"need t1 > 0, num_saves >= 2, rtol > 0; got {self.t1}, "
+                             f"{self.num_saves}, {self.rtol}")
+
+    @property
+    def beta_list(self):
+        return parse_floats(self.betas, "betas")
+
+
+def equiangular_start(key, n: int, d: int, rho0: float, dtype=None):
+    """n unit vectors in R^d with ⟨x_i, x_j⟩ = rho0 (i ≠ j), randomly rotated.
+
+    Rows of the symmetric square root of G = (1 − ρ0) I + ρ0 11ᵀ (positive semi-definite
+    iff ρ0 >= −1/(n−1)), padded to d columns and rotated by a random orthogonal matrix.
+    """
+    dtype = dtype or jnp.result_type(float)
+    G = (1 - rho0) * np.eye(n) + rho0 * np.ones((n, n))
+    lam, U = np.linalg.eigh(G)
+    X = (U * np.sqrt(np.clip(lam, 0, None))) @ U.T
+    X = np.concatenate([X, np.zeros((n, d - n))], axis=1)
+    R, _ = np.linalg.qr(np.asarray(jax.random.normal(key, (d, d)), dtype=np.float64))
+    X = X @ R
+    return jnp.asarray(X / np.linalg.norm(X, axis=1, keepdims=True), dtype)
+
+
+def reduced_rhs(model: str, n: int, beta):
+    """dρ/dt of GLPR's `thm: orthogonal` (sphere.md §1)."""
+    def sa(t, rho, args):
+        return (2 * jnp.exp(beta * rho) * (1 - rho) * ((n - 1) * rho + 1)
+                / (jnp.exp(beta) + (n - 1) * jnp.exp(beta * rho)))
+
+    def usa(t, rho, args):
+        return 2 / n * jnp.exp(beta * rho) * (1 - rho) * ((n - 1) * rho + 1)
+
+    return sa if model == "SA" else usa
+
+
+def _controller(cfg, dtype):
+    return pid(cfg.rtol, dtype)
+
+
+_FINE = 20  # the reduced ODE is saved on a grid _FINE times finer, to resolve fast rates
+
+
+@eqx.filter_jit
+def _reduced_gap(model, n, beta, rho0, ts, controller):
+    """u = 1 − ρ from u' = −ρ'(1 − u): relative accuracy in the gap, however small it gets."""
+    rhs = reduced_rhs(model, n, beta)
+    term = diffrax.ODETerm(lambda t, u, args: -rhs(t, 1 - u, args))
+    sol = diffrax.diffeqsolve(term, diffrax.Tsit5(), ts[0], ts[-1], 1e-3, 1 - rho0,
+                              saveat=diffrax.SaveAt(ts=ts), stepsize_controller=controller,
+                              max_steps=1_000_000)
+    return sol.ys
+
+
+def compute(cfg: EquiangularConfig, progress: bool = False) -> dict:
+    x0 = equiangular_start(jax.random.key(cfg.seed), cfg.n, cfg.d, cfg.rho0)
+    ts = jnp.linspace(0.0, cfg.t1, cfg.num_saves)
+    off = ~np.eye(cfg.n, dtype=bool)
+    out = {"ts": np.asarray(ts), "betas": np.asarray(cfg.beta_list)}
+    for model in MODELS:
+        rho_sim, rho_ode, gaps, dev, rate = [], [], [], [], []
+        for beta in cfg.beta_list:
+            sol = solve(model_dynamics(model, cfg.d, beta), x0, t1=cfg.t1, dt0=1e-3, saveat=ts,
+                        stepsize_controller=_controller(cfg, x0.dtype), stats=lambda t, x: x @ x.T,
+                        progress=progress)
+            gram = np.asarray(sol.stats)[:, off]  # (T, n(n-1)) pairwise inner products
+            fine = jnp.linspace(0.0, cfg.t1, (cfg.num_saves - 1) * _FINE + 1)
+            gap = np.asarray(_reduced_gap(model, cfg.n, jnp.asarray(beta, x0.dtype),
+                                          jnp.asarray(cfg.rho0, x0.dtype), fine,
+                                          pid(cfg.rtol, x0.dtype, atol_ratio=1e-20)))
+            r = 1 - gap[::_FINE]
+            rho_sim.append(gram.mean(axis=1))
+            rho_ode.append(r)
+            gaps.append(gap[::_FINE])
+            dev.append(np.abs(gram - r[:, None]).max())
+            rate.append(decay_rate(np.asarray(fine), 1 - gap))
+        out[f"rho_{model}"] = np.stack(rho_sim)
+        out[f"rho_ode_{model}"] = np.stack(rho_ode)
+        out[f"gap_ode_{model}"] = np.stack(gaps)
+        out[f"max_deviation_{model}"] = np.asarray(dev)
+        out[f"rate_{model}"] = np.asarray(rate)
+        out[f"predicted_rate_{model}"] = (2.0 * np.ones(len(cfg.beta_list)) if model == "SA"
+                                          else 2.0 * np.exp(np.asarray(cfg.beta_list)))
+    return out
+
+
+def decay_rate(ts, rho, lo=1e-12, hi=1e-4):
+    """−d log(1 − ρ)/dt fitted where 1 − ρ lies in [lo, hi] (NaN if fewer than 3 points)."""
+    gap = 1 - np.asarray(rho)
+    m = (gap > lo) & (gap < hi)
+    if m.sum() < 3:
+        return np.nan
+    return -np.polyfit(ts[m], np.log(gap[m]), 1)[0]
+
+
+def figures(res: dict, cfg: EquiangularConfig, out_dir) -> list:
+    import matplotlib.pyplot as plt
+
+    ts, betas = res["ts"], res["betas"]
+    fig, axs = plt.subplots(2, 2, figsize=(10, 7), layout="constrained")
+    for r, model in enumerate(MODELS):
+        for k, beta in enumerate(betas):
+            c = f"C{k}"
+            axs[r, 0].plot(ts, res[f"rho_ode_{model}"][k], color=c, label=f"ODE, β = {beta:g}")
+            axs[r, 0].plot(ts[::3], res[f"rho_{model}"][k][::3], "o", ms=3, color=c)
+            gap = np.clip(res[f"gap_ode_{model}"][k], 1e-300, None)
+            axs[r, 1].semilogy(ts, gap, color=c,
+                               label=f"β = {beta:g}: rate {res[f'rate_{model}'][k]:.4g} "
+                                     f"(predicted {res[f'predicted_rate_{model}'][k]:.4g})")
+            axs[r, 1].semilogy(ts[::3], np.clip(1 - res[f"rho_{model}"][k][::3], 1e-300, None), "o",
+                               ms=3, color=c)
+        axs[r, 0].set_title(f"{model}: ⟨x_i,x_j⟩ (dots: n={cfg.n} tokens, max dev "
+                            f"{res[f'max_deviation_{model}'].max():.1e})", fontsize=9)
+        axs[r, 0].set_ylabel("ρ(t)")
+        axs[r, 1].set_ylabel("1 − ρ(t)")
+        axs[r, 1].set_ylim(1e-12, 2)
+        for ax in axs[r]:
+            ax.set_xlabel("t")
+            ax.grid(alpha=0.3)
+            ax.legend(fontsize=7)
+    return [plot.save_figure(fig, out_dir / "equiangular.png")]
+
+
+register(Experiment(
+    name="equiangular",
+    summary="orthogonal starts (d >= n) against the reduced ODE for the common inner product, SA/USA",
+    config=EquiangularConfig,
+    compute=compute,
+    figures=figures,
+    tiny={"n": 6, "d": 6, "betas": "1,3", "t1": 8.0, "num_saves": 33},
+))

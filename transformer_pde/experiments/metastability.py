@@ -1,0 +1,275 @@
+r"""Dynamic metastability (GKPR; sphere.md §2, §8.5 and §10.3).
+
+Two measurements:
+
+1. **Caps are left only after times growing like e^{cβ}.** Tokens start in k caps
+   S_q(ε) = {x : ⟨x, w_q⟩ >= 1 − ε} on S^1 whose centers are θ0 apart. Under SA each cap
+   collapses to a point cluster within O(1) time; the clusters then attract each other with
+   a force ∝ e^{−β(1 − cos θ0)}, so the first time a token leaves its cap S_q(2ε) grows
+   like e^{(1 − cos θ0)β}. The theorem (sphere.md §2) guarantees at least
+   T₂ = (ε/n) e^{(1 − α)β} with α = max{⟨x, y⟩ : x ∈ S_p(2ε), y ∈ S_q(2ε), p ≠ q}.
+   Each cap's tokens sit symmetrically about its center, so the collapsed clusters are
+   θ0 apart.
+
+2. **The energy staircase** (n = 5 on the circle, the authors' set-up, sphere.md §10.3).
+   USA with GKPR's weights e^{β(cos(θ_j − θ_i) − 1)}/n, followed with normalized-gradient
+   steps θ ← θ + h log β · g/|g| (the time change dτ = |g| dt/log β of GKPR §6, i.e. arc
+   length over log β), and merging of tokens closer than 1/sqrt(β log β) (the modified USA
+   of the theorem). The normalized energy φ = (1/n²) Σ e^{β(cos(θ_i − θ_j) − 1)} (with the
+   erratum's normalization) then shows plateaus at Σ_k (m_k/n)² for the cluster masses m_k:
+   0.28, 0.44, 0.52 for sizes (2,1,1,1), (3,1,1), (3,2), then 1; in rescaled time the
+   collapse comes near 0.12 (β = 500), 0.10 (β = 2000), 0.092 (β = 4000).
+
+   The staircase works in angles: in ambient coordinates the tangential force between
+   clusters, e^{−β(1 − cos Δ)} ~ e^{−80} here, lies far below the rounding error of the
+   projection P⊥ applied to the self-interaction term, so it would be lost.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from .. import plot
+from ..attention import SoftmaxAttention
+from ..diagnostics import cluster_labels, cluster_masses, normalized_energy
+from ..solve import solve
+from ..spaces import Sphere
+from ._base import Experiment, register
+from ._common import parse_floats, pid
+
+# sphere.md §10.3 (authors' code rerun): plateau values and collapse times in rescaled time.
+PUBLISHED_PLATEAUS = np.array([0.28, 0.44, 0.52, 1.0])
+PUBLISHED_COLLAPSE = {500.0: 0.12, 2000.0: 0.10, 4000.0: 0.092}
+
+
+@dataclasses.dataclass(frozen=True)
+class MetastabilityConfig:
+    # Part 1: caps.
+    cap_betas: str = "2,3,4,5,6,7,8"
+    num_caps: int = 2
+    per_cap: int = 4
+    cap_angle: float = 1.5707963267948966
+    """Angle θ0 between neighbouring cap centers on S^1 (default π/2)."""
+    eps: float = 0.05
+    rtol: float = 1e-6
+    # Part 2: staircase.
+    stair_betas: str = "500,1000,1500,2000,3000,4000"
+    theta0: str = "0,0.5,2,4,7"
+    """Start θ_i = ½ · theta0_i · log β₀ / sqrt(β₀), β₀ = theta_beta (the authors' start)."""
+    theta_beta: float = 2000.0
+    step: float = 1e-5
+    tau_max: float = 0.2
+    save_every: int = 100
+
+    def __post_init__(self):
+        if any(b <= 0 for b in self.cap_beta_list) or any(b <= 1 for b in self.stair_beta_list):
+            raise ValueError(f"need cap_betas > 0 and stair_betas > 1, got {self.cap_betas!r}, "
+                             f"{self.stair_betas!r}")
+        if self.num_caps < 2 or self.per_cap < 1:
+            raise ValueError(f"need num_caps >= 2 and per_cap >= 1, got {self.num_caps}, {self.per_cap}")
+        if not 0 < self.eps < 1 / 16:
+            raise ValueError(f"eps must lie in (0, 1/16) (sphere.md §2), got {self.eps}")
+        if not 2 * np.arccos(1 - 2 * self.eps) < self.cap_angle <= 2 * np.pi / self.num_caps:
+            raise ValueError(f"cap_angle={self.cap_angle} must separate the 2ε-caps and fit "
+                             f"{self.num_caps} caps on the circle")
+        if len(self.theta_list) < 2:
+            raise ValueError(f"theta0 must list >= 2 angles, got {self.theta0!r}")
+        if not (self.step > 0 and self.tau_max > self.step and self.save_every >= 1):
+            raise ValueError(f"need step > 0, tau_max > step, save_every >= 1; got {self.step}, "
+                             f"{self.tau_max}, {self.save_every}")
+
+    cap_beta_list = property(lambda self: parse_floats(self.cap_betas, "cap_betas"))
+    stair_beta_list = property(lambda self: parse_floats(self.stair_betas, "stair_betas"))
+    theta_list = property(lambda self: parse_floats(self.theta0, "theta0"))
+
+
+def _circle(theta):
+    return jnp.stack([jnp.cos(theta), jnp.sin(theta)], axis=-1)
+
+
+def cap_alpha(eps, angle):
+    """α(ε) = max ⟨x, y⟩ over the 2ε-caps of two centers ``angle`` apart (sphere.md §2)."""
+    return float(np.cos(angle - 2 * np.arccos(1 - 2 * eps)))
+
+
+# ----------------------------------------------------------------------------- part 1
+def cap_start(cfg: MetastabilityConfig):
+    """Tokens symmetric about each cap center, spread over the whole ε-cap; their caps."""
+    r1 = np.arccos(1 - cfg.eps)
+    offsets = np.linspace(-r1, r1, cfg.per_cap) if cfg.per_cap > 1 else np.zeros(1)
+    centers = np.arange(cfg.num_caps) * cfg.cap_angle
+    theta = (centers[:, None] + offsets[None, :]).ravel()
+    return _circle(jnp.asarray(theta)), _circle(jnp.asarray(centers)), np.repeat(
+        np.arange(cfg.num_caps), cfg.per_cap)
+
+
+def exit_times(cfg: MetastabilityConfig):
+    """First save time at which some token has left its cap S_q(2ε), for each β."""
+    x0, W, q = cap_start(cfg)
+    Wq = W[jnp.asarray(q)]
+    grid = jnp.concatenate([jnp.zeros(1), jnp.geomspace(1e-3, 1.0, 400)])
+    out, t1s = [], []
+    for beta in cfg.cap_beta_list:
+        # the exit is expected near e^{(1 - cos θ0) β}; look 50x beyond
+        t1 = 50.0 * np.exp(beta * (1 - np.cos(cfg.cap_angle))) + 10.0
+        sol = solve(Sphere(SoftmaxAttention.identity(2, beta)), x0, t1=t1, dt0=1e-2, saveat=grid * t1,
+                    stepsize_controller=pid(cfg.rtol, x0.dtype), max_steps=2_000_000,
+                    stats=lambda t, x: jnp.min(jnp.sum(x * Wq, axis=1)))
+        inner = np.asarray(sol.stats)
+        left = np.nonzero(inner < 1 - 2 * cfg.eps)[0]
+        out.append(float(grid[left[0]] * t1) if left.size else np.inf)
+        t1s.append(t1)
+    return np.asarray(out), np.asarray(t1s)
+
+
+# ----------------------------------------------------------------------------- part 2
+def staircase_start(cfg: MetastabilityConfig):
+    b0 = cfg.theta_beta
+    return 0.5 * np.asarray(cfg.theta_list) * np.log(b0) / np.sqrt(b0)
+
+
+def _staircase(theta0, beta, h, num_chunks, every):
+    """Normalized-gradient USA on the circle, with merging; φ and masses every ``every`` steps."""
+    log_beta = jnp.log(beta)
+    merge = jnp.cos(1.0 / jnp.sqrt(beta * log_beta))
+
+    def step(theta, _):
+        diff = theta[None, :] - theta[:, None]  # θ_j − θ_i
+        # exponent β(cos Δ − 1) = −2β sin²(Δ/2) (no cancellation at small Δ), shifted by its
+        # largest value over distinct pairs: only the direction of g is used, and the shift
+        # keeps the inter-cluster terms (~e^{−60} and below) from underflowing in float32
+        a = -2 * beta * jnp.sin(diff / 2) ** 2
+        distinct = jnp.sin(diff) != 0
+        c = jnp.max(jnp.where(distinct, a, -jnp.inf))
+        c = jnp.where(jnp.isfinite(c), c, 0.0)
+        g = jnp.sum(jnp.where(distinct, jnp.exp(a - c) * jnp.sin(diff), 0.0), axis=1)
+        norm = jnp.linalg.norm(g)
+        theta = theta + h * log_beta * jnp.where(norm > 0, g / jnp.where(norm > 0, norm, 1.0), 0.0)
+        x = _circle(theta)
+        labels = cluster_labels(x, merge)
+        s = jnp.zeros_like(x).at[labels].add(x)  # merged clusters sit at their mean direction
+        return jnp.arctan2(s[labels, 1], s[labels, 0]), None
+
+    def chunk(theta, _):
+        theta, _ = jax.lax.scan(step, theta, None, length=every)
+        x = _circle(theta)
+        return theta, (normalized_energy(x, beta), cluster_masses(x, 1 - 1e-6), theta)
+
+    _, out = jax.lax.scan(chunk, theta0, None, length=num_chunks)
+    return out
+
+
+def staircase(cfg: MetastabilityConfig):
+    theta0 = jnp.asarray(staircase_start(cfg))
+    betas = jnp.asarray(cfg.stair_beta_list, dtype=theta0.dtype)
+    num_chunks = int(round(cfg.tau_max / (cfg.step * cfg.save_every)))
+    run = jax.jit(jax.vmap(_staircase, in_axes=(None, 0, None, None, None)), static_argnums=(3, 4))
+    phi, masses, theta = run(theta0, betas, cfg.step, num_chunks, cfg.save_every)
+    taus = cfg.step * cfg.save_every * np.arange(1, num_chunks + 1)
+    return taus, np.asarray(phi), np.asarray(masses), np.asarray(theta)
+
+
+def plateau_values(n: int, masses) -> np.ndarray:
+    """Σ_k (m_k)² for mass vectors (rows), the predicted plateau heights."""
+    return np.sum(np.asarray(masses) ** 2, axis=-1)
+
+
+def collapse_times(taus, phi, level=0.999):
+    """First rescaled time with φ >= level, per β (inf if never)."""
+    hit = phi >= level
+    return np.where(hit.any(axis=1), taus[np.argmax(hit, axis=1)], np.inf)
+
+
+def predicted_exit_time(betas, cfg: MetastabilityConfig):
+    """T ≈ e^{β(1 − cos θ0)} / (2β sin² θ0) for two caps [derived for this spec].
+
+    After the caps collapse, two point clusters of equal mass at angle θ obey
+    dθ/dt = −2 e^{−β(1 − cos θ)} sin θ (SA); the time to close any fixed gap is dominated by
+    the start, ∫ e^{β(1−cos θ)}/(2 sin θ) dθ ≈ e^{β(1−cos θ0)}/(2β sin²θ0) as β → ∞.
+    NaN for more than two caps."""
+    b = np.asarray(betas, dtype=float)
+    if cfg.num_caps != 2:
+        return np.full(b.shape, np.nan)
+    th = cfg.cap_angle
+    return np.exp(b * (1 - np.cos(th))) / (2 * b * np.sin(th) ** 2)
+
+
+def compute(cfg: MetastabilityConfig, progress: bool = False) -> dict:
+    exits, t1s = exit_times(cfg)
+    betas = np.asarray(cfg.cap_beta_list)
+    n_cap = cfg.num_caps * cfg.per_cap
+    alpha = cap_alpha(cfg.eps, cfg.cap_angle)
+    ok = np.isfinite(exits)
+    # log(β T) is linear in β with slope 1 − cos θ0 (see predicted_exit_time)
+    slope = np.polyfit(betas[ok], np.log(betas[ok] * exits[ok]), 1)[0] if ok.sum() >= 2 else np.nan
+    taus, phi, masses, theta = staircase(cfg)
+    return {
+        "cap_betas": betas, "exit_times": exits, "cap_horizons": t1s,
+        "theorem_T2": cfg.eps / n_cap * np.exp((1 - alpha) * betas),
+        "alpha": np.asarray(alpha), "predicted_exit": predicted_exit_time(betas, cfg),
+        "exit_slope": np.asarray(slope),
+        "predicted_slope": np.asarray(1 - np.cos(cfg.cap_angle)),
+        "stair_betas": np.asarray(cfg.stair_beta_list), "taus": taus, "phi": phi,
+        "masses": masses, "thetas": theta, "theta_start": staircase_start(cfg),
+        "plateau_prediction": plateau_values(len(cfg.theta_list), masses),
+        "collapse_times": collapse_times(taus, phi),
+        "published_plateaus": PUBLISHED_PLATEAUS,
+    }
+
+
+def figures(res: dict, cfg: MetastabilityConfig, out_dir) -> list:
+    import matplotlib.pyplot as plt
+
+    fig, axs = plt.subplots(1, 3, figsize=(16, 4.4), layout="constrained",
+                            gridspec_kw={"width_ratios": [1, 1.6, 1]})
+    ax = axs[0]
+    b = res["cap_betas"]
+    ax.semilogy(b, res["exit_times"], "o-", label=f"first exit from a 2ε-cap (d log(βT)/dβ = "
+                f"{float(res['exit_slope']):.3f})")
+    ax.semilogy(b, res["theorem_T2"], "k:", label=f"theorem: (ε/n)e^{{(1−α)β}}, α={float(res['alpha']):.3f}")
+    ax.semilogy(b, res["predicted_exit"], "--", color="0.5",
+                label=f"e^{{(1−cos θ0)β}}/(2β sin²θ0); fitted d log(βT)/dβ vs 1−cos θ0 = "
+                      f"{float(res['predicted_slope']):.3f}")
+    ax.set_xlabel("β")
+    ax.set_ylabel("time")
+    ax.set_title(f"SA on S^1: {cfg.num_caps} caps × {cfg.per_cap} tokens, ε = {cfg.eps}", fontsize=9)
+    ax.legend(fontsize=7)
+    ax.grid(alpha=0.3)
+    ax = axs[1]
+    taus = res["taus"]
+    for k, beta in enumerate(res["stair_betas"]):
+        ax.plot(taus, res["phi"][k], label=f"β = {beta:g}", lw=1.2)
+    for v in PUBLISHED_PLATEAUS:
+        ax.axhline(v, color="0.6", ls=":", lw=0.8)
+    for tc in PUBLISHED_COLLAPSE.values():
+        ax.axvline(tc, color="0.8", lw=0.8)
+    ax.set_xlabel("rescaled time τ (arc length / log β)")
+    ax.set_ylabel("normalized energy φ")
+    ax.set_title("energy staircase, n = 5 (dotted: Σ(m_k/n)² = 0.28, 0.44, 0.52, 1; "
+                 "grey: published collapse)", fontsize=9)
+    ax.legend(fontsize=7)
+    ax.grid(alpha=0.2)
+    ax = axs[2]
+    k = int(np.argmin(np.abs(res["stair_betas"] - 2000.0)))
+    th = res["thetas"][k]
+    for i in range(th.shape[1]):
+        ax.plot(taus, th[:, i], lw=1)
+    ax.set_xlabel("rescaled time τ")
+    ax.set_ylabel("θ_i")
+    ax.set_title(f"angles, β = {res['stair_betas'][k]:g}: sequential merging", fontsize=9)
+    ax.grid(alpha=0.3)
+    return [plot.save_figure(fig, out_dir / "metastability.png")]
+
+
+register(Experiment(
+    name="metastability",
+    summary="caps left after times ~e^{cβ}; the energy staircase on S^1 with plateaus Σ(m_k/n)² (GKPR)",
+    config=MetastabilityConfig,
+    compute=compute,
+    figures=figures,
+    tiny={"cap_betas": "2,4,6", "stair_betas": "2000,4000", "tau_max": 0.12},
+))

@@ -1,0 +1,185 @@
+"""Phase diagram of clustering on the circle (GKPR/GLPR; sphere.md §2 and §10.4).
+
+SA with Q = K = V = I on S^1 (d = 2), n = 32 tokens, a batch of uniform starts, over a grid
+of β (vmapped: one compiled program for the whole grid and batch) and times t. For each
+(β, t) we record the mean over the batch of
+
+* the fraction of ordered pairs i ≠ j with ⟨x_i, x_j⟩ > 0.999 (the authors' "density"),
+* the number of clusters (single linkage at the same threshold).
+
+Small β: one cluster by t ≈ 10; large β: long-lived metastable clusters, so the fraction at
+t = 30 falls with β. The default size matches the authors' run of sphere.md §10.4
+(batch 256, step 0.1, their discretization x ← N(x + h Γ(x))); the published fractions are
+saved alongside ours (``published_*``) and drawn on the figure.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import diffrax
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from .. import plot
+from ..attention import SoftmaxAttention
+from ..diagnostics import cluster_count, clustered_pair_fraction
+from ..solve import solve
+from ..spaces import Sphere, uniform_sphere
+from ._base import Experiment, register
+from ._common import ResidualSphere, circle_angles
+
+# sphere.md §10.4: fraction of clustered pairs, rows β, columns t = 7.5 and 30.
+PUBLISHED_BETAS = np.array([1.0, 11 / 3, 19 / 3, 9.0])
+PUBLISHED_TIMES = np.array([7.5, 30.0])
+PUBLISHED_FRACTION = np.array([[0.50, 1.00], [0.39, 0.53], [0.31, 0.41], [0.28, 0.34]])
+
+
+@dataclasses.dataclass(frozen=True)
+class PhaseDiagramConfig:
+    n: int = 32
+    d: int = 2
+    batch: int = 256
+    beta_min: float = 1.0
+    beta_max: float = 9.0
+    num_betas: int = 25
+    """β grid: linspace(beta_min, beta_max, num_betas); the default holds 1, 11/3, 19/3, 9."""
+    t1: float = 30.0
+    dt: float = 0.1
+    num_saves: int = 61
+    threshold: float = 0.999
+    step: str = "residual"
+    """'residual': x ← N(x + h Γ(x)) (the authors' code, sphere.md §9); 'projected':
+    x ← N(x + h P⊥Γ(x)) (explicit Euler for tp.Sphere)."""
+    seed: int = 0
+
+    def __post_init__(self):
+        if self.n < 2 or self.d < 2 or self.batch < 1 or self.num_betas < 1:
+            raise ValueError(f"need n >= 2, d >= 2, batch >= 1, num_betas >= 1; got n={self.n}, "
+                             f"d={self.d}, batch={self.batch}, num_betas={self.num_betas}")
+        if not 0 <= self.beta_min <= self.beta_max:
+            raise ValueError(f"need 0 <= beta_min <= beta_max, got {self.beta_min}, {self.beta_max}")
+        if not self.t1 > 0 or not self.dt > 0 or self.num_saves < 2:
+            raise ValueError(f"need t1 > 0, dt > 0, num_saves >= 2; got t1={self.t1}, dt={self.dt}, "
+                             f"num_saves={self.num_saves}")
+        if self.step not in ("residual", "projected"):
+            raise ValueError(f"step must be 'residual' or 'projected', got {self.step!r}")
+
+
+def _dynamics(cfg, beta):
+    attn = SoftmaxAttention.identity(cfg.d, beta)
+    return ResidualSphere(attn) if cfg.step == "residual" else Sphere(attn)
+
+
+def run_grid(cfg: PhaseDiagramConfig, betas, ts, stats, keys):
+    """``stats(t, x)`` at ``ts`` for every β in ``betas`` and every start key: vmapped twice."""
+
+    def one(beta, key):
+        x0 = uniform_sphere(key, cfg.n, cfg.d)
+        sol = solve(_dynamics(cfg, beta), x0, t1=cfg.t1, dt0=cfg.dt, saveat=ts,
+                    solver=diffrax.Euler(), stats=stats)
+        return sol.stats
+
+    return jax.jit(jax.vmap(lambda b: jax.vmap(lambda k: one(b, k))(keys)))(betas)
+
+
+def compute(cfg: PhaseDiagramConfig, progress: bool = False) -> dict:
+    betas = jnp.linspace(cfg.beta_min, cfg.beta_max, cfg.num_betas)
+    ts = jnp.linspace(0.0, cfg.t1, cfg.num_saves)
+    keys = jax.random.split(jax.random.key(cfg.seed), cfg.batch)
+
+    def stats(t, x):
+        # float counts: diffrax pre-fills outputs with inf, which does not cast to int
+        return clustered_pair_fraction(x, cfg.threshold), cluster_count(x, cfg.threshold).astype(x.dtype)
+
+    frac, count = run_grid(cfg, betas, ts, stats, keys)
+    # One start, a few β: the states themselves, for the angle histograms.
+    hist_betas = jnp.asarray(np.unique(np.clip(PUBLISHED_BETAS, cfg.beta_min, cfg.beta_max)))
+    hist_ts = jnp.asarray([0.0, min(7.5, cfg.t1), cfg.t1])
+    states = run_grid(cfg, hist_betas, hist_ts, lambda t, x: x, keys[:1])[:, 0]
+    return {
+        "betas": np.asarray(betas), "ts": np.asarray(ts),
+        "fraction": np.asarray(frac.mean(axis=1)), "fraction_sem": np.asarray(
+            frac.std(axis=1) / np.sqrt(cfg.batch)),
+        "clusters": np.asarray(count.mean(axis=1)),
+        "hist_betas": np.asarray(hist_betas), "hist_ts": np.asarray(hist_ts),
+        "hist_angles": np.asarray(circle_angles(states)) if cfg.d == 2 else np.zeros(0),
+        "published_betas": PUBLISHED_BETAS, "published_ts": PUBLISHED_TIMES,
+        "published_fraction": PUBLISHED_FRACTION,
+        "measured_at_published": published_comparison(np.asarray(betas), np.asarray(ts),
+                                                      np.asarray(frac.mean(axis=1))),
+    }
+
+
+def published_comparison(betas, ts, fraction):
+    """Our fraction at the (β, t) of sphere.md §10.4 (nearest grid point), shape (4, 2)."""
+    out = np.full(PUBLISHED_FRACTION.shape, np.nan)
+    for a, b in enumerate(PUBLISHED_BETAS):
+        i = int(np.argmin(np.abs(betas - b)))
+        if abs(betas[i] - b) > 1e-6 * max(1.0, b):
+            continue
+        for c, t in enumerate(PUBLISHED_TIMES):
+            j = int(np.argmin(np.abs(ts - t)))
+            if abs(ts[j] - t) < 1e-6 * max(1.0, t):
+                out[a, c] = fraction[i, j]
+    return out
+
+
+def figures(res: dict, cfg: PhaseDiagramConfig, out_dir) -> list:
+    import matplotlib.pyplot as plt
+
+    betas, ts = res["betas"], res["ts"]
+    fig, axs = plt.subplots(1, 3, figsize=(16, 4.4), layout="constrained")
+    ext = [ts[0], ts[-1], betas[0], betas[-1]]
+    for ax, key, label in ((axs[0], "fraction", "fraction of clustered pairs"),
+                           (axs[1], "clusters", "mean number of clusters")):
+        im = ax.imshow(res[key], origin="lower", aspect="auto", extent=ext,
+                       cmap="viridis" if key == "fraction" else "magma_r",
+                       norm=None if key == "fraction" else plt.matplotlib.colors.LogNorm())
+        fig.colorbar(im, ax=ax, label=label)
+        ax.set_xlabel("t (depth)")
+        ax.set_ylabel("β")
+        ax.set_title(f"SA on S^{cfg.d - 1}: {label}")
+    ax = axs[2]
+    meas = res["measured_at_published"]
+    for a, b in enumerate(PUBLISHED_BETAS):
+        i = int(np.argmin(np.abs(betas - b)))
+        (line,) = ax.plot(ts, res["fraction"][i], label=f"β = {betas[i]:.3g}")
+        ax.plot(PUBLISHED_TIMES, PUBLISHED_FRACTION[a], "o", color=line.get_color(), mfc="none")
+        if np.isfinite(meas[a]).all():
+            ax.plot(PUBLISHED_TIMES, meas[a], "x", color=line.get_color())
+    ax.set_xlabel("t (depth)")
+    ax.set_ylabel("fraction of clustered pairs")
+    ax.set_title(f"batch {cfg.batch}: ours (lines, ×), published §10.4 (○)")
+    ax.legend(fontsize=8)
+    ax.grid(alpha=0.3)
+    paths = [plot.save_figure(fig, out_dir / "phase_diagram.png")]
+
+    if cfg.d == 2 and res["hist_angles"].size:
+        hb, ht, ang = res["hist_betas"], res["hist_ts"], res["hist_angles"]
+        fig, axs = plt.subplots(len(hb), len(ht), figsize=(3.2 * len(ht), 1.9 * len(hb)),
+                                sharex=True, squeeze=False)
+        bins = np.linspace(-np.pi, np.pi, 91)
+        for a in range(len(hb)):
+            for c in range(len(ht)):
+                ax = axs[a, c]
+                ax.hist(ang[a, c], bins=bins, color="C0")
+                ax.set_title(f"β = {hb[a]:.3g}, t = {ht[c]:g}", fontsize=9)
+                ax.set_yticks([])
+        for ax in axs[-1]:
+            ax.set_xlabel("angle θ_i on S^1")
+        fig.suptitle(f"token angles, one uniform start, n = {cfg.n}")
+        fig.tight_layout()
+        paths.append(plot.save_figure(fig, out_dir / "angle_histograms.png"))
+    return paths
+
+
+register(Experiment(
+    name="phase-diagram",
+    summary="clustered pairs and clusters over (β, t) on S^1, n=32, batch of starts (GKPR §10.4)",
+    config=PhaseDiagramConfig,
+    compute=compute,
+    figures=figures,
+    tiny={"batch": 48, "num_betas": 4, "num_saves": 5, "t1": 30.0},
+))
