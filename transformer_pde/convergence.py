@@ -195,7 +195,8 @@ def _run_gaussian(dynamics, mean0, cov0, keys, n, ts, t1, dt0, solver, w2_epsilo
     dtype = mean0.dtype
 
     def one(key):
-        kx, ky = jax.random.split(key)
+        # independent samples across n (fold in n): the fits treat the n's as independent
+        kx, ky = jax.random.split(jax.random.fold_in(key, n))
         L = jnp.linalg.cholesky(cov0)
         x0 = mean0 + jax.random.normal(kx, (n, mean0.shape[0]), dtype) @ L.T
         w = jnp.full((n,), 1.0 / n, dtype)
@@ -229,7 +230,7 @@ def _run_reference(dynamics, sampler, keys, ref_key, n, n_ref, ts, t1, dt0, solv
     solver = _retracting(dynamics, solver)
 
     def one(key):
-        x0 = sampler(key, n).astype(dtype)
+        x0 = sampler(jax.random.fold_in(key, n), n).astype(dtype)
         w = jnp.full((n,), 1.0 / n, dtype)
 
         def rhs(t, y, args):
