@@ -449,9 +449,9 @@ def rate_table(result: ConvergenceResult, metrics=None, time_index: int = -1) ->
     return rows
 
 
-def geometric_ns(lo: int, hi: int) -> np.ndarray:
-    """Powers of two from 2^lo to 2^hi."""
-    return 2 ** np.arange(int(lo), int(hi) + 1)
+def geometric_ns(lo: int, hi: int, step: int = 1) -> np.ndarray:
+    """Powers of two 2^lo, 2^(lo + step), ..., up to 2^hi."""
+    return 2 ** np.arange(int(lo), int(hi) + 1, int(step))
 
 
 __all__ = [

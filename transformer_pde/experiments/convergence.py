@@ -45,6 +45,7 @@ class ConvergenceConfig:
     beta: float = 1.0
     log2_n_min: int = 6
     log2_n_max: int = 16
+    log2_n_step: int = 1
     seeds: int = 4
     t1: float = 1.0
     dt: float = 0.05
@@ -65,6 +66,8 @@ class ConvergenceConfig:
         if not 1 <= self.log2_n_min < self.log2_n_max:
             raise ValueError(f"need 1 <= log2_n_min < log2_n_max, got {self.log2_n_min}, "
                              f"{self.log2_n_max}")
+        if self.log2_n_step < 1:
+            raise ValueError(f"log2_n_step must be >= 1, got {self.log2_n_step}")
         if self.seeds < 2:
             raise ValueError(f"need seeds >= 2 for confidence bands, got {self.seeds}")
         if not self.t1 > 0 or not self.dt > 0 or self.num_times < 2:
@@ -90,7 +93,7 @@ def setup(cfg: ConvergenceConfig):
 
 def compute(cfg: ConvergenceConfig, progress: bool = False) -> dict:
     dyn, law = setup(cfg)
-    ns = geometric_ns(cfg.log2_n_min, cfg.log2_n_max)
+    ns = geometric_ns(cfg.log2_n_min, cfg.log2_n_max, cfg.log2_n_step)
     ts = np.linspace(0.0, cfg.t1, cfg.num_times)
     res = convergence_study(dyn, law, ns, t1=cfg.t1, dt0=cfg.dt, ts=ts, seeds=range(cfg.seeds),
                             n_ref=2**cfg.log2_n_ref, w2_epsilon=cfg.w2_epsilon,
@@ -184,6 +187,6 @@ register(Experiment(
     config=ConvergenceConfig,
     compute=compute,
     figures=figures,
-    tiny={"log2_n_min": 4, "log2_n_max": 8, "seeds": 6, "t1": 0.5, "dt": 0.1, "num_times": 2,
-          "log2_w2_max": 6},
+    tiny={"log2_n_min": 4, "log2_n_max": 10, "log2_n_step": 3, "seeds": 12, "t1": 0.5, "dt": 0.1,
+          "num_times": 2, "log2_w2_max": 0},
 ))
