@@ -140,13 +140,10 @@ def sinkhorn_w2(x, y, epsilon, *, a=None, b=None, max_iterations: int = 2000,
     S_ε → W_2² as ε → 0 (bias O(ε²) for smooth data); ε is explicit, never ott's data-scaled
     default (STYLE.md). ``batch_size`` recomputes the cost in blocks (memory O(n · batch)).
     """
-    from ott.geometry import pointcloud
-    from ott.tools import sinkhorn_divergence as sd
+    from .interpolation import sinkhorn_divergence
 
-    div, _ = sd.sinkhorn_divergence(
-        pointcloud.PointCloud, x, y, epsilon=epsilon, batch_size=batch_size, a=a, b=b,
-        solve_kwargs={"max_iterations": max_iterations, "threshold": threshold},
-    )
+    div = sinkhorn_divergence(x, y, epsilon, a=a, b=b, max_iterations=max_iterations,
+                              threshold=threshold, batch_size=batch_size)
     return jnp.sqrt(jnp.clip(div, 0.0))
 
 

@@ -98,17 +98,24 @@ def fit(
         raise ValueError("nothing to train: the trainable filter selects no floating array")
     opt_state = optimizer.init(params)
 
-    @eqx.filter_jit
-    def step(params, opt_state):
-        def f(p):
-            value = loss(eqx.combine(p, static))
-            if jnp.ndim(value) != 0:
-                raise ValueError(f"loss must return a scalar, got shape {jnp.shape(value)}")
-            return value
+    def objective(p):
+        value = loss(eqx.combine(p, static))
+        if jnp.ndim(value) != 0:
+            raise ValueError(f"loss must return a scalar, got shape {jnp.shape(value)}")
+        return value
 
-        value, grads = eqx.filter_value_and_grad(f)(params)
+    # one compiled value-and-gradient serves every step and the final loss
+    value_and_grad = eqx.filter_jit(eqx.filter_value_and_grad(objective))
+
+    @eqx.filter_jit
+    def update(grads, opt_state, params):
         updates, opt_state = optimizer.update(grads, opt_state, params)
-        return eqx.apply_updates(params, updates), opt_state, value
+        return eqx.apply_updates(params, updates), opt_state
+
+    def step(params, opt_state):
+        value, grads = value_and_grad(params)
+        params, opt_state = update(grads, opt_state, params)
+        return params, opt_state, value
 
     bar = None
     if progress is True:
@@ -129,9 +136,8 @@ def fit(
             progress(k, losses[k])
     if bar is not None:
         bar.close()
-    model = eqx.combine(params, static)
-    final = float(eqx.filter_jit(loss)(model))
-    return FitResult(model, losses, final)
+    final = float(value_and_grad(params)[0])
+    return FitResult(eqx.combine(params, static), losses, final)
 
 
 def checkpointed_adjoint(num_steps: int, memory: int | None = None) -> diffrax.RecursiveCheckpointAdjoint:

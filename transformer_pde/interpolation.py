@@ -15,6 +15,7 @@ targets ν^i, by gradient descent through the solver (:func:`tp.fit`).
 
 from __future__ import annotations
 
+import equinox as eqx
 import jax
 import jax.numpy as jnp
 
@@ -113,21 +114,26 @@ def flow(model, inputs, *, t1, dt0, weights=None, solver=None, adjoint=None):
     return jax.vmap(one)(inputs, w)
 
 
+@eqx.filter_jit
 def sinkhorn_divergence(x, y, epsilon, *, a=None, b=None, max_iterations: int = 1000,
-                        threshold: float = 1e-5):
+                        threshold: float = 1e-5, batch_size: int | None = None):
     r"""Debiased Sinkhorn divergence S_ε(Σ a_i δ_{x_i}, Σ b_j δ_{y_j}) with cost |x − y|² (ott-jax).
 
-    S_ε = OT_ε(μ, ν) − ½ OT_ε(μ, μ) − ½ OT_ε(ν, ν) ≥ 0, zero iff μ = ν; ε is explicit.
+    S_ε = OT_ε(μ, ν) − ½ OT_ε(μ, μ) − ½ OT_ε(ν, ν) ≥ 0, zero iff μ = ν; ε is explicit (never
+    ott's data-scaled default). Differentiable (ott's implicit differentiation). ``batch_size``
+    recomputes the cost in blocks instead of storing it (memory O(n · batch_size)).
     """
     from ott.geometry import pointcloud
     from ott.tools import sinkhorn_divergence as sd
 
     div, _ = sd.sinkhorn_divergence(pointcloud.PointCloud, x, y, epsilon=epsilon, a=a, b=b,
+                                    batch_size=batch_size,
                                     solve_kwargs={"max_iterations": max_iterations,
                                                   "threshold": threshold})
     return div
 
 
+@eqx.filter_jit
 def interpolation_loss(model, inputs, targets, *, t1, dt0, epsilon, solver=None, adjoint=None):
     """Mean over i of S_ε(Φ_T#μ^i, ν^i): ``inputs (N, n, d)``, ``targets (N, m, d)``."""
     targets = jnp.asarray(targets)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 
+import diffrax
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -23,6 +24,9 @@ from ..spaces import Sphere
 from ._base import Experiment, register
 
 
+_SOLVERS = {"euler": diffrax.Euler, "heun": diffrax.Heun, "tsit5": diffrax.Tsit5}
+
+
 @dataclasses.dataclass(frozen=True)
 class InterpolationConfig:
     num_measures: int = 3
@@ -31,7 +35,9 @@ class InterpolationConfig:
     width: int = 16
     t1: float = 3.0
     substeps: int = 2
-    """solver steps per layer (Tsit5)."""
+    """solver steps per layer."""
+    solver: str = "heun"
+    """'euler' (the discrete layer-normalized Transformer), 'heun' or 'tsit5'."""
     epsilon: float = 0.01
     steps: int = 300
     learning_rate: float = 0.03
@@ -45,6 +51,8 @@ class InterpolationConfig:
         if not self.t1 > 0 or self.substeps < 1 or self.steps < 1:
             raise ValueError(f"need t1 > 0, substeps >= 1, steps >= 1; got {self.t1}, "
                              f"{self.substeps}, {self.steps}")
+        if self.solver not in _SOLVERS:
+            raise ValueError(f"solver must be one of {sorted(_SOLVERS)}, got {self.solver!r}")
         if not self.epsilon > 0 or not self.learning_rate > 0 or not self.spread > 0:
             raise ValueError(f"epsilon, learning_rate and spread must be > 0, got {self.epsilon}, "
                              f"{self.learning_rate}, {self.spread}")
@@ -66,14 +74,16 @@ def problem(cfg: InterpolationConfig, d: int = 3):
 def compute(cfg: InterpolationConfig, progress: bool = False) -> dict:
     inputs, targets, model = problem(cfg)
     dt0 = cfg.t1 / (cfg.layers * cfg.substeps)
+    solver = _SOLVERS[cfg.solver]()
 
     def loss(m):
-        return interpolation_loss(m, inputs, targets, t1=cfg.t1, dt0=dt0, epsilon=cfg.epsilon)
+        return interpolation_loss(m, inputs, targets, t1=cfg.t1, dt0=dt0, epsilon=cfg.epsilon,
+                                  solver=solver)
 
-    before = flow(model, inputs, t1=cfg.t1, dt0=dt0)
+    before = flow(model, inputs, t1=cfg.t1, dt0=dt0, solver=solver)
     trained, losses, final = fit(model, loss, optimizer=optax.adam(cfg.learning_rate), steps=cfg.steps,
                                  progress=progress)
-    after = flow(trained, inputs, t1=cfg.t1, dt0=dt0)
+    after = flow(trained, inputs, t1=cfg.t1, dt0=dt0, solver=solver)
     return {
         "inputs": np.asarray(inputs), "targets": np.asarray(targets),
         "outputs_before": np.asarray(before), "outputs": np.asarray(after),
@@ -85,15 +95,25 @@ def compute(cfg: InterpolationConfig, progress: bool = False) -> dict:
 def figures(res: dict, cfg: InterpolationConfig, out_dir) -> list:
     import matplotlib.pyplot as plt
 
-    fig = plt.figure(figsize=(15, 4.4))
+    def lonlat(x):
+        return np.degrees(np.arctan2(x[..., 1], x[..., 0])), np.degrees(np.arcsin(np.clip(x[..., 2], -1, 1)))
+
+    # longitude–latitude view: every token visible (a 3-D sphere hides its far side)
+    fig = plt.figure(figsize=(17, 4.6), layout="constrained")
     panels = [("inputs", "inputs μ^i(0)"), ("outputs_before", "outputs, untrained"),
               ("outputs", "outputs μ^i(T), trained")]
     for k, (key, title) in enumerate(panels):
-        ax = fig.add_subplot(1, 4, k + 1, projection="3d")
+        ax = fig.add_subplot(1, 4, k + 1)
         for i in range(res["inputs"].shape[0]):
-            plot.sphere_points(ax, res["targets"][i], color="0.75", size=10)
-            plot.sphere_points(ax, res[key][i], color=f"C{i}", size=6)
-        ax.set_title(f"{title}\n(grey: targets ν^i)", fontsize=9)
+            ax.scatter(*lonlat(res["targets"][i]), s=40, marker="o", facecolor="none",
+                       edgecolor=f"C{i}", alpha=0.5, label="target ν^i" if i == 0 else None)
+            ax.scatter(*lonlat(res[key][i]), s=8, color=f"C{i}", label="tokens" if i == 0 else None)
+        ax.set_xlim(-180, 180)
+        ax.set_ylim(-90, 90)
+        ax.set_xlabel("longitude (°)")
+        ax.set_ylabel("latitude (°)")
+        ax.set_title(f"{title}\n(open circles: targets ν^i)", fontsize=9)
+        ax.grid(alpha=0.3)
     ax = fig.add_subplot(1, 4, 4)
     ax.semilogy(res["losses"])
     ax.set_xlabel("Adam step")
