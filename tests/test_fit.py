@@ -188,3 +188,10 @@ def test_interpolation_experiment_tiny(tmp_path):
     np.testing.assert_allclose(np.linalg.norm(res["outputs"], axis=-1), 1.0, atol=1e-6)
 
 
+
+
+def test_fitting_notebook_runs(monkeypatch):
+    from _notebooks import run_notebook
+
+    nb = run_notebook("fitting.ipynb", monkeypatch)
+    assert any(o.get("output_type") == "display_data" for c in nb.cells for o in c.get("outputs", []))

@@ -144,3 +144,10 @@ def test_sweep_phase_experiment_tiny(tmp_path):
     d3 = list(res["dims"]).index(3)
     assert frac[d3, 0] == 1.0
     assert frac[:, : B // 4].mean() > frac[:, -B // 4 :].mean()
+
+
+def test_sweeps_notebook_runs(monkeypatch):
+    from _notebooks import run_notebook
+
+    nb = run_notebook("sweeps.ipynb", monkeypatch)
+    assert any(o.get("output_type") == "display_data" for c in nb.cells for o in c.get("outputs", []))
