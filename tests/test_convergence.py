@@ -96,7 +96,7 @@ def test_fit_rate_recovers_a_known_slope():
 def test_reference_run_of_the_reference_itself_has_zero_error():
     """With n = n_ref and the same samples, particles, reference and tracers coincide."""
     X = tp.uniform_sphere(jax.random.key(5), 24, 3)
-    sampler = lambda key, n: X[:n]  # noqa: E731 - ignores the key on purpose
+    sampler = lambda key, n: X[:n]
     dyn = tp.Sphere(tp.SoftmaxAttention.identity(3, 2.0))
     res = cv.convergence_study(dyn, sampler, [24], n_ref=24, t1=0.6, dt0=0.2, ts=[0.0, 0.6],
                                seeds=[0], w2_max_n=0)

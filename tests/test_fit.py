@@ -122,7 +122,7 @@ def test_checkpointed_adjoint_choice():
 
 def test_fit_recovers_piecewise_constant_weights():
     """Learn per-layer V(t) from the outputs it produces; Q and K (not trainable) stay put."""
-    d, n, L = 2, 24, 2
+    d, n = 2, 24
     x0 = jax.random.normal(jax.random.key(7), (n, d))
     V_true = jnp.array([[[0.5, -0.4], [0.3, 0.2]], [[-0.3, 0.1], [0.2, -0.5]]])
 

@@ -119,7 +119,8 @@ def test_sweep_shards_over_two_devices():
         print("ok")
     """)
     env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=2", JAX_PLATFORMS="cpu")
-    res = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+    res = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                         timeout=120, check=False)
     assert res.returncode == 0 and "ok" in res.stdout, res.stderr[-2000:]
 
 
@@ -151,3 +152,16 @@ def test_sweeps_notebook_runs(monkeypatch):
 
     nb = run_notebook("sweeps.ipynb", monkeypatch)
     assert any(o.get("output_type") == "display_data" for c in nb.cells for o in c.get("outputs", []))
+
+
+def test_sweep_over_the_horizon():
+    """A traced horizon t1 needs an explicit max_steps (constant steps of dt0)."""
+    x0 = tp.uniform_sphere(jax.random.key(0), 6, 3)
+    dyn = tp.Sphere(tp.SoftmaxAttention.identity(3, 1.0))
+
+    def overlap(t1):
+        return jnp.mean(tp.solve(dyn, x0, t1=t1, dt0=0.1, max_steps=40).final @ x0.T)
+
+    horizons = np.array([0.5, 1.0, 3.0])
+    out = tp.sweep(overlap, {"t1": horizons})
+    np.testing.assert_allclose(out.values, [overlap(t) for t in horizons], rtol=1e-12)

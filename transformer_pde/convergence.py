@@ -42,7 +42,12 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .attention import L2Attention, MultiHeadAttention, SinkhornAttention, SoftmaxAttention
+from .attention import (
+    L2Attention,
+    MultiHeadAttention,
+    SinkhornAttention,
+    SoftmaxAttention,
+)
 from .dynamics import AbstractDynamics
 from .measures import Gaussian
 from .params import evaluate
@@ -268,7 +273,7 @@ class ConvergenceResult:
     dim: int
     reference: str
 
-    def rates(self, metric: str, time_index: int = -1, **kwargs) -> "RateFit":
+    def rates(self, metric: str, time_index: int = -1, **kwargs) -> RateFit:
         """Log-log fit of ``errors[metric][:, :, time_index]`` against n (:func:`fit_rate`)."""
         return fit_rate(self.ns, self.errors[metric][:, :, time_index], **kwargs)
 

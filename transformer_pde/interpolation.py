@@ -77,7 +77,7 @@ class AttentionPerceptron(AbstractAttention):
         def draw(k, shape, fan_in):
             return scale / jnp.sqrt(fan_in) * jax.random.normal(k, (L, *shape), dtype)
 
-        pc = lambda v: PiecewiseConstant(v, 0.0, t1 / L)  # noqa: E731
+        pc = lambda v: PiecewiseConstant(v, 0.0, t1 / L)
         return cls(pc(draw(kV, (d, d), d)), pc(draw(kB, (d, d), d)), pc(draw(kW, (d, width), width)),
                    pc(draw(kU, (width, d), d)), pc(draw(kb, (width,), 1.0)))
 

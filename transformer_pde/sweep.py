@@ -8,6 +8,9 @@ the whole grid is one ``jax.vmap`` over a flat parameter axis, mapped over chunk
 devices when there are several. Axes that change shapes (the dimension d, the number of tokens
 n, a number of layers) are ``static=`` axes, looped over in Python: one compilation each.
 
+Sweeping the horizon: a traced ``t1`` cannot size the step loop, so pass ``max_steps`` to
+:func:`tp.solve` (e.g. ``ceil(max(t1) / dt0)``).
+
 Results come back as :class:`LabeledArray` — a NumPy array whose leading dimensions are named
 after the grid axes, with their coordinates — and :func:`heatmap` draws any two of them.
 """
@@ -70,7 +73,7 @@ class LabeledArray:
             raise ValueError(f"'{dim}' is not a dimension of '{self.name}'; dims are {self.dims}")
         return self.dims.index(dim)
 
-    def isel(self, **indexers) -> "LabeledArray":
+    def isel(self, **indexers) -> LabeledArray:
         """Select by integer position along named dimensions (an int drops the dimension)."""
         index = [slice(None)] * self.values.ndim
         for dim, i in indexers.items():
@@ -79,7 +82,7 @@ class LabeledArray:
         coords = {d: self.coords[d][index[self.dims.index(d)]] for d in keep}
         return LabeledArray(self.values[tuple(index)], keep, coords, self.name)
 
-    def sel(self, **values) -> "LabeledArray":
+    def sel(self, **values) -> LabeledArray:
         """Select by coordinate value (nearest match) along named dimensions."""
         index = {}
         for dim, v in values.items():
@@ -87,17 +90,17 @@ class LabeledArray:
             index[dim] = int(np.argmin(np.abs(self.coords[dim] - v)))
         return self.isel(**index)
 
-    def reduce(self, fn: Callable, dim: str) -> "LabeledArray":
+    def reduce(self, fn: Callable, dim: str) -> LabeledArray:
         """Apply a NumPy reduction (``np.mean``, ``np.nanmedian``, ...) along ``dim``."""
         ax = self._axis(dim)
         keep = [d for d in self.dims if d != dim]
         return LabeledArray(fn(self.values, axis=ax), keep, {d: self.coords[d] for d in keep},
                             self.name)
 
-    def mean(self, dim: str) -> "LabeledArray":
+    def mean(self, dim: str) -> LabeledArray:
         return self.reduce(np.mean, dim)
 
-    def transpose(self, *dims) -> "LabeledArray":
+    def transpose(self, *dims) -> LabeledArray:
         order = [self._axis(d) for d in dims]
         if sorted(order) != list(range(self.values.ndim)):
             raise ValueError(f"transpose needs every dimension of {self.dims} once, got {dims}")
@@ -219,7 +222,8 @@ def sweep(
             sharding = NamedSharding(_device_mesh(devices), PartitionSpec(None, "points"))
             params = jax.device_put(params, sharding)
         out = _map_chunks(fn, params, skw)
-        out = jax.tree.map(lambda a: np.asarray(a).reshape(num_chunks * chunk, *a.shape[2:])[:P], out)
+        total = num_chunks * chunk
+        out = jax.tree.map(lambda a, total=total: np.asarray(a).reshape(total, *a.shape[2:])[:P], out)
         outputs.append(out)
         if progress is not None:
             progress(f"{skw or 'grid'}: {P} points in {num_chunks} chunk(s) of {chunk}")

@@ -21,7 +21,13 @@ import numpy as np
 
 from .. import plot
 from ..attention import SoftmaxAttention
-from ..convergence import METRICS, convergence_study, fit_rate, geometric_ns, reference_rates
+from ..convergence import (
+    METRICS,
+    convergence_study,
+    fit_rate,
+    geometric_ns,
+    reference_rates,
+)
 from ..measures import Gaussian
 from ..spaces import Sphere, uniform_sphere
 from ._base import Experiment, register

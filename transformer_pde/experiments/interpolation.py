@@ -23,7 +23,6 @@ from ..interpolation import AttentionPerceptron, cap_sample, flow, interpolation
 from ..spaces import Sphere
 from ._base import Experiment, register
 
-
 _SOLVERS = {"euler": diffrax.Euler, "heun": diffrax.Heun, "tsit5": diffrax.Tsit5}
 
 

@@ -99,7 +99,7 @@ def figures(res: dict, cfg: SweepPhaseConfig, out_dir) -> list:
     heatmap(LabeledArray(med, ("d", "beta"), coords, "median time to one cluster"), "beta", "d",
             ax=axes[0], log_color=True)
     axes[0].set_title(f"median time to one cluster (blank: > t1 = {cfg.t1:g})")
-    heatmap(LabeledArray(res["fraction_one"], ("d", "beta"), coords, f"fraction in one cluster by t1"),
+    heatmap(LabeledArray(res["fraction_one"], ("d", "beta"), coords, "fraction in one cluster by t1"),
             "beta", "d", ax=axes[1], cmap="magma", vmin=0, vmax=1)
     axes[1].set_title(f"fraction of {cfg.seeds} seeds in one cluster by t1")
     mean_final = res["final_clusters"].mean(axis=-1)
