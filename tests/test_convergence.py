@@ -127,7 +127,9 @@ def test_convergence_experiment_tiny(tmp_path):
     assert abs(slope + 0.5) < 0.2, slope
 
 
+@pytest.mark.slow
 def test_convergence_notebook_runs(monkeypatch):
+    """notebooks/convergence.ipynb at its small size (slow: a fresh kernel and its compilations)."""
     from _notebooks import run_notebook
 
     nb = run_notebook("convergence.ipynb", monkeypatch)

@@ -67,26 +67,26 @@ def _order(t, x):
 
 
 def test_sweep_of_64_dynamics_points_in_one_vmapped_call():
-    """β × spectrum of V on the sphere: 64 points, one trace, equal to solving each point alone."""
+    """β × spectrum of V × horizon on the sphere: 64 points, one trace, each point equal to
+    solving it alone. A traced horizon t1 needs an explicit max_steps (constant steps)."""
     n, d = 8, 3
     x0 = tp.uniform_sphere(jax.random.key(0), n, d)
-    ts = jnp.linspace(0.0, 1.0, 3)
     traces = []
 
     def model(beta, lam):
         V = jnp.diag(jnp.array([1.0, lam, lam]))
         return tp.Sphere(tp.SoftmaxAttention(jnp.eye(d), jnp.eye(d), V, beta))
 
-    def fn(beta, lam):
+    def fn(beta, lam, t1):
         traces.append(1)
-        return tp.solve(model(beta, lam), x0, t1=1.0, dt0=0.1, saveat=ts, stats=_order).stats
+        return _order(0.0, tp.solve(model(beta, lam), x0, t1=t1, dt0=0.1, max_steps=20).final)
 
-    betas, lams = np.linspace(0.0, 4.0, 8), np.linspace(-1.0, 1.0, 8)
-    out = tp.sweep(fn, {"beta": betas, "lam": lams})
-    assert len(traces) == 1 and out.shape == (8, 8, 3)
-    for i, j in [(0, 0), (3, 7), (7, 2)]:
-        sol = tp.solve(model(betas[i], lams[j]), x0, t1=1.0, dt0=0.1, saveat=ts, stats=_order)
-        np.testing.assert_allclose(out.values[i, j], sol.stats, rtol=1e-12)
+    betas, lams, horizons = np.linspace(0.0, 4.0, 8), np.linspace(-1.0, 1.0, 4), np.array([0.5, 1.5])
+    out = tp.sweep(fn, {"beta": betas, "lam": lams, "t1": horizons})
+    assert len(traces) == 1 and out.shape == (8, 4, 2) and out.dims == ("beta", "lam", "t1")
+    for i, j, k in [(0, 0, 0), (3, 3, 1), (7, 2, 1)]:
+        sol = tp.solve(model(betas[i], lams[j]), x0, t1=horizons[k], dt0=0.1, max_steps=20)
+        np.testing.assert_allclose(out.values[i, j, k], _order(0.0, sol.final), rtol=1e-12)
 
 
 def test_first_time():
@@ -147,21 +147,10 @@ def test_sweep_phase_experiment_tiny(tmp_path):
     assert frac[:, : B // 4].mean() > frac[:, -B // 4 :].mean()
 
 
+@pytest.mark.slow
 def test_sweeps_notebook_runs(monkeypatch):
+    """notebooks/sweeps.ipynb at its small size (slow: a fresh kernel and its compilations)."""
     from _notebooks import run_notebook
 
     nb = run_notebook("sweeps.ipynb", monkeypatch)
     assert any(o.get("output_type") == "display_data" for c in nb.cells for o in c.get("outputs", []))
-
-
-def test_sweep_over_the_horizon():
-    """A traced horizon t1 needs an explicit max_steps (constant steps of dt0)."""
-    x0 = tp.uniform_sphere(jax.random.key(0), 6, 3)
-    dyn = tp.Sphere(tp.SoftmaxAttention.identity(3, 1.0))
-
-    def overlap(t1):
-        return jnp.mean(tp.solve(dyn, x0, t1=t1, dt0=0.1, max_steps=40).final @ x0.T)
-
-    horizons = np.array([0.5, 1.0, 3.0])
-    out = tp.sweep(overlap, {"t1": horizons})
-    np.testing.assert_allclose(out.values, [overlap(t) for t in horizons], rtol=1e-12)
