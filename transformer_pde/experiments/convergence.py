@@ -140,7 +140,7 @@ def figures(res: dict, cfg: ConvergenceConfig, out_dir) -> list:
     ns, ts = res["ns"], res["ts"]
     d = cfg.d
     panels = [("bw", -1), ("coupling", -1), ("flow_bw", 0), ("w2", -1)]
-    fig, axes = plt.subplots(1, len(panels), figsize=(4.2 * len(panels), 3.8))
+    fig, axes = plt.subplots(1, len(panels), figsize=(4.4 * len(panels), 4.0), layout="constrained")
     for ax, (k, t_i) in zip(axes, panels):
         e = res[f"err_{k}"][:, :, t_i]
         keep = np.all(np.isfinite(e) & (e > 0), axis=1)

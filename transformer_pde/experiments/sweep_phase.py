@@ -95,7 +95,7 @@ def figures(res: dict, cfg: SweepPhaseConfig, out_dir) -> list:
 
     coords = {"d": res["dims"], "beta": res["betas"]}
     med = np.where(np.isfinite(res["median_t_one"]), res["median_t_one"], np.nan)
-    fig, axes = plt.subplots(1, 3, figsize=(15, 4))
+    fig, axes = plt.subplots(1, 3, figsize=(16, 4.4), layout="constrained")
     heatmap(LabeledArray(med, ("d", "beta"), coords, "median time to one cluster"), "beta", "d",
             ax=axes[0], log_color=True)
     axes[0].set_title(f"median time to one cluster (blank: > t1 = {cfg.t1:g})")
