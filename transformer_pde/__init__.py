@@ -4,7 +4,7 @@ Tokens move as interacting particles, dx_i/dt = Γ_μ(x_i), and their empirical 
 follows the continuity equation ∂_t μ + div(μ Γ_μ) = 0 (spec: ``shared/spec/``).
 """
 
-from . import diagnostics, kernels, plot
+from . import convergence, diagnostics, interpolation, kernels, plot
 from ._checks import NonFiniteStateError
 from .attention import (
     AbstractAttention,
@@ -18,11 +18,14 @@ from .attention import (
 )
 from .checkpoint import Checkpoint, solve_checkpointed
 from .dynamics import AbstractDynamics
+from .fit import FitResult, checkpointed_adjoint, fit
 from .gaussian_solve import GaussianSolution
+from .interpolation import AttentionPerceptron
 from .measures import Gaussian
 from .params import PiecewiseConstant
 from .solve import Solution, layers, solve
 from .spaces import Sphere, normalize, tangent_projection, uniform_sphere
+from .sweep import LabeledArray, heatmap, sweep
 
 __version__ = "0.1.0"
 
@@ -30,9 +33,12 @@ __all__ = [
     "AbstractAttention",
     "AbstractDynamics",
     "Checkpoint",
+    "AttentionPerceptron",
+    "FitResult",
     "Gaussian",
     "GaussianSolution",
     "L2Attention",
+    "LabeledArray",
     "MultiHeadAttention",
     "NonFiniteStateError",
     "PiecewiseConstant",
@@ -43,13 +49,19 @@ __all__ = [
     "Solution",
     "Sphere",
     "UnnormalizedAttention",
+    "checkpointed_adjoint",
+    "convergence",
     "diagnostics",
+    "fit",
+    "heatmap",
+    "interpolation",
     "kernels",
     "layers",
     "normalize",
     "plot",
     "solve",
     "solve_checkpointed",
+    "sweep",
     "tangent_projection",
     "uniform_sphere",
 ]

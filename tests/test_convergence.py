@@ -1,0 +1,136 @@
+"""Mean-field convergence: the distances, the rate fit, the coupled runs and the experiment."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import transformer_pde as tp
+from transformer_pde import convergence as cv
+from transformer_pde.experiments import get
+from transformer_pde.experiments._runner import run_experiment
+
+
+def _models(d, key):
+    kq, kk, kv = jax.random.split(key, 3)
+    Q = jax.random.normal(kq, (d, d)) / np.sqrt(d)
+    K = jax.random.normal(kk, (d, d)) / np.sqrt(d)
+    V = jax.random.normal(kv, (d, d)) / np.sqrt(d)
+    return {
+        "softmax": tp.SoftmaxAttention(Q, K, V, 0.7),
+        "multihead": tp.MultiHeadAttention.split(Q, K, V, 2, 0.7),
+        "l2": tp.L2Attention(Q, K, V, 0.7),
+        "sinkhorn": tp.SinkhornAttention(Q, K, V, 0.7, epsilon=1.3),
+    }
+
+
+@pytest.mark.parametrize("name", ["softmax", "multihead", "l2", "sinkhorn"])
+def test_affine_field_matches_moment_odes(name):
+    """Jα + c = α' and JΣ + ΣJᵀ = Σ' (euclidean.md §4, "Mechanism")."""
+    d = 4
+    attn = _models(d, jax.random.key(1))[name]
+    A = jax.random.normal(jax.random.key(2), (d, d))
+    mean, cov = jnp.linspace(-0.5, 0.5, d), A @ A.T / d + 0.3 * jnp.eye(d)
+    J, c = cv.gaussian_affine_field(attn, mean, cov)
+    dm, dS = attn.gaussian_velocity(mean, cov)
+    np.testing.assert_allclose(J @ mean + c, dm, rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(J @ cov + cov @ J.T, dS, rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("name", ["softmax", "l2"])
+def test_affine_field_matches_particle_field(name):
+    """Γ_μ(x) of Gauss–Hermite weighted particles for μ = N(α, Σ) is the affine field Jx + c."""
+    d = 2
+    attn = _models(d, jax.random.key(3))[name]
+    g = tp.Gaussian(jnp.array([0.3, -0.2]), jnp.array([[0.4, 0.1], [0.1, 0.3]]))
+    pts, w = g.gauss_hermite(40)
+    queries = jnp.array([[0.0, 0.0], [0.5, -0.4], [-0.3, 0.8]])
+    J, c = cv.gaussian_affine_field(attn, g.mean, g.cov)
+    np.testing.assert_allclose(attn.field(queries, pts, w), queries @ J.T + c, rtol=1e-9, atol=1e-10)
+
+
+def test_no_closure_is_a_clear_error():
+    attn = tp.SoftmaxAttention.identity(2, 1.0, causal=True)
+    with pytest.raises(ValueError, match="no Gaussian closure"):
+        cv.gaussian_affine_field(attn, jnp.zeros(2), jnp.eye(2))
+    with pytest.raises(ValueError, match="law must be"):
+        cv.convergence_study(tp.SoftmaxAttention.identity(2), "gauss", [4, 8], t1=1.0, dt0=0.1)
+
+
+def test_bures_wasserstein_closed_forms():
+    m1, m2 = jnp.array([0.0, 1.0, 2.0]), jnp.array([1.0, -1.0, 0.5])
+    a, b = jnp.array([1.0, 4.0, 0.25]), jnp.array([9.0, 1.0, 1.0])
+    # commuting covariances: |Δm|² + Σ (√a − √b)²
+    expect = np.sqrt(np.sum((m1 - m2) ** 2) + np.sum((np.sqrt(a) - np.sqrt(b)) ** 2))
+    np.testing.assert_allclose(cv.bures_wasserstein(m1, jnp.diag(a), m2, jnp.diag(b)), expect, rtol=1e-12)
+    # rotation invariance and symmetry on a non-commuting pair
+    R = jnp.linalg.qr(jax.random.normal(jax.random.key(0), (3, 3)))[0]
+    S1, S2 = R @ jnp.diag(a) @ R.T, jnp.diag(b)
+    d12 = cv.bures_wasserstein(m1, S1, m2, S2)
+    np.testing.assert_allclose(d12, cv.bures_wasserstein(m2, S2, m1, S1), rtol=1e-10)
+    np.testing.assert_allclose(cv.bures_wasserstein(R @ m1, R @ S1 @ R.T, R @ m2, R @ S2 @ R.T), d12,
+                               rtol=1e-10)
+
+
+def test_sinkhorn_w2_of_a_translation_is_the_shift():
+    """S_ε(μ, τ_a μ) = |a|² for every ε: the cross terms of |x − y − a|² are separable."""
+    x = jax.random.normal(jax.random.key(0), (40, 3))
+    a = jnp.array([0.3, -0.4, 0.1])
+    np.testing.assert_allclose(cv.sinkhorn_w2(x, x + a, 0.05, threshold=1e-7), jnp.linalg.norm(a),
+                               rtol=1e-4)
+
+
+def test_fit_rate_recovers_a_known_slope():
+    rng = np.random.default_rng(0)
+    ns = 2 ** np.arange(4, 14)
+    errors = 3.0 * ns[:, None] ** -0.7 * np.exp(0.2 * rng.normal(size=(ns.size, 8)))
+    fit = cv.fit_rate(ns, errors)
+    assert abs(fit.slope + 0.7) < 0.05
+    assert fit.slope_ci[0] < -0.7 < fit.slope_ci[1]
+    lo, hi = fit.band(ns)
+    assert np.all(lo < fit.predict(ns)) and np.all(fit.predict(ns) < hi)
+    with pytest.raises(ValueError, match="finite and > 0"):
+        cv.fit_rate(ns, np.where(errors > 0.1, 0.0, errors))
+
+
+def test_reference_run_of_the_reference_itself_has_zero_error():
+    """With n = n_ref and the same samples, particles, reference and tracers coincide."""
+    X = tp.uniform_sphere(jax.random.key(5), 24, 3)
+    sampler = lambda key, n: X[:n]
+    dyn = tp.Sphere(tp.SoftmaxAttention.identity(3, 2.0))
+    res = cv.convergence_study(dyn, sampler, [24], n_ref=24, t1=0.6, dt0=0.2, ts=[0.0, 0.6],
+                               seeds=[0], w2_max_n=0)
+    assert res.reference == "particles(24)"
+    for k in ("mean", "cov", "bw", "coupling", "flow_bw"):
+        np.testing.assert_allclose(res.errors[k], 0.0, atol=1e-6)
+    assert np.isnan(res.errors["w2"]).all()
+
+
+def test_convergence_experiment_tiny(tmp_path):
+    """Moment errors decay at the Monte Carlo rate n^{-1/2}; the coupling starts at zero."""
+    exp = get("convergence")
+    cfg = exp.make_config(**exp.tiny)
+    out = run_experiment(exp, cfg, tmp_path, progress=False)
+    res = out["results"]
+    assert (tmp_path / "convergence.png").exists() and (tmp_path / "rates.csv").exists()
+    assert (tmp_path / "errors.csv").exists()
+    metrics = list(res["metrics"])
+    np.testing.assert_array_equal(res["err_coupling"][:, :, 0], 0.0)
+    # same initial samples: the sampling error at t = 0 is the whole error
+    np.testing.assert_allclose(res["err_flow_bw"][:, :, 0], res["err_bw"][:, :, 0], rtol=1e-12)
+    for k in ("cov", "bw", "flow_bw"):
+        for t_i in range(res["ts"].size):
+            slope = res["slopes"][metrics.index(k), t_i, 0]
+            assert abs(slope + 0.5) < 0.15, (k, t_i, slope)
+    # the interaction adds an error of the same order n^{-1/2} (propagation of chaos)
+    slope = res["slopes"][metrics.index("coupling"), -1, 0]
+    assert abs(slope + 0.5) < 0.2, slope
+
+
+@pytest.mark.slow
+def test_convergence_notebook_runs(monkeypatch):
+    """notebooks/convergence.ipynb at its small size (slow: a fresh kernel and its compilations)."""
+    from _notebooks import run_notebook
+
+    nb = run_notebook("convergence.ipynb", monkeypatch)
+    assert any(o.get("output_type") == "display_data" for c in nb.cells for o in c.get("outputs", []))

@@ -1,0 +1,471 @@
+r"""Mean-field convergence rates: how fast n-particle systems approach the Transformer PDE.
+
+The particle system dx_i/dt = Γ_{μ^n_t}(x_i) with x_i(0) i.i.d. μ_0 has empirical measure
+μ^n_t = (1/n) Σ_i δ_{x_i(t)}, a weak solution of the Transformer PDE (euclidean.md §1). Its
+distance to the mean-field solution μ_t is measured at chosen times, for n over a geometric
+range and several seeds, and the rate is fitted on a log-log scale.
+
+**Two sources of error, separated by a same-seed coupling** (the Sznitman construction). With
+the same initial samples, also move *tracers* z_i along the characteristics of the mean-field
+field: dz_i/dt = Γ_{μ_t}(z_i), z_i(0) = x_i(0). The z_i(t) are i.i.d. samples of μ_t, so
+
+    d(μ^n_t, μ_t)  <=  W_2(μ^n_t, ν^n_t)  +  d(ν^n_t, μ_t),     ν^n_t = (1/n) Σ_i δ_{z_i(t)},
+                       └ dynamics-added ┘    └ sampling error carried by the exact flow ┘
+
+and W_2(μ^n_t, ν^n_t) <= ((1/n) Σ_i |x_i(t) − z_i(t)|²)^{1/2} =: coupling error, zero at t = 0.
+For a Lipschitz field (compact support, euclidean.md §3) propagation of chaos gives a coupling
+error O(n^{-1/2}) on bounded time intervals; moment errors follow the Monte Carlo rate
+n^{-1/2}; W_2 between an empirical measure and its law decays like n^{-1/d} for d >= 3 (and
+(log n / n)^{1/2} for d = 2).
+
+**Mean-field references.**
+* Gaussian data with a Gaussian closure (euclidean.md §4): μ_t = N(α(t), Σ(t)) from the moment
+  ODEs, and the characteristics are affine, dz/dt = J(t) z + c(t), with (J, c) the affine field
+  of the closure (:func:`gaussian_affine_field`).
+* Any other law: a large-n reference system x^ref (n_ref particles, its own seed) integrated
+  jointly; tracers follow the field of μ^{ref}_t. Its own error (n_ref^{-1/2}) is a floor.
+
+The distances (``metrics``): ``mean`` |x̄ − α|; ``cov`` ‖Ĉ − Σ‖_F; ``bw`` the Bures–Wasserstein
+distance between the moment-matched Gaussians; ``coupling`` (above); ``flow_bw`` the ``bw`` of
+the tracers (the sampling error alone); ``w2`` √(Sinkhorn divergence) between μ^n_t and an
+independent n-sample of μ_t (resp. the reference), with explicit ε (ott-jax).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Sequence
+
+import diffrax
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from .attention import (
+    L2Attention,
+    MultiHeadAttention,
+    SinkhornAttention,
+    SoftmaxAttention,
+)
+from .dynamics import AbstractDynamics
+from .measures import Gaussian
+from .params import evaluate
+from .spaces import Sphere, tangent_projection
+
+METRICS = ("mean", "cov", "bw", "coupling", "flow_bw", "w2")
+
+
+# --------------------------------------------------------------------------------------------
+# Gaussian geometry (a private Bures–Wasserstein helper; diagnostics/distances.py will own the
+# public one).
+
+
+def _sym(m):
+    return 0.5 * (m + jnp.swapaxes(m, -1, -2))
+
+
+def _sqrtm_psd(S):
+    lam, U = jnp.linalg.eigh(_sym(S))
+    return (U * jnp.sqrt(jnp.clip(lam, 0.0))) @ U.T
+
+
+def bures_wasserstein(m1, S1, m2, S2):
+    r"""W_2 between N(m1, S1) and N(m2, S2):
+    $|m_1-m_2|^2+\operatorname{tr}\big(S_1+S_2-2(S_1^{1/2}S_2S_1^{1/2})^{1/2}\big)$, square-rooted."""
+    R = _sqrtm_psd(S1)
+    cross = _sqrtm_psd(R @ S2 @ R)
+    b2 = jnp.sum((m1 - m2) ** 2) + jnp.trace(S1) + jnp.trace(S2) - 2.0 * jnp.trace(cross)
+    return jnp.sqrt(jnp.clip(b2, 0.0))
+
+
+def empirical_moments(x, weights=None):
+    """Mean ``(d,)`` and covariance ``(d, d)`` of Σ_j w_j δ_{x_j} (population normalization)."""
+    w = jnp.full(x.shape[:1], 1.0 / x.shape[0], x.dtype) if weights is None else weights
+    m = w @ x
+    xc = x - m
+    return m, _sym((xc * w[:, None]).T @ xc)
+
+
+def gaussian_affine_field(dynamics: AbstractDynamics, mean, cov, t=0.0):
+    r"""The affine field Γ_μ(x) = J x + c of μ = N(mean, cov) (euclidean.md §4, "Mechanism").
+
+    Softmax (§4a): J = VΣA, c = Vα. Multi-head (§4b): J = Σ_h W_hV_hΣA_h, c = Σ_h W_hV_hα.
+    ℓ² (§4c): J = V M⁻¹ 2βΣKᵀQ, c = V M⁻¹ α with M = I + 2βΣKᵀK. Sinkhorn (§4d):
+    J = VPÃ, c = V(α − PÃα). Consistency with the moment ODEs, Jα + c = α' and
+    JΣ + ΣJᵀ = Σ', is checked in the tests.
+    """
+    if isinstance(dynamics, SoftmaxAttention) and not dynamics.causal:
+        Q, K, V = (evaluate(p, t) for p in (dynamics.Q, dynamics.K, dynamics.V))
+        J = V @ cov @ (dynamics.beta * K.T @ Q)
+        return J, V @ mean
+    if isinstance(dynamics, MultiHeadAttention) and not dynamics.causal:
+        Q, K, V, W = (evaluate(p, t) for p in (dynamics.Q, dynamics.K, dynamics.V, dynamics.W))
+        WV = jnp.einsum("hdk,hke->hde", W, V)
+        A = dynamics.beta * jnp.einsum("hkd,hke->hde", K, Q)
+        J = jnp.einsum("hde,ef,hfg->dg", WV, cov, A)
+        return J, jnp.einsum("hde,e->d", WV, mean)
+    if isinstance(dynamics, L2Attention) and not dynamics.causal:
+        Q, K, V = (evaluate(p, t) for p in (dynamics.Q, dynamics.K, dynamics.V))
+        M = jnp.eye(mean.shape[0], dtype=cov.dtype) + 2.0 * dynamics.beta * cov @ (K.T @ K)
+        J = V @ jnp.linalg.solve(M, 2.0 * dynamics.beta * cov @ (K.T @ Q))
+        return J, V @ jnp.linalg.solve(M, mean)
+    if isinstance(dynamics, SinkhornAttention):
+        from .gaussian import sinkhorn_conditional_cov
+
+        Q, K, V = (evaluate(p, t) for p in (dynamics.Q, dynamics.K, dynamics.V))
+        At = dynamics.beta * (K.T @ Q) / dynamics.epsilon
+        J = V @ sinkhorn_conditional_cov(cov, At) @ At
+        return J, V @ mean - J @ mean
+    raise ValueError(f"no Gaussian closure with an affine field for {type(dynamics).__name__} "
+                     "(softmax, multi-head, L2 and Sinkhorn attention on R^d have one); "
+                     "use a large-n reference instead (law given as a sampler)")
+
+
+def _field_at(dynamics, queries, x, w, t):
+    """Γ_μ(queries) for μ = Σ w_j δ_{x_j}, projected on the sphere for Sphere(...)."""
+    if isinstance(dynamics, Sphere):
+        return tangent_projection(queries, _field_at(dynamics.dynamics, queries, x, w, t))
+    if not hasattr(dynamics, "_field"):
+        raise ValueError(f"{type(dynamics).__name__} has no field at arbitrary points; the "
+                         "large-n reference needs an attention or Sphere(attention)")
+    if getattr(dynamics, "causal", False):
+        raise ValueError("causal attention has no mean field at arbitrary points")
+    return dynamics._field(queries, x, w, t)
+
+
+# --------------------------------------------------------------------------------------------
+# Distances
+
+
+def sinkhorn_w2(x, y, epsilon, *, a=None, b=None, max_iterations: int = 2000,
+                threshold: float = 1e-4, batch_size: int | None = None):
+    r"""W_2 estimate √S_ε(μ, ν) from the debiased Sinkhorn divergence (ott-jax), cost |x − y|².
+
+    S_ε → W_2² as ε → 0 (bias O(ε²) for smooth data); ε is explicit, never ott's data-scaled
+    default (STYLE.md). ``batch_size`` recomputes the cost in blocks (memory O(n · batch)).
+    """
+    from .interpolation import sinkhorn_divergence
+
+    div = sinkhorn_divergence(x, y, epsilon, a=a, b=b, max_iterations=max_iterations,
+                              threshold=threshold, batch_size=batch_size)
+    return jnp.sqrt(jnp.clip(div, 0.0))
+
+
+def _metrics(x, z, m_ref, S_ref, y_ref, w2_epsilon, with_w2):
+    m, S = empirical_moments(x)
+    mz, Sz = empirical_moments(z)
+    out = {
+        "mean": jnp.linalg.norm(m - m_ref),
+        "cov": jnp.linalg.norm(S - S_ref),
+        "bw": bures_wasserstein(m, S, m_ref, S_ref),
+        "coupling": jnp.sqrt(jnp.mean(jnp.sum((x - z) ** 2, axis=-1))),
+        "flow_bw": bures_wasserstein(mz, Sz, m_ref, S_ref),
+    }
+    if with_w2:
+        batch = None if x.shape[0] * y_ref.shape[0] <= (1 << 24) else 1024
+        out["w2"] = sinkhorn_w2(x, y_ref, w2_epsilon, batch_size=batch)
+    else:
+        out["w2"] = jnp.full((), jnp.nan, x.dtype)
+    return out
+
+
+# --------------------------------------------------------------------------------------------
+# Runs
+
+
+class _TreeRetract(eqx.Module):
+    """Row-wise retraction applied to every leaf of a coupled state (for ``_Retracted``)."""
+
+    dynamics: AbstractDynamics
+
+    def retract(self, y):
+        return jax.tree.map(self.dynamics.retract, y)
+
+
+def _retracting(dynamics, solver):
+    from .solve import _Retracted
+
+    if type(dynamics).retract is AbstractDynamics.retract:
+        return solver
+    return _Retracted(solver, _TreeRetract(dynamics))
+
+
+@eqx.filter_jit
+def _run_gaussian(dynamics, mean0, cov0, keys, n, ts, t1, dt0, solver, w2_epsilon, with_w2,
+                  max_steps):
+    dtype = mean0.dtype
+
+    def one(key):
+        # independent samples across n (fold in n): the fits treat the n's as independent
+        kx, ky = jax.random.split(jax.random.fold_in(key, n))
+        L = jnp.linalg.cholesky(cov0)
+        x0 = mean0 + jax.random.normal(kx, (n, mean0.shape[0]), dtype) @ L.T
+        w = jnp.full((n,), 1.0 / n, dtype)
+
+        def rhs(t, y, args):
+            x, (m, S), z = y
+            J, c = gaussian_affine_field(dynamics, m, S, t)
+            return dynamics._velocity(x, w, t), dynamics.gaussian_velocity(m, S, t), z @ J.T + c
+
+        def save(t, y, args):
+            x, (m, S), z = y
+            # an independent n-sample of μ_t for the W_2 of empirical measures
+            yref = m + jax.random.normal(ky, x.shape, dtype) @ jnp.linalg.cholesky(S).T
+            return _metrics(x, z, m, S, yref, w2_epsilon, with_w2)
+
+        sol = diffrax.diffeqsolve(
+            diffrax.ODETerm(rhs), solver, jnp.zeros((), dtype), t1, dt0, (x0, (mean0, cov0), x0),
+            saveat=diffrax.SaveAt(ts=ts, fn=save), max_steps=max_steps,
+            stepsize_controller=diffrax.ConstantStepSize())
+        return sol.ys
+
+    return jax.lax.map(one, keys)
+
+
+@eqx.filter_jit
+def _run_reference(dynamics, sampler, keys, ref_key, n, n_ref, ts, t1, dt0, solver, w2_epsilon,
+                   with_w2, max_steps):
+    xref0 = sampler(ref_key, n_ref)
+    dtype = xref0.dtype
+    wref = jnp.full((n_ref,), 1.0 / n_ref, dtype)
+    solver = _retracting(dynamics, solver)
+
+    def one(key):
+        x0 = sampler(jax.random.fold_in(key, n), n).astype(dtype)
+        w = jnp.full((n,), 1.0 / n, dtype)
+
+        def rhs(t, y, args):
+            x, xr, z = y
+            return (dynamics._velocity(x, w, t), dynamics._velocity(xr, wref, t),
+                    _field_at(dynamics, z, xr, wref, t))
+
+        def save(t, y, args):
+            x, xr, z = (dynamics.retract(a) for a in y)
+            m, S = empirical_moments(xr)
+            return _metrics(x, z, m, S, xr, w2_epsilon, with_w2)
+
+        sol = diffrax.diffeqsolve(
+            diffrax.ODETerm(rhs), solver, jnp.zeros((), dtype), t1, dt0, (x0, xref0, x0),
+            saveat=diffrax.SaveAt(ts=ts, fn=save), max_steps=max_steps,
+            stepsize_controller=diffrax.ConstantStepSize())
+        return sol.ys
+
+    return jax.lax.map(one, keys)
+
+
+@dataclasses.dataclass(frozen=True)
+class ConvergenceResult:
+    """Errors of n-particle systems against the mean field.
+
+    Attributes:
+        ns: particle counts ``(N,)``; seeds ``(S,)``; ts: measurement times ``(T,)``.
+        errors: metric name -> array ``(N, S, T)`` (see the module docstring; ``w2`` is NaN
+            where it was not computed).
+        dim: the dimension d (for the n^{-1/d} comparison).
+        reference: ``"gaussian"`` or ``"particles(n_ref)"``.
+    """
+
+    ns: np.ndarray
+    seeds: np.ndarray
+    ts: np.ndarray
+    errors: dict
+    dim: int
+    reference: str
+
+    def rates(self, metric: str, time_index: int = -1, **kwargs) -> RateFit:
+        """Log-log fit of ``errors[metric][:, :, time_index]`` against n (:func:`fit_rate`)."""
+        return fit_rate(self.ns, self.errors[metric][:, :, time_index], **kwargs)
+
+
+def convergence_study(
+    dynamics: AbstractDynamics,
+    law,
+    ns: Sequence[int],
+    *,
+    t1: float,
+    dt0: float,
+    ts=None,
+    seeds: Sequence[int] = (0, 1, 2, 3),
+    n_ref: int | None = None,
+    w2_epsilon: float = 0.01,
+    w2_max_n: int = 4096,
+    solver: diffrax.AbstractSolver | None = None,
+    dtype=None,
+    progress: Callable[[str], None] | None = None,
+) -> ConvergenceResult:
+    """Run n-particle systems for every n in ``ns`` and seed, and measure their distance to
+    the mean field at times ``ts`` (module docstring).
+
+    Args:
+        dynamics: an attention with a Gaussian closure (``law`` a :class:`Gaussian`), or any
+            dynamics with a field at arbitrary points (``law`` a sampler ``(key, n) -> (n, d)``,
+            compared with an ``n_ref``-particle reference).
+        law: :class:`Gaussian` or a sampler.
+        ns: particle counts (e.g. ``2 ** np.arange(6, 17)``).
+        t1, dt0: horizon and constant step of the solver (default Tsit5).
+        ts: measurement times in [0, t1] (default ``[0, t1]``; include 0 to see the sampling
+            error at t = 0).
+        seeds: the initial samples of seed s use ``jax.random.key(s)``; the same key drives the
+            particles and their tracers (same-seed coupling).
+        n_ref: size of the reference system (particle laws only; default 8 · max(ns)).
+        w2_epsilon: ε of the Sinkhorn divergence (absolute, in squared distance units).
+        w2_max_n: skip ``w2`` (NaN) above this n: the Sinkhorn solve costs O(n²) per iteration.
+        progress: called with a line of text after every n.
+    """
+    ns = np.asarray(sorted({int(n) for n in ns}))
+    if ns.size < 1 or ns[0] < 2:
+        raise ValueError(f"ns must hold particle counts >= 2, got {ns.tolist()}")
+    if not float(t1) > 0 or not float(dt0) > 0:
+        raise ValueError(f"need t1 > 0 and dt0 > 0, got t1={t1}, dt0={dt0}")
+    if len(seeds) < 1:
+        raise ValueError("need at least one seed")
+    if not float(w2_epsilon) > 0:
+        raise ValueError(f"w2_epsilon must be > 0, got {w2_epsilon}")
+    dtype = jnp.dtype(dtype or jnp.result_type(float))
+    ts = np.asarray([0.0, float(t1)] if ts is None else ts, dtype=np.float64)
+    if ts.ndim != 1 or np.any(np.diff(ts) < 0) or ts[0] < 0 or ts[-1] > float(t1) * (1 + 1e-9):
+        raise ValueError(f"ts must be non-decreasing times in [0, t1={t1}], got {ts.tolist()}")
+    solver = diffrax.Tsit5() if solver is None else solver
+    keys = jnp.stack([jax.random.key(int(s)) for s in seeds])
+    t1a, dt0a, tsa = (jnp.asarray(v, dtype) for v in (t1, dt0, ts))
+    max_steps = int(np.ceil(float(t1) / float(dt0) * (1 + 1e-6))) + 1
+    errors = {k: np.zeros((ns.size, len(seeds), ts.size)) for k in METRICS}
+    if isinstance(law, Gaussian):
+        d = law.dim
+        if dynamics.dim is not None and dynamics.dim != d:
+            raise ValueError(f"the Gaussian has dimension {d} but the dynamics act on d={dynamics.dim}")
+        gaussian_affine_field(dynamics, law.mean, law.cov)  # raises early if there is no closure
+        reference = "gaussian"
+        mean0, cov0 = law.mean.astype(dtype), law.cov.astype(dtype)
+    elif callable(law):
+        n_ref = int(n_ref or 8 * ns[-1])
+        d = int(jax.eval_shape(lambda k: law(k, 2), jax.random.key(0)).shape[-1])
+        reference = f"particles({n_ref})"
+        ref_key = jax.random.key(2**31 - 1)
+    else:
+        raise ValueError(f"law must be a tp.Gaussian or a sampler (key, n) -> (n, d), got "
+                         f"{type(law).__name__}")
+    for i, n in enumerate(ns):
+        with_w2 = bool(n <= w2_max_n)
+        if reference == "gaussian":
+            out = _run_gaussian(dynamics, mean0, cov0, keys, int(n), tsa, t1a, dt0a, solver,
+                                w2_epsilon, with_w2, max_steps)
+        else:
+            out = _run_reference(dynamics, law, keys, ref_key, int(n), n_ref, tsa, t1a, dt0a,
+                                 solver, w2_epsilon, with_w2, max_steps)
+        for k in METRICS:
+            errors[k][i] = np.asarray(out[k], dtype=np.float64)
+        if progress is not None:
+            progress(f"n={n}: " + ", ".join(f"{k}={np.mean(errors[k][i, :, -1]):.3g}"
+                                           for k in METRICS if with_w2 or k != "w2"))
+    return ConvergenceResult(ns=ns, seeds=np.asarray(seeds), ts=ts, errors=errors, dim=d,
+                             reference=reference)
+
+
+# --------------------------------------------------------------------------------------------
+# Rates
+
+
+@dataclasses.dataclass(frozen=True)
+class RateFit:
+    """log err ≈ intercept + slope · log n, fitted on the seed-averaged log errors.
+
+    ``slope_ci`` is a bootstrap percentile interval (seeds resampled at every n);
+    ``band(ns)`` gives the pointwise interval of the fitted line, for plots.
+    """
+
+    slope: float
+    intercept: float
+    slope_ci: tuple
+    boot_slopes: np.ndarray
+    boot_intercepts: np.ndarray
+    level: float
+
+    def predict(self, ns):
+        return np.exp(self.intercept + self.slope * np.log(np.asarray(ns, dtype=float)))
+
+    def band(self, ns):
+        logn = np.log(np.asarray(ns, dtype=float))
+        lines = self.boot_intercepts[:, None] + self.boot_slopes[:, None] * logn[None, :]
+        a = (1 - self.level) / 2
+        return np.exp(np.quantile(lines, a, axis=0)), np.exp(np.quantile(lines, 1 - a, axis=0))
+
+
+def _ols(x, y):
+    xm = x.mean()
+    slope = np.sum((x - xm) * (y - y.mean())) / np.sum((x - xm) ** 2)
+    return slope, y.mean() - slope * xm
+
+
+def fit_rate(ns, errors, *, level: float = 0.95, num_bootstrap: int = 1000, seed: int = 0) -> RateFit:
+    """Fit err ∝ n^slope to ``errors`` of shape ``(N, S)`` (N particle counts, S seeds).
+
+    The line is fitted to the mean over seeds of log err at each n (a geometric mean, since
+    errors are log-normal-ish across seeds); the interval comes from resampling the seeds.
+    """
+    ns = np.asarray(ns, dtype=float)
+    e = np.asarray(errors, dtype=float)
+    if e.ndim == 1:
+        e = e[:, None]
+    if e.shape[0] != ns.size or ns.size < 2:
+        raise ValueError(f"errors must have shape (len(ns), seeds) with len(ns) >= 2, got {e.shape} "
+                         f"for {ns.size} particle counts")
+    if not np.all(np.isfinite(e)) or np.any(e <= 0):
+        raise ValueError("errors must be finite and > 0 to fit a rate on a log scale")
+    x, le = np.log(ns), np.log(e)
+    slope, intercept = _ols(x, le.mean(axis=1))
+    rng = np.random.default_rng(seed)
+    S = le.shape[1]
+    idx = rng.integers(0, S, size=(num_bootstrap, ns.size, S))
+    boot_y = np.take_along_axis(le[None], idx, axis=2).mean(axis=2)  # (B, N)
+    xm = x.mean()
+    bs = ((x - xm)[None] * (boot_y - boot_y.mean(1, keepdims=True))).sum(1) / np.sum((x - xm) ** 2)
+    bi = boot_y.mean(1) - bs * xm
+    a = (1 - level) / 2
+    ci = (float(np.quantile(bs, a)), float(np.quantile(bs, 1 - a)))
+    return RateFit(float(slope), float(intercept), ci, bs, bi, level)
+
+
+def reference_rates(d: int) -> dict:
+    """The rates to compare with: Monte Carlo n^{-1/2} and the empirical W_2 rate n^{-1/d}
+    (n^{-1/2} up to logs for d <= 2)."""
+    return {"monte_carlo": -0.5, "empirical_w2": -1.0 / max(d, 2)}
+
+
+def rate_table(result: ConvergenceResult, metrics=None, time_index: int = -1) -> list[dict]:
+    """One row per metric: fitted slope, its interval, and the reference rates."""
+    rows = []
+    for k in metrics or METRICS:
+        e = result.errors[k][:, :, time_index]
+        if not np.all(np.isfinite(e)) or np.any(e <= 0):
+            keep = np.all(np.isfinite(e) & (e > 0), axis=1)
+            if keep.sum() < 2:
+                continue
+            fit = fit_rate(result.ns[keep], e[keep])
+        else:
+            fit = fit_rate(result.ns, e)
+        rows.append({"metric": k, "t": float(result.ts[time_index]), "slope": fit.slope,
+                     "slope_low": fit.slope_ci[0], "slope_high": fit.slope_ci[1],
+                     **reference_rates(result.dim)})
+    return rows
+
+
+def geometric_ns(lo: int, hi: int, step: int = 1) -> np.ndarray:
+    """Powers of two 2^lo, 2^(lo + step), ..., up to 2^hi."""
+    return 2 ** np.arange(int(lo), int(hi) + 1, int(step))
+
+
+__all__ = [
+    "ConvergenceResult",
+    "RateFit",
+    "bures_wasserstein",
+    "convergence_study",
+    "empirical_moments",
+    "fit_rate",
+    "gaussian_affine_field",
+    "geometric_ns",
+    "rate_table",
+    "reference_rates",
+    "sinkhorn_w2",
+]

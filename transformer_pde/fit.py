@@ -1,0 +1,158 @@
+r"""Training the parameters of a dynamics through the solver: ``tp.fit``.
+
+The models are equinox Modules, so their parameters — including time-dependent ones, such as a
+:class:`~transformer_pde.PiecewiseConstant` stack of per-layer weights (euclidean.md §1,
+"Time-dependent weights") — are leaves that ``jax.grad`` reaches through :func:`tp.solve`.
+``fit`` partitions the model into trainable leaves and the rest (``eqx.partition``), and runs an
+optax optimizer on the former:
+
+    model, history = tp.fit(model, loss, optimizer=optax.adam(1e-2), steps=500)
+
+Gradients through long horizons: :func:`tp.solve` differentiates with diffrax's
+``RecursiveCheckpointAdjoint``, which by default keeps O(log(max_steps)) checkpoints and
+recomputes the rest (memory O(log N) states for N steps, work O(N log N)); pass
+``adjoint=diffrax.RecursiveCheckpointAdjoint(checkpoints=k)`` to trade memory (k stored states)
+for recomputation (:func:`checkpointed_adjoint`).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from typing import Any, NamedTuple
+
+import diffrax
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+
+class FitResult(NamedTuple):
+    """``(model, losses)``: the trained model and the loss before each step (``(steps,)``);
+    ``final_loss`` is the loss of the returned model."""
+
+    model: Any
+    losses: np.ndarray
+    final_loss: float
+
+
+def _as_tuple(x):
+    return tuple(x) if isinstance(x, (tuple, list)) else (x,)
+
+
+def trainable_filter(model, trainable=None):
+    """The filter spec (a pytree of bools shaped like ``model``) of the leaves to train.
+
+    Args:
+        trainable: ``None`` (every floating array), a callable ``model -> node or tuple of
+            nodes`` naming the trained parts (``lambda m: (m.V, m.W)``; every floating array
+            inside them is trained), or a ready-made filter pytree of bools.
+    """
+    if trainable is None:
+        return jax.tree.map(eqx.is_inexact_array, model)
+    if callable(trainable) and not isinstance(trainable, eqx.Module):
+        nodes = _as_tuple(trainable(model))
+        base = jax.tree.map(lambda _: False, model)
+        return eqx.tree_at(lambda m: _as_tuple(trainable(m)), base,
+                           replace=tuple(jax.tree.map(eqx.is_inexact_array, n) for n in nodes))
+    spec_def, model_def = jax.tree.structure(trainable), jax.tree.structure(model)
+    if spec_def != model_def:
+        raise ValueError("a trainable filter pytree must have the structure of the model")
+    return trainable
+
+
+def fit(
+    model,
+    loss: Callable,
+    *,
+    optimizer,
+    steps: int,
+    trainable=None,
+    progress: bool | Callable[[int, float], None] = False,
+) -> FitResult:
+    """Minimize ``loss(model)`` over the trainable leaves of ``model`` with an optax optimizer.
+
+    Args:
+        model: any pytree of parameters (an attention, ``tp.Sphere(...)``, a tuple of them...).
+        loss: ``loss(model) -> scalar``; usually solves the dynamics and measures the result.
+        optimizer: an ``optax.GradientTransformation`` (e.g. ``optax.adam(1e-2)``).
+        steps: number of optimizer steps (>= 1).
+        trainable: which leaves to train (see :func:`trainable_filter`); the others are held
+            fixed (so are non-array fields such as ``PiecewiseConstant.t0``/``dt``).
+        progress: ``True`` for a tqdm bar, or a callback ``progress(step, loss)``.
+
+    Returns:
+        ``FitResult(model, losses, final_loss)``; unpacks as ``model, losses, final = ...``.
+        Raises ``ValueError`` if the loss becomes NaN or infinite (with the step number).
+    """
+    if int(steps) < 1:
+        raise ValueError(f"steps must be >= 1, got {steps}")
+    if not callable(loss):
+        raise ValueError(f"loss must be a callable loss(model) -> scalar, got {loss!r}")
+    if not hasattr(optimizer, "init") or not hasattr(optimizer, "update"):
+        raise ValueError(f"optimizer must be an optax GradientTransformation, got {optimizer!r}")
+    spec = trainable_filter(model, trainable)
+    params, static = eqx.partition(model, spec)
+    if not jax.tree.leaves(params):
+        raise ValueError("nothing to train: the trainable filter selects no floating array")
+    opt_state = optimizer.init(params)
+
+    def objective(p):
+        value = loss(eqx.combine(p, static))
+        if jnp.ndim(value) != 0:
+            raise ValueError(f"loss must return a scalar, got shape {jnp.shape(value)}")
+        return value
+
+    # one compiled value-and-gradient serves every step and the final loss
+    value_and_grad = eqx.filter_jit(eqx.filter_value_and_grad(objective))
+
+    @eqx.filter_jit
+    def update(grads, opt_state, params):
+        updates, opt_state = optimizer.update(grads, opt_state, params)
+        return eqx.apply_updates(params, updates), opt_state
+
+    def step(params, opt_state):
+        value, grads = value_and_grad(params)
+        params, opt_state = update(grads, opt_state, params)
+        return params, opt_state, value
+
+    bar = None
+    if progress is True:
+        from tqdm.auto import tqdm
+
+        bar = tqdm(total=int(steps), desc="fit")
+    losses = np.empty(int(steps))
+    for k in range(int(steps)):
+        params, opt_state, value = step(params, opt_state)
+        losses[k] = float(value)
+        if not np.isfinite(losses[k]):
+            raise ValueError(f"fit: the loss is {losses[k]} at step {k}; lower the learning rate "
+                             "or check the loss")
+        if bar is not None:
+            bar.update(1)
+            bar.set_postfix(loss=f"{losses[k]:.4g}")
+        elif callable(progress):
+            progress(k, losses[k])
+    if bar is not None:
+        bar.close()
+    final = float(value_and_grad(params)[0])
+    return FitResult(eqx.combine(params, static), losses, final)
+
+
+def checkpointed_adjoint(num_steps: int, memory: int | None = None) -> diffrax.RecursiveCheckpointAdjoint:
+    """Reverse-mode adjoint for ``num_steps`` solver steps storing ``memory`` states.
+
+    ``memory=None`` picks ⌈√num_steps⌉ checkpoints: every step is recomputed about once
+    (work ≈ 2× the forward pass) with O(√N) memory; diffrax's own default (``None``
+    checkpoints) stores O(log N) states and recomputes O(log N) times.
+    """
+    if int(num_steps) < 1:
+        raise ValueError(f"num_steps must be >= 1, got {num_steps}")
+    k = math.ceil(math.sqrt(int(num_steps))) if memory is None else int(memory)
+    if k < 1:
+        raise ValueError(f"memory (checkpoints) must be >= 1, got {memory}")
+    return diffrax.RecursiveCheckpointAdjoint(checkpoints=k)
+
+
+__all__ = ["FitResult", "checkpointed_adjoint", "fit", "trainable_filter"]

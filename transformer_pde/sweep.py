@@ -1,0 +1,310 @@
+r"""Parameter sweeps: one dynamics over a grid of parameters, in one vmapped call.
+
+``tp.sweep(fn, axes={"beta": betas, "seed": seeds})`` evaluates ``fn(beta=..., seed=...)`` at
+every point of the outer product of the axes. ``fn`` builds a model from the parameters, solves
+it and returns diagnostics (a pytree of arrays); everything it does must be traceable, so that
+the whole grid is one ``jax.vmap`` over a flat parameter axis, mapped over chunks of
+``chunk_size`` points (``jax.lax.map``) so that memory stays bounded, and sharded over the
+devices when there are several. Axes that change shapes (the dimension d, the number of tokens
+n, a number of layers) are ``static=`` axes, looped over in Python: one compilation each.
+
+Sweeping the horizon: a traced ``t1`` cannot size the step loop, so pass ``max_steps`` to
+:func:`tp.solve` (e.g. ``ceil(max(t1) / dt0)``).
+
+Results come back as :class:`LabeledArray` — a NumPy array whose leading dimensions are named
+after the grid axes, with their coordinates — and :func:`heatmap` draws any two of them.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+from collections.abc import Callable, Mapping, Sequence
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+
+@dataclasses.dataclass(frozen=True)
+class LabeledArray:
+    """A NumPy array with named dimensions and coordinates (a small subset of xarray).
+
+    Attributes:
+        values: the data, ``values.shape[i] == len(coords[dims[i]])``.
+        dims: dimension names.
+        coords: name -> 1-D array of coordinate values, for every dim.
+        name: what the values are.
+    """
+
+    values: np.ndarray
+    dims: tuple
+    coords: dict
+    name: str = "value"
+
+    def __post_init__(self):
+        values = np.asarray(self.values)
+        object.__setattr__(self, "values", values)
+        object.__setattr__(self, "dims", tuple(self.dims))
+        if values.ndim != len(self.dims):
+            raise ValueError(f"LabeledArray '{self.name}': {values.ndim}-D values but dims "
+                             f"{self.dims}")
+        if len(set(self.dims)) != len(self.dims):
+            raise ValueError(f"LabeledArray '{self.name}': repeated dimension names {self.dims}")
+        coords = {}
+        for i, dim in enumerate(self.dims):
+            c = np.arange(values.shape[i]) if dim not in self.coords else np.asarray(self.coords[dim])
+            if c.shape != (values.shape[i],):
+                raise ValueError(f"LabeledArray '{self.name}': coordinate '{dim}' has shape {c.shape}, "
+                                 f"expected ({values.shape[i]},)")
+            coords[dim] = c
+        object.__setattr__(self, "coords", coords)
+
+    @property
+    def shape(self):
+        return self.values.shape
+
+    def __array__(self, dtype=None, copy=None):
+        return self.values if dtype is None else self.values.astype(dtype)
+
+    def _axis(self, dim):
+        if dim not in self.dims:
+            raise ValueError(f"'{dim}' is not a dimension of '{self.name}'; dims are {self.dims}")
+        return self.dims.index(dim)
+
+    def isel(self, **indexers) -> LabeledArray:
+        """Select by integer position along named dimensions (an int drops the dimension)."""
+        index = [slice(None)] * self.values.ndim
+        for dim, i in indexers.items():
+            index[self._axis(dim)] = i
+        keep = [d for d, i in zip(self.dims, index) if not isinstance(i, (int, np.integer))]
+        coords = {d: self.coords[d][index[self.dims.index(d)]] for d in keep}
+        return LabeledArray(self.values[tuple(index)], keep, coords, self.name)
+
+    def sel(self, **values) -> LabeledArray:
+        """Select by coordinate value (nearest match) along named dimensions."""
+        index = {}
+        for dim, v in values.items():
+            self._axis(dim)
+            index[dim] = int(np.argmin(np.abs(self.coords[dim] - v)))
+        return self.isel(**index)
+
+    def reduce(self, fn: Callable, dim: str) -> LabeledArray:
+        """Apply a NumPy reduction (``np.mean``, ``np.nanmedian``, ...) along ``dim``."""
+        ax = self._axis(dim)
+        keep = [d for d in self.dims if d != dim]
+        return LabeledArray(fn(self.values, axis=ax), keep, {d: self.coords[d] for d in keep},
+                            self.name)
+
+    def mean(self, dim: str) -> LabeledArray:
+        return self.reduce(np.mean, dim)
+
+    def transpose(self, *dims) -> LabeledArray:
+        order = [self._axis(d) for d in dims]
+        if sorted(order) != list(range(self.values.ndim)):
+            raise ValueError(f"transpose needs every dimension of {self.dims} once, got {dims}")
+        return LabeledArray(np.transpose(self.values, order), dims, self.coords, self.name)
+
+    def to_dict(self, prefix: str | None = None) -> dict:
+        """Plain arrays for ``np.savez``: the values and one ``<name>__<dim>`` per coordinate."""
+        p = prefix or self.name
+        return {p: self.values, **{f"{p}__{d}": self.coords[d] for d in self.dims}}
+
+
+def _flatten_grid(axes: Mapping[str, Sequence]):
+    names = list(axes)
+    coords = {k: np.asarray(v) for k, v in axes.items()}
+    for k, c in coords.items():
+        if c.ndim != 1 or c.size < 1:
+            raise ValueError(f"sweep axis '{k}' must be a non-empty 1-D sequence, got shape {c.shape}")
+    mesh = np.meshgrid(*(coords[k] for k in names), indexing="ij")
+    return names, coords, {k: m.reshape(-1) for k, m in zip(names, mesh)}
+
+
+def _device_mesh(devices):
+    from jax.sharding import Mesh
+
+    return Mesh(np.asarray(devices), ("points",))
+
+
+@eqx.filter_jit
+def _map_chunks(fn, params, static_kwargs):
+    """params: dict of (num_chunks, chunk) arrays -> outputs (num_chunks, chunk, ...)."""
+    return jax.lax.map(jax.vmap(lambda p: fn(**p, **static_kwargs)), params)
+
+
+def _estimate_bytes_per_point(fn, flat, static_kwargs):
+    """Memory of the vmapped program at chunk sizes 1 and 2 (compile only, nothing runs)."""
+    sizes = []
+    for c in (1, 2):
+        params = {k: jnp.asarray(v[:1]).repeat(c)[None] for k, v in flat.items()}
+        compiled = jax.jit(lambda p: _map_chunks(fn, p, static_kwargs)).lower(params).compile()
+        mem = compiled.memory_analysis()
+        if mem is None:
+            return None
+        sizes.append(mem.temp_size_in_bytes + mem.output_size_in_bytes + mem.argument_size_in_bytes)
+    return max(sizes[1] - sizes[0], 1), sizes[0]
+
+
+def sweep(
+    fn: Callable,
+    axes: Mapping[str, Sequence],
+    *,
+    static: Mapping[str, Sequence] | None = None,
+    chunk_size: int | None = None,
+    max_memory: int | None = None,
+    devices: Sequence | None = None,
+    dtype=None,
+    progress: Callable[[str], None] | None = None,
+):
+    """Evaluate ``fn(**params)`` on the outer product of ``axes`` (and ``static`` axes).
+
+    Args:
+        fn: ``fn(**point) -> pytree of arrays`` (e.g. a dict of diagnostics at saved times).
+            Must be traceable in the ``axes`` parameters (they arrive as scalars inside vmap);
+            ``static`` parameters arrive as Python values.
+        axes: name -> 1-D coordinates. All points run in one compiled, vmapped call.
+        static: name -> values that change shapes (d, n, ...): one call per combination.
+        chunk_size: points per vmapped chunk (default: all points in one chunk, or as many as
+            ``max_memory`` allows). Chunks run one after another inside the same call.
+        max_memory: bytes the vmapped chunk may use; the per-point cost is read from XLA's
+            memory analysis of the compiled program.
+        devices: devices to shard each chunk over (default ``jax.devices()``); the chunk size
+            is rounded up to a multiple of their number.
+        dtype: floating dtype for the swept coordinates (default: JAX's default float).
+        progress: called with a line of text after each static combination.
+
+    Returns:
+        For a dict output ``{key: LabeledArray}``, otherwise one :class:`LabeledArray`; the
+        leading dims are ``(*static, *axes)`` followed by the output's own dims (``dim_0``, ...).
+    """
+    if not callable(fn):
+        raise ValueError(f"fn must be callable, got {fn!r}")
+    if not axes:
+        raise ValueError("sweep needs at least one vmapped axis")
+    static = dict(static or {})
+    clash = set(static) & set(axes)
+    if clash:
+        raise ValueError(f"axes {sorted(clash)} are both static and vmapped")
+    for k, v in static.items():
+        if len(v) < 1:
+            raise ValueError(f"static axis '{k}' is empty")
+    if chunk_size is not None and int(chunk_size) < 1:
+        raise ValueError(f"chunk_size must be >= 1, got {chunk_size}")
+    dtype = jnp.dtype(dtype or jnp.result_type(float))
+    names, coords, flat = _flatten_grid(axes)
+    P = next(iter(flat.values())).size
+    flat = {k: (v.astype(dtype) if np.issubdtype(v.dtype, np.floating) else v) for k, v in flat.items()}
+    devices = list(jax.devices() if devices is None else devices)
+
+    static_names = list(static)
+    combos = list(itertools.product(*(static[k] for k in static_names))) or [()]
+    outputs = []
+    for combo in combos:
+        skw = dict(zip(static_names, combo))
+        chunk = P if chunk_size is None else min(int(chunk_size), P)
+        if max_memory is not None and chunk_size is None:
+            est = _estimate_bytes_per_point(fn, flat, skw)
+            if est is not None:
+                per_point, base = est
+                chunk = int(max(1, min(P, (int(max_memory) - base) // per_point + 1)))
+        D = len(devices)
+        chunk = -(-chunk // D) * D
+        num_chunks = -(-P // chunk)
+        pad = num_chunks * chunk - P
+        # padding repeats the last point: valid parameters, results dropped below
+        params = {k: jnp.asarray(np.concatenate([v, np.repeat(v[-1:], pad)])).reshape(num_chunks, chunk)
+                  for k, v in flat.items()}
+        if D > 1:
+            from jax.sharding import NamedSharding, PartitionSpec
+
+            sharding = NamedSharding(_device_mesh(devices), PartitionSpec(None, "points"))
+            params = jax.device_put(params, sharding)
+        out = _map_chunks(fn, params, skw)
+        total = num_chunks * chunk
+        out = jax.tree.map(lambda a, total=total: np.asarray(a).reshape(total, *a.shape[2:])[:P], out)
+        outputs.append(out)
+        if progress is not None:
+            progress(f"{skw or 'grid'}: {P} points in {num_chunks} chunk(s) of {chunk}")
+
+    grid_shape = tuple(coords[k].size for k in names)
+    static_shape = tuple(len(static[k]) for k in static_names)
+    static_coords = {k: np.asarray(static[k]) for k in static_names}
+
+    def label(name, *leaves):
+        stacked = np.stack(leaves).reshape(static_shape + grid_shape + leaves[0].shape[1:])
+        extra = [f"dim_{i}" for i in range(leaves[0].ndim - 1)]
+        return LabeledArray(stacked, (*static_names, *names, *extra), {**static_coords, **coords}, name)
+
+    first = outputs[0]
+    if isinstance(first, dict):
+        return {k: label(k, *(o[k] for o in outputs)) for k in first}
+    leaves, treedef = jax.tree.flatten(first)
+    if treedef.num_leaves == 1 and not treedef.children():
+        return label("value", *(jax.tree.leaves(o)[0] for o in outputs))
+    per_output = [jax.tree.leaves(o) for o in outputs]
+    labeled = [label(f"value_{i}", *(po[i] for po in per_output)) for i in range(len(leaves))]
+    return jax.tree.unflatten(treedef, labeled)
+
+
+def heatmap(arr: LabeledArray, x: str, y: str, *, ax=None, log_x: bool = False, log_y: bool = False,
+            log_color: bool = False, cmap: str = "viridis", colorbar: bool = True, annotate: bool = False,
+            fmt: str = "{:.3g}", **kwargs):
+    """Draw a 2-D :class:`LabeledArray` (dims ``x`` and ``y``) as a heatmap; NaN cells blank.
+
+    Cells are centred on the coordinates (``pcolormesh`` with edges halfway between points,
+    geometric halfway on a log axis). Returns the matplotlib ``QuadMesh``.
+    """
+    import matplotlib.pyplot as plt
+    from matplotlib.colors import LogNorm
+
+    if set(arr.dims) != {x, y}:
+        raise ValueError(f"heatmap needs a 2-D array with dims ({x!r}, {y!r}), got dims {arr.dims}; "
+                         f"select or reduce the others first")
+    z = arr.transpose(y, x).values.astype(float)
+    ax = ax or plt.gca()
+
+    def edges(c, log):
+        c = np.asarray(c, dtype=float)
+        if c.size == 1:
+            return np.array([c[0] * 0.9, c[0] * 1.1]) if log else np.array([c[0] - 0.5, c[0] + 0.5])
+        u = np.log(c) if log else c
+        mid = (u[1:] + u[:-1]) / 2
+        e = np.concatenate([[u[0] - (mid[0] - u[0])], mid, [u[-1] + (u[-1] - mid[-1])]])
+        return np.exp(e) if log else e
+
+    norm = None
+    if log_color:
+        pos = z[np.isfinite(z) & (z > 0)]
+        if pos.size:
+            norm = LogNorm(vmin=pos.min(), vmax=pos.max())
+    mesh = ax.pcolormesh(edges(arr.coords[x], log_x), edges(arr.coords[y], log_y),
+                         np.ma.masked_invalid(z), cmap=cmap, norm=norm, shading="flat", **kwargs)
+    if log_x:
+        ax.set_xscale("log")
+    if log_y:
+        ax.set_yscale("log")
+    ax.set_xlabel(x)
+    ax.set_ylabel(y)
+    if colorbar:
+        ax.figure.colorbar(mesh, ax=ax, label=arr.name)
+    if annotate:
+        for i, yv in enumerate(arr.coords[y]):
+            for j, xv in enumerate(arr.coords[x]):
+                if np.isfinite(z[i, j]):
+                    ax.text(xv, yv, fmt.format(z[i, j]), ha="center", va="center", fontsize=7,
+                            color="w")
+    return mesh
+
+
+def first_time(ts, condition) -> jax.Array:
+    """The first ``ts[k]`` with ``condition[..., k]`` true (inf when never): e.g. the time to
+    reach one cluster from a saved cluster count, ``first_time(ts, counts == 1)``."""
+    ts = jnp.asarray(ts)
+    hit = jnp.asarray(condition)
+    idx = jnp.argmax(hit, axis=-1)
+    return jnp.where(jnp.any(hit, axis=-1), ts[idx], jnp.inf)
+
+
+__all__ = ["LabeledArray", "first_time", "heatmap", "sweep"]
