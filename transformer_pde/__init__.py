@@ -4,7 +4,7 @@ Tokens move as interacting particles, dx_i/dt = Γ_μ(x_i), and their empirical 
 follows the continuity equation ∂_t μ + div(μ Γ_μ) = 0 (spec: ``shared/spec/``).
 """
 
-from . import diagnostics, kernels, plot
+from . import diagnostics, gaussian, kernels, plot
 from .attention import (
     AbstractAttention,
     L2Attention,
@@ -16,7 +16,7 @@ from .attention import (
     UnnormalizedAttention,
 )
 from .dynamics import AbstractDynamics
-from .gaussian_solve import GaussianSolution
+from .gaussian_solve import GaussianSolution, solve_gaussian
 from .measures import Gaussian
 from .params import PiecewiseConstant
 from .solve import Solution, layers, solve
@@ -40,11 +40,13 @@ __all__ = [
     "Sphere",
     "UnnormalizedAttention",
     "diagnostics",
+    "gaussian",
     "kernels",
     "layers",
     "normalize",
     "plot",
     "solve",
+    "solve_gaussian",
     "tangent_projection",
     "uniform_sphere",
 ]

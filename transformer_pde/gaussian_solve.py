@@ -127,7 +127,9 @@ def _solve_moments(dynamics, mean, cov, t0, t1, dt0, ts, threshold, solver, cont
                    max_steps, progress, throw):
     def rhs(t, y, args):
         m, c = y
-        return dynamics.gaussian_velocity(m, c, t)
+        dm, dc = dynamics.gaussian_velocity(m, c, t)
+        # the state's dtype rules (float32 moments with float64 parameters stay float32)
+        return dm.astype(m.dtype), dc.astype(c.dtype)
 
     def exceeded(t, y, args, **kwargs):
         tr = jnp.trace(y[1])
