@@ -278,5 +278,5 @@ register(Experiment(
     config=AnisotropyConfig,
     compute=compute,
     figures=figures,
-    tiny={"grid": 2, "t_long": 300.0, "num_saves": 20, "rtol": 1e-6},
+    tiny={"grid": 2, "t_long": 3000.0, "num_saves": 20, "rtol": 1e-6},
 ))
