@@ -83,7 +83,10 @@ def test_wrong_variants_miss():
         assert _rel(wrong.gaussian_velocity(g0.mean, g0.cov)[1], dcov_particles(true)) > 1e-3
 
 
-@pytest.mark.parametrize("kind", ["softmax", "multihead", "l2", "sinkhorn"])
+@pytest.mark.parametrize("kind", [
+    "softmax", "sinkhorn",
+    # each costs two compilations; their fields are checked above at every node by default
+    pytest.param("multihead", marks=pytest.mark.slow), pytest.param("l2", marks=pytest.mark.slow)])
 def test_closure_solve_matches_gauss_hermite_particles(kind):
     """Done-when criterion of the issue: 1e-8 relative, float64, through ``tp.solve``."""
     attn = _attention(kind)
@@ -119,17 +122,19 @@ def test_sampling_error_decays_like_inverse_sqrt_n():
     # Euler (one field evaluation per step) for both: the discretization mismatch between the
     # particle and the moment schemes is far below the sampling error at these n
     euler = diffrax.Euler()
-    ref = tp.solve(attn, g0, t1=0.5, dt0=0.125, solver=euler)
-    ns, seeds = [32, 128, 512, 2048], 8
-    errs = []
-    for n in ns:
-        e = []
-        for s in range(seeds):
-            x = g0.sample(jax.random.key(s), n)
-            sol = tp.solve(attn, x, t1=0.5, dt0=0.125, solver=euler)
-            m, c = _particle_moments(sol.xs, jnp.full(n, 1.0 / n))
-            e.append(float(jnp.linalg.norm(c[-1] - ref.covs[-1])) ** 2)
-        errs.append(np.sqrt(np.mean(e)))
+    ref = tp.solve(attn, g0, t1=0.5, dt0=0.125, solver=euler).covs[-1]
+    ns, seeds, N = [32, 128, 512, 2048], 8, 2048
+    # n samples padded to N with zero-weight tokens (ignored: log 0 = −inf), so that a single
+    # compiled solve, vmapped over seeds, serves every n
+    def err(key, n):
+        x = g0.sample(key, N)
+        w = jnp.where(jnp.arange(N) < n, 1.0 / n, 0.0)
+        sol = tp.solve(attn, x, weights=w, t1=0.5, dt0=0.125, solver=euler)
+        _, c = _particle_moments(sol.xs[-1], w)
+        return jnp.sum((c - ref) ** 2)
+
+    keys = jax.random.split(jax.random.key(0), seeds)
+    errs = [float(jnp.sqrt(jnp.mean(jax.vmap(err, in_axes=(0, None))(keys, n)))) for n in ns]
     slope = np.polyfit(np.log(ns), np.log(errs), 1)[0]
     assert -0.65 < slope < -0.35, (slope, errs)
 
@@ -179,7 +184,7 @@ def test_identity_value_closed_form_and_blowup_time():
     assert lam[-2] / lam[-1] < 1e-6
 
 
-def test_blowup_with_constant_steps_multihead_and_softmax():
+def test_blowup_with_constant_steps_multihead():
     # two heads of width 1, Q_h = K_h = 2e_hᵀ, V_h = e_hᵀ, W_h = e_h: A_h = 4e_he_hᵀ and
     # W_hV_h = e_he_hᵀ, so a diagonal Σ stays diagonal with Σ_hh' = 8Σ_hh²:
     # Σ_hh(t) = 1/(1/0.5 − 8t), blow-up at t* = 1/4
@@ -192,11 +197,6 @@ def test_blowup_with_constant_steps_multihead_and_softmax():
     np.testing.assert_allclose(sol.covs[0], 0.5 * np.eye(2))
     assert not np.isnan(np.asarray(sol.covs)).any()
     assert np.isfinite(np.asarray(sol.covs[:1])).all() and np.isinf(np.asarray(sol.covs[1:])).all()
-    # softmax with V = I and A + Aᵀ ≻ 0, constant steps: t* of euclidean.md §5.1 to a step
-    Q, K = _identity_value(3, 2, +1)
-    soft = tp.solve(tp.SoftmaxAttention(Q, K, np.eye(2)), g0, t1=5.0, dt0=0.01)
-    tstar = float(G.identity_value_blowup_time(0.5 * np.eye(2), K.T @ Q))
-    assert abs(float(soft.blowup_time) - tstar) <= 0.02
 
 
 def test_identity_value_convergence_to_rank_of_kernel():

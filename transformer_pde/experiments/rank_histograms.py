@@ -144,5 +144,5 @@ register(Experiment(
     config=RankConfig,
     compute=compute,
     figures=figures,
-    tiny={"dims": "3,4", "runs": 3, "t_long": 1e4, "rtol": 1e-6},
+    tiny={"dims": "3,4", "runs": 4, "t_long": 1e4, "rtol": 1e-6, "variants": "softmax"},
 ))

@@ -47,6 +47,8 @@ class StabilityConfig:
     """Entries of Q, K, V are scale · N(0, 1)."""
     deltas: str = "0.001,0.01,0.1"
     seed: int = 0
+    variants: str = ",".join(VARIANTS)
+    """Variants whose support radius is tracked (multi-head needs an even d)."""
 
     def __post_init__(self):
         if self.n < 2 or self.d < 1 or self.num_saves < 2:
@@ -56,19 +58,23 @@ class StabilityConfig:
             raise ValueError(f"need t1, dt, radius > 0; got {self.t1}, {self.dt}, {self.radius}")
         if any(float(s) <= 0 for s in self.deltas.split(",")):
             raise ValueError(f"deltas must be positive, got {self.deltas}")
+        bad = [v for v in self.variants.split(",") if v not in VARIANTS]
+        if bad:
+            raise ValueError(f"unknown variants {bad}; choose from {', '.join(VARIANTS)}")
+        if "multihead" in self.variants.split(",") and self.d % 2:
+            raise ValueError(f"multihead splits d into 2 heads: needs an even d, got d={self.d}")
 
 
 def make_attentions(cfg: StabilityConfig):
     rng = np.random.default_rng(cfg.seed)
     Q, K, V = (cfg.scale * rng.standard_normal((cfg.d, cfg.d)) for _ in range(3))
-    attns = {
-        "softmax": SoftmaxAttention(Q, K, V, cfg.beta),
-        "l2": L2Attention(Q, K, V, cfg.beta),
-        "sinkhorn": SinkhornAttention(Q, K, V, cfg.beta, epsilon=1.0),
+    make = {
+        "softmax": lambda: SoftmaxAttention(Q, K, V, cfg.beta),
+        "l2": lambda: L2Attention(Q, K, V, cfg.beta),
+        "multihead": lambda: MultiHeadAttention.split(Q, K, V, 2, cfg.beta),
+        "sinkhorn": lambda: SinkhornAttention(Q, K, V, cfg.beta, epsilon=1.0),
     }
-    if cfg.d % 2 == 0:
-        attns["multihead"] = MultiHeadAttention.split(Q, K, V, 2, cfg.beta)
-    return attns
+    return {v: make[v]() for v in cfg.variants.split(",")}
 
 
 def initial_tokens(cfg: StabilityConfig):
@@ -93,7 +99,7 @@ def compute(cfg: StabilityConfig, progress: bool = False) -> dict:
             if progress:
                 print(f"{name:>9}: R(t1) = {out[f'{name}__radius'][-1]:.4g} <= "
                       f"{out[f'{name}__radius_bound'][-1]:.4g}", flush=True)
-        softmax = attns["softmax"]
+        softmax = make_attentions(dataclasses.replace(cfg, variants="softmax"))["softmax"]
         xs = solve(softmax, x0, t1=cfg.t1, dt0=cfg.dt, saveat=ts).xs
         xi = jax.random.normal(jax.random.key(cfg.seed + 1), x0.shape)
         deltas = [float(s) for s in cfg.deltas.split(",")]
@@ -145,5 +151,6 @@ register(Experiment(
     config=StabilityConfig,
     compute=compute,
     figures=figures,
-    tiny={"n": 16, "t1": 0.5, "dt": 0.05, "num_saves": 6, "deltas": "0.01,0.1"},
+    tiny={"n": 16, "t1": 0.5, "dt": 0.05, "num_saves": 6, "deltas": "0.01,0.1",
+          "variants": "softmax,multihead"},
 ))
