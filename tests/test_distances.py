@@ -1,5 +1,7 @@
 """Distances and bounds (euclidean.md §3) against independent references."""
 
+import itertools
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -56,7 +58,7 @@ def _w_1d_weighted(x, a, y, b, p):
     knots = np.unique(np.concatenate([[0.0], ca, cb]))
     knots = knots[knots <= 1.0]
     total = 0.0
-    for lo, hi in zip(knots[:-1], knots[1:]):
+    for lo, hi in itertools.pairwise(knots):
         u = 0.5 * (lo + hi)
         qx = x[min(np.searchsorted(ca, u), len(x) - 1)]
         qy = y[min(np.searchsorted(cb, u), len(y) - 1)]

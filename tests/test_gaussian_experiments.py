@@ -24,7 +24,7 @@ def _run(name, tmp_path):
 def test_gaussian_anisotropy_tiny(tmp_path):
     res = _run("gaussian-anisotropy", tmp_path)
     code = {name: i for i, name in enumerate(ga.OUTCOMES)}
-    outcome = lambda regime, v: res[f"{regime}__{v}__outcome"]  # noqa: E731
+    outcome = lambda regime, v: res[f"{regime}__{v}__outcome"]
     # convergence to 0 for every variant with V = GGᵀ, K = −Q (euclidean.md §8); for softmax
     # tr(V⁻¹Σ) is non-increasing along the way (§5.2)
     variants = experiments.get("gaussian-anisotropy").tiny["variants"].split(",")
@@ -53,6 +53,8 @@ def test_gaussian_anisotropy_tiny(tmp_path):
         _, U = np.linalg.eigh(res[f"two-lines__{v}__final_cov"])
         u = U[:, :, -1]
         assert np.all(np.abs(np.einsum("ni,ij,nj->n", u, B, u)) < 1e-3 * np.linalg.norm(B, 2))
+        hit = {int(np.argmax([abs(x @ e) for e in ga.isotropic_directions(B)])) for x in u}
+        assert hit == {0, 1}, v
     # blow-up: softmax at t* of euclidean.md §5.1, multi-head in finite time; ℓ² and Sinkhorn
     # cross the threshold only later (exponential growth, no finite-time blow-up)
     A = res["blowup__K"].T @ res["blowup__Q"] / np.sqrt(2)

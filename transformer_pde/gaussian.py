@@ -141,7 +141,12 @@ def affine_field(attn, mean, cov, t=0.0):
 
     Used to check the closure pointwise against the particle field.
     """
-    from .attention import L2Attention, MultiHeadAttention, SinkhornAttention, SoftmaxAttention
+    from .attention import (
+        L2Attention,
+        MultiHeadAttention,
+        SinkhornAttention,
+        SoftmaxAttention,
+    )
 
     d = mean.shape[0]
     if isinstance(attn, SoftmaxAttention):

@@ -30,7 +30,12 @@ import jax.numpy as jnp
 import numpy as np
 
 from .. import plot
-from ..attention import L2Attention, MultiHeadAttention, SinkhornAttention, SoftmaxAttention
+from ..attention import (
+    L2Attention,
+    MultiHeadAttention,
+    SinkhornAttention,
+    SoftmaxAttention,
+)
 from ..gaussian_solve import solve_gaussian
 from ..measures import Gaussian
 from ._base import Experiment, register
@@ -124,6 +129,15 @@ def make_attention(variant: str, Q, K, V):
     if variant == "sinkhorn":
         return SinkhornAttention(Q, K, V, 1.0, epsilon=1.0)
     raise ValueError(variant)
+
+
+def isotropic_directions(B):
+    """The two unit vectors u with uᵀBu = 0 for an indefinite symmetric 2×2 matrix B."""
+    lam, E = np.linalg.eigh(B)
+    if not lam[0] < 0 < lam[1]:
+        raise ValueError(f"B must be indefinite, got eigenvalues {lam}")
+    us = [np.sqrt(lam[1]) * E[:, 0] + s * np.sqrt(-lam[0]) * E[:, 1] for s in (1.0, -1.0)]
+    return [u / np.linalg.norm(u) for u in us]
 
 
 def classify(cov0, final_cov, blew_up, variant):
@@ -257,9 +271,15 @@ def figures(res: dict, cfg: AnisotropyConfig, out_dir) -> list:
                                 alpha=0.06)
                 if regime == "line":  # the limit line: rank-one matrices along q⊥
                     q = res[f"{regime}__Q"][0]
-                    e = np.array([-q[1], q[0]])
+                    lines = [np.array([-q[1], q[0]])]
+                elif regime == "two-lines":  # rank-one matrices uuᵀ with uᵀ(A + Aᵀ)u = 0
+                    A = res[f"{regime}__K"].T @ res[f"{regime}__Q"]
+                    lines = isotropic_directions(A + A.T)
+                else:
+                    lines = []
+                c = np.linspace(0, scale, 20)
+                for e in lines:
                     p = to_cone(np.outer(e, e)[None])[0]
-                    c = np.linspace(0, scale, 20)
                     ax.plot(p[0] * c, p[1] * c, p[2] * c, "k", lw=1.2)
                 ax.view_init(elev=20, azim=-100)
                 ax.set_xlabel("a−b")

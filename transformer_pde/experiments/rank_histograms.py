@@ -22,7 +22,6 @@ import dataclasses
 
 import diffrax
 import jax
-import jax.numpy as jnp
 import numpy as np
 
 from .. import plot

@@ -20,7 +20,12 @@ import jax.numpy as jnp
 import numpy as np
 
 from .. import plot
-from ..attention import L2Attention, MultiHeadAttention, SinkhornAttention, SoftmaxAttention
+from ..attention import (
+    L2Attention,
+    MultiHeadAttention,
+    SinkhornAttention,
+    SoftmaxAttention,
+)
 from ..diagnostics import (
     exact_wasserstein,
     stability_bound,
