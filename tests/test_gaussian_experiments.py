@@ -49,8 +49,9 @@ def test_gaussian_anisotropy_tiny(tmp_path):
     B = res["two-lines__K"].T @ res["two-lines__Q"]
     B = B + B.T
     for v in set(variants) & {"softmax", "l2", "sinkhorn"}:
-        assert np.all(outcome("two-lines", v) == code["rank one"]), v
-        _, U = np.linalg.eigh(res[f"two-lines__{v}__final_cov"])
+        out = outcome("two-lines", v)
+        assert np.all((out == code["rank one"]) | (out == code["to zero"])), v
+        _, U = np.linalg.eigh(res[f"two-lines__{v}__final_cov"][out == code["rank one"]])
         u = U[:, :, -1]
         assert np.all(np.abs(np.einsum("ni,ij,nj->n", u, B, u)) < 1e-3 * np.linalg.norm(B, 2))
         hit = {int(np.argmax([abs(x @ e) for e in ga.isotropic_directions(B)])) for x in u}
@@ -81,7 +82,7 @@ def test_rank_histograms_tiny(tmp_path):
         for v in experiments.get("rank-histograms").tiny["variants"].split(","):
             for vname in ("identity", "spd"):
                 ranks = res[f"d{d}__{v}__{vname}__ranks"]
-                assert np.all(ranks <= (d + 1) // 2), (d, v, vname, ranks)
+                assert np.all((0 <= ranks) & (ranks <= (d + 1) // 2)), (d, v, vname, ranks)
                 assert not np.isfinite(res[f"d{d}__{v}__{vname}__blowup_time"]).any()
             # V = I: exactly dim ker(A + Aᵀ) = ⌈d/2⌉ (euclidean.md §5.1)
             assert np.all(res[f"d{d}__{v}__identity__ranks"] == (d + 1) // 2)

@@ -43,7 +43,7 @@ from ._base import Experiment, register
 REGIMES = ("zero", "line", "two-lines", "blowup", "mixed")
 VARIANTS = ("softmax", "l2", "multihead", "sinkhorn")
 RICCATI = ("softmax", "multihead")  # quadratic closures: finite-time blow-up possible
-OUTCOMES = ("to zero", "rank one", "full rank", "blow-up", "unbounded")
+OUTCOMES = ("to zero", "rank one", "full rank", "blow-up", "unbounded", "unfinished")
 """Outcome codes: index into this tuple."""
 
 
@@ -53,7 +53,12 @@ class AnisotropyConfig:
     """Grid points per axis for ``zero`` and ``line``; ``two-lines``, ``mixed`` and ``blowup``
     use 2×, 3× and 4× as many (the authors' 10/20/30/40)."""
     t_long: float = 1e4
-    """Horizon of the converging regimes (convergence is O(1/t))."""
+    """Horizon of ``zero`` and ``line`` (convergence is O(1/t))."""
+    t_two_lines: float = 500.0
+    t_mixed: float = 150.0
+    """Horizons of ``two-lines`` and ``mixed`` (the authors' step × max_iter)."""
+    max_steps: int = 20_000
+    """Step budget per run; a run that exhausts it (stiff) is reported as 'unfinished'."""
     tol_high: float = 1e4
     """The solve stops when tr Σ exceeds this (the authors' ``tol_high``)."""
     rtol: float = 1e-7
@@ -64,9 +69,11 @@ class AnisotropyConfig:
     def __post_init__(self):
         if self.grid < 2 or self.num_saves < 3:
             raise ValueError(f"need grid >= 2 and num_saves >= 3, got {self.grid}, {self.num_saves}")
-        if not (self.t_long > 0 and self.tol_high > 1 and self.rtol > 0):
-            raise ValueError(f"need t_long > 0, tol_high > 1, rtol > 0; got {self.t_long}, "
-                             f"{self.tol_high}, {self.rtol}")
+        if not (min(self.t_long, self.t_two_lines, self.t_mixed) > 0 and self.tol_high > 1
+                and self.rtol > 0 and self.max_steps >= 1):
+            raise ValueError(f"need positive horizons, tol_high > 1, rtol > 0, max_steps >= 1; got "
+                             f"{self.t_long}, {self.t_two_lines}, {self.t_mixed}, {self.tol_high}, "
+                             f"{self.rtol}, {self.max_steps}")
         for name, allowed in (("regimes", REGIMES), ("variants", VARIANTS)):
             bad = [r for r in getattr(self, name).split(",") if r not in allowed]
             if bad:
@@ -140,8 +147,10 @@ def isotropic_directions(B):
     return [u / np.linalg.norm(u) for u in us]
 
 
-def classify(cov0, final_cov, blew_up, variant):
+def classify(cov0, final_cov, blew_up, variant, finished=True):
     """Outcome code (index into OUTCOMES) of one run."""
+    if not finished:
+        return 5
     if blew_up:
         return 3 if variant in RICCATI else 4
     lam = np.linalg.eigvalsh(final_cov)
@@ -151,8 +160,12 @@ def classify(cov0, final_cov, blew_up, variant):
 
 
 def _horizon(regime, variant, attn, covs0, cfg):
-    if regime != "blowup":
+    if regime in ("zero", "line"):
         return cfg.t_long
+    if regime == "two-lines":
+        return cfg.t_two_lines
+    if regime == "mixed":
+        return cfg.t_mixed
     if variant == "softmax":  # V = I: t* in closed form; run past the latest one
         from ..gaussian import identity_value_blowup_time, score_matrix
 
@@ -169,9 +182,9 @@ def _solve_batch(attns, covs0, t1s, tss, cfg):
 
     def one(attn, cov0, t1, ts):
         sol = solve_gaussian(attn, Gaussian(jnp.zeros(2, cov0.dtype), cov0), t1=t1, dt0=1e-3,
-                             saveat=ts, stepsize_controller=pid, max_steps=200_000,
-                             blowup_threshold=cfg.tol_high)
-        return sol.covs, sol.final_cov, sol.final_time, sol.blowup_time
+                             saveat=ts, stepsize_controller=pid, max_steps=cfg.max_steps,
+                             blowup_threshold=cfg.tol_high, throw=False)
+        return sol.covs, sol.final_cov, sol.final_time, sol.blowup_time, sol.succeeded
 
     out = jax.vmap(one)(stacked, jnp.asarray(covs0), jnp.asarray(t1s), jnp.asarray(tss))
     return [np.asarray(o) for o in out]
@@ -203,7 +216,7 @@ def compute(cfg: AnisotropyConfig, progress: bool = False) -> dict:
                 c0s += list(covs0)
                 t1s += [t1] * len(covs0)
                 tss += [ts] * len(covs0)
-            covs, final, tfinal, tblow = _solve_batch(attns, c0s, t1s, tss, cfg)
+            covs, final, tfinal, tblow, done = _solve_batch(attns, c0s, t1s, tss, cfg)
             for regime in regimes:
                 sl, key = slices[regime], f"{regime}__{variant}"
                 covs0 = setups[regime][3]
@@ -213,8 +226,8 @@ def compute(cfg: AnisotropyConfig, progress: bool = False) -> dict:
                 out[f"{key}__final_time"] = tfinal[sl]
                 out[f"{key}__blowup_time"] = tblow[sl]
                 out[f"{key}__outcome"] = np.asarray(
-                    [classify(c0, f, np.isfinite(tb), variant)
-                     for c0, f, tb in zip(covs0, final[sl], tblow[sl])])
+                    [classify(c0, f, np.isfinite(tb), variant, ok)
+                     for c0, f, tb, ok in zip(covs0, final[sl], tblow[sl], done[sl])])
                 if progress:
                     counts = np.bincount(out[f"{key}__outcome"], minlength=len(OUTCOMES))
                     summary = ", ".join(f"{OUTCOMES[i]}: {c}" for i, c in enumerate(counts) if c)
@@ -300,6 +313,6 @@ register(Experiment(
     figures=figures,
     # one compilation per variant dominates the cost: the tiny run keeps one Riccati closure
     # (softmax) and one with bounded growth (Sinkhorn)
-    tiny={"grid": 2, "t_long": 3000.0, "num_saves": 20, "rtol": 1e-6,
-          "variants": "softmax,sinkhorn"},
+    tiny={"grid": 2, "t_long": 3000.0, "t_two_lines": 300.0, "t_mixed": 100.0, "num_saves": 20,
+          "rtol": 1e-6, "variants": "softmax,sinkhorn"},
 ))
