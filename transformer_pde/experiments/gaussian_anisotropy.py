@@ -57,8 +57,9 @@ class AnisotropyConfig:
     t_two_lines: float = 500.0
     t_mixed: float = 150.0
     """Horizons of ``two-lines`` and ``mixed`` (the authors' step × max_iter)."""
-    max_steps: int = 20_000
-    """Step budget per run; a run that exhausts it (stiff) is reported as 'unfinished'."""
+    max_steps: int = 10_000
+    """Step budget per run (runs are vmapped in lockstep, so one stiff run costs the whole
+    batch this many steps); a run that exhausts it is reported as 'unfinished'."""
     tol_high: float = 1e4
     """The solve stops when tr Σ exceeds this (the authors' ``tol_high``)."""
     rtol: float = 1e-7
