@@ -4,7 +4,7 @@ Tokens move as interacting particles, dx_i/dt = Γ_μ(x_i), and their empirical 
 follows the continuity equation ∂_t μ + div(μ Γ_μ) = 0 (spec: ``shared/spec/``).
 """
 
-from . import convergence, diagnostics, interpolation, kernels, plot
+from . import convergence, diagnostics, gaussian, interpolation, kernels, plot
 from ._checks import NonFiniteStateError
 from .attention import (
     AbstractAttention,
@@ -19,7 +19,7 @@ from .attention import (
 from .checkpoint import Checkpoint, solve_checkpointed
 from .dynamics import AbstractDynamics
 from .fit import FitResult, checkpointed_adjoint, fit
-from .gaussian_solve import GaussianSolution
+from .gaussian_solve import GaussianSolution, solve_gaussian
 from .interpolation import AttentionPerceptron
 from .measures import Gaussian
 from .params import PiecewiseConstant
@@ -55,6 +55,7 @@ __all__ = [
     "fit",
     "heatmap",
     "interpolation",
+    "gaussian",
     "kernels",
     "layers",
     "normalize",
@@ -62,6 +63,7 @@ __all__ = [
     "solve",
     "solve_checkpointed",
     "sweep",
+    "solve_gaussian",
     "tangent_projection",
     "uniform_sphere",
 ]

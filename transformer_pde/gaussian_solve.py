@@ -1,4 +1,10 @@
-"""Integration of the Gaussian closure: the moment ODEs for (mean, covariance)."""
+"""Integration of the Gaussian closure: the moment ODEs for (mean, covariance) (euclidean.md §4–5).
+
+Softmax and multi-head closures are Riccati equations, Σ' = VΣAΣ + (·)ᵀ, which can blow up
+in finite time (euclidean.md §5.1: t* = 1/λmax(Σ0^{1/2}(A+Aᵀ)Σ0^{1/2}) for V = I). The solve
+therefore carries a diffrax ``Event`` that stops it as soon as tr Σ exceeds a threshold (or
+stops being finite), and reports that time instead of returning NaNs.
+"""
 
 from __future__ import annotations
 
@@ -6,59 +12,148 @@ import diffrax
 import equinox as eqx
 import jax
 import jax.numpy as jnp
+import numpy as np
 
+from ._checks import check_scalar, is_concrete
+from .dynamics import AbstractDynamics
 from .measures import Gaussian
+
+DEFAULT_BLOWUP_FACTOR = 1e10
+"""Default threshold: the solve stops once tr Σ > 1e10 · tr Σ0."""
 
 
 class GaussianSolution(eqx.Module):
-    """Result of :func:`solve` for a Gaussian initial state.
+    """Result of :func:`solve` for a Gaussian initial state N(mean, cov).
 
     Attributes:
-        ts: save times ``(T,)``; means ``(T, d)``; covs ``(T, d, d)``.
-        result: diffrax's result code.
+        ts: the requested save times ``(T,)``.
+        means: ``(T, d)``; covs: ``(T, d, d)``, exactly symmetric. Entries at times after
+            ``blowup_time`` are ``inf`` (the covariance has left every bounded set).
+        blowup_time: the first time at which tr Σ exceeded ``threshold`` (or stopped being
+            finite); ``inf`` when it stayed below up to t1. For a Riccati blow-up
+            (softmax, multi-head) this is t* up to O(1/threshold) with adaptive steps, up
+            to about one step with constant steps.
+        final_time, final_mean, final_cov: the state where the integration stopped (t1, or
+            the time the threshold was crossed).
+        threshold: the trace threshold used.
+        num_steps: accepted solver steps.
+        result: diffrax's result code (``RESULTS.event_occurred`` after a blow-up).
     """
 
     ts: jax.Array
     means: jax.Array
     covs: jax.Array
+    blowup_time: jax.Array
+    final_time: jax.Array
+    final_mean: jax.Array
+    final_cov: jax.Array
+    threshold: jax.Array
     num_steps: jax.Array
     result: diffrax.RESULTS
 
+    @property
+    def blew_up(self):
+        """True when tr Σ crossed the threshold before t1."""
+        return jnp.isfinite(self.blowup_time)
 
-def solve_gaussian(dynamics, g0: Gaussian, *, t0, t1, dt0, saveat, solver, stepsize_controller,
-                   adjoint, max_steps, progress, throw) -> GaussianSolution:
+    @property
+    def reached(self):
+        """Mask ``(T,)`` of the save times reached before the solve stopped."""
+        return (self.ts <= self.final_time) & jnp.all(jnp.isfinite(self.covs), axis=(1, 2))
+
+    @property
+    def succeeded(self):
+        return (self.result == diffrax.RESULTS.successful) | (
+            self.result == diffrax.RESULTS.event_occurred)
+
+
+def solve_gaussian(dynamics, g0: Gaussian, *, t1, t0=0.0, dt0=None, saveat=None, solver=None,
+                   stepsize_controller=None, adjoint=None, max_steps=None, progress=False,
+                   throw=True, blowup_threshold=None) -> GaussianSolution:
+    """Integrate the moment ODEs of the Gaussian closure from N(mean0, cov0) (euclidean.md §4).
+
+    ``tp.solve(attn, tp.Gaussian(mean, cov), ...)`` calls this; call it directly to set
+    ``blowup_threshold`` (absolute threshold on tr Σ; default ``1e10 · tr Σ0``).
+    The other arguments are those of :func:`transformer_pde.solve`. For an accurate
+    blow-up time pass an adaptive ``stepsize_controller=diffrax.PIDController(...)``: the
+    steps then shrink towards the pole.
+
+    Raises:
+        NotImplementedError: the dynamics has no Gaussian closure (sigmoid, unnormalized,
+            causal attention, the sphere), with the reason.
+    """
     from .solve import _as_time, _check_times, _default_max_steps
 
+    if not isinstance(dynamics, AbstractDynamics):
+        raise ValueError(f"dynamics must be an attention, got {type(dynamics).__name__}")
+    if not isinstance(g0, Gaussian):
+        raise ValueError(f"g0 must be a tp.Gaussian, got {type(g0).__name__}")
+    if not hasattr(dynamics, "gaussian_velocity"):
+        raise NotImplementedError(
+            f"{type(dynamics).__name__} has no Gaussian closure: on the sphere tokens have unit "
+            "norm, so no Gaussian on R^d is a state, and the tangent projection makes the field "
+            "non-affine (euclidean.md §4 needs an affine field)")
     dtype = g0.mean.dtype
-    if g0.dim != dynamics.dim and dynamics.dim is not None:
+    if dynamics.dim is not None and g0.dim != dynamics.dim:
         raise ValueError(f"Gaussian has dimension {g0.dim} but the dynamics act on d={dynamics.dim}")
-    # raises the "no closure" error early, before tracing
+    # raise the "no closure" error now, with its reason, rather than inside tracing
     jax.eval_shape(dynamics.gaussian_velocity, g0.mean, g0.cov, jnp.zeros((), dtype))
     ts = _check_times(t0, t1, dt0, saveat, dtype)
     solver = diffrax.Tsit5() if solver is None else solver
     controller = diffrax.ConstantStepSize() if stepsize_controller is None else stepsize_controller
     if dt0 is None and isinstance(controller, diffrax.ConstantStepSize):
-        raise ValueError("dt0 is required with constant step sizes")
+        raise ValueError("dt0 is required with constant step sizes (pass dt0=..., or an adaptive "
+                         "stepsize_controller such as diffrax.PIDController)")
     if max_steps is None:
         max_steps = _default_max_steps(t0, t1, dt0, controller)
+    if blowup_threshold is None:
+        threshold = DEFAULT_BLOWUP_FACTOR * jnp.trace(g0.cov)
+    else:
+        check_scalar(blowup_threshold, "blowup_threshold", positive=True)
+        threshold = jnp.asarray(blowup_threshold, dtype)
+        if is_concrete(threshold) and is_concrete(g0.cov) and not (
+                float(threshold) > float(np.trace(np.asarray(g0.cov)))):
+            raise ValueError(f"blowup_threshold={float(threshold)} must exceed tr Σ0 = "
+                             f"{float(np.trace(np.asarray(g0.cov)))}")
     return _solve_moments(dynamics, g0.mean, g0.cov, _as_time(t0, "t0", dtype),
                           _as_time(t1, "t1", dtype), None if dt0 is None else jnp.asarray(dt0, dtype),
-                          ts, solver, controller, adjoint or diffrax.RecursiveCheckpointAdjoint(),
-                          int(max_steps), bool(progress), bool(throw))
+                          ts, threshold.astype(dtype), solver, controller,
+                          adjoint or diffrax.RecursiveCheckpointAdjoint(), int(max_steps),
+                          bool(progress), bool(throw))
 
 
 @eqx.filter_jit
-def _solve_moments(dynamics, mean, cov, t0, t1, dt0, ts, solver, controller, adjoint, max_steps,
-                   progress, throw):
+def _solve_moments(dynamics, mean, cov, t0, t1, dt0, ts, threshold, solver, controller, adjoint,
+                   max_steps, progress, throw):
     def rhs(t, y, args):
         m, c = y
-        return dynamics.gaussian_velocity(m, c, t)
+        dm, dc = dynamics.gaussian_velocity(m, c, t)
+        # the state's dtype rules (float32 moments with float64 parameters stay float32)
+        return dm.astype(m.dtype), dc.astype(c.dtype)
+
+    def exceeded(t, y, args, **kwargs):
+        tr = jnp.trace(y[1])
+        # `~(tr <= threshold)` is also true for NaN: a step that overflowed stops the solve too
+        return ~(tr <= threshold) | ~jnp.all(jnp.isfinite(y[0]))
 
     meter = diffrax.TqdmProgressMeter() if progress else diffrax.NoProgressMeter()
     sol = diffrax.diffeqsolve(diffrax.ODETerm(rhs), solver, t0, t1, dt0, (mean, cov),
-                              saveat=diffrax.SaveAt(ts=ts), stepsize_controller=controller,
+                              saveat=diffrax.SaveAt(subs=[diffrax.SubSaveAt(ts=ts),
+                                                          diffrax.SubSaveAt(t1=True)]),
+                              stepsize_controller=controller,
                               adjoint=adjoint, max_steps=max_steps, throw=throw,
-                              progress_meter=meter)
-    means, covs = sol.ys
-    return GaussianSolution(ts=sol.ts, means=means, covs=covs,
-                            num_steps=sol.stats["num_accepted_steps"], result=sol.result)
+                              progress_meter=meter, event=diffrax.Event(exceeded))
+    (means, covs), (final_mean, final_cov) = sol.ys
+    event = sol.result == diffrax.RESULTS.event_occurred
+    final_time = sol.ts[1][0]
+    # diffrax marks save times after the stop with inf; a save inside a final step that
+    # overflowed is interpolated from non-finite values: mark those inf as well.
+    bad = ~(jnp.all(jnp.isfinite(covs), axis=(1, 2)) & jnp.all(jnp.isfinite(means), axis=1))
+    means = jnp.where(bad[:, None], jnp.inf, means)
+    covs = jnp.where(bad[:, None, None], jnp.inf, covs)
+    return GaussianSolution(
+        ts=ts, means=means, covs=covs,
+        blowup_time=jnp.where(event, final_time, jnp.inf).astype(ts.dtype),
+        final_time=final_time, final_mean=final_mean[0], final_cov=final_cov[0],
+        threshold=threshold,
+        num_steps=sol.stats["num_accepted_steps"], result=sol.result)

@@ -51,6 +51,8 @@ class Gaussian(eqx.Module):
 
     def sample(self, key, n: int):
         """n i.i.d. samples, shape ``(n, d)``."""
+        if int(n) < 1:
+            raise ValueError(f"Gaussian.sample needs n >= 1, got n={n}")
         L = jnp.linalg.cholesky(self.cov)
         z = jax.random.normal(key, (n, self.dim), dtype=self.mean.dtype)
         return self.mean + z @ L.T
@@ -58,10 +60,18 @@ class Gaussian(eqx.Module):
     def gauss_hermite(self, order: int):
         """Tensor Gauss–Hermite quadrature: ``(points (order**d, d), weights (order**d,))``.
 
-        Integrates polynomials of degree <= 2*order - 1 in each coordinate exactly against
-        N(mean, cov); used to validate the closure with weighted particles.
+        x = mean + L z with L Lᵀ = cov and z on the tensor grid of the probabilists' Hermite
+        nodes: integrates polynomials of degree <= 2*order - 1 in each coordinate exactly
+        against N(mean, cov). The weighted empirical measure Σ w_i δ_{x_i} is then a state of
+        the particle solver (``tp.solve(attn, x, weights=w)``) whose moments follow the
+        Gaussian closure to quadrature accuracy (euclidean.md §1, weighted measures).
         """
-        z, w = np.polynomial.hermite_e.hermegauss(order)  # weight e^{-z^2/2}
+        if int(order) < 1:
+            raise ValueError(f"Gauss–Hermite order must be >= 1, got {order}")
+        if int(order) ** self.dim > 10**7:
+            raise ValueError(f"order**d = {int(order)}**{self.dim} points is too many for a tensor "
+                             "grid; lower the order")
+        z, w = np.polynomial.hermite_e.hermegauss(int(order))  # weight e^{-z^2/2}
         w = w / w.sum()
         grids = np.meshgrid(*([z] * self.dim), indexing="ij")
         pts = np.stack([g.ravel() for g in grids], axis=-1)

@@ -1,0 +1,134 @@
+"""The Gaussian-closure and stability experiments at their tiny sizes, with asserted outcomes."""
+
+import json
+
+import numpy as np
+import pytest
+
+from transformer_pde import experiments
+from transformer_pde.experiments import gaussian_anisotropy as ga
+from transformer_pde.experiments._runner import run_experiment
+from transformer_pde.gaussian import identity_value_blowup_time
+
+
+def _run(name, tmp_path):
+    exp = experiments.get(name)
+    out = run_experiment(exp, exp.make_config(**exp.tiny), tmp_path, progress=False)
+    for fig in out["figures"]:
+        assert (tmp_path / fig.split("/")[-1]).stat().st_size > 5000
+    meta = json.loads((tmp_path / "metadata.json").read_text())
+    assert meta["experiment"] == name
+    return out["results"]
+
+
+def test_gaussian_anisotropy_tiny(tmp_path):
+    res = _run("gaussian-anisotropy", tmp_path)
+    code = {name: i for i, name in enumerate(ga.OUTCOMES)}
+    outcome = lambda regime, v: res[f"{regime}__{v}__outcome"]
+    # convergence to 0 for every variant with V = GGᵀ, K = −Q (euclidean.md §8); for softmax
+    # tr(V⁻¹Σ) is non-increasing along the way (§5.2)
+    variants = experiments.get("gaussian-anisotropy").tiny["variants"].split(",")
+    for v in variants:
+        assert np.all(outcome("zero", v) == code["to zero"]), v
+    Vinv = np.linalg.inv(res["zero__V"])
+    covs = res["zero__softmax__covs"]
+    lyap = np.einsum("ij,nkji->nk", Vinv, covs)
+    assert np.all(np.diff(lyap, axis=1) <= 1e-12)
+    # convergence to the line q⊥ (softmax, ℓ², Sinkhorn); softmax equals the closed form
+    q = res["line__Q"][0]
+    for v in set(variants) - {"multihead"}:
+        assert np.all(outcome("line", v) == code["rank one"]), v
+        final = res[f"line__{v}__final_cov"]
+        assert np.all(np.einsum("i,nij,j->n", q, final, q) < 0.02 * np.trace(final, axis1=1, axis2=2))
+    A = res["line__K"].T @ res["line__Q"] / np.sqrt(2)
+    t1 = res["line__softmax__final_time"][0]
+    for c0, c in zip(res["line__covs0"], res["line__softmax__final_cov"]):
+        ref = np.linalg.inv(np.linalg.inv(c0) - t1 * (A + A.T))
+        np.testing.assert_allclose(c, ref, rtol=1e-4, atol=1e-7)
+    # two lines: rank-one limits on the isotropic lines uᵀ(A + Aᵀ)u = 0, and both lines are hit
+    B = res["two-lines__K"].T @ res["two-lines__Q"]
+    B = B + B.T
+    for v in set(variants) & {"softmax", "l2", "sinkhorn"}:
+        out = outcome("two-lines", v)
+        assert np.all((out == code["rank one"]) | (out == code["to zero"])), v
+        _, U = np.linalg.eigh(res[f"two-lines__{v}__final_cov"][out == code["rank one"]])
+        u = U[:, :, -1]
+        assert np.all(np.abs(np.einsum("ni,ij,nj->n", u, B, u)) < 1e-3 * np.linalg.norm(B, 2))
+        hit = {int(np.argmax([abs(x @ e) for e in ga.isotropic_directions(B)])) for x in u}
+        assert hit == {0, 1}, v
+    # blow-up: softmax at t* of euclidean.md §5.1, multi-head in finite time; ℓ² and Sinkhorn
+    # cross the threshold only later (exponential growth, no finite-time blow-up)
+    A = res["blowup__K"].T @ res["blowup__Q"] / np.sqrt(2)
+    tstar = np.array([float(identity_value_blowup_time(c, A)) for c in res["blowup__covs0"]])
+    tb = res["blowup__softmax__blowup_time"]
+    np.testing.assert_allclose(tb, tstar, rtol=1e-3)
+    assert np.all(tb <= tstar)
+    for v in set(variants) & {"softmax", "multihead"}:
+        assert np.all(outcome("blowup", v) == code["blow-up"]), v
+    # growth at most exponential (euclidean.md §5.4), tr Σ ≤ 2‖Σ‖ and ‖Σ0‖ ≤ tr Σ0 = 1:
+    # Sinkhorn tr Σ ≤ 2e^{2‖V‖t}, ℓ² tr Σ ≤ 2e^{2‖V‖‖K⁻¹Q‖t}, so tr Σ = 1e4 comes no earlier
+    K, Q = res["blowup__K"], res["blowup__Q"]
+    rates = {"sinkhorn": 1.0, "l2": np.linalg.norm(np.linalg.solve(K, Q), 2)}
+    for v, rate in rates.items():
+        if v not in variants:
+            continue
+        assert np.all(outcome("blowup", v) == code["unbounded"]), v
+        assert np.all(res[f"blowup__{v}__blowup_time"] >= np.log(1e4 / 2) / (2 * rate)), v
+
+
+def test_rank_histograms_tiny(tmp_path):
+    res = _run("rank-histograms", tmp_path)
+    for d in (3, 4):
+        for v in experiments.get("rank-histograms").tiny["variants"].split(","):
+            for vname in ("identity", "spd"):
+                ranks = res[f"d{d}__{v}__{vname}__ranks"]
+                assert np.all((0 <= ranks) & (ranks <= (d + 1) // 2)), (d, v, vname, ranks)
+                assert not np.isfinite(res[f"d{d}__{v}__{vname}__blowup_time"]).any()
+            # V = I: exactly dim ker(A + Aᵀ) = ⌈d/2⌉ (euclidean.md §5.1)
+            assert np.all(res[f"d{d}__{v}__identity__ranks"] == (d + 1) // 2)
+
+
+def test_stability_tiny(tmp_path):
+    res = _run("stability", tmp_path)
+    for v in experiments.get("stability").tiny["variants"].split(","):
+        R, bound = res[f"{v}__radius"], res[f"{v}__radius_bound"]
+        np.testing.assert_allclose(R[0], 1.0)
+        assert np.all(R <= bound * (1 + 1e-12)), v
+    ratio, bound = res["w2_ratio"], res["stability_bound"]
+    assert np.all(ratio[:, 0] == 1.0) and np.all(np.isfinite(ratio))
+    assert np.all(ratio <= bound[None, :])
+    # W₂(μ_0, ν_0) ≤ δ·rms(ξ) (the identity coupling), and it scales with δ
+    w0 = res["w2_initial"]
+    np.testing.assert_allclose(w0[1] / w0[0], res["deltas"][1] / res["deltas"][0], rtol=0.05)
+
+
+def test_experiment_configs_reject_bad_options():
+    with pytest.raises(ValueError, match="regimes"):
+        experiments.get("gaussian-anisotropy").make_config(regimes="zero,nope")
+    with pytest.raises(ValueError, match="dims"):
+        experiments.get("rank-histograms").make_config(dims="1")
+    with pytest.raises(ValueError, match="deltas"):
+        experiments.get("stability").make_config(deltas="0.1,-1")
+
+
+def test_gaussian_closure_notebook(monkeypatch):
+    """notebooks/gaussian_closure.ipynb runs top to bottom at a small size."""
+    from pathlib import Path
+
+    import nbformat
+    from nbclient import NotebookClient
+
+    root = Path(__file__).resolve().parents[1]
+    nb = nbformat.read(root / "notebooks" / "gaussian_closure.ipynb", as_version=4)
+    monkeypatch.setenv("TP_GAUSSIAN_NB_ORDER", "12")
+    monkeypatch.setenv("TP_GAUSSIAN_NB_NS", "32,128")
+    monkeypatch.setenv("TP_GAUSSIAN_NB_VARIANTS", "softmax")
+    monkeypatch.setenv("TP_GAUSSIAN_NB_SEEDS", "4")
+    monkeypatch.setenv("PYTHONPATH", str(root))
+    monkeypatch.setenv("MPLBACKEND", "Agg")
+    NotebookClient(nb, timeout=300, kernel_name="python3",
+                   resources={"metadata": {"path": str(root / "notebooks")}}).execute()
+    text = "".join(o.get("text", "") for c in nb.cells if c.cell_type == "code"
+                   for o in c.get("outputs", []))
+    assert "closure verified" in text
+    assert "gaussian closure notebook:" in text

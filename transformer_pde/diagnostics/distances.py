@@ -1,0 +1,241 @@
+r"""Wasserstein distances, support radius and the stability bounds of euclidean.md §3.
+
+* :func:`bures_wasserstein`: W₂ between Gaussians (closed form).
+* :func:`sinkhorn_wasserstein`: W_p between weighted empirical measures through ott-jax's
+  debiased Sinkhorn divergence with an explicit ε (jit-able, differentiable).
+* :func:`exact_wasserstein`: exact W_p for small n (assignment or linear program, on the host).
+* :func:`support_radius`, :func:`support_radius_bound`: R(t) = max|x_i| and
+  R₀ exp(∫‖V‖) (euclidean.md §3, "Support radius").
+* :func:`stability_ratio`, :func:`stability_bound`: W_p(μ_t, ν_t)/W_p(μ_0, ν_0) and the
+  Dobrushin bound exp(∫L) (euclidean.md §3, "Stability").
+"""
+
+from __future__ import annotations
+
+import functools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from ott.geometry import costs, pointcloud
+from ott.tools import sinkhorn_divergence as _sd
+
+from .._checks import check_points, check_scalar, check_weights
+from ..params import PiecewiseConstant, evaluate
+
+
+def _sym(m):
+    return 0.5 * (m + jnp.swapaxes(m, -1, -2))
+
+
+def _sqrtm_psd(S):
+    lam, U = jnp.linalg.eigh(_sym(S))
+    return (U * jnp.sqrt(jnp.clip(lam, 0.0))[..., None, :]) @ jnp.swapaxes(U, -1, -2)
+
+
+def bures_wasserstein(mean1, cov1, mean2, cov2) -> jax.Array:
+    r"""W₂ between N(m₁, Σ₁) and N(m₂, Σ₂) (Bures–Wasserstein):
+
+    $$W_2^2=|m_1-m_2|^2+\operatorname{tr}\Big(\Sigma_1+\Sigma_2-2\big(\Sigma_1^{1/2}\Sigma_2\Sigma_1^{1/2}\big)^{1/2}\Big).$$
+
+    Accepts batches (leading axes broadcast). Covariances may be singular (PSD).
+    """
+    mean1, mean2, cov1, cov2 = (jnp.asarray(a) for a in (mean1, mean2, cov1, cov2))
+    r1 = _sqrtm_psd(cov1)
+    cross = _sqrtm_psd(r1 @ cov2 @ r1)
+    tr = jnp.trace(cov1 + cov2 - 2.0 * cross, axis1=-2, axis2=-1)
+    w2 = jnp.sum((mean1 - mean2) ** 2, axis=-1) + tr
+    return jnp.sqrt(jnp.clip(w2, 0.0))
+
+
+def _cost(p):
+    return costs.SqEuclidean() if p == 2 else costs.EuclideanP(p)
+
+
+def sinkhorn_wasserstein(x, y, a=None, b=None, *, epsilon, p: float = 2.0, threshold: float = 1e-6,
+                         max_iterations: int = 2000) -> jax.Array:
+    r"""W_p(μ, ν) estimated by the debiased Sinkhorn divergence, μ = Σ a_i δ_{x_i}, ν = Σ b_j δ_{y_j}:
+
+    $$S_\varepsilon=\mathrm{OT}_\varepsilon(\mu,\nu)-\tfrac12\mathrm{OT}_\varepsilon(\mu,\mu)
+    -\tfrac12\mathrm{OT}_\varepsilon(\nu,\nu)\ \xrightarrow[\varepsilon\to0]{}\ W_p^p(\mu,\nu),$$
+
+    for the cost |x − y|^p; returns ``max(S_ε, 0)^{1/p}``. ``epsilon`` is required (ott's
+    default scales with the data, STYLE.md): take it small against the squared scale of the
+    data for a W_p estimate. For p = 2 a translation is reproduced exactly:
+    S_ε(μ, μ(· − c)) = |c|² for every ε.
+    """
+    x = check_points(x, "x")
+    y = check_points(y, "y", x.shape[1])
+    a = check_weights(a, x.shape[0], x.dtype, "a")
+    b = check_weights(b, y.shape[0], y.dtype, "b")
+    check_scalar(epsilon, "epsilon", positive=True)
+    check_scalar(p, "p")
+    if not float(p) >= 1:
+        raise ValueError(f"p must be >= 1, got {p}")
+    return _sinkhorn_wasserstein(x, y, a, b, jnp.asarray(epsilon, x.dtype), float(p),
+                                 float(threshold), int(max_iterations))
+
+
+@functools.partial(jax.jit, static_argnums=(5, 6, 7))
+def _sinkhorn_wasserstein(x, y, a, b, epsilon, p, threshold, max_iterations):
+    div, _ = _sd.sinkhorn_divergence(
+        pointcloud.PointCloud, x, y, a=a, b=b, cost_fn=_cost(p), epsilon=epsilon,
+        solve_kwargs={"threshold": threshold, "max_iterations": max_iterations})
+    return jnp.clip(div, 0.0) ** (1.0 / p)
+
+
+def exact_wasserstein(x, y, a=None, b=None, *, p: float = 2.0) -> float:
+    r"""Exact W_p(μ, ν) for small empirical measures (host computation, not jit-able).
+
+    Uniform weights with equal sizes: the optimal plan is a permutation (Birkhoff), found by
+    ``scipy.optimize.linear_sum_assignment``. Otherwise the transport linear program is solved
+    with HiGHS (``scipy.optimize.linprog``); keep n·m below ~10⁴.
+    """
+    from scipy.optimize import linear_sum_assignment, linprog
+
+    x = np.asarray(check_points(x, "x"), dtype=np.float64)
+    y = np.asarray(check_points(y, "y", x.shape[1]), dtype=np.float64)
+    if not float(p) >= 1:
+        raise ValueError(f"p must be >= 1, got {p}")
+    n, m = x.shape[0], y.shape[0]
+    C = np.linalg.norm(x[:, None, :] - y[None, :, :], axis=-1) ** p
+    if a is None and b is None and n == m:
+        rows, cols = linear_sum_assignment(C)
+        return float(np.mean(C[rows, cols]) ** (1.0 / p))
+    a = np.asarray(check_weights(a, n, jnp.float64, "a"), dtype=np.float64)
+    b = np.asarray(check_weights(b, m, jnp.float64, "b"), dtype=np.float64)
+    # marginals: row sums = a, column sums = b (one equality is redundant; HiGHS copes)
+    A_eq = np.concatenate([np.kron(np.eye(n), np.ones((1, m))), np.kron(np.ones((1, n)), np.eye(m))])
+    res = linprog(C.ravel(), A_eq=A_eq, b_eq=np.concatenate([a, b]), bounds=(0, None),
+                  method="highs")
+    if not res.success:  # pragma: no cover - the LP is always feasible and bounded
+        raise RuntimeError(f"transport linear program failed: {res.message}")
+    return float(max(res.fun, 0.0) ** (1.0 / p))
+
+
+def support_radius(x, weights=None) -> jax.Array:
+    """R = max{|x_i| : w_i > 0}, the radius of the support of μ = Σ w_i δ_{x_i} (euclidean.md §3).
+
+    ``x`` may carry leading time axes, ``(..., n, d)``; jit-able (usable in ``stats=``).
+    """
+    r = jnp.linalg.norm(x, axis=-1)
+    if weights is not None:
+        r = jnp.where(jnp.asarray(weights) > 0, r, 0.0)
+    return jnp.max(r, axis=-1)
+
+
+def _value_norm(attn, t):
+    """‖V(t)‖ (operator norm); Σ_h ‖W_hV_h(t)‖ for multi-head (euclidean.md §3)."""
+    V = evaluate(attn.V, t)
+    if hasattr(attn, "W"):
+        WV = jnp.einsum("hdk,hke->hde", evaluate(attn.W, t), V)
+        return jnp.sum(jnp.linalg.norm(WV, ord=2, axis=(-2, -1)))
+    return jnp.linalg.norm(V, ord=2)
+
+
+def _score_norm(attn, t):
+    """‖A(t)‖ = ‖βKᵀQ‖ (operator norm)."""
+    Q, K = evaluate(attn.Q, t), evaluate(attn.K, t)
+    return jnp.linalg.norm(attn.beta * (K.T @ Q), ord=2)
+
+
+def _cumulative_integral(f, ts, t0, substeps):
+    """∫_{t0}^{t} f for t in ts by the midpoint rule on ``substeps`` cells per save interval.
+
+    Exact for constant f; for piecewise-constant parameters the error is confined to the
+    cells that contain a jump.
+    """
+    ts = jnp.asarray(ts)
+    edges = jnp.concatenate([jnp.asarray([t0], ts.dtype), ts])
+    frac = (jnp.arange(substeps, dtype=ts.dtype) + 0.5) / substeps
+    mids = edges[:-1, None] + (edges[1:] - edges[:-1])[:, None] * frac[None, :]
+    vals = jax.vmap(jax.vmap(f))(mids)
+    return jnp.cumsum(jnp.mean(vals, axis=1) * (edges[1:] - edges[:-1]))
+
+
+def _is_constant(attn, names):
+    return all(not callable(getattr(attn, nm)) for nm in names if hasattr(attn, nm))
+
+
+def value_norm_integral(attn, ts, t0=0.0, substeps: int = 64) -> jax.Array:
+    """∫_{t0}^{t} ‖V(τ)‖ dτ at each t of ``ts`` (Σ_h‖W_hV_h‖ for multi-head; euclidean.md §3)."""
+    ts = jnp.asarray(ts, dtype=jnp.result_type(float))
+    if _is_constant(attn, ("V", "W")):
+        return (ts - t0) * _value_norm(attn, t0)
+    if isinstance(attn.V, PiecewiseConstant) and not hasattr(attn, "W"):
+        substeps = max(substeps, 256)
+    return _cumulative_integral(lambda t: _value_norm(attn, t), ts, t0, substeps)
+
+
+def support_radius_bound(attn, R0, ts, t0=0.0) -> jax.Array:
+    r"""R(t) ≤ R₀ exp(∫_{t0}^t ‖V(τ)‖ dτ) (euclidean.md §3), for softmax, ℓ², Sinkhorn and
+    multi-head attention (with Σ_h‖W_hV_h‖), at each t of ``ts``."""
+    check_scalar(R0, "R0", nonnegative=True)
+    return R0 * jnp.exp(value_norm_integral(attn, ts, t0))
+
+
+def lipschitz_rate(attn, R, t=0.0) -> jax.Array:
+    r"""L = ‖V‖‖A‖R² + ‖V‖(1 + 2‖A‖R²) e^{2‖A‖R²}: the Lipschitz constant of the softmax
+    field in x plus its Lipschitz constant in μ (for W₁), for supports in B(0, R)
+    (euclidean.md §3, "Lipschitz bounds"). Single-head softmax attention only.
+    """
+    from ..attention import SoftmaxAttention
+
+    if not isinstance(attn, SoftmaxAttention):
+        raise ValueError(f"the Lipschitz bounds of euclidean.md §3 are stated for SoftmaxAttention, "
+                         f"got {type(attn).__name__}")
+    nv, na = _value_norm(attn, t), _score_norm(attn, t)
+    r2 = na * jnp.asarray(R) ** 2
+    return nv * r2 + nv * (1.0 + 2.0 * r2) * jnp.exp(2.0 * r2)
+
+
+def stability_bound(attn, R0, ts, t0=0.0, substeps: int = 64) -> jax.Array:
+    r"""exp(∫_{t0}^t L(τ) dτ) with L of :func:`lipschitz_rate` and R(τ) = R₀exp(∫‖V‖): the
+    bound of euclidean.md §3 (stability),
+    W_p(μ_t, ν_t) ≤ exp(∫L) W_p(μ_0, ν_0), for two softmax solutions supported in B(0, R₀).
+
+    The integral uses right-endpoint sums on ``substeps`` cells per interval: L(R(τ)) is
+    non-decreasing in τ, so the result is an upper bound of the exact expression.
+    """
+    check_scalar(R0, "R0", nonnegative=True)
+    ts = jnp.asarray(ts, dtype=jnp.result_type(float))
+    edges = jnp.concatenate([jnp.asarray([t0], ts.dtype), ts])
+    frac = (jnp.arange(substeps, dtype=ts.dtype) + 1.0) / substeps
+    right = edges[:-1, None] + (edges[1:] - edges[:-1])[:, None] * frac[None, :]
+    R = support_radius_bound(attn, R0, right.ravel(), t0).reshape(right.shape)
+    L = jax.vmap(jax.vmap(lambda tau, r: lipschitz_rate(attn, r, tau)))(right, R)
+    return jnp.exp(jnp.cumsum(jnp.mean(L, axis=1) * (edges[1:] - edges[:-1])))
+
+
+def stability_ratio(xs, ys, weights_x=None, weights_y=None, *, p: float = 2.0,
+                    epsilon=None) -> np.ndarray:
+    r"""W_p(μ_t, ν_t) / W_p(μ_0, ν_0) along two saved trajectories ``xs, ys`` of shape ``(T, n, d)``.
+
+    Exact W_p (:func:`exact_wasserstein`) when ``epsilon`` is None, else the Sinkhorn estimate
+    with that ε. Returns a NumPy array ``(T,)`` (first entry 1).
+    """
+    xs, ys = np.asarray(xs), np.asarray(ys)
+    if xs.ndim != 3 or ys.ndim != 3 or xs.shape[0] != ys.shape[0]:
+        raise ValueError(f"xs and ys must have shapes (T, n, d) and (T, m, d) with the same T, got "
+                         f"{xs.shape} and {ys.shape}")
+    if epsilon is None:
+        w = np.array([exact_wasserstein(a, b, weights_x, weights_y, p=p) for a, b in zip(xs, ys)])
+    else:
+        w = np.array([float(sinkhorn_wasserstein(a, b, weights_x, weights_y, epsilon=epsilon, p=p))
+                      for a, b in zip(xs, ys)])
+    if not w[0] > 0:
+        raise ValueError("the two initial measures coincide (W_p(μ_0, ν_0) = 0): no ratio")
+    return w / w[0]
+
+
+__all__ = [
+    "bures_wasserstein",
+    "exact_wasserstein",
+    "lipschitz_rate",
+    "sinkhorn_wasserstein",
+    "stability_bound",
+    "stability_ratio",
+    "support_radius",
+    "support_radius_bound",
+    "value_norm_integral",
+]

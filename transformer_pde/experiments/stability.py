@@ -1,0 +1,172 @@
+r"""Support radius and W₂ stability of the particle system against their bounds (euclidean.md §3).
+
+* Support radius: for softmax, ℓ², Sinkhorn and multi-head attention the field lies in
+  V conv(supp μ), so R(t) ≤ R₀ exp(∫₀ᵗ‖V‖) (Σ_h‖W_hV_h‖ for multi-head).
+* Stability (softmax): for two solutions supported in B(0, R(t)),
+  W_p(μ_t, ν_t) ≤ exp(∫₀ᵗ L) W_p(μ_0, ν_0) with L = ‖V‖‖A‖R² + ‖V‖(1 + 2‖A‖R²)e^{2‖A‖R²}.
+
+μ_0: n tokens uniform in the disk of radius R₀; ν_0 = μ_0 moved by δ·ξ (ξ standard normal),
+for several δ. W₂ is computed exactly (optimal assignment), so the ratio
+W₂(μ_t, ν_t)/W₂(μ_0, ν_0) is the measured amplification; the theory's bound is far above it
+(it is a worst case over all measures in the ball).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from .. import plot
+from ..attention import (
+    L2Attention,
+    MultiHeadAttention,
+    SinkhornAttention,
+    SoftmaxAttention,
+)
+from ..diagnostics import (
+    exact_wasserstein,
+    stability_bound,
+    stability_ratio,
+    support_radius,
+    support_radius_bound,
+)
+from ..solve import solve
+from ._base import Experiment, register
+
+VARIANTS = ("softmax", "l2", "multihead", "sinkhorn")
+
+
+@dataclasses.dataclass(frozen=True)
+class StabilityConfig:
+    n: int = 128
+    d: int = 2
+    t1: float = 2.0
+    dt: float = 0.02
+    num_saves: int = 21
+    radius: float = 1.0
+    beta: float = 1.0
+    scale: float = 0.7
+    """Entries of Q, K, V are scale · N(0, 1)."""
+    deltas: str = "0.001,0.01,0.1"
+    seed: int = 0
+    variants: str = ",".join(VARIANTS)
+    """Variants whose support radius is tracked (multi-head needs an even d)."""
+
+    def __post_init__(self):
+        if self.n < 2 or self.d < 1 or self.num_saves < 2:
+            raise ValueError(f"need n >= 2, d >= 1, num_saves >= 2; got {self.n}, {self.d}, "
+                             f"{self.num_saves}")
+        if not (self.t1 > 0 and self.dt > 0 and self.radius > 0):
+            raise ValueError(f"need t1, dt, radius > 0; got {self.t1}, {self.dt}, {self.radius}")
+        if any(float(s) <= 0 for s in self.deltas.split(",")):
+            raise ValueError(f"deltas must be positive, got {self.deltas}")
+        bad = [v for v in self.variants.split(",") if v not in VARIANTS]
+        if bad:
+            raise ValueError(f"unknown variants {bad}; choose from {', '.join(VARIANTS)}")
+        if "multihead" in self.variants.split(",") and self.d % 2:
+            raise ValueError(f"multihead splits d into 2 heads: needs an even d, got d={self.d}")
+
+
+def make_attentions(cfg: StabilityConfig):
+    rng = np.random.default_rng(cfg.seed)
+    Q, K, V = (cfg.scale * rng.standard_normal((cfg.d, cfg.d)) for _ in range(3))
+    make = {
+        "softmax": lambda: SoftmaxAttention(Q, K, V, cfg.beta),
+        "l2": lambda: L2Attention(Q, K, V, cfg.beta),
+        "multihead": lambda: MultiHeadAttention.split(Q, K, V, 2, cfg.beta),
+        "sinkhorn": lambda: SinkhornAttention(Q, K, V, cfg.beta, epsilon=1.0),
+    }
+    return {v: make[v]() for v in cfg.variants.split(",")}
+
+
+def initial_tokens(cfg: StabilityConfig):
+    """n tokens uniform in the ball of radius R₀ (with one on its boundary: R(0) = R₀)."""
+    k1, k2 = jax.random.split(jax.random.key(cfg.seed))
+    z = jax.random.normal(k1, (cfg.n, cfg.d))
+    u = jax.random.uniform(k2, (cfg.n, 1)) ** (1.0 / cfg.d)
+    x = cfg.radius * u * z / jnp.linalg.norm(z, axis=1, keepdims=True)
+    return x.at[0].set(x[0] / jnp.linalg.norm(x[0]) * cfg.radius)
+
+
+def compute(cfg: StabilityConfig, progress: bool = False) -> dict:
+    with jax.enable_x64(True):
+        ts = jnp.linspace(0.0, cfg.t1, cfg.num_saves)
+        x0 = initial_tokens(cfg)
+        out = {"ts": np.asarray(ts), "x0": np.asarray(x0)}
+        attns = make_attentions(cfg)
+        for name, attn in attns.items():
+            sol = solve(attn, x0, t1=cfg.t1, dt0=cfg.dt, saveat=ts)
+            out[f"{name}__radius"] = np.asarray(support_radius(sol.xs))
+            out[f"{name}__radius_bound"] = np.asarray(support_radius_bound(attn, cfg.radius, ts))
+            if progress:
+                print(f"{name:>9}: R(t1) = {out[f'{name}__radius'][-1]:.4g} <= "
+                      f"{out[f'{name}__radius_bound'][-1]:.4g}", flush=True)
+        softmax = make_attentions(dataclasses.replace(cfg, variants="softmax"))["softmax"]
+        xs = solve(softmax, x0, t1=cfg.t1, dt0=cfg.dt, saveat=ts).xs
+        xi = jax.random.normal(jax.random.key(cfg.seed + 1), x0.shape)
+        deltas = [float(s) for s in cfg.deltas.split(",")]
+        ratios, w0 = [], []
+        for delta in deltas:
+            y0 = x0 + delta * xi
+            ys = solve(softmax, y0, t1=cfg.t1, dt0=cfg.dt, saveat=ts).xs
+            ratios.append(stability_ratio(xs, ys))
+            w0.append(exact_wasserstein(x0, y0))
+            if progress:
+                print(f"delta={delta:g}: W2 ratio at t1 = {ratios[-1][-1]:.4g}", flush=True)
+        R0 = float(max(support_radius(x0), max(support_radius(x0 + d * xi) for d in deltas)))
+        out["deltas"] = np.asarray(deltas)
+        out["w2_initial"] = np.asarray(w0)
+        out["w2_ratio"] = np.asarray(ratios)
+        out["stability_R0"] = np.asarray(R0)
+        out["stability_bound"] = np.concatenate(
+            [[1.0], np.asarray(stability_bound(softmax, R0, ts[1:]))])
+    return out
+
+
+def figures(res: dict, cfg: StabilityConfig, out_dir) -> list:
+    import matplotlib.pyplot as plt
+
+    ts = res["ts"]
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 4))
+    for k, name in enumerate(v for v in VARIANTS if f"{v}__radius" in res):
+        ax1.plot(ts, res[f"{name}__radius"], color=f"C{k}", label=f"{name}: R(t)")
+        ax1.plot(ts, res[f"{name}__radius_bound"], color=f"C{k}", ls="--", lw=0.9)
+    ax1.set_yscale("log")
+    ax1.set_xlabel("t")
+    ax1.set_title("support radius (solid) vs R₀ exp(∫‖V‖) (dashed)")
+    ax1.legend(fontsize=8)
+    for k, delta in enumerate(res["deltas"]):
+        ax2.plot(ts, res["w2_ratio"][k], label=f"δ = {delta:g}")
+    ax2.set_xlabel("t")
+    ax2.set_ylabel("measured ratio")
+    ax2.set_title("softmax: W₂(μ_t, ν_t) / W₂(μ_0, ν_0)")
+    # the bound is doubly exponential (R(t) grows, L ~ e^{2‖A‖R²}): draw log10 of it on its own axis
+    twin = ax2.twinx()
+    with np.errstate(divide="ignore"):
+        logb = np.log10(res["stability_bound"])
+    finite = np.isfinite(logb)
+    twin.plot(ts[finite], logb[finite], "k--", label="log10 exp(∫L) (euclidean.md §3)")
+    if not finite.all():
+        twin.axvline(ts[~finite][0], color="k", lw=0.6, ls=":")
+        twin.text(ts[~finite][0], np.nanmax(logb[finite]), " bound overflows", fontsize=8)
+    twin.set_ylabel("log10 of the bound")
+    lines = ax2.get_legend_handles_labels()
+    more = twin.get_legend_handles_labels()
+    ax2.legend(lines[0] + more[0], lines[1] + more[1], fontsize=8, loc="center right")
+    fig.suptitle(f"n = {cfg.n}, d = {cfg.d}, R₀ = {cfg.radius:g}")
+    fig.tight_layout()
+    return [plot.save_figure(fig, out_dir / "stability.png")]
+
+
+register(Experiment(
+    name="stability",
+    summary="support radius and W2 stability ratio of particles vs the bounds of euclidean.md §3",
+    config=StabilityConfig,
+    compute=compute,
+    figures=figures,
+    tiny={"n": 16, "t1": 0.5, "dt": 0.05, "num_saves": 6, "deltas": "0.01,0.1",
+          "variants": "softmax,multihead"},
+))
