@@ -42,41 +42,21 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .attention import (
-    L2Attention,
-    MultiHeadAttention,
-    SinkhornAttention,
-    SoftmaxAttention,
-)
+from .diagnostics.distances import bures_wasserstein
 from .dynamics import AbstractDynamics
+from .gaussian import affine_field
 from .measures import Gaussian
-from .params import evaluate
 from .spaces import Sphere, tangent_projection
 
 METRICS = ("mean", "cov", "bw", "coupling", "flow_bw", "w2")
 
 
 # --------------------------------------------------------------------------------------------
-# Gaussian geometry (a private Bures–Wasserstein helper; diagnostics/distances.py will own the
-# public one).
+# Gaussian geometry
 
 
 def _sym(m):
     return 0.5 * (m + jnp.swapaxes(m, -1, -2))
-
-
-def _sqrtm_psd(S):
-    lam, U = jnp.linalg.eigh(_sym(S))
-    return (U * jnp.sqrt(jnp.clip(lam, 0.0))) @ U.T
-
-
-def bures_wasserstein(m1, S1, m2, S2):
-    r"""W_2 between N(m1, S1) and N(m2, S2):
-    $|m_1-m_2|^2+\operatorname{tr}\big(S_1+S_2-2(S_1^{1/2}S_2S_1^{1/2})^{1/2}\big)$, square-rooted."""
-    R = _sqrtm_psd(S1)
-    cross = _sqrtm_psd(R @ S2 @ R)
-    b2 = jnp.sum((m1 - m2) ** 2) + jnp.trace(S1) + jnp.trace(S2) - 2.0 * jnp.trace(cross)
-    return jnp.sqrt(jnp.clip(b2, 0.0))
 
 
 def empirical_moments(x, weights=None):
@@ -88,38 +68,13 @@ def empirical_moments(x, weights=None):
 
 
 def gaussian_affine_field(dynamics: AbstractDynamics, mean, cov, t=0.0):
-    r"""The affine field Γ_μ(x) = J x + c of μ = N(mean, cov) (euclidean.md §4, "Mechanism").
-
-    Softmax (§4a): J = VΣA, c = Vα. Multi-head (§4b): J = Σ_h W_hV_hΣA_h, c = Σ_h W_hV_hα.
-    ℓ² (§4c): J = V M⁻¹ 2βΣKᵀQ, c = V M⁻¹ α with M = I + 2βΣKᵀK. Sinkhorn (§4d):
-    J = VPÃ, c = V(α − PÃα). Consistency with the moment ODEs, Jα + c = α' and
-    JΣ + ΣJᵀ = Σ', is checked in the tests.
-    """
-    if isinstance(dynamics, SoftmaxAttention) and not dynamics.causal:
-        Q, K, V = (evaluate(p, t) for p in (dynamics.Q, dynamics.K, dynamics.V))
-        J = V @ cov @ (dynamics.beta * K.T @ Q)
-        return J, V @ mean
-    if isinstance(dynamics, MultiHeadAttention) and not dynamics.causal:
-        Q, K, V, W = (evaluate(p, t) for p in (dynamics.Q, dynamics.K, dynamics.V, dynamics.W))
-        WV = jnp.einsum("hdk,hke->hde", W, V)
-        A = dynamics.beta * jnp.einsum("hkd,hke->hde", K, Q)
-        J = jnp.einsum("hde,ef,hfg->dg", WV, cov, A)
-        return J, jnp.einsum("hde,e->d", WV, mean)
-    if isinstance(dynamics, L2Attention) and not dynamics.causal:
-        Q, K, V = (evaluate(p, t) for p in (dynamics.Q, dynamics.K, dynamics.V))
-        M = jnp.eye(mean.shape[0], dtype=cov.dtype) + 2.0 * dynamics.beta * cov @ (K.T @ K)
-        J = V @ jnp.linalg.solve(M, 2.0 * dynamics.beta * cov @ (K.T @ Q))
-        return J, V @ jnp.linalg.solve(M, mean)
-    if isinstance(dynamics, SinkhornAttention):
-        from .gaussian import sinkhorn_conditional_cov
-
-        Q, K, V = (evaluate(p, t) for p in (dynamics.Q, dynamics.K, dynamics.V))
-        At = dynamics.beta * (K.T @ Q) / dynamics.epsilon
-        J = V @ sinkhorn_conditional_cov(cov, At) @ At
-        return J, V @ mean - J @ mean
-    raise ValueError(f"no Gaussian closure with an affine field for {type(dynamics).__name__} "
-                     "(softmax, multi-head, L2 and Sinkhorn attention on R^d have one); "
-                     "use a large-n reference instead (law given as a sampler)")
+    r"""The affine field Γ_μ(x) = J x + c of μ = N(mean, cov) (euclidean.md §4, "Mechanism"),
+    from :func:`transformer_pde.gaussian.affine_field`; a ValueError when there is no closure."""
+    try:
+        return affine_field(dynamics, mean, cov, t)
+    except NotImplementedError as e:
+        raise ValueError(f"no Gaussian closure with an affine field for {type(dynamics).__name__} "
+                         f"({e}); use a large-n reference instead (law given as a sampler)") from e
 
 
 def _field_at(dynamics, queries, x, w, t):

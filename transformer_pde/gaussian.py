@@ -170,7 +170,8 @@ def affine_field(attn, mean, cov, t=0.0):
         J = V @ sinkhorn_conditional_cov(cov, At) @ At
         return J, V @ mean - J @ mean
     # the attention's own error says why there is no closure
-    attn.gaussian_velocity(mean, cov, t)
+    if hasattr(attn, "gaussian_velocity"):
+        attn.gaussian_velocity(mean, cov, t)
     raise NotImplementedError(f"{type(attn).__name__} has no affine Gaussian field")
 
 
