@@ -261,7 +261,7 @@ def retrieval_profile(t, sigma0, beta, lam, M: int = 8, n_max: int = 20):
     a = n**2 * bessel_i(n, jnp.asarray(beta, dtype=float))
     om = jnp.asarray(retrieval_weights(M, n_max))
     sigma0 = jnp.asarray(sigma0, dtype=float)
-    g = volterra_closed_form(a[:, None], t, 1.0, sigma0[None, ...] if sigma0.ndim else sigma0, lam)
+    g = volterra_closed_form(a.reshape(-1, *([1] * sigma0.ndim)), t, 1.0, sigma0, lam)
     return jnp.tensordot(om, g, axes=1)
 
 

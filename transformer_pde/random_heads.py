@@ -82,13 +82,15 @@ class GaussianHeads(eqx.Module):
         """σ² = E|P⊥ξ|² per unit |m|² in case (G): σ_V²(d − 1)."""
         return self.sigma_V**2 * (self.d - 1)
 
-    def sample(self, key, shape=()):
+    def sample(self, key, shape=(), dtype=None):
         """Draw heads: returns ``(V, W, Wp)`` with leading ``shape``."""
+        dtype = dtype or jnp.result_type(float)
         kv, kw, kp = jax.random.split(key, 3)
-        V = self.v_mean * jnp.eye(self.d) + self.sigma_V * jax.random.normal(kv, (*shape, self.d, self.d))
-        W = self.sigma_A * jax.random.normal(kw, (*shape, self.d, self.k))
-        Wp = self.sigma_A * jax.random.normal(kp, (*shape, self.d, self.k))
-        return V, W, Wp
+        V = (self.v_mean * jnp.eye(self.d, dtype=dtype)
+             + self.sigma_V * jax.random.normal(kv, (*shape, self.d, self.d), dtype))
+        W = self.sigma_A * jax.random.normal(kw, (*shape, self.d, self.k), dtype)
+        Wp = self.sigma_A * jax.random.normal(kp, (*shape, self.d, self.k), dtype)
+        return V.astype(dtype), W.astype(dtype), Wp.astype(dtype)
 
 
 def _attn_average(x, W, Wp, beta):
@@ -128,7 +130,7 @@ def chain(key, heads: GaussianHeads, x0, num_layers: int, eta, num_heads: int = 
 @eqx.filter_jit
 def _chain(key, heads, x0, num_layers, eta, num_heads, save_every):
     def layer(x, k):
-        V, W, Wp = heads.sample(k, (num_heads,))
+        V, W, Wp = heads.sample(k, (num_heads,), x.dtype)
         B = jax.vmap(lambda v, w, wp: head_field(x, v, w, wp, heads.beta))(V, W, Wp)
         return normalize(x + eta * B.mean(0)), None
 
@@ -200,7 +202,7 @@ def sde(key, heads: GaussianHeads, x0, s1, dt, *, num_nodes: int = 32, saveat=No
 @eqx.filter_jit
 def _sde(key, heads, x0, s1, dt, num_nodes, ts, max_steps):
     kn, kb = jax.random.split(key)
-    _, W, Wp = heads.sample(kn, (num_nodes,))
+    _, W, Wp = heads.sample(kn, (num_nodes,), x0.dtype)
     d = heads.d
     scale = heads.sigma_V / np.sqrt(heads.sigma2 * num_nodes)
 
@@ -227,7 +229,8 @@ def _sde(key, heads, x0, s1, dt, num_nodes, ts, max_steps):
     bm = diffrax.VirtualBrownianTree(0.0, s1, tol=dt / 2, shape=(num_nodes, d, d), key=kb)
     terms = diffrax.MultiTerm(diffrax.ODETerm(drift), diffrax.ControlTerm(diffusion, bm))
     sol = diffrax.diffeqsolve(terms, _Normalized(diffrax.Euler()), 0.0, s1, dt, x0,
-                              saveat=diffrax.SaveAt(ts=ts), max_steps=max_steps)
+                              saveat=diffrax.SaveAt(ts=ts, fn=lambda s, y, args: normalize(y)),
+                              max_steps=max_steps)
     return sol.ys
 
 

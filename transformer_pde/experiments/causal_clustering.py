@@ -139,5 +139,5 @@ register(Experiment(
     config=CausalClusteringConfig,
     compute=compute,
     figures=figures,
-    tiny={"n": 48, "betas": "4,16,64", "seeds": 2, "t1": 60.0, "dt": 0.2, "t_long": 60.0},
+    tiny={"n": 32, "betas": "4,36", "seeds": 2, "t1": 40.0, "dt": 0.25, "t_long": 40.0},
 ))

@@ -117,6 +117,6 @@ register(Experiment(
     config=KDEModesConfig,
     compute=compute,
     figures=figures,
-    tiny={"n": 2000, "betas": "100,300,1000", "runs": 4, "n_dynamics": 600,
-          "betas_dynamics": "100,300", "t_dynamics": 10.0, "dt": 0.2},
+    tiny={"n": 2000, "betas": "300,1000,3000", "runs": 2, "n_dynamics": 400,
+          "betas_dynamics": "100,300", "t_dynamics": 10.0, "dt": 0.25},
 ))

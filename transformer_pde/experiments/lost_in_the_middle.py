@@ -122,5 +122,5 @@ register(Experiment(
     config=LitMConfig,
     compute=compute,
     figures=figures,
-    tiny={"n": 32, "num_runs": 2048, "chunk": 512, "bins": 8},
+    tiny={"n": 24, "num_runs": 1024, "chunk": 512, "bins": 6, "dt": 0.2},
 ))

@@ -110,5 +110,5 @@ register(Experiment(
     config=PerceptronConfig,
     compute=compute,
     figures=figures,
-    tiny={"ns": "32,96", "t1": 60.0, "rtol": 1e-5, "num_saves": 31},
+    tiny={"ns": "24,72", "t1": 15.0, "rtol": 1e-5, "num_saves": 16},
 ))
