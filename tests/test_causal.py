@@ -159,3 +159,25 @@ def test_experiment_lost_in_the_middle_tiny():
     # U-shaped too
     d = causal.u_shape(res["discrete"])
     assert d["primacy"] and d["recency"] and d["unique_min"]
+
+
+def test_litm_mean_field_linear_response_and_invariants():
+    S, M, beta, lam = 16, 32, 1.0, 1.0
+    mf = causal.LitMMeanField(beta, lam, S, M)
+    uniform = jnp.full((S, M), 1 / (2 * jnp.pi))
+    np.testing.assert_allclose(mf.rhs(0.0, uniform), 0.0, atol=1e-13)  # uniform is stationary
+    # a small cos(nθ) bump in cell i0 propagates to later cells by expm(a_n t K) (Volterra)
+    eps, i0, n, t = 1e-6, 3, 2, 1.0
+    th = np.asarray(mf.theta)
+    f0 = np.full((S, M), 1 / (2 * np.pi))
+    f0[i0] += eps * np.cos(n * th) / np.pi
+    f = np.asarray(mf.solve(jnp.asarray(f0), t)[-1])
+    np.testing.assert_allclose(np.trapezoid(np.c_[f, f[:, :1]], np.r_[th, 2 * np.pi], axis=1), 1.0,
+                               rtol=1e-10)  # mass per cell
+    coef = (f - 1 / (2 * np.pi)) @ np.cos(n * th) * (2 / M) * np.pi / eps  # cos coefficient / initial
+    import scipy.linalg
+
+    K = np.asarray(causal.LitMCircle(beta, lam).position_weights(S))
+    a_n = n**2 * scipy.special.iv(n, beta)
+    ref = scipy.linalg.expm(a_n * t * K)[:, i0]
+    np.testing.assert_allclose(coef, ref, rtol=1e-4, atol=1e-6)

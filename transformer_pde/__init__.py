@@ -4,7 +4,7 @@ Tokens move as interacting particles, dx_i/dt = Γ_μ(x_i), and their empirical 
 follows the continuity equation ∂_t μ + div(μ Γ_μ) = 0 (spec: ``shared/spec/``).
 """
 
-from . import diagnostics, kernels, plot
+from . import causal, diagnostics, kde, kernels, perceptron, plot, random_heads
 from .attention import (
     AbstractAttention,
     L2Attention,
@@ -15,10 +15,14 @@ from .attention import (
     SoftmaxAttention,
     UnnormalizedAttention,
 )
+from .causal import CausalAttention, LitMCircle
 from .dynamics import AbstractDynamics
 from .gaussian_solve import GaussianSolution
+from .kde import MeanShift
 from .measures import Gaussian
 from .params import PiecewiseConstant
+from .perceptron import PerceptronBlock
+from .random_heads import GaussianHeads
 from .solve import Solution, layers, solve
 from .spaces import Sphere, normalize, tangent_projection, uniform_sphere
 
@@ -27,10 +31,15 @@ __version__ = "0.1.0"
 __all__ = [
     "AbstractAttention",
     "AbstractDynamics",
+    "CausalAttention",
     "Gaussian",
+    "GaussianHeads",
     "GaussianSolution",
     "L2Attention",
+    "LitMCircle",
+    "MeanShift",
     "MultiHeadAttention",
+    "PerceptronBlock",
     "PiecewiseConstant",
     "SigmoidAttention",
     "SinkhornAttention",
@@ -39,11 +48,15 @@ __all__ = [
     "Solution",
     "Sphere",
     "UnnormalizedAttention",
+    "causal",
     "diagnostics",
+    "kde",
     "kernels",
     "layers",
     "normalize",
+    "perceptron",
     "plot",
+    "random_heads",
     "solve",
     "tangent_projection",
     "uniform_sphere",

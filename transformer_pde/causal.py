@@ -43,18 +43,19 @@ from .params import evaluate  # noqa: F401  (parameters may be callables of t)
 __all__ = [
     "CausalAttention",
     "LitMCircle",
+    "LitMMeanField",
     "bessel_i",
+    "cap_measure",
+    "expected_renyi_centers",
     "litm_kernel",
-    "volterra_closed_form",
-    "volterra_numerical",
-    "retrieval_profile",
-    "retrieval_monte_carlo",
+    "renyi_centers",
     "retrieval_discrete",
+    "retrieval_monte_carlo",
+    "retrieval_profile",
     "smallness_holds",
     "u_shape",
-    "renyi_centers",
-    "expected_renyi_centers",
-    "cap_measure",
+    "volterra_closed_form",
+    "volterra_numerical",
 ]
 
 
@@ -395,3 +396,71 @@ def expected_renyi_centers(n: int, d: int, delta) -> float:
     p = σ(B_δ) (→ 1/σ(B_δ) as n → ∞; Θ(β^{(d−1)/2}) at δ = cβ^{−1/2})."""
     p = cap_measure(delta, d)
     return float(n) if p == 0 else float((1 - (1 - p) ** n) / p)
+
+
+# ---------------------------------------------------------------------------------------------
+# Mean field over (σ, θ) (sphere.md §4, LitM)
+
+
+class LitMMeanField(eqx.Module):
+    r"""The LitM mean field on (0, 1] × T, discretized in σ and pseudo-spectral in θ:
+
+    $$\partial_tf=-\partial_\theta(fV[f]),\qquad V[f](\sigma,\theta)=\int_0^\sigma k_\lambda(\sigma,\sigma')
+    (w_\beta'*_\theta f)(\sigma',\theta)\,d\sigma'.$$
+
+    The cursor is discretized in ``num_sigma`` cells σ_i = i/S with the exact ALiBi weights
+    K_{ik} (row-normalized over k < i, the N = S particle weights; K_{ik} → k_λ(σ_i, σ_k)/S), so
+    that the density of cell i is the law of token i. In θ, f lives on ``num_theta`` equispaced
+    points; the convolution uses w_β' = Σ_n in I_n(β) e^{inθ}, so
+    (w_β' * f)^_n = 2π in I_n(β) f̂_n. Each row f(σ_i, ·) is a probability density (∫ f dθ = 1).
+
+    Linearized at the uniform density, the Fourier mode n obeys ĥ_n' = a_n K ĥ_n with
+    a_n = n² I_n(β): the Volterra equation of :func:`volterra_closed_form` (tested).
+    """
+
+    beta: jax.Array
+    lam: jax.Array
+    num_sigma: int = eqx.field(static=True)
+    num_theta: int = eqx.field(static=True)
+
+    def __init__(self, beta, lam, num_sigma: int = 64, num_theta: int = 64):
+        check_scalar(beta, "beta", nonnegative=True)
+        check_scalar(lam, "lam", nonnegative=True)
+        if int(num_sigma) < 2 or int(num_theta) < 4 or int(num_theta) % 2:
+            raise ValueError(f"need num_sigma >= 2 and an even num_theta >= 4, got {num_sigma}, "
+                             f"{num_theta}")
+        self.beta, self.lam = scalar_param(beta), scalar_param(lam)
+        self.num_sigma, self.num_theta = int(num_sigma), int(num_theta)
+
+    @property
+    def theta(self):
+        return 2 * jnp.pi * jnp.arange(self.num_theta) / self.num_theta
+
+    @property
+    def sigma(self):
+        return jnp.arange(1, self.num_sigma + 1) / self.num_sigma
+
+    def rhs(self, t, f, args=None):
+        M = self.num_theta
+        n = jnp.fft.fftfreq(M, 1.0 / M)
+        In = bessel_i(jnp.abs(n), self.beta, num_nodes=max(128, 2 * M))
+        fhat = jnp.fft.fft(f, axis=1) / M  # (1/2π)∫ f e^{-inθ} dθ
+        conv = jnp.real(jnp.fft.ifft(2 * jnp.pi * 1j * n * In * fhat, axis=1) * M)
+        K = LitMCircle(self.beta, self.lam).position_weights(self.num_sigma, f.dtype)
+        flux = f * (K @ conv)
+        return -jnp.real(jnp.fft.ifft(1j * n * jnp.fft.fft(flux, axis=1), axis=1))
+
+    def solve(self, f0, t1, *, dt0=0.01, saveat=None):
+        """Integrate from the densities ``f0`` (shape (num_sigma, num_theta)) with Tsit5."""
+        import diffrax
+
+        f0 = jnp.asarray(f0)
+        if f0.shape != (self.num_sigma, self.num_theta):
+            raise ValueError(f"f0 must have shape ({self.num_sigma}, {self.num_theta}), got {f0.shape}")
+        check_scalar(t1, "t1", positive=True)
+        ts = jnp.asarray([t1] if saveat is None else saveat, f0.dtype)
+        sol = diffrax.diffeqsolve(diffrax.ODETerm(self.rhs), diffrax.Tsit5(), 0.0, t1, dt0, f0,
+                                  saveat=diffrax.SaveAt(ts=ts),
+                                  stepsize_controller=diffrax.PIDController(rtol=1e-8, atol=1e-10),
+                                  max_steps=100_000)
+        return sol.ys

@@ -26,7 +26,7 @@ from .attention.base import log_weights, scalar_param
 from .dynamics import AbstractDynamics
 from .kernels import softmax_average
 
-__all__ = ["MeanShift", "kde_critical_points", "kde_modes", "gap_clusters", "kde_mode_fit"]
+__all__ = ["MeanShift", "gap_clusters", "kde_critical_points", "kde_mode_fit", "kde_modes"]
 
 
 def _scaled_derivative(grid, x, beta):

@@ -30,7 +30,7 @@ from .dynamics import AbstractDynamics
 from .kernels import exp_kernel_sum
 from .spaces import tangent_projection
 
-__all__ = ["PerceptronBlock", "perceptron_energy", "stationarity_residual", "atoms"]
+__all__ = ["PerceptronBlock", "atoms", "perceptron_energy", "stationarity_residual"]
 
 _ACTIVATIONS = {
     # name: (σ, φ with φ' = 2σ)

@@ -42,8 +42,16 @@ import numpy as np
 from ._checks import check_scalar
 from .spaces import normalize, tangent_projection
 
-__all__ = ["GaussianHeads", "head_field", "chain", "diffusive_chain", "sde", "logistic",
-           "mean_overlap", "expected_head"]
+__all__ = [
+    "GaussianHeads",
+    "chain",
+    "diffusive_chain",
+    "expected_head",
+    "head_field",
+    "logistic",
+    "mean_overlap",
+    "sde",
+]
 
 
 class GaussianHeads(eqx.Module):

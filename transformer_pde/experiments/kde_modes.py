@@ -11,7 +11,6 @@ from __future__ import annotations
 import dataclasses
 
 import diffrax
-import jax
 import jax.numpy as jnp
 import numpy as np
 

@@ -72,7 +72,7 @@ def compute(cfg: RandomHeadsConfig, progress: bool = False) -> dict:
     m_chain, se_chain = [], []
     for i, L in enumerate(depths):
         keys = jax.random.split(jax.random.fold_in(k_chain, i), cfg.chain_paths)
-        xs = jax.lax.map(lambda k: rh.diffusive_chain(k, heads, x0, cfg.s1, int(L), cfg.num_heads)[-1],
+        xs = jax.lax.map(lambda k, L=int(L): rh.diffusive_chain(k, heads, x0, cfg.s1, L, cfg.num_heads)[-1],
                          keys, batch_size=1024)
         m = np.asarray(rh.mean_overlap(xs))
         m_chain.append(m.mean())
@@ -92,7 +92,7 @@ def compute(cfg: RandomHeadsConfig, progress: bool = False) -> dict:
         hd = rh.GaussianHeads(int(d), beta=cfg.logistic_beta, sigma_A=float(d) ** -0.5)
         y0 = uniform_sphere(jax.random.fold_in(k_log, 100 + i), cfg.logistic_n, int(d))
         keys = jax.random.split(jax.random.fold_in(k_log, i), cfg.logistic_paths)
-        xs = jax.vmap(lambda k: rh.diffusive_chain(k, hd, y0, cfg.logistic_s1, cfg.logistic_layers,
+        xs = jax.vmap(lambda k, hd=hd, y0=y0: rh.diffusive_chain(k, hd, y0, cfg.logistic_s1, cfg.logistic_layers,
                                                    save_every=cfg.logistic_layers // 10))(keys)
         m = np.asarray(rh.mean_overlap(xs))
         m_log.append(m.mean(0))
