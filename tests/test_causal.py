@@ -181,3 +181,13 @@ def test_litm_mean_field_linear_response_and_invariants():
     a_n = n**2 * scipy.special.iv(n, beta)
     ref = scipy.linalg.expm(a_n * t * K)[:, i0]
     np.testing.assert_allclose(coef, ref, rtol=1e-4, atol=1e-6)
+
+
+def test_float32_paths():
+    x = tp.uniform_sphere(jax.random.key(0), 6, 3, dtype=jnp.float32)
+    eye = jnp.eye(3, dtype=jnp.float32)
+    v = causal.CausalAttention(eye, eye, eye, 2.0, 0.5).velocity(x)
+    assert v.dtype == jnp.float32 and bool(jnp.all(jnp.isfinite(v)))
+    th = jnp.linspace(0, 6, 8, dtype=jnp.float32)[:, None]
+    w = causal.LitMCircle(1.0, 1.0).velocity(th)
+    assert w.dtype == jnp.float32 and float(w[0, 0]) == 0.0

@@ -138,7 +138,9 @@ def figures(res: dict, cfg: RandomHeadsConfig, out_dir) -> list:
     for i, d in enumerate(res["logistic_dims"]):
         ax.errorbar(res["logistic_s"], res["logistic_m"][i], yerr=2 * res["logistic_se"][i], fmt="o",
                     ms=3, color=f"C{i}", label=f"E m(s), d={d}")
-    ax.plot(res["logistic_s"], res["logistic_u"][-1], "k-", label="logistic u' = u(1−u)")
+    for i in range(len(res["logistic_dims"])):
+        ax.plot(res["logistic_s"], res["logistic_u"][i], "-", color=f"C{i}",
+                label="logistic u' = u(1−u)" if i == 0 else None)
     ax.set_xlabel("s")
     ax.set_title(f"mean overlap, β={cfg.logistic_beta:g}: error ~ 1/d")
     ax.legend(fontsize=8)
