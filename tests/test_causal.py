@@ -150,6 +150,9 @@ def test_experiment_lost_in_the_middle_tiny():
     cfg = exp.make_config(**exp.tiny)
     res = exp.compute(cfg, False)
     assert res["smallness"] and res["primacy"] and res["recency"] and res["unique_min"]
+    # the published particle demo (sphere.md §10.6), reproduced exactly
+    np.testing.assert_array_equal(res["demo_counts"], [39, 29, 22, 14, 1])
+    assert float(res["demo_final_spread"]) < 0.01
     # Monte Carlo agrees with the finite-N linearization and the closed form (z-scores);
     # the closed form differs from the finite-N one by O(1/N), added to the tolerance
     assert np.all(np.abs(res["z_discrete"]) < 4)
