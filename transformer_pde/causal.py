@@ -14,8 +14,8 @@ Two particle models with token order (position) mattering:
   $$\theta_j'=\mathcal Z_{N,j}^{-1}\sum_{k<j}e^{-\lambda(j-k)/N}w_\beta'(\theta_j-\theta_k),\qquad
   w_\beta(\theta)=e^{\beta\cos\theta},\quad \mathcal Z_{N,j}=\sum_{k<j}e^{-\lambda(j-k)/N}.$$
 
-and the closed forms of the mean field over (σ, θ) (cursor σ ∈ (0, 1]): the Volterra kernel
-``k_λ``, the solution ``g_a`` of the linearized (Volterra–Hardy) equation, the retrieval
+and the mean field over (σ, θ) (cursor σ ∈ (0, 1]; :class:`LitMMeanField`, a pseudo-spectral
+solver) with its closed forms: the Volterra kernel ``k_λ``, the solution ``g_a`` of the linearized (Volterra–Hardy) equation, the retrieval
 profile ``S_t(σ0)``, and the Rényi-parking count of metastable centers.
 
 Derivation of the retrieval profile [derived, checked in tests/test_causal.py]. Expand
@@ -36,9 +36,9 @@ import jax.numpy as jnp
 import numpy as np
 
 from ._checks import check_scalar
+from ._types import Param
 from .attention.base import check_qkv, matrix_dim, qkv_features, scalar_param
 from .dynamics import AbstractDynamics
-from .params import evaluate  # noqa: F401  (parameters may be callables of t)
 
 __all__ = [
     "CausalAttention",
@@ -80,9 +80,9 @@ class CausalAttention(AbstractDynamics):
     Token weights are ignored: positions, not masses, define the causal measure.
     """
 
-    Q: jax.Array
-    K: jax.Array
-    V: jax.Array
+    Q: Param
+    K: Param
+    V: Param
     beta: jax.Array
     lam: jax.Array
     include_self: bool = eqx.field(static=True)

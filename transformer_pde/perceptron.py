@@ -20,6 +20,7 @@ not real-analytic) stationary measures are σ_d-null, and in d = 2 finitely atom
 
 from __future__ import annotations
 
+import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -55,8 +56,8 @@ class PerceptronBlock(AbstractDynamics):
     beta: jax.Array
     a: jax.Array
     omega: jax.Array
-    sign: float
-    activation: str
+    sign: float = eqx.field(static=True)
+    activation: str = eqx.field(static=True)
 
     def __init__(self, beta, a, omega, *, sign: float = 1.0, activation: str = "relu"):
         check_scalar(beta, "PerceptronBlock.beta", nonnegative=True)
