@@ -31,7 +31,8 @@ class PerceptronConfig:
     """directions a_j = (cos, sin) of the hidden units"""
     omegas: str = "20,-15,10"
     ns: str = "64,256"
-    t1: float = 100.0
+    t1: float = 10.0
+    """the flows settle by t ≈ 2 at these parameters"""
     rtol: float = 1e-6
     atom_threshold: float = 0.9999
     num_saves: int = 101
@@ -110,5 +111,5 @@ register(Experiment(
     config=PerceptronConfig,
     compute=compute,
     figures=figures,
-    tiny={"ns": "24,72", "t1": 15.0, "rtol": 1e-5, "num_saves": 16},
+    tiny={"ns": "24,72", "t1": 10.0, "rtol": 1e-5, "num_saves": 11},
 ))
