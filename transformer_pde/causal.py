@@ -240,9 +240,7 @@ def volterra_numerical(a, t, sigma0, lam, num_points: int = 401):
     aug = np.zeros((num_points + 1, num_points + 1))
     aug[:num_points, :num_points] = W
     aug[:num_points, num_points] = k0
-    import scipy.linalg
-
-    E = scipy.linalg.expm(float(a) * float(t) * aug)
+    E = np.asarray(jax.scipy.linalg.expm(jnp.asarray(float(a) * float(t) * aug)))
     return s, E[:num_points, num_points]
 
 
@@ -343,8 +341,6 @@ def retrieval_discrete(t, n: int, beta, lam, M: int = 8, n_max: int = 20):
     N·u_N(t) for each source i* = 1..N−1, summed with the weights ω_n: the finite-N
     counterpart of S_t(σ0) (it converges to it as N → ∞, see the module docstring).
     """
-    import scipy.linalg
-
     K = np.asarray(LitMCircle(beta, lam).position_weights(n))
     ns = np.arange(1, n_max + 1)
     a = ns**2 * np.asarray(bessel_i(jnp.asarray(ns), jnp.asarray(float(beta))))
@@ -353,7 +349,7 @@ def retrieval_discrete(t, n: int, beta, lam, M: int = 8, n_max: int = 20):
     for an, w in zip(a, om):
         # v = u + e_{i*} solves v' = aKv (K strictly lower triangular, so the source and the
         # tokens before it stay put), v(0) = e_{i*}: u_N(t) = expm(atK)[N, i*]
-        E = scipy.linalg.expm(an * t * K)
+        E = np.asarray(jax.scipy.linalg.expm(jnp.asarray(an * t * K)))
         out += w * n * E[n - 1, : n - 1]  # (expm − I)[N, i*] = expm[N, i*] for i* < N
     return np.arange(1, n) / n, out
 
@@ -385,9 +381,7 @@ def cap_measure(delta, d: int):
         return min(delta / np.pi, 1.0)
     if d == 3:
         return (1 - np.cos(min(delta, np.pi))) / 2
-    from scipy.special import betainc
-
-    half = betainc((d - 1) / 2, 0.5, np.sin(min(delta, np.pi / 2)) ** 2) / 2
+    half = float(jax.scipy.special.betainc((d - 1) / 2, 0.5, np.sin(min(delta, np.pi / 2)) ** 2)) / 2
     return half if delta <= np.pi / 2 else 1 - cap_measure(np.pi - delta, d)
 
 

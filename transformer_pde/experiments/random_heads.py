@@ -154,6 +154,6 @@ register(Experiment(
     config=RandomHeadsConfig,
     compute=compute,
     figures=figures,
-    tiny={"depths": "1,16", "chain_paths": 2048, "sde_paths": 512, "sde_steps": 16,
+    tiny={"depths": "1,16", "chain_paths": 2048, "sde_paths": 512, "sde_steps": 8,
           "sde_nodes": 8, "drift_samples": 2000, "logistic_layers": 20, "logistic_paths": 64},
 ))
