@@ -4,7 +4,18 @@ Tokens move as interacting particles, dx_i/dt = Γ_μ(x_i), and their empirical 
 follows the continuity equation ∂_t μ + div(μ Γ_μ) = 0 (spec: ``shared/spec/``).
 """
 
-from . import convergence, diagnostics, gaussian, interpolation, kernels, plot
+from . import (
+    causal,
+    convergence,
+    diagnostics,
+    gaussian,
+    interpolation,
+    kde,
+    kernels,
+    perceptron,
+    plot,
+    random_heads,
+)
 from ._checks import NonFiniteStateError
 from .attention import (
     AbstractAttention,
@@ -16,13 +27,17 @@ from .attention import (
     SoftmaxAttention,
     UnnormalizedAttention,
 )
+from .causal import CausalAttention, LitMCircle
 from .checkpoint import Checkpoint, solve_checkpointed
 from .dynamics import AbstractDynamics
 from .fit import FitResult, checkpointed_adjoint, fit
 from .gaussian_solve import GaussianSolution, solve_gaussian
 from .interpolation import AttentionPerceptron
+from .kde import MeanShift
 from .measures import Gaussian
 from .params import PiecewiseConstant
+from .perceptron import PerceptronBlock
+from .random_heads import GaussianHeads
 from .solve import Solution, layers, solve
 from .spaces import Sphere, normalize, tangent_projection, uniform_sphere
 from .sweep import LabeledArray, heatmap, sweep
@@ -35,12 +50,17 @@ __all__ = [
     "Checkpoint",
     "AttentionPerceptron",
     "FitResult",
+    "CausalAttention",
     "Gaussian",
+    "GaussianHeads",
     "GaussianSolution",
     "L2Attention",
     "LabeledArray",
     "MultiHeadAttention",
     "NonFiniteStateError",
+    "LitMCircle",
+    "MeanShift",
+    "PerceptronBlock",
     "PiecewiseConstant",
     "SigmoidAttention",
     "SinkhornAttention",
@@ -56,10 +76,14 @@ __all__ = [
     "heatmap",
     "interpolation",
     "gaussian",
+    "causal",
+    "kde",
     "kernels",
     "layers",
     "normalize",
+    "perceptron",
     "plot",
+    "random_heads",
     "solve",
     "solve_checkpointed",
     "sweep",

@@ -1,0 +1,469 @@
+r"""Causal (decoder) attention and the lost-in-the-middle retrieval profile (sphere.md §4).
+
+Two particle models with token order (position) mattering:
+
+* :class:`CausalAttention`, the CSA model of the Causal paper with optional ALiBi-type
+  position weights, on R^d (wrap with :class:`~transformer_pde.Sphere`):
+
+  $$\dot x_k=P^\perp_{x_k}\frac{\sum_{j\le k}e^{\beta\langle Qx_k,Kx_j\rangle-\lambda(k-j)/N}Vx_j}
+  {\sum_{j\le k}e^{\beta\langle Qx_k,Kx_j\rangle-\lambda(k-j)/N}}.$$
+
+* :class:`LitMCircle`, the model of Duerinckx–Geshkovski–Rossi (LitM) on the torus: causal
+  USA with ALiBi weights over k < j (self excluded), in angles,
+
+  $$\theta_j'=\mathcal Z_{N,j}^{-1}\sum_{k<j}e^{-\lambda(j-k)/N}w_\beta'(\theta_j-\theta_k),\qquad
+  w_\beta(\theta)=e^{\beta\cos\theta},\quad \mathcal Z_{N,j}=\sum_{k<j}e^{-\lambda(j-k)/N}.$$
+
+and the mean field over (σ, θ) (cursor σ ∈ (0, 1]; :class:`LitMMeanField`, a pseudo-spectral
+solver) with its closed forms: the Volterra kernel ``k_λ``, the solution ``g_a`` of the linearized (Volterra–Hardy) equation, the retrieval
+profile ``S_t(σ0)``, and the Rényi-parking count of metastable centers.
+
+Derivation of the retrieval profile [derived, checked in tests/test_causal.py]. Expand
+w_β(θ) = Σ_n I_n(β) e^{inθ}. For i.i.d. uniform tokens, u_j = E e^{in(θ_j(t) − θ_{i*}(0))} is
+O(1/N) for j > i*, and to first order only the m = −n Fourier mode of w_β' couples it back:
+u_j' = a_n Σ_{k<j} K_{jk} u_k with a_n = n² I_n(β), K_{jk} the ALiBi weights and u_{i*} ≈ 1.
+With K_{jk} ≈ k_λ(σ_j, σ_k)/N and u_j = g(σ_j)/N this is the Volterra equation below. Its
+Neumann series is g = Σ_m (at)^m/m! k^{*m}(σ, σ0) with k^{*m} = k_λ(σ, σ0) Y^{m-1}/(m-1)!
+(the kernel is λe^{λσ'}/(e^{λσ}−1), so each convolution integrates λe^{λs}/(e^{λs}−1)), which
+sums to the Bessel form g_a = k_λ √(at/Y) I_1(2√(atY)).
+"""
+
+from __future__ import annotations
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from ._checks import check_scalar
+from ._types import Param
+from .attention.base import check_qkv, matrix_dim, qkv_features, scalar_param
+from .dynamics import AbstractDynamics
+
+__all__ = [
+    "CausalAttention",
+    "LitMCircle",
+    "LitMMeanField",
+    "bessel_i",
+    "cap_measure",
+    "expected_renyi_centers",
+    "litm_kernel",
+    "renyi_centers",
+    "retrieval_discrete",
+    "retrieval_monte_carlo",
+    "retrieval_profile",
+    "smallness_holds",
+    "u_shape",
+    "volterra_closed_form",
+    "volterra_numerical",
+]
+
+
+def alibi_logits(n: int, lam, dtype, include_self: bool = True):
+    """Position biases −λ(k − j)/N for key j <= k (−inf for masked pairs), shape (n, n)."""
+    k = jnp.arange(n)[:, None]
+    j = jnp.arange(n)[None, :]
+    allowed = (j <= k) if include_self else (j < k)
+    bias = -lam * (k - j).astype(dtype) / n
+    return jnp.where(allowed, bias, -jnp.inf)
+
+
+class CausalAttention(AbstractDynamics):
+    r"""Causal softmax attention with ALiBi-type position weights (sphere.md §4, CSA).
+
+    Token k (rows in order) attends to tokens j <= k with weights
+    ∝ e^{β⟨Qx_k, Kx_j⟩} e^{−λ(k−j)/N}. ``lam = 0`` is plain causal attention (the
+    authors' blog code: softmax over j <= k, self included); ``include_self=False`` uses
+    j < k as in the LitM model (the first token then does not move). Token 1 attends only
+    to itself, so on the sphere it never moves: x_1(t) = x_1(0).
+
+    Token weights are ignored: positions, not masses, define the causal measure.
+    """
+
+    Q: Param
+    K: Param
+    V: Param
+    beta: jax.Array
+    lam: jax.Array
+    include_self: bool = eqx.field(static=True)
+
+    def __init__(self, Q, K, V, beta=1.0, lam=0.0, *, include_self: bool = True):
+        self.Q, self.K, self.V = check_qkv(type(self).__name__, Q, K, V, beta)
+        check_scalar(lam, f"{type(self).__name__}.lam", nonnegative=True)
+        self.beta = scalar_param(beta)
+        self.lam = scalar_param(lam)
+        self.include_self = bool(include_self)
+
+    @classmethod
+    def identity(cls, d: int, beta=1.0, lam=0.0, **kwargs):
+        eye = jnp.eye(d)
+        return cls(eye, eye, eye, beta, lam, **kwargs)
+
+    @property
+    def dim(self):
+        return matrix_dim(self.V)
+
+    def _velocity(self, x, weights, t):
+        q, k, v = qkv_features(self, x, x, t)
+        logits = q @ k.T + alibi_logits(x.shape[0], self.lam, x.dtype, self.include_self)
+        lse = jax.nn.logsumexp(logits, axis=-1, keepdims=True)
+        # rows with no key (token 1 when self is excluded) get velocity 0, not NaN
+        p = jnp.where(jnp.isfinite(lse), jnp.exp(logits - jnp.where(jnp.isfinite(lse), lse, 0.0)), 0.0)
+        return p @ v
+
+
+class LitMCircle(AbstractDynamics):
+    r"""The LitM particle model on the torus, state = angles of shape ``(N, 1)`` (sphere.md §4):
+
+    $$\theta_j'=\mathcal Z_{N,j}^{-1}\sum_{k<j}e^{-\lambda(j-k)/N}\,w_\beta'(\theta_j-\theta_k),
+    \qquad w_\beta'(\theta)=-\beta\sin\theta\,e^{\beta\cos\theta}.$$
+
+    The kernel is unnormalized (USA-type) and the ALiBi weights are normalized over k < j;
+    the first token has no predecessor and stays put. Angles are not wrapped.
+    """
+
+    beta: jax.Array
+    lam: jax.Array
+
+    def __init__(self, beta=1.0, lam=1.0):
+        check_scalar(beta, "LitMCircle.beta", nonnegative=True)
+        check_scalar(lam, "LitMCircle.lam", nonnegative=True)
+        self.beta = scalar_param(beta)
+        self.lam = scalar_param(lam)
+
+    @property
+    def dim(self):
+        return 1
+
+    def position_weights(self, n: int, dtype=None):
+        """Row-normalized ALiBi weights K_{jk} = e^{−λ(j−k)/N}/Z_{N,j} over k < j (row 1: zeros)."""
+        dtype = dtype or jnp.result_type(float)
+        logits = alibi_logits(n, self.lam, dtype, include_self=False)
+        lse = jax.nn.logsumexp(logits, axis=-1, keepdims=True)
+        return jnp.where(jnp.isfinite(lse), jnp.exp(logits - jnp.where(jnp.isfinite(lse), lse, 0.0)),
+                         0.0)
+
+    def _velocity(self, x, weights, t):
+        theta = x[:, 0]
+        c, s = jnp.cos(theta), jnp.sin(theta)
+        # cos/sin of θ_j − θ_k from products (no n x n trigonometric calls)
+        cos_d = c[:, None] * c[None, :] + s[:, None] * s[None, :]
+        sin_d = s[:, None] * c[None, :] - c[:, None] * s[None, :]
+        wprime = -self.beta * sin_d * jnp.exp(self.beta * (cos_d - 1.0))
+        # e^{-β} factored out of the exponential for range; put it back
+        Kw = self.position_weights(x.shape[0], x.dtype)
+        return (jnp.exp(self.beta) * jnp.sum(Kw * wprime, axis=1))[:, None]
+
+
+# ---------------------------------------------------------------------------------------------
+# Closed forms of the linearized mean field (sphere.md §4, LitM)
+
+
+def bessel_i(n, beta, num_nodes: int = 128):
+    r"""Modified Bessel function I_n(β) of integer order, in JAX.
+
+    Uses I_n(β) = (1/2π)∫_0^{2π} e^{β cos θ} cos(nθ) dθ, whose trapezoid rule on a periodic
+    integrand converges geometrically (exact to rounding for |β| ≲ num_nodes/4 and
+    |n| < num_nodes/2). This is also the Fourier coefficient of w_β(θ) = e^{β cos θ}.
+    """
+    theta = 2 * jnp.pi * jnp.arange(num_nodes) / num_nodes
+    n = jnp.asarray(n)
+    beta = jnp.asarray(beta)
+    vals = jnp.exp(beta[..., None] * jnp.cos(theta)) * jnp.cos(n[..., None] * theta)
+    return jnp.mean(vals, axis=-1)
+
+
+def litm_kernel(sigma, sigma_p, lam):
+    r"""k_λ(σ, σ') = λ e^{−λ(σ−σ')}/(1 − e^{−λσ}) for σ' < σ (0 otherwise); 1/σ at λ = 0.
+
+    The continuum limit of N times the normalized ALiBi weights: ∫_0^σ k_λ(σ, σ') dσ' = 1.
+    """
+    sigma, sigma_p = jnp.asarray(sigma), jnp.asarray(sigma_p)
+    lam = jnp.asarray(lam, dtype=jnp.result_type(sigma, sigma_p, float))
+    lam_safe = jnp.where(lam > 0, lam, 1.0)
+    val = jnp.where(lam > 0, lam_safe * jnp.exp(-lam * (sigma - sigma_p)) / -jnp.expm1(-lam_safe * sigma),
+                    1.0 / sigma)
+    return jnp.where(sigma_p < sigma, val, 0.0)
+
+
+def _log_gap(sigma, sigma0, lam):
+    """Y = log((e^{λσ} − 1)/(e^{λσ0} − 1)) (λ → 0: log(σ/σ0))."""
+    lam_safe = jnp.where(lam > 0, lam, 1.0)
+    y_lam = jnp.log(jnp.expm1(lam_safe * sigma)) - jnp.log(jnp.expm1(lam_safe * sigma0))
+    return jnp.where(lam > 0, y_lam, jnp.log(sigma / sigma0))
+
+
+def volterra_closed_form(a, t, sigma, sigma0, lam):
+    r"""g_a(t, σ; σ0) = k_λ(σ, σ0) √(at/Y) I_1(2√(atY)), Y = log((e^{λσ}−1)/(e^{λσ0}−1)).
+
+    Solves ∂_t g = a(k_λ(σ, σ0) + ∫_{σ0}^σ k_λ(σ, σ') g(σ') dσ'), g(0) = 0 (sphere.md §4).
+    Written as k_λ · at · (2 I_1(z)/z) with z = 2√(atY), which is 1 at z = 0 (σ → σ0).
+    """
+    a, t = jnp.asarray(a), jnp.asarray(t)
+    sigma, sigma0 = jnp.asarray(sigma), jnp.asarray(sigma0)
+    at = a * t
+    Y = jnp.maximum(_log_gap(sigma, sigma0, jnp.asarray(lam)), 0.0)
+    z = 2 * jnp.sqrt(jnp.maximum(at * Y, 0.0))  # a_n for large n is ~0 up to rounding
+    small = z < 1e-4
+    zs = jnp.where(small, 1.0, z)
+    # 2 I_1(z)/z = Σ (z/2)^{2m}/(m!(m+1)!) = 1 + z²/8 + ...; i1e avoids overflow
+    ratio = jnp.where(small, 1 + z**2 / 8, 2 * jax.scipy.special.i1e(zs) * jnp.exp(zs) / zs)
+    return jnp.where(sigma > sigma0, litm_kernel(sigma, sigma0, lam) * at * ratio, 0.0)
+
+
+def volterra_numerical(a, t, sigma0, lam, num_points: int = 401):
+    r"""Solve ∂_t g = a(k_λ(σ,σ0) + ∫_{σ0}^σ k_λ(σ,σ') g dσ') directly (no Bessel function).
+
+    Trapezoid quadrature on a uniform σ-grid of [σ0, 1] turns the equation into the linear
+    ODE g' = a(k0 + W g), g(0) = 0, solved exactly by its exponential series
+    g(t) = Σ_{m>=1} (at)^m/m! W^{m−1} k0 (summed until the terms underflow; ‖W‖ <= 1 since
+    the kernel integrates to one). Second order in the grid.
+
+    Returns ``(sigma_grid, g)``.
+    """
+    s = np.linspace(float(sigma0), 1.0, num_points)
+    h = s[1] - s[0]
+    S, Sp = np.meshgrid(s, s, indexing="ij")
+    kmat = np.array(litm_kernel(S, Sp, lam))
+    # the kernel is continuous up to σ' = σ: use its limit on the diagonal
+    diag = lam / -np.expm1(-lam * s) if lam > 0 else 1.0 / s
+    kmat[np.arange(num_points), np.arange(num_points)] = diag
+    quad = np.full(num_points, h)
+    W = np.zeros((num_points, num_points))
+    for i in range(1, num_points):  # trapezoid on [σ0, σ_i]
+        w = quad[: i + 1].copy()
+        w[0] = w[i] = h / 2
+        W[i, : i + 1] = kmat[i, : i + 1] * w
+    # g jumps at σ0 (g(σ0) = 0 but g(σ0+) = at·k_λ(σ0, σ0)): the grid carries the right limit
+    k0 = kmat[:, 0].copy()
+    W[0] = 0.0
+    return s, _exp_series(W, k0, float(a) * float(t))
+
+
+def _exp_series(W, v, at, tol=1e-17):
+    """Σ_{m>=1} at^m/m! W^{m−1} v = (expm(at W) − I) W^{-1} v, by the series (plain NumPy)."""
+    term = at * np.asarray(v, dtype=float)
+    total = term.copy()
+    for m in range(2, 10_000):
+        term = (at / m) * (W @ term)
+        total += term
+        if np.abs(term).max() <= tol * max(np.abs(total).max(), 1e-300):
+            break
+    return total
+
+
+def retrieval_weights(M: int, n_max: int):
+    """Fourier weights ω_n = e^{−π²n²/(2M²)}, n = 1..n_max, of the soft accuracy."""
+    n = np.arange(1, n_max + 1)
+    return np.exp(-(np.pi**2) * n**2 / (2 * M**2))
+
+
+def retrieval_profile(t, sigma0, beta, lam, M: int = 8, n_max: int = 20):
+    r"""S_t(σ0) = Σ_{n>=1} e^{−π²n²/(2M²)} g_{a_n}(t, 1; σ0), a_n = n² I_n(β) (sphere.md §4).
+
+    The soft retrieval accuracy of the source at σ0 is
+    A_N = √(π/2)/M + √(2π)/(MN) S_t(σ0) + o(1/N).
+    """
+    n = jnp.arange(1, n_max + 1)
+    a = n**2 * bessel_i(n, jnp.asarray(beta, dtype=float))
+    om = jnp.asarray(retrieval_weights(M, n_max))
+    sigma0 = jnp.asarray(sigma0, dtype=float)
+    g = volterra_closed_form(a.reshape(-1, *([1] * sigma0.ndim)), t, 1.0, sigma0, lam)
+    return jnp.tensordot(om, g, axes=1)
+
+
+def smallness_holds(t, beta, lam, n_max: int = 64) -> bool:
+    """The LitM U-shape condition t·sup_n a_n <= min{3 − √3, 2(1 − e^{−λ})}."""
+    n = np.arange(1, n_max + 1)
+    a = n**2 * np.asarray(bessel_i(jnp.asarray(n), jnp.asarray(float(beta))))
+    return bool(t * a.max() <= min(3 - np.sqrt(3), 2 * (1 - np.exp(-lam))))
+
+
+def u_shape(profile) -> dict:
+    """Primacy, recency and uniqueness of the interior minimum of a sampled profile.
+
+    Returns booleans: ``primacy`` (the profile decreases from its first sample to its
+    minimum), ``recency`` (it increases over the last interval), ``unique_min`` (the discrete
+    derivative changes sign exactly once, − then +), and ``argmin``.
+    """
+    p = np.asarray(profile)
+    dp = np.diff(p)
+    signs = np.sign(dp[dp != 0])
+    changes = int(np.sum(signs[1:] != signs[:-1]))
+    i = int(np.argmin(p))
+    return {
+        "primacy": bool(p[0] > p[i] and dp[0] < 0),
+        "recency": bool(dp[-1] > 0),
+        "unique_min": bool(changes == 1 and signs[0] < 0 and 0 < i < len(p) - 1),
+        "argmin": i,
+    }
+
+
+def _litm_deltas(key, dyn, n, t, dt, num_runs, chunk):
+    """For num_runs i.i.d. uniform starts: θ_N(t) − θ_i(0) and θ_N(0) − θ_i(0), i = 1..N−1."""
+    import diffrax
+
+    def one(k):
+        th0 = jax.random.uniform(k, (n, 1), minval=0.0, maxval=2 * jnp.pi)
+        term = diffrax.ODETerm(lambda s, y, args: dyn._velocity(y, None, s))
+        sol = diffrax.diffeqsolve(term, diffrax.Tsit5(), 0.0, t, dt, th0,
+                                  stepsize_controller=diffrax.ConstantStepSize(),
+                                  max_steps=int(np.ceil(t / dt)) + 1)
+        thN = sol.ys[0, -1, 0]
+        return thN - th0[:-1, 0], th0[-1, 0] - th0[:-1, 0]
+
+    keys = jax.random.split(key, num_runs)
+    out = jax.lax.map(jax.vmap(one), keys.reshape(-1, chunk))
+    return out[0].reshape(num_runs, n - 1), out[1].reshape(num_runs, n - 1)
+
+
+def retrieval_monte_carlo(key, t, n: int, beta, lam, M: int = 8, n_max: int = 20, *,
+                          num_runs: int = 1024, dt: float = 0.05, chunk: int = 256):
+    r"""Monte Carlo estimate of S_t(σ0) at σ0 = i/N, i = 1..N−1, from particle simulations.
+
+    S_MC = N Σ_{n>=1} ω_n E[cos n(θ_N(t) − θ_i(0)) − cos n(θ_N(0) − θ_i(0))], which equals
+    (MN/√(2π))(A_N − √(π/2)/M) since the soft accuracy is
+    A_N = (√(π/2)/M) Σ_n ω_n E e^{inΔ}. The subtracted t = 0 term has mean zero for i.i.d.
+    tokens (a control variate that removes most of the variance).
+
+    Returns ``(sigma0, mean, stderr)``.
+    """
+    if num_runs % chunk:
+        raise ValueError(f"num_runs={num_runs} must be a multiple of chunk={chunk}")
+    dyn = LitMCircle(beta, lam)
+    d_t, d_0 = _litm_deltas(key, dyn, n, float(t), float(dt), num_runs, chunk)
+    om = jnp.asarray(retrieval_weights(M, n_max))
+    ns = jnp.arange(1, n_max + 1)
+
+    def stat(dt_, d0_):
+        return n * jnp.sum(om[:, None] * (jnp.cos(ns[:, None] * dt_) - jnp.cos(ns[:, None] * d0_)), 0)
+
+    vals = np.asarray(jax.lax.map(lambda a: stat(*a), (d_t, d_0)))
+    sigma0 = np.arange(1, n) / n
+    return sigma0, vals.mean(0), vals.std(0, ddof=1) / np.sqrt(num_runs)
+
+
+def retrieval_discrete(t, n: int, beta, lam, M: int = 8, n_max: int = 20):
+    r"""The finite-N linearization: u' = a_n K(u + e_{i*}) with the exact ALiBi matrix K.
+
+    N·u_N(t) for each source i* = 1..N−1, summed with the weights ω_n: the finite-N
+    counterpart of S_t(σ0) (it converges to it as N → ∞, see the module docstring).
+    """
+    K = np.asarray(LitMCircle(beta, lam).position_weights(n))
+    ns = np.arange(1, n_max + 1)
+    a = ns**2 * np.asarray(bessel_i(jnp.asarray(ns), jnp.asarray(float(beta))))
+    om = retrieval_weights(M, n_max)
+    out = np.zeros(n - 1)
+    for an, w in zip(a, om):
+        # v = u + e_{i*} solves v' = aKv (K strictly lower triangular, so the source and the
+        # tokens before it stay put), v(0) = e_{i*}: u_N(t) = expm(atK)[N, i*], i.e. the last
+        # row of expm(atK) = e_Nᵀ + Σ_{m>=1} (at)^m/m! e_Nᵀ K^m (K is nilpotent: finite sum)
+        row = _exp_series(K.T, K[n - 1], an * t)  # (Kᵀ)^{m−1} K_N = (e_Nᵀ K^m)ᵀ
+        out += w * n * row[: n - 1]
+    return np.arange(1, n) / n, out
+
+
+# ---------------------------------------------------------------------------------------------
+# Rényi parking (sphere.md §4, metastability)
+
+
+def renyi_centers(x, delta):
+    r"""Strong Rényi centers of a token sequence: indices s with dist(x_s, x_i) > δ for all i < s.
+
+    Geodesic distance on the sphere (arccos of the inner product). Returns a boolean mask.
+    """
+    x = jnp.asarray(x)
+    n = x.shape[0]
+    ang = jnp.arccos(jnp.clip(x @ x.T, -1.0, 1.0))
+    earlier = jnp.arange(n)[None, :] < jnp.arange(n)[:, None]
+    return ~jnp.any(earlier & (ang <= delta), axis=1)
+
+
+def cap_measure(delta, d: int):
+    r"""σ(B_δ): normalized surface measure of a geodesic ball of radius δ on S^{d-1}.
+
+    δ/π on S^1, (1 − cos δ)/2 on S^2; in general the regularized incomplete beta function
+    I_{sin²δ}((d−1)/2, 1/2)/2 for δ <= π/2.
+    """
+    delta = float(delta)
+    if d == 2:
+        return min(delta / np.pi, 1.0)
+    if d == 3:
+        return (1 - np.cos(min(delta, np.pi))) / 2
+    half = float(jax.scipy.special.betainc((d - 1) / 2, 0.5, np.sin(min(delta, np.pi / 2)) ** 2)) / 2
+    return half if delta <= np.pi / 2 else 1 - cap_measure(np.pi - delta, d)
+
+
+def expected_renyi_centers(n: int, d: int, delta) -> float:
+    r"""E #strong centers among n i.i.d. uniform tokens: Σ_{s=1}^n (1−p)^{s−1} = (1 − (1−p)^n)/p,
+    p = σ(B_δ) (→ 1/σ(B_δ) as n → ∞; Θ(β^{(d−1)/2}) at δ = cβ^{−1/2})."""
+    p = cap_measure(delta, d)
+    return float(n) if p == 0 else float((1 - (1 - p) ** n) / p)
+
+
+# ---------------------------------------------------------------------------------------------
+# Mean field over (σ, θ) (sphere.md §4, LitM)
+
+
+class LitMMeanField(eqx.Module):
+    r"""The LitM mean field on (0, 1] × T, discretized in σ and pseudo-spectral in θ:
+
+    $$\partial_tf=-\partial_\theta(fV[f]),\qquad V[f](\sigma,\theta)=\int_0^\sigma k_\lambda(\sigma,\sigma')
+    (w_\beta'*_\theta f)(\sigma',\theta)\,d\sigma'.$$
+
+    The cursor is discretized in ``num_sigma`` cells σ_i = i/S with the exact ALiBi weights
+    K_{ik} (row-normalized over k < i, the N = S particle weights; K_{ik} → k_λ(σ_i, σ_k)/S), so
+    that the density of cell i is the law of token i. In θ, f lives on ``num_theta`` equispaced
+    points; the convolution uses w_β' = Σ_n in I_n(β) e^{inθ}, so
+    (w_β' * f)^_n = 2π in I_n(β) f̂_n. Each row f(σ_i, ·) is a probability density (∫ f dθ = 1).
+
+    Linearized at the uniform density, the Fourier mode n obeys ĥ_n' = a_n K ĥ_n with
+    a_n = n² I_n(β): the Volterra equation of :func:`volterra_closed_form` (tested).
+    """
+
+    beta: jax.Array
+    lam: jax.Array
+    num_sigma: int = eqx.field(static=True)
+    num_theta: int = eqx.field(static=True)
+
+    def __init__(self, beta, lam, num_sigma: int = 64, num_theta: int = 64):
+        check_scalar(beta, "beta", nonnegative=True)
+        check_scalar(lam, "lam", nonnegative=True)
+        if int(num_sigma) < 2 or int(num_theta) < 4 or int(num_theta) % 2:
+            raise ValueError(f"need num_sigma >= 2 and an even num_theta >= 4, got {num_sigma}, "
+                             f"{num_theta}")
+        self.beta, self.lam = scalar_param(beta), scalar_param(lam)
+        self.num_sigma, self.num_theta = int(num_sigma), int(num_theta)
+
+    @property
+    def theta(self):
+        return 2 * jnp.pi * jnp.arange(self.num_theta) / self.num_theta
+
+    @property
+    def sigma(self):
+        return jnp.arange(1, self.num_sigma + 1) / self.num_sigma
+
+    def rhs(self, t, f, args=None):
+        M = self.num_theta
+        n = jnp.fft.fftfreq(M, 1.0 / M)
+        In = bessel_i(jnp.abs(n), self.beta, num_nodes=max(128, 2 * M))
+        fhat = jnp.fft.fft(f, axis=1) / M  # (1/2π)∫ f e^{-inθ} dθ
+        conv = jnp.real(jnp.fft.ifft(2 * jnp.pi * 1j * n * In * fhat, axis=1) * M)
+        K = LitMCircle(self.beta, self.lam).position_weights(self.num_sigma, f.dtype)
+        flux = f * (K @ conv)
+        return -jnp.real(jnp.fft.ifft(1j * n * jnp.fft.fft(flux, axis=1), axis=1))
+
+    def solve(self, f0, t1, *, dt0=0.01, saveat=None):
+        """Integrate from the densities ``f0`` (shape (num_sigma, num_theta)) with Tsit5."""
+        import diffrax
+
+        f0 = jnp.asarray(f0)
+        if f0.shape != (self.num_sigma, self.num_theta):
+            raise ValueError(f"f0 must have shape ({self.num_sigma}, {self.num_theta}), got {f0.shape}")
+        check_scalar(t1, "t1", positive=True)
+        ts = jnp.asarray([t1] if saveat is None else saveat, f0.dtype)
+        sol = diffrax.diffeqsolve(diffrax.ODETerm(self.rhs), diffrax.Tsit5(), 0.0, t1, dt0, f0,
+                                  saveat=diffrax.SaveAt(ts=ts),
+                                  stepsize_controller=diffrax.PIDController(rtol=1e-8, atol=1e-10),
+                                  max_steps=100_000)
+        return sol.ys

@@ -1,0 +1,124 @@
+"""Modes of a Gaussian KDE (sphere.md §6) against √(β log β) and the clusters of 1-D attention.
+
+For n i.i.d. N(0, 1) samples and bandwidth β^{-1/2}, E #modes = Θ(√(β log β)) when
+n^c ≲ β ≲ n^{2−c}. We count modes (sign changes + → − of P̂'; the authors' code counts minima,
+one fewer), fit the scaling, and compare with the number of metastable clusters of the
+blurring mean shift (self-attention on R with a Gaussian kernel) started from the samples.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import diffrax
+import jax.numpy as jnp
+import numpy as np
+
+from .. import kde, plot
+from ..solve import solve
+from ._base import Experiment, register
+from .causal_clustering import _floats
+
+
+@dataclasses.dataclass(frozen=True)
+class KDEModesConfig:
+    n: int = 10000
+    betas: str = "1000,3000,10000"
+    """β from n^0.75 to n: at n = 10^4 the ratio count/√(β log β) is 0.21, 0.33 at β = 100, 300
+    (pre-asymptotic), 0.49, 0.49, 0.45 at β = 10^3, 3·10^3, 10^4, and 0.40 at 3·10^4 ≳ n, where
+    the count starts to saturate; the window where the law holds is narrow at this n."""
+    runs: int = 16
+    n_dynamics: int = 2000
+    betas_dynamics: str = "30,100,300,1000"
+    t_dynamics: float = 20.0
+    """time at which the mean-shift clusters are counted (a plateau: counts are flat on [10, 40])"""
+    dt: float = 0.1
+    cluster_gap: float = 0.1
+    """points farther apart than cluster_gap·β^{-1/2} are in different clusters"""
+    seed: int = 0
+
+    def __post_init__(self):
+        if self.n < 2 or self.runs < 1 or self.n_dynamics < 2:
+            raise ValueError(f"need n >= 2, runs >= 1, n_dynamics >= 2; got {self.n}, {self.runs}, "
+                             f"{self.n_dynamics}")
+        for name in ("betas", "betas_dynamics"):
+            if (_floats(getattr(self, name), name) <= 1).any():
+                raise ValueError(f"{name} must be > 1 (log β > 0), got {getattr(self, name)!r}")
+
+
+def compute(cfg: KDEModesConfig, progress: bool = False) -> dict:
+    rng = np.random.default_rng(cfg.seed)
+    betas = _floats(cfg.betas, "betas")
+    modes = np.zeros((len(betas), cfg.runs), dtype=int)
+    minima = np.zeros_like(modes)
+    for r in range(cfg.runs):
+        X = rng.standard_normal(cfg.n)
+        for a, b in enumerate(betas):
+            modes[a, r], minima[a, r] = kde.kde_critical_points(X, b)
+    fit = kde.kde_mode_fit(betas, modes.mean(1))
+    # metastable clusters of the 1-D attention dynamics, against the modes of the same samples
+    bd = _floats(cfg.betas_dynamics, "betas_dynamics")
+    X = rng.standard_normal(cfg.n_dynamics)
+    ts = jnp.array([0.0, 0.5 * cfg.t_dynamics, cfg.t_dynamics, 2 * cfg.t_dynamics])
+    clusters = np.zeros((len(bd), len(ts)), dtype=int)
+    modes_dyn = np.zeros(len(bd), dtype=int)
+    for a, b in enumerate(bd):
+        modes_dyn[a] = kde.kde_modes(X, b)
+        sol = solve(kde.MeanShift(float(b)), jnp.asarray(X)[:, None], t1=float(ts[-1]), dt0=cfg.dt,
+                    solver=diffrax.Euler(), saveat=ts)
+        clusters[a] = [kde.gap_clusters(x, cfg.cluster_gap / np.sqrt(b)) for x in np.asarray(sol.xs)]
+    fit_clusters = kde.kde_mode_fit(bd, clusters[:, 2])
+    return {
+        "betas": betas, "modes": modes, "minima": minima, "mean_modes": modes.mean(1),
+        "slope_beta": np.asarray(fit["slope_beta"]),
+        "slope_beta_log_beta": np.asarray(fit["slope_beta_log_beta"]),
+        "const": np.asarray(fit["const"]),
+        "betas_dynamics": bd, "ts_dynamics": np.asarray(ts), "clusters": clusters,
+        "modes_dynamics": modes_dyn,
+        "cluster_slope_beta_log_beta": np.asarray(fit_clusters["slope_beta_log_beta"]),
+    }
+
+
+def figures(res: dict, cfg: KDEModesConfig, out_dir) -> list:
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4))
+    ax = axes[0]
+    b = res["betas"]
+    ax.errorbar(b, res["mean_modes"], yerr=res["modes"].std(1), fmt="o", capsize=3,
+                label=f"E #modes (n={cfg.n}, {cfg.runs} runs)")
+    ax.plot(b, res["minima"].mean(1), "x", color="C3", label="#minima (authors' sign slip)")
+    bb = np.geomspace(b.min(), b.max(), 60)
+    ax.plot(bb, float(res["const"]) * np.sqrt(bb * np.log(bb)), "k--",
+            label=f"{float(res['const']):.2f}·√(β log β)")
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel("β")
+    ax.set_title(f"KDE modes: slope vs β log β = {float(res['slope_beta_log_beta']):.2f}, "
+                 f"vs β = {float(res['slope_beta']):.2f}")
+    ax.legend(fontsize=8)
+    ax.grid(alpha=0.3, which="both")
+    ax = axes[1]
+    bd = res["betas_dynamics"]
+    ax.plot(bd, res["modes_dynamics"], "o-", label="modes of the initial KDE")
+    for k in range(1, len(res["ts_dynamics"])):
+        ax.plot(bd, res["clusters"][:, k], "s--", ms=4,
+                label=f"mean-shift clusters, t={float(res['ts_dynamics'][k]):g}")
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel("β")
+    ax.set_title(f"1-D self-attention (mean shift), n={cfg.n_dynamics}")
+    ax.legend(fontsize=8)
+    ax.grid(alpha=0.3, which="both")
+    return [plot.save_figure(fig, out_dir / "kde_modes.png")]
+
+
+register(Experiment(
+    name="kde-modes",
+    summary="modes of a Gaussian KDE vs √(β log β) and vs clusters of 1-D self-attention",
+    config=KDEModesConfig,
+    compute=compute,
+    figures=figures,
+    tiny={"n": 2000, "betas": "300,1000,3000", "runs": 2, "n_dynamics": 400,
+          "betas_dynamics": "100,300", "t_dynamics": 10.0, "dt": 0.25},
+))

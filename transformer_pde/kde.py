@@ -1,0 +1,118 @@
+r"""Modes of a Gaussian kernel density estimate and the 1-D mean-shift dynamics (sphere.md §6).
+
+The estimator with bandwidth β^{-1/2} of samples X_1..X_n is
+
+$$\hat P_n(t)=\frac{\sqrt\beta}{n\sqrt{2\pi}}\sum_i e^{-\beta(t-X_i)^2/2}.$$
+
+For X_i ~ N(0, 1) and n^c ≲ β ≲ n^{2−c}, E #modes = Θ(√(β log β)) (KDE paper, Kac–Rice plus
+Edgeworth). The authors' code tests ``F_double_prime < 0`` where ``F_double_prime ∝ −P̂''``,
+so it selects local **minima** (sphere.md §6, §9). Here modes are counted directly as the
+sign changes + → − of P̂' (over R there is exactly one more mode than minima: P̂' > 0 left of
+every sample and < 0 right of every sample).
+
+Self-attention at bandwidth β^{-1/2} is the blurring mean shift (sphere.md §6, "Link to
+clusters"): dx_i/dt = Σ_j softmax_j(−β(x_i − x_j)²/2)(x_j − x_i) = β^{-1} ∂_x log P̂_{μ_t}(x_i),
+the L2 attention on R minus the identity. Its metastable clusters track the KDE modes.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from ._checks import check_scalar
+from .attention.base import log_weights, scalar_param
+from .dynamics import AbstractDynamics
+from .kernels import softmax_average
+
+__all__ = ["MeanShift", "gap_clusters", "kde_critical_points", "kde_mode_fit", "kde_modes"]
+
+
+def _scaled_derivative(grid, x, beta):
+    """sign-preserving P̂'(t): Σ_i (X_i − t) e^{−β(t−X_i)²/2 + m(t)}, m(t) = min_i β(t−X_i)²/2.
+
+    Factoring out the nearest sample's exponent keeps the sign exact where every term would
+    underflow (far in the tails at large β).
+    """
+    diff = x[None, :] - grid[:, None]
+    e = beta * diff**2 / 2
+    return jnp.sum(diff * jnp.exp(-(e - jnp.min(e, axis=1, keepdims=True))), axis=1)
+
+
+def kde_critical_points(samples, beta, *, resolution: float = 0.05, block: int = 2048):
+    r"""Numbers of local maxima (modes) and local minima of the Gaussian KDE of ``samples``.
+
+    The derivative is evaluated on a grid of spacing ``resolution``·β^{-1/2} covering the
+    samples with a margin of 6β^{-1/2} (P̂' has no zero beyond the extreme samples); a sign
+    change + → − is a mode, − → + a minimum. Two critical points closer than the spacing
+    would be missed; tests check that halving ``resolution`` changes nothing.
+
+    Returns ``(modes, minima)`` as Python ints.
+    """
+    x = np.sort(np.asarray(samples, dtype=float).ravel())
+    if x.size < 1:
+        raise ValueError("kde_critical_points needs at least one sample")
+    check_scalar(beta, "beta", positive=True)
+    h = resolution / np.sqrt(beta)
+    grid = np.arange(x[0] - 6 / np.sqrt(beta), x[-1] + 6 / np.sqrt(beta) + h, h)
+    nb = -(-grid.size // block)
+    gp = np.pad(grid, (0, nb * block - grid.size), mode="edge").reshape(nb, block)
+    xs = jnp.asarray(x)
+    vals = jax.lax.map(lambda g: _scaled_derivative(g, xs, beta), jnp.asarray(gp))
+    s = np.sign(np.asarray(vals).ravel()[: grid.size])
+    s = s[s != 0]
+    modes = int(np.sum((s[:-1] > 0) & (s[1:] < 0)))
+    minima = int(np.sum((s[:-1] < 0) & (s[1:] > 0)))
+    return modes, minima
+
+
+def kde_modes(samples, beta, **kwargs) -> int:
+    """Number of modes (local maxima) of the Gaussian KDE, see :func:`kde_critical_points`."""
+    return kde_critical_points(samples, beta, **kwargs)[0]
+
+
+def kde_mode_fit(betas, counts):
+    r"""Least-squares fits of log E#modes against log β and against log(β log β).
+
+    Returns ``{"slope_beta", "slope_beta_log_beta", "const"}``: for the √(β log β) law the
+    second slope is 1/2 and the first 1/2 + 1/(2 log β) (≈ 0.6 for β ~ 100); ``const`` is
+    C in E#modes ≈ C(β log β)^{1/2} (geometric mean of the ratios).
+    """
+    b = np.asarray(betas, dtype=float)
+    c = np.asarray(counts, dtype=float)
+    s1 = np.polyfit(np.log(b), np.log(c), 1)[0]
+    s2 = np.polyfit(np.log(b * np.log(b)), np.log(c), 1)[0]
+    const = float(np.exp(np.mean(np.log(c) - 0.5 * np.log(b * np.log(b)))))
+    return {"slope_beta": float(s1), "slope_beta_log_beta": float(s2), "const": const}
+
+
+class MeanShift(AbstractDynamics):
+    r"""Blurring mean shift = self-attention on R with a Gaussian kernel (sphere.md §6):
+
+    $$\dot x_i=\frac{\sum_j w_j e^{-\beta(x_i-x_j)^2/2}(x_j-x_i)}{\sum_j w_j e^{-\beta(x_i-x_j)^2/2}}
+    =\frac1\beta\,\partial_x\log\hat P_{\mu_t}(x_i).$$
+
+    Any dimension d works (|x_i − x_j|²); the KDE link is for d = 1.
+    """
+
+    beta: jax.Array
+
+    def __init__(self, beta):
+        check_scalar(beta, "MeanShift.beta", positive=True)
+        self.beta = scalar_param(beta)
+
+    @property
+    def dim(self):
+        return None
+
+    def _velocity(self, x, weights, t):
+        # −β|x_i − x_j|²/2 = β⟨x_i, x_j⟩ − β|x_j|²/2 − (row constant)
+        bias = -self.beta * jnp.sum(x * x, axis=-1) / 2 + log_weights(weights)
+        return softmax_average(self.beta * x, x, x, bias) - x
+
+
+def gap_clusters(x, gap) -> int:
+    """Clusters of points on the line: split the sorted points where consecutive gaps exceed ``gap``."""
+    xs = np.sort(np.asarray(x, dtype=float).ravel())
+    return int(1 + np.sum(np.diff(xs) > gap))

@@ -1,0 +1,131 @@
+r"""The perceptron (feed-forward) block on the sphere and its energy (sphere.md §7, Perc).
+
+Attention (USA normalization) plus a one-hidden-layer perceptron in the gradient case
+ω_j = ω_j a_j:
+
+$$\dot x_i=s\,P^\perp_{x_i}\Big(\frac1n\sum_j e^{\beta\langle x_i,x_j\rangle}x_j
++\sum_{j=1}^J\omega_j\,\sigma(a_j\cdot x_i)\,a_j\Big),$$
+
+which is s·∇(δE/δμ), the Wasserstein gradient flow (s = +1 ascent, the residual Transformer;
+s = −1 descent, towards the global minimizer) of
+
+$$E_{\beta,\vartheta}[\mu]=\frac1{2\beta}\iint e^{\beta\langle x,y\rangle}d\mu\,d\mu+\frac12\int v_\vartheta\,d\mu,
+\qquad v_\vartheta(x)=\sum_j\omega_j\varphi(a_j\cdot x),\ \varphi'=2\sigma.$$
+
+Indeed δE/δμ = β^{-1}∫e^{β⟨x,y⟩}dμ + ½v and ½∇v = Σ_j ω_j σ(a_j·x) a_j. Along the flow
+dE/dt = s∫|velocity|² dμ (a test). Critical points satisfy
+∫e^{β x·y}P⊥_x y dμ + P⊥_x Σ_j ω_j σ(a_j·x) a_j = 0 on supp μ. For σ = ReLU (φ(s) = s_+²,
+not real-analytic) stationary measures are σ_d-null, and in d = 2 finitely atomic (Perc).
+"""
+
+from __future__ import annotations
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from ._checks import check_scalar
+from .attention.base import log_weights, scalar_param
+from .dynamics import AbstractDynamics
+from .kernels import exp_kernel_sum
+from .spaces import tangent_projection
+
+__all__ = ["PerceptronBlock", "atoms", "perceptron_energy", "stationarity_residual"]
+
+_ACTIVATIONS = {
+    # name: (σ, φ with φ' = 2σ)
+    "relu": (jax.nn.relu, lambda s: jnp.maximum(s, 0.0) ** 2),
+    "softplus": (jax.nn.softplus, None),  # φ has no elementary closed form; energy unavailable
+}
+
+
+class PerceptronBlock(AbstractDynamics):
+    r"""USA attention plus a perceptron block, on the sphere (tangent projection included).
+
+    Args:
+        beta: inverse temperature.
+        a: hidden-layer directions, shape ``(J, d)``.
+        omega: output weights, shape ``(J,)`` (gradient case: the output vectors are ω_j a_j).
+        sign: +1 for the Transformer (gradient ascent of E), −1 for gradient descent.
+        activation: ``"relu"`` (φ(s) = s_+²) or ``"softplus"`` (real-analytic; no energy).
+
+    This is already a sphere dynamics: do not wrap it in ``tp.Sphere``; ``retract`` normalizes.
+    """
+
+    beta: jax.Array
+    a: jax.Array
+    omega: jax.Array
+    sign: float = eqx.field(static=True)
+    activation: str = eqx.field(static=True)
+
+    def __init__(self, beta, a, omega, *, sign: float = 1.0, activation: str = "relu"):
+        check_scalar(beta, "PerceptronBlock.beta", nonnegative=True)
+        a = jnp.asarray(a, dtype=jnp.result_type(float))
+        omega = jnp.asarray(omega, dtype=jnp.result_type(float))
+        if a.ndim != 2 or omega.shape != (a.shape[0],):
+            raise ValueError(f"PerceptronBlock: a must be (J, d) and omega (J,), got a {a.shape} and "
+                             f"omega {omega.shape}")
+        if sign not in (1, -1, 1.0, -1.0):
+            raise ValueError(f"sign must be +1 (ascent) or -1 (descent), got {sign!r}")
+        if activation not in _ACTIVATIONS:
+            raise ValueError(f"activation must be one of {sorted(_ACTIVATIONS)}, got {activation!r}")
+        self.beta = scalar_param(beta)
+        self.a, self.omega = a, omega
+        self.sign = float(sign)
+        self.activation = activation
+
+    @property
+    def dim(self):
+        return int(self.a.shape[1])
+
+    def retract(self, x):
+        return x / jnp.linalg.norm(x, axis=-1, keepdims=True)
+
+    def raw_field(self, x, weights):
+        """∫ e^{β⟨x_i,y⟩} y dμ + Σ_j ω_j σ(a_j·x_i) a_j (before projection)."""
+        sig = _ACTIVATIONS[self.activation][0]
+        attn = exp_kernel_sum(self.beta * x, x, x, log_weights(weights))
+        mlp = (sig(x @ self.a.T) * self.omega) @ self.a
+        return attn + mlp
+
+    def _velocity(self, x, weights, t):
+        return self.sign * tangent_projection(x, self.raw_field(x, weights))
+
+
+def perceptron_energy(block: PerceptronBlock, x, weights=None):
+    r"""E_{β,ϑ}(μ) = (1/2β) Σ_{ij} w_i w_j e^{β⟨x_i,x_j⟩} + ½ Σ_i w_i v_ϑ(x_i) (ReLU: φ = s_+²)."""
+    phi = _ACTIVATIONS[block.activation][1]
+    if phi is None:
+        raise ValueError(f"no closed-form energy for activation {block.activation!r}")
+    x = jnp.asarray(x)
+    w = jnp.full((x.shape[0],), 1.0 / x.shape[0], x.dtype) if weights is None else jnp.asarray(weights)
+    inter = w @ jnp.exp(block.beta * (x @ x.T)) @ w / (2 * block.beta)
+    v = phi(x @ block.a.T) @ block.omega
+    return inter + 0.5 * jnp.sum(w * v)
+
+
+def atoms(x, threshold: float = 0.9999):
+    """Group tokens into atoms (single linkage ⟨x_i,x_j⟩ > threshold): (positions, masses).
+
+    Positions are the normalized means of each group; masses are token fractions.
+    """
+    from .diagnostics import cluster_labels
+
+    x = np.asarray(x)
+    labels = np.asarray(cluster_labels(jnp.asarray(x), threshold))
+    reps = np.unique(labels)
+    pos = np.stack([x[labels == r].mean(0) for r in reps])
+    pos /= np.linalg.norm(pos, axis=1, keepdims=True)
+    mass = np.array([(labels == r).mean() for r in reps])
+    return pos, mass
+
+
+def stationarity_residual(block: PerceptronBlock, positions, masses):
+    r"""max_k |P⊥_{z_k}(Σ_l m_l e^{β⟨z_k,z_l⟩} z_l + Σ_j ω_j σ(a_j·z_k) a_j)| for μ = Σ_k m_k δ_{z_k}.
+
+    Zero exactly when the atomic measure is a critical point of E_{β,ϑ} (sphere.md §7).
+    """
+    z = jnp.asarray(positions)
+    v = tangent_projection(z, block.raw_field(z, jnp.asarray(masses, z.dtype)))
+    return float(jnp.max(jnp.linalg.norm(v, axis=-1)))
