@@ -125,10 +125,10 @@ def test_sweep_shards_over_two_devices():
 
 
 def test_sweep_phase_experiment_tiny(tmp_path):
-    exp = get("sweep_phase")
+    exp = get("sweep-phase")
     cfg = exp.make_config(**exp.tiny)
     res = run_experiment(exp, cfg, tmp_path, progress=False)["results"]
-    assert (tmp_path / "sweep_phase.png").exists()
+    assert (tmp_path / "sweep-phase.png").exists()
     D, B, S = len(res["dims"]), cfg.num_beta, cfg.seeds
     assert B * S >= 64 and res["t_one"].shape == (D, B, S)
     t_one, clusters = res["t_one"], res["clusters"]

@@ -111,11 +111,11 @@ def figures(res: dict, cfg: SweepPhaseConfig, out_dir) -> list:
         ax.set_xlabel("β")
     fig.suptitle(f"SA on S^(d-1), n = {cfg.n}: (β, d) phase diagram, {cfg.num_beta}×{cfg.seeds} "
                  "points per vmapped sweep")
-    return [plot.save_figure(fig, out_dir / "sweep_phase.png")]
+    return [plot.save_figure(fig, out_dir / "sweep-phase.png")]
 
 
 register(Experiment(
-    name="sweep_phase",
+    name="sweep-phase",
     summary="(beta, d) phase diagram of the time to one cluster on the sphere (vmapped sweep)",
     config=SweepPhaseConfig,
     compute=compute,
