@@ -10,6 +10,7 @@ import jax.numpy as jnp
 
 from ..dynamics import AbstractDynamics
 from ..spaces import normalize
+from ._runner import FILE_MODE
 
 
 class ResidualSphere(AbstractDynamics):
@@ -49,6 +50,7 @@ def save_gif(anim, path: Path, fps: int) -> Path:
 
     path = Path(path)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.stem}.", suffix=".gif")
+    os.fchmod(fd, FILE_MODE)
     os.close(fd)
     try:
         anim.save(tmp, writer=PillowWriter(fps=fps))

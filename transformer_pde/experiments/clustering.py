@@ -118,7 +118,7 @@ def figures(res: dict, cfg: ClusteringConfig, out_dir) -> list:
     draw = cfg.d in (2, 3)
     ncol = len(picks) + 2 if draw else 2
     fig = plt.figure(figsize=(3.0 * ncol, 3.1 * len(models)))
-    gs = fig.add_gridspec(len(models), ncol)
+    gs = fig.add_gridspec(len(models), ncol, hspace=0.35, wspace=0.45)
     for r, model in enumerate(models):
         xs = res[f"xs_{model}"]
         if draw:
