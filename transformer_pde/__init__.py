@@ -4,7 +4,7 @@ Tokens move as interacting particles, dx_i/dt = Γ_μ(x_i), and their empirical 
 follows the continuity equation ∂_t μ + div(μ Γ_μ) = 0 (spec: ``shared/spec/``).
 """
 
-from . import diagnostics, kernels, plot
+from . import diagnostics, kernels, plot, sharding
 from .attention import (
     AbstractAttention,
     L2Attention,
@@ -19,6 +19,7 @@ from .dynamics import AbstractDynamics
 from .gaussian_solve import GaussianSolution
 from .measures import Gaussian
 from .params import PiecewiseConstant
+from .sharding import Sharded
 from .solve import Solution, layers, solve
 from .spaces import Sphere, normalize, tangent_projection, uniform_sphere
 
@@ -35,6 +36,7 @@ __all__ = [
     "SigmoidAttention",
     "SinkhornAttention",
     "SinkhornPotentials",
+    "Sharded",
     "SoftmaxAttention",
     "Solution",
     "Sphere",
@@ -44,6 +46,7 @@ __all__ = [
     "layers",
     "normalize",
     "plot",
+    "sharding",
     "solve",
     "tangent_projection",
     "uniform_sphere",
