@@ -417,7 +417,7 @@ def main(argv=None):
     p.add_argument("--n", type=int, nargs="+", default=[1024, 4096, 16384, 65536, 262144])
     p.add_argument("--d", type=int, nargs="+", default=[3, 64])
     p.add_argument("--libs", nargs="+", default=list(LIBS), choices=LIBS)
-    p.add_argument("--budget", type=float, default=240.0,
+    p.add_argument("--budget", type=float, default=300.0,
                    help="skip a case predicted to take longer than this (seconds)")
     p.add_argument("--mem-limit-gib", type=float, default=6.0)
     p.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results")

@@ -83,6 +83,14 @@ def test_loose_bound_falls_back_to_exact_shift():
     out, lse = kernels.lse_average(q, k, v, bias, block_size=(16, 16))
     np.testing.assert_allclose(out, ref_out, rtol=1e-11, atol=1e-11)
     np.testing.assert_allclose(lse, ref_lse, rtol=1e-13)
+    # under vmap (as for the heads of multi-head attention) one member needs the second
+    # pass and the other does not: each must still be exact
+    qs = jnp.stack([q, q / 300.0])
+    outs, lses = jax.vmap(lambda q: kernels.lse_average(q, k, v, bias, block_size=(16, 16)))(qs)
+    ref_small = numpy_lse_average(q / 300.0, k, v, bias)
+    for got, want in zip((outs[0], outs[1], lses[0], lses[1]), (ref_out, ref_small[0], ref_lse,
+                                                                ref_small[1])):
+        np.testing.assert_allclose(got, want, rtol=1e-11, atol=1e-11)
 
 
 @pytest.mark.parametrize("causal", [False, True])

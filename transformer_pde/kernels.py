@@ -201,13 +201,16 @@ def _stream_fwd(q, k, v, bias, causal, qb, kb):
 
         acc = with_shift(cblk)
 
-        def exact(_):
+        def exact(_, carry):
             mx = _safe(_max_pass(jnp.concatenate([qblk, 0 * ones, ones], 1), ka, q_off, nk_vis,
                                  causal))
             return with_shift(mx), mx
 
-        # the bound was too loose for some row: redo this block with exact row maxima
-        acc, c = jax.lax.cond(jnp.any(acc[:, -1] < tiny), exact, lambda _: (acc, cblk), None)
+        # The bound was too loose for some row: redo this block with exact row maxima. A loop
+        # of 0 or 1 trips rather than lax.cond: under vmap (heads, ensembles) cond would run
+        # both branches, while a batched loop runs only when some member needs it.
+        redo = jnp.any(acc[:, -1] < tiny).astype(jnp.int32)
+        acc, c = jax.lax.fori_loop(0, redo, exact, (acc, cblk))
         s = acc[:, -1]
         avg = acc[:, :-1] / jnp.where(s > 0, s, 1.0)[:, None]
         return avg, c + jnp.log(s)
