@@ -152,26 +152,40 @@ def _tile_exp(qa, ka_blk, q_off, k_off, causal):
     return p
 
 
-def _sum_pass(qa, ka, va, q_off, nk_vis, causal):
-    """Σ_j exp(qa · ka_j) [v_j, 1] over the visible key blocks."""
-    kb = ka.shape[1]
+def _key_block(k, v, bias, j, kb):
+    """Key block j as [k, 1, b] and [v, 1], sliced and augmented on the fly (no copy of all
+    keys). The last block is clamped to end at n; keys it shares with block j - 1 get
+    bias -inf so that no key is counted twice. Returns the block and its first key position."""
+    n = k.shape[0]
+    start = jnp.minimum(j * kb, n - kb)
+    kblk = jax.lax.dynamic_slice_in_dim(k, start, kb)
+    vblk = jax.lax.dynamic_slice_in_dim(v, start, kb)
+    bblk = jax.lax.dynamic_slice_in_dim(bias, start, kb)
+    bblk = jnp.where(start + jnp.arange(kb) >= j * kb, bblk, -jnp.inf)
+    one = jnp.ones((kb, 1), k.dtype)
+    return (jnp.concatenate([kblk, one, bblk[:, None]], axis=1),
+            jnp.concatenate([vblk, one], axis=1), start)
+
+
+def _sum_pass(qa, k, v, bias, kb, q_off, nk_vis, causal):
+    """Σ_j exp(qa · [k_j, 1, b_j]) [v_j, 1] over the visible key blocks."""
 
     def body(j, acc):
-        p = _tile_exp(qa, ka[j], q_off, j * kb, causal)
-        return acc + p @ va[j]
+        ka, va, start = _key_block(k, v, bias, j, kb)
+        return acc + _tile_exp(qa, ka, q_off, start, causal) @ va
 
-    acc0 = jnp.zeros((qa.shape[0], va.shape[2]), qa.dtype)
+    acc0 = jnp.zeros((qa.shape[0], v.shape[1] + 1), qa.dtype)
     return jax.lax.fori_loop(0, nk_vis, body, acc0)
 
 
-def _max_pass(q1, ka, q_off, nk_vis, causal):
+def _max_pass(q1, k, v, bias, kb, q_off, nk_vis, causal):
     """Exact row maxima of q_i · k_j + b_j (q1 = [q, 0, 1])."""
-    kb = ka.shape[1]
 
     def body(j, mx):
-        s = q1 @ ka[j].T
+        ka, _, start = _key_block(k, v, bias, j, kb)
+        s = q1 @ ka.T
         if causal:
-            s = jnp.where(_causal_mask(q1.shape[0], kb, q_off, j * kb), s, -jnp.inf)
+            s = jnp.where(_causal_mask(q1.shape[0], kb, q_off, start), s, -jnp.inf)
         return jnp.maximum(mx, jnp.max(s, axis=-1))
 
     return jax.lax.fori_loop(0, nk_vis, body, jnp.full((q1.shape[0],), -jnp.inf, q1.dtype))
@@ -180,8 +194,7 @@ def _max_pass(q1, ka, q_off, nk_vis, causal):
 def _stream_fwd(q, k, v, bias, causal, qb, kb):
     m, n = q.shape[0], k.shape[0]
     nq, nk = -(-m // qb), -(-n // kb)
-    ka, va = _augment_keys(k, v, bias, nk, kb)
-    # Cauchy–Schwarz bound on every logit of row i (padded keys excluded: bias -inf)
+    # Cauchy–Schwarz bound on every logit of row i
     kmax = jnp.max(jnp.sqrt(jnp.sum(k * k, axis=1)))
     bmax = _safe(jnp.max(bias))
     shift = jnp.sqrt(jnp.sum(q * q, axis=1)) * kmax + bmax
@@ -197,13 +210,13 @@ def _stream_fwd(q, k, v, bias, causal, qb, kb):
 
         def with_shift(c):
             qa = jnp.concatenate([qblk, -c[:, None], ones], axis=1)
-            return _sum_pass(qa, ka, va, q_off, nk_vis, causal)
+            return _sum_pass(qa, k, v, bias, kb, q_off, nk_vis, causal)
 
         acc = with_shift(cblk)
 
         def exact(_, carry):
-            mx = _safe(_max_pass(jnp.concatenate([qblk, 0 * ones, ones], 1), ka, q_off, nk_vis,
-                                 causal))
+            mx = _safe(_max_pass(jnp.concatenate([qblk, 0 * ones, ones], 1), k, v, bias, kb,
+                                 q_off, nk_vis, causal))
             return with_shift(mx), mx
 
         # The bound was too loose for some row: redo this block with exact row maxima. A loop
