@@ -327,7 +327,8 @@ def collect(args):
         if args.inprocess:
             run_library(lib, args.d, args.n, args.budget, args.mem_limit_gib * 2**30, rows.append)
             continue
-        proc = subprocess.run(_worker_cmd(args, lib), capture_output=True, text=True, env=_env())
+        proc = subprocess.run(_worker_cmd(args, lib), capture_output=True, text=True, env=_env(),
+                              check=False)
         got = [json.loads(ln) for ln in proc.stdout.splitlines() if ln.startswith("{")]
         rows += got
         if proc.returncode != 0:

@@ -14,7 +14,7 @@ mode = sys.argv[1]
 if mode == "devices":
     os.environ["XLA_FLAGS"] = f"--xla_force_host_platform_device_count={int(sys.argv[2])}"
 
-import jax  # noqa: E402
+import jax
 
 jax.config.update("jax_enable_x64", True)
 if mode == "distributed":
@@ -22,19 +22,19 @@ if mode == "distributed":
                                num_processes=2, process_id=int(sys.argv[3]),
                                initialization_timeout=60)
 
-import jax.numpy as jnp  # noqa: E402
-import numpy as np  # noqa: E402
-from jax.experimental import multihost_utils  # noqa: E402
+import jax.numpy as jnp
+import numpy as np
+from jax.experimental import multihost_utils
 
-import transformer_pde as tp  # noqa: E402
-from transformer_pde.sharding import Sharded, shard_tokens, token_mesh  # noqa: E402
+import transformer_pde as tp
+from transformer_pde.sharding import Sharded, shard_tokens, token_mesh
 
 
 def variants(d, rng):
     Q, K, V = (rng.normal(size=(d, d)) / np.sqrt(d) for _ in range(3))
     return {
         "softmax": tp.SoftmaxAttention(Q, K, V, 2.0),
-        "softmax_streaming": tp.SoftmaxAttention(Q, K, V, 2.0, block_size=(8, 16)),
+        "softmax_streaming": tp.SoftmaxAttention(Q, K, V, 2.0, block_size=16),
         "multihead": tp.MultiHeadAttention.split(Q, K, V, 2, 1.5),
         "l2": tp.L2Attention(Q, K, V, 0.7),
         "unnormalized": tp.UnnormalizedAttention(Q, K, V, 1.2),

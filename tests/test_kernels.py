@@ -55,7 +55,7 @@ def test_streaming_matches_numpy_float64(causal):
     q, k, v, bias, _ = problem(rng, m, n)
     ref_out, ref_lse = numpy_lse_average(q, k, v, bias, causal)
     for bs in (BLOCKS, 0):
-        out, lse = jax.jit(lambda *a: kernels.lse_average(*a, causal=causal, block_size=bs))(
+        out, lse = jax.jit(lambda *a, bs=bs: kernels.lse_average(*a, causal=causal, block_size=bs))(
             q, k, v, bias)
         np.testing.assert_allclose(out, ref_out, rtol=1e-12, atol=1e-12)
         np.testing.assert_allclose(lse, ref_lse, rtol=1e-12, atol=1e-12)
@@ -133,7 +133,7 @@ def test_sigmoid_streaming(causal):
     ref = numpy_sigmoid_sum(q, k, v, w, causal)
     out = kernels.sigmoid_kernel_sum(q, k, v, w, causal=causal, block_size=BLOCKS)
     np.testing.assert_allclose(out, ref, rtol=1e-12, atol=1e-14)
-    f = lambda bs: lambda q, k, v: jnp.sum(jnp.sin(  # noqa: E731
+    f = lambda bs: lambda q, k, v: jnp.sum(jnp.sin(
         kernels.sigmoid_kernel_sum(q, k, v, w, causal=causal, block_size=bs)))
     for a, b in zip(jax.jit(jax.grad(f(0), argnums=(0, 1, 2)))(q, k, v),
                     jax.jit(jax.grad(f(BLOCKS), argnums=(0, 1, 2)))(q, k, v)):
@@ -142,7 +142,7 @@ def test_sigmoid_streaming(causal):
 
 def _attention_family(d, rng, block_size):
     Q, K, V = (rng.normal(size=(d, d)) / np.sqrt(d) for _ in range(3))
-    kw = dict(block_size=block_size)
+    kw = {"block_size": block_size}
     return {
         "softmax": tp.SoftmaxAttention(Q, K, V, 2.0, **kw),
         "causal": tp.SoftmaxAttention(Q, K, V, 2.0, causal=True, **kw),
@@ -154,15 +154,18 @@ def _attention_family(d, rng, block_size):
     }
 
 
-def test_every_variant_streams_like_dense():
+def test_every_variant_streams_like_dense(monkeypatch):
+    # attention constructors take None (automatic: dense at this n) or a key block; a small
+    # tile makes the query block 16 rows, so both axes have several, ragged, blocks
+    monkeypatch.setattr(kernels, "DEFAULT_TILE", 16 * 24)
     rng = np.random.default_rng(6)
     d, n = 4, 70
     x = rng.normal(size=(n, d))
     w = rng.random(n)
     w[3] = 0.0
     w /= w.sum()
-    dense = _attention_family(d, np.random.default_rng(7), 0)
-    stream = _attention_family(d, np.random.default_rng(7), BLOCKS)
+    dense = _attention_family(d, np.random.default_rng(7), None)
+    stream = _attention_family(d, np.random.default_rng(7), 24)
     vel = jax.jit(lambda a, x, w: a._velocity(x, w, jnp.zeros(())))
     for name in dense:
         np.testing.assert_allclose(vel(stream[name], x, w), vel(dense[name], x, w),
@@ -171,21 +174,22 @@ def test_every_variant_streams_like_dense():
     queries = rng.normal(size=(9, d))
     np.testing.assert_allclose(stream["l2"].field(queries, x, w), dense["l2"].field(queries, x, w),
                                rtol=1e-10, atol=1e-12)
-    f32 = lambda a: jnp.asarray(a, jnp.float32)  # noqa: E731
+    f32 = lambda a: jnp.asarray(a, jnp.float32)
     s32 = tp.SoftmaxAttention(f32(dense["softmax"].Q), f32(dense["softmax"].K),
-                              f32(dense["softmax"].V), 2.0, block_size=BLOCKS)
+                              f32(dense["softmax"].V), 2.0, block_size=24)
     v32 = vel(s32, f32(x), f32(w))
     assert v32.dtype == jnp.float32
     np.testing.assert_allclose(v32, vel(dense["softmax"], x, w), rtol=1e-4, atol=1e-5)
 
 
-def test_sinkhorn_streaming_potentials_match_dense():
+def test_sinkhorn_streaming_potentials_match_dense(monkeypatch):
+    monkeypatch.setattr(kernels, "DEFAULT_TILE", 16 * 16)
     rng = np.random.default_rng(8)
     d, n = 3, 60
     Q, K, V = (rng.normal(size=(d, d)) / 2 for _ in range(3))
     x = rng.normal(size=(n, d))
     a = tp.SinkhornAttention(Q, K, V, 1.5, epsilon=0.8, threshold=1e-10)
-    b = tp.SinkhornAttention(Q, K, V, 1.5, epsilon=0.8, threshold=1e-10, block_size=(16, 16))
+    b = tp.SinkhornAttention(Q, K, V, 1.5, epsilon=0.8, threshold=1e-10, block_size=16)
     pot = jax.jit(lambda attn, x: attn._potentials(x, jnp.full(n, 1.0 / n), jnp.zeros(())))
     pa, pb = pot(a, x), pot(b, x)
     assert bool(pb.converged) and int(pa.n_iters) == int(pb.n_iters)
@@ -215,7 +219,7 @@ def test_memory_is_linear_forward_and_backward():
     d = 3
     x = jax.ShapeDtypeStruct((65536, d), jnp.float32)
     b = jax.ShapeDtypeStruct((65536,), jnp.float32)
-    fwd = lambda x, b: kernels.softmax_average(x, x, x, b)  # noqa: E731
+    fwd = lambda x, b: kernels.softmax_average(x, x, x, b)
     assert _temp_bytes(fwd, x, b) < 64 * 2**20
 
     def grad_bytes(n):

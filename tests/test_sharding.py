@@ -34,7 +34,7 @@ def _report(stdout: str) -> dict:
 
 
 def test_four_host_devices_match_one_device():
-    proc = subprocess.run([sys.executable, str(WORKER), "devices", "4"], capture_output=True,
+    proc = subprocess.run([sys.executable, str(WORKER), "devices", "4"], capture_output=True, check=False,
                           text=True, timeout=240, env=_env())
     assert proc.returncode == 0, proc.stderr[-3000:]
     report = _report(proc.stdout)

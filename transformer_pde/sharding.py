@@ -44,7 +44,7 @@ def shard_tokens(x, mesh: Mesh, axis: str = TOKENS):
     """
     sharding = NamedSharding(mesh, PartitionSpec(axis))
     shards = int(mesh.shape[axis])
-    n = int(np.shape(x)[0]) * (jax.process_count() if jax.process_count() > 1 else 1)
+    n = int(np.shape(x)[0]) * (max(1, jax.process_count()))
     if n % shards:
         raise ValueError(f"shard_tokens: {n} tokens do not split evenly over {shards} devices; "
                          "pass the unsharded array to Sharded (it pads internally) or choose n "
