@@ -15,6 +15,7 @@ from . import (
     perceptron,
     plot,
     random_heads,
+    sharding,
 )
 from ._checks import NonFiniteStateError
 from .attention import (
@@ -38,6 +39,7 @@ from .measures import Gaussian
 from .params import PiecewiseConstant
 from .perceptron import PerceptronBlock
 from .random_heads import GaussianHeads
+from .sharding import Sharded
 from .solve import Solution, layers, solve
 from .spaces import Sphere, normalize, tangent_projection, uniform_sphere
 from .sweep import LabeledArray, heatmap, sweep
@@ -65,6 +67,7 @@ __all__ = [
     "SigmoidAttention",
     "SinkhornAttention",
     "SinkhornPotentials",
+    "Sharded",
     "SoftmaxAttention",
     "Solution",
     "Sphere",
@@ -84,6 +87,7 @@ __all__ = [
     "perceptron",
     "plot",
     "random_heads",
+    "sharding",
     "solve",
     "solve_checkpointed",
     "sweep",

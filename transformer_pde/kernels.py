@@ -1,24 +1,59 @@
-"""Pair reductions behind every attention variant: dense and streaming (blocked) paths.
+r"""Pair reductions behind every attention variant: dense and streaming (blocked) paths.
 
-All normalized attention variants (softmax, multi-head, L2, Sinkhorn, causal, weighted) are
+All normalized attention variants (softmax, multi-head, ℓ², Sinkhorn, causal, weighted) are
 one reduction (spec README, "Conventions"; euclidean.md §7):
 
-    out_i = Σ_j softmax_j(q_i·k_j + b_j) v_j,        lse_i = log Σ_j exp(q_i·k_j + b_j),
+$$\bar v_i=\sum_j \mathrm{softmax}_j(q_i\cdot k_j+b_j)\,v_j,\qquad
+\ell_i=\log\sum_j e^{q_i\cdot k_j+b_j},$$
 
-with key biases b_j = log w_j (+ a Sinkhorn potential, − |K y_j|², ...). The unnormalized
-variant is exp(lse_i) · out_i, computed from the same pair. The streaming path visits keys
-in blocks with an online log-sum-exp, so extra memory is O(m · block) instead of O(m · n).
+with key biases $b_j=\log w_j$ (+ a Sinkhorn potential, $-\beta|Ky_j|^2$ for ℓ², ...). The
+unnormalized variant is $e^{\ell_i}\bar v_i$, computed from the same pair; sigmoid
+attention is $\sum_j\sigma(q_i\cdot k_j)\,w_jv_j$.
+
+**Dense path** (small problems): the $m\times n$ logits are materialized, max-subtracted.
+
+**Streaming path** (large problems): queries are visited in blocks of ``qb`` rows and keys in
+blocks of ``kb`` rows, so extra memory is $O((m+n)(p+e) + qb\cdot kb)$, never $O(mn)$:
+
+* Forward, single pass with a *fixed* per-query shift. Cauchy–Schwarz gives a safe upper
+  bound on every logit, $c_i=|q_i|\max_j|k_j|+\max_j b_j\ge q_i\cdot k_j+b_j$, so
+  $e^{q_i\cdot k_j+b_j-c_i}\le 1$ never overflows and no running maximum or rescaling is
+  needed (the online log-sum-exp of flash attention, with its extra exponentials, is not
+  needed). The shift and the bias are folded into the matrix product,
+  $[q_i,-c_i,1]\cdot[k_j,1,b_j]$, and the normalizer into the value product,
+  $[v_j,1]$, so each pair costs one fused ``exp`` between two matrix products.
+  The bound can be loose (general $Q,K$; large β); a row whose shifted sum falls below
+  $\sqrt{\text{tiny}}$ (where flushed subnormals could matter) is recomputed exactly:
+  its query block takes a second pass with the exact row maximum. The result is then
+  the exact log-sum-exp to rounding in every case.
+* Backward (``jax.custom_vjp``), flash-attention style with recomputation: with
+  $P_{ij}=e^{s_{ij}-\ell_i}$, $D_i=\bar v_i\cdot\bar g_i$ for the output cotangent
+  $\bar g$ and $\bar\ell$ for the log-normalizer's,
+  $\partial s_{ij}=P_{ij}(\bar g_i\cdot v_j-D_i+\bar\ell_i)$; then
+  $\bar q_i=\sum_j\partial s_{ij}k_j$, $\bar k_j=\sum_i\partial s_{ij}q_i$,
+  $\bar b_j=\sum_i\partial s_{ij}$, $\bar v_j=\sum_iP_{ij}\bar g_i$, tile by tile.
+  Memory stays linear in the number of tokens.
+* Causal: only key blocks at or before the query block's last position are visited.
+
+The automatic choice (``block_size=None``) is dense up to ``DENSE_MAX_PAIRS`` query-key pairs.
 """
 
 from __future__ import annotations
 
+import functools
+
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jaxtyping import Array, Float
 
 # Above this many query-key pairs the automatic choice switches to the streaming path.
 DENSE_MAX_PAIRS = 1 << 22
-DEFAULT_BLOCK = 1024
+# Key block (rows of keys per tile) and tile size (query rows x key rows) of the streaming
+# path: tiles of ~2^20 entries (4 MiB in float32) measured fastest on a 2-core x86 CPU
+# (benchmarks/README.md); the query block is TILE // key block.
+DEFAULT_BLOCK = 512
+DEFAULT_TILE = 1 << 20
 
 
 def _causal_mask(m: int, n: int, q_offset=0, k_offset=0):
@@ -27,66 +62,331 @@ def _causal_mask(m: int, n: int, q_offset=0, k_offset=0):
     return kj <= qi
 
 
+def _safe(x, fill=0.0):
+    """Replace -inf (a row that sees no key) by a finite value before subtracting it."""
+    return jnp.where(jnp.isfinite(x), x, fill)
+
+
+# ---------------------------------------------------------------------------------------------
+# dense path
+
+
 def _dense_lse_average(q, k, v, bias, causal):
     logits = q @ k.T + bias[None, :]
     if causal:
         logits = jnp.where(_causal_mask(*logits.shape), logits, -jnp.inf)
-    lse = jax.nn.logsumexp(logits, axis=-1)
-    p = jnp.exp(logits - lse[:, None])
-    return p @ v, lse
+    mx = _safe(jnp.max(logits, axis=-1))
+    p = jnp.exp(logits - mx[:, None])
+    s = jnp.sum(p, axis=-1)
+    avg = (p @ v) / jnp.where(s > 0, s, 1.0)[:, None]
+    return avg, mx + jnp.log(s)
 
 
-def _pad_to(a, size, axis, value=0.0):
-    pad = size - a.shape[axis]
+def _dense_sigmoid(q, k, wv, causal):
+    s = jax.nn.sigmoid(q @ k.T)
+    if causal:
+        s = jnp.where(_causal_mask(q.shape[0], k.shape[0]), s, 0.0)
+    return s @ wv
+
+
+# ---------------------------------------------------------------------------------------------
+# streaming path: shared plumbing
+
+
+def _pad_rows(a, rows, value=0.0):
+    pad = rows - a.shape[0]
     if pad == 0:
         return a
-    widths = [(0, 0)] * a.ndim
-    widths[axis] = (0, pad)
-    return jnp.pad(a, widths, constant_values=value)
+    return jnp.pad(a, [(0, pad)] + [(0, 0)] * (a.ndim - 1), constant_values=value)
 
 
-def _streaming_lse_average(q, k, v, bias, causal, block):
-    """Online log-sum-exp over key blocks, queries processed block by block."""
+def _blocks(m: int, n: int, block_size) -> tuple[int, int]:
+    """(query block, key block) from the user's ``block_size`` (int = key block, or a pair)."""
+    if isinstance(block_size, (tuple, list)):
+        qb, kb = (int(b) for b in block_size)
+    else:
+        kb = int(block_size)
+        qb = max(1, DEFAULT_TILE // kb)
+    if qb < 1 or kb < 1:
+        raise ValueError(f"block sizes must be positive, got {block_size!r}")
+    return min(qb, m), min(kb, n)
+
+
+def _key_blocks_for(q_off, qb, kb, nk, causal):
+    """Number of key blocks a query block starting at ``q_off`` must visit."""
+    if not causal:
+        return nk
+    return jnp.minimum(nk, (q_off + qb + kb - 1) // kb)
+
+
+def _first_query_block_for(k_off, qb, causal):
+    """First query block that sees any key of the key block starting at ``k_off``."""
+    return k_off // qb if causal else 0
+
+
+def _threshold(dtype) -> float:
+    # Below sqrt(tiny), flushing subnormal terms to zero could change the sum's leading digits.
+    return float(np.sqrt(np.finfo(np.dtype(dtype)).tiny))
+
+
+# ---------------------------------------------------------------------------------------------
+# streaming softmax: forward
+
+
+def _augment_keys(k, v, bias, nk, kb):
+    """[k, 1, b] and [v, 1], padded with keys of bias -inf (they never contribute)."""
+    n = k.shape[0]
+    one = jnp.ones((n, 1), k.dtype)
+    ka = jnp.concatenate([k, one, bias[:, None].astype(k.dtype)], axis=1)
+    pad_row = jnp.concatenate([jnp.zeros((k.shape[1],), k.dtype), jnp.array([1.0, -jnp.inf], k.dtype)])
+    if nk * kb > n:
+        ka = jnp.concatenate([ka, jnp.broadcast_to(pad_row, (nk * kb - n, ka.shape[1]))], axis=0)
+    va = _pad_rows(jnp.concatenate([v, jnp.ones((n, 1), v.dtype)], axis=1), nk * kb)
+    return ka.reshape(nk, kb, -1), va.reshape(nk, kb, -1)
+
+
+def _tile_exp(qa, ka_blk, q_off, k_off, causal):
+    p = jnp.exp(qa @ ka_blk.T)
+    if causal:
+        p = jnp.where(_causal_mask(qa.shape[0], ka_blk.shape[0], q_off, k_off), p, 0.0)
+    return p
+
+
+def _key_block(k, v, bias, j, kb):
+    """Key block j as [k, 1, b] and [v, 1], sliced and augmented on the fly (no copy of all
+    keys). The last block is clamped to end at n; keys it shares with block j - 1 get
+    bias -inf so that no key is counted twice. Returns the block and its first key position."""
+    n = k.shape[0]
+    start = jnp.minimum(j * kb, n - kb)
+    kblk = jax.lax.dynamic_slice_in_dim(k, start, kb)
+    vblk = jax.lax.dynamic_slice_in_dim(v, start, kb)
+    bblk = jax.lax.dynamic_slice_in_dim(bias, start, kb)
+    bblk = jnp.where(start + jnp.arange(kb) >= j * kb, bblk, -jnp.inf)
+    one = jnp.ones((kb, 1), k.dtype)
+    return (jnp.concatenate([kblk, one, bblk[:, None]], axis=1),
+            jnp.concatenate([vblk, one], axis=1), start)
+
+
+def _sum_pass(qa, k, v, bias, kb, q_off, nk_vis, causal):
+    """Σ_j exp(qa · [k_j, 1, b_j]) [v_j, 1] over the visible key blocks."""
+
+    def body(j, acc):
+        ka, va, start = _key_block(k, v, bias, j, kb)
+        return acc + _tile_exp(qa, ka, q_off, start, causal) @ va
+
+    acc0 = jnp.zeros((qa.shape[0], v.shape[1] + 1), qa.dtype)
+    return jax.lax.fori_loop(0, nk_vis, body, acc0)
+
+
+def _max_pass(q1, k, v, bias, kb, q_off, nk_vis, causal):
+    """Exact row maxima of q_i · k_j + b_j (q1 = [q, 0, 1])."""
+
+    def body(j, mx):
+        ka, _, start = _key_block(k, v, bias, j, kb)
+        s = q1 @ ka.T
+        if causal:
+            s = jnp.where(_causal_mask(q1.shape[0], kb, q_off, start), s, -jnp.inf)
+        return jnp.maximum(mx, jnp.max(s, axis=-1))
+
+    return jax.lax.fori_loop(0, nk_vis, body, jnp.full((q1.shape[0],), -jnp.inf, q1.dtype))
+
+
+def _stream_fwd(q, k, v, bias, causal, qb, kb):
     m, n = q.shape[0], k.shape[0]
-    kb = min(block, n)
-    nk = -(-n // kb)
-    # padded keys get bias -inf so they never contribute
-    k_p = _pad_to(k, nk * kb, 0).reshape(nk, kb, -1)
-    v_p = _pad_to(v, nk * kb, 0).reshape(nk, kb, -1)
-    b_p = _pad_to(bias, nk * kb, 0, -jnp.inf).reshape(nk, kb)
-
-    qb = min(block, m)
-    nq = -(-m // qb)
-    q_p = _pad_to(q, nq * qb, 0).reshape(nq, qb, -1)
+    nq, nk = -(-m // qb), -(-n // kb)
+    # Cauchy–Schwarz bound on every logit of row i
+    kmax = jnp.max(jnp.sqrt(jnp.sum(k * k, axis=1)))
+    bmax = _safe(jnp.max(bias))
+    shift = jnp.sqrt(jnp.sum(q * q, axis=1)) * kmax + bmax
+    qp = _pad_rows(q, nq * qb).reshape(nq, qb, -1)
+    cp = _pad_rows(shift, nq * qb).reshape(nq, qb)
+    tiny = _threshold(q.dtype)
 
     def one_query_block(args):
-        qblk, q_off = args
+        qblk, cblk, i = args
+        q_off = i * qb
+        nk_vis = _key_blocks_for(q_off, qb, kb, nk, causal)
+        ones = jnp.ones((qb, 1), q.dtype)
 
-        def body(carry, kargs):
-            acc, run_max, run_sum = carry
-            kblk, vblk, bblk, k_off = kargs
-            logits = qblk @ kblk.T + bblk[None, :]
+        def with_shift(c):
+            qa = jnp.concatenate([qblk, -c[:, None], ones], axis=1)
+            return _sum_pass(qa, k, v, bias, kb, q_off, nk_vis, causal)
+
+        acc = with_shift(cblk)
+
+        def exact(_, carry):
+            mx = _safe(_max_pass(jnp.concatenate([qblk, 0 * ones, ones], 1), k, v, bias, kb,
+                                 q_off, nk_vis, causal))
+            return with_shift(mx), mx
+
+        # The bound was too loose for some row: redo this block with exact row maxima. A loop
+        # of 0 or 1 trips rather than lax.cond: under vmap (heads, ensembles) cond would run
+        # both branches, while a batched loop runs only when some member needs it.
+        redo = jnp.any(acc[:, -1] < tiny).astype(jnp.int32)
+        acc, c = jax.lax.fori_loop(0, redo, exact, (acc, cblk))
+        s = acc[:, -1]
+        avg = acc[:, :-1] / jnp.where(s > 0, s, 1.0)[:, None]
+        return avg, c + jnp.log(s)
+
+    avg, lse = jax.lax.map(one_query_block, (qp, cp, jnp.arange(nq)))
+    return avg.reshape(nq * qb, -1)[:m], lse.reshape(nq * qb)[:m]
+
+
+# ---------------------------------------------------------------------------------------------
+# streaming softmax: backward (flash-attention style, recomputing P tile by tile)
+
+
+def _stream_bwd(q, k, v, bias, out, lse, g_out, g_lse, causal, qb, kb):
+    m, n = q.shape[0], k.shape[0]
+    p_dim, e_dim = q.shape[1], v.shape[1]
+    nq, nk = -(-m // qb), -(-n // kb)
+    mp = nq * qb
+    # P_ij = exp([q_i, -lse_i, 1] · [k_j, 1, b_j]); rows that see no key (lse = -inf) and
+    # padded rows get lse = +inf, hence P = 0
+    lse_p = _pad_rows(jnp.where(jnp.isfinite(lse), lse, jnp.inf), mp, jnp.inf)
+    qa = jnp.concatenate([_pad_rows(q, mp), -lse_p[:, None], jnp.ones((mp, 1), q.dtype)], 1)
+    # ∂s_ij + ... = P_ij ([ḡ_i, ℓ̄_i − D_i] · [v_j, 1])
+    dvec = jnp.sum(g_out * out, axis=1)
+    ga = jnp.concatenate([g_out, (g_lse - dvec)[:, None]], 1)
+    ka, va = _augment_keys(k, v, bias, nk, kb)
+    qa = qa.reshape(nq, qb, -1)
+    ga = _pad_rows(ga, nq * qb).reshape(nq, qb, -1)
+    g_out_p = _pad_rows(g_out, nq * qb).reshape(nq, qb, -1)
+
+    def one_key_block(dq, j):
+        k_off = j * kb
+        kblk, vblk = ka[j], va[j]
+
+        def body(i, carry):
+            dq, dk, dv = carry
+            p = _tile_exp(qa[i], kblk, i * qb, k_off, causal)
+            ds = p * (ga[i] @ vblk.T)
+            dq = dq.at[i].add(ds @ kblk)
+            return dq, dk + ds.T @ qa[i], dv + p.T @ g_out_p[i]
+
+        init = (dq, jnp.zeros((kb, p_dim + 2), q.dtype), jnp.zeros((kb, e_dim), q.dtype))
+        dq, dk, dv = jax.lax.fori_loop(_first_query_block_for(k_off, qb, causal), nq, body, init)
+        return dq, (dk, dv)
+
+    dq0 = jnp.zeros((nq, qb, p_dim + 2), q.dtype)
+    dq, (dk, dv) = jax.lax.scan(one_key_block, dq0, jnp.arange(nk))
+    dq = dq.reshape(nq * qb, -1)[:m, :p_dim]
+    dk = dk.reshape(nk * kb, -1)[:n]
+    dv = dv.reshape(nk * kb, -1)[:n]
+    # column p of [k, 1, b] multiplies -lse (not an input); column p + 1 is the bias
+    return dq, dk[:, :p_dim], dv, dk[:, p_dim + 1]
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(4, 5, 6))
+def _streaming_lse_average(q, k, v, bias, causal, qb, kb):
+    return _stream_fwd(q, k, v, bias, causal, qb, kb)
+
+
+def _streaming_fwd_rule(q, k, v, bias, causal, qb, kb):
+    out, lse = _stream_fwd(q, k, v, bias, causal, qb, kb)
+    return (out, lse), (q, k, v, bias, out, lse)
+
+
+def _streaming_bwd_rule(causal, qb, kb, res, cts):
+    q, k, v, bias, out, lse = res
+    g_out, g_lse = cts
+    dq, dk, dv, db = _stream_bwd(q, k, v, bias, out, lse, g_out, g_lse, causal, qb, kb)
+    # zero-weight keys have bias -inf: their gradient is 0 (P = 0), keep it that way
+    db = jnp.where(jnp.isfinite(bias), db, 0.0)
+    return dq, dk, dv, db.astype(bias.dtype)
+
+
+_streaming_lse_average.defvjp(_streaming_fwd_rule, _streaming_bwd_rule)
+
+
+# ---------------------------------------------------------------------------------------------
+# streaming sigmoid
+
+
+def _sig_fwd(q, k, wv, causal, qb, kb):
+    m, n = q.shape[0], k.shape[0]
+    nq, nk = -(-m // qb), -(-n // kb)
+    kp = _pad_rows(k, nk * kb).reshape(nk, kb, -1)
+    wvp = _pad_rows(wv, nk * kb).reshape(nk, kb, -1)  # padded keys carry zero weight
+    qp = _pad_rows(q, nq * qb).reshape(nq, qb, -1)
+
+    def one_query_block(args):
+        qblk, i = args
+        q_off = i * qb
+
+        def body(j, acc):
+            s = jax.nn.sigmoid(qblk @ kp[j].T)
             if causal:
-                logits = jnp.where(_causal_mask(qb, kb, q_off, k_off), logits, -jnp.inf)
-            blk_max = jnp.max(logits, axis=-1)
-            new_max = jnp.maximum(run_max, blk_max)
-            # guard rows that have seen only -inf so far (exp(-inf - -inf) would be NaN)
-            safe_max = jnp.where(jnp.isfinite(new_max), new_max, 0.0)
-            scale = jnp.exp(run_max - safe_max)
-            p = jnp.exp(logits - safe_max[:, None])
-            acc = acc * scale[:, None] + p @ vblk
-            run_sum = run_sum * scale + jnp.sum(p, axis=-1)
-            return (acc, new_max, run_sum), None
+                s = jnp.where(_causal_mask(qb, kb, q_off, j * kb), s, 0.0)
+            return acc + s @ wvp[j]
 
-        init = (jnp.zeros((qb, v.shape[1]), q.dtype), jnp.full((qb,), -jnp.inf, q.dtype),
-                jnp.zeros((qb,), q.dtype))
-        offsets = jnp.arange(nk) * kb
-        (acc, run_max, run_sum), _ = jax.lax.scan(body, init, (k_p, v_p, b_p, offsets))
-        safe_max = jnp.where(jnp.isfinite(run_max), run_max, 0.0)
-        return acc / run_sum[:, None], safe_max + jnp.log(run_sum)
+        acc0 = jnp.zeros((qb, wv.shape[1]), q.dtype)
+        return jax.lax.fori_loop(0, _key_blocks_for(q_off, qb, kb, nk, causal), body, acc0)
 
-    out, lse = jax.lax.map(one_query_block, (q_p, jnp.arange(nq) * qb))
-    return out.reshape(nq * qb, -1)[:m], lse.reshape(nq * qb)[:m]
+    out = jax.lax.map(one_query_block, (qp, jnp.arange(nq)))
+    return out.reshape(nq * qb, -1)[:m]
+
+
+def _sig_bwd(q, k, wv, g, causal, qb, kb):
+    m, n = q.shape[0], k.shape[0]
+    nq, nk = -(-m // qb), -(-n // kb)
+    kp = _pad_rows(k, nk * kb).reshape(nk, kb, -1)
+    wvp = _pad_rows(wv, nk * kb).reshape(nk, kb, -1)
+    qp = _pad_rows(q, nq * qb).reshape(nq, qb, -1)
+    gp = _pad_rows(g, nq * qb).reshape(nq, qb, -1)
+
+    def one_key_block(dq, j):
+        k_off = j * kb
+
+        def body(i, carry):
+            dq, dk, dwv = carry
+            s = jax.nn.sigmoid(qp[i] @ kp[j].T)
+            if causal:
+                s = jnp.where(_causal_mask(qb, kb, i * qb, k_off), s, 0.0)
+            ds = s * (1 - s) * (gp[i] @ wvp[j].T)
+            return dq.at[i].add(ds @ kp[j]), dk + ds.T @ qp[i], dwv + s.T @ gp[i]
+
+        init = (dq, jnp.zeros((kb, q.shape[1]), q.dtype), jnp.zeros((kb, wv.shape[1]), q.dtype))
+        dq, dk, dwv = jax.lax.fori_loop(_first_query_block_for(k_off, qb, causal), nq, body, init)
+        return dq, (dk, dwv)
+
+    dq, (dk, dwv) = jax.lax.scan(one_key_block, jnp.zeros_like(qp), jnp.arange(nk))
+    return (dq.reshape(nq * qb, -1)[:m], dk.reshape(nk * kb, -1)[:n],
+            dwv.reshape(nk * kb, -1)[:n])
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(3, 4, 5))
+def _streaming_sigmoid(q, k, wv, causal, qb, kb):
+    return _sig_fwd(q, k, wv, causal, qb, kb)
+
+
+_streaming_sigmoid.defvjp(
+    lambda q, k, wv, causal, qb, kb: (_sig_fwd(q, k, wv, causal, qb, kb), (q, k, wv)),
+    lambda causal, qb, kb, res, g: _sig_bwd(*res, g, causal, qb, kb),
+)
+
+
+# ---------------------------------------------------------------------------------------------
+# public reductions
+
+
+def choose_path(m: int, n: int, block_size=None):
+    """``0`` (dense) or the streaming ``(query block, key block)`` for an m x n reduction.
+
+    ``block_size``: ``None`` is automatic (dense up to ``DENSE_MAX_PAIRS`` pairs); ``0`` forces
+    dense; a positive int forces streaming with that key block (query block
+    ``DEFAULT_TILE // block``); a pair ``(qb, kb)`` sets both.
+    """
+    if block_size is None:
+        if m * n <= DENSE_MAX_PAIRS:
+            return 0
+        block_size = DEFAULT_BLOCK
+    if not isinstance(block_size, (tuple, list)):
+        if int(block_size) < 0:
+            raise ValueError(f"block_size must be None, 0 (dense) or positive, got {block_size}")
+        if int(block_size) == 0:
+            return 0
+    return _blocks(m, n, block_size)
 
 
 def lse_average(
@@ -96,7 +396,7 @@ def lse_average(
     bias: Float[Array, " n"],
     *,
     causal: bool = False,
-    block_size: int | None = None,
+    block_size: int | tuple[int, int] | None = None,
 ) -> tuple[Float[Array, "m e"], Float[Array, " m"]]:
     """Softmax-weighted average of values and the log-normalizer, for every query.
 
@@ -104,19 +404,20 @@ def lse_average(
         q, k: query and key features; the logit of pair (i, j) is ``q[i] @ k[j] + bias[j]``.
         v: values, one row per key.
         bias: key biases (``log w_j`` for weighted measures; ``-inf`` removes a key).
-        causal: query i sees keys j <= i only (requires m <= n, queries aligned with keys).
-        block_size: ``None`` picks dense below ``DENSE_MAX_PAIRS`` pairs and streaming above;
-            ``0`` forces dense; a positive integer forces streaming with that block size.
+        causal: query i sees keys j <= i only (queries aligned with keys).
+        block_size: see :func:`choose_path`.
 
     Returns:
         ``(average, lse)`` with ``average[i] = Σ_j p_ij v_j`` and ``lse[i] = log Σ_j e^{logit_ij}``.
+        A query that sees no key (every visible bias -inf) gets average 0 and lse -inf.
+        Gradients are memory-linear on the streaming path (custom VJP with recomputation).
     """
-    m, n = q.shape[0], k.shape[0]
-    if block_size is None:
-        block_size = 0 if m * n <= DENSE_MAX_PAIRS else DEFAULT_BLOCK
-    if block_size == 0:
+    path = choose_path(q.shape[0], k.shape[0], block_size)
+    if path == 0:
         return _dense_lse_average(q, k, v, bias, causal)
-    return _streaming_lse_average(q, k, v, bias, causal, int(block_size))
+    dtype = jnp.result_type(q, k, v, bias)
+    q, k, v, bias = (a.astype(dtype) for a in (q, k, v, bias))
+    return _streaming_lse_average(q, k, v, bias, bool(causal), *path)
 
 
 def softmax_average(q, k, v, bias, *, causal=False, block_size=None):
@@ -134,27 +435,14 @@ def exp_kernel_sum(q, k, v, bias, *, causal=False, block_size=None):
 
 
 def sigmoid_kernel_sum(q, k, v, weights, *, causal=False, block_size=None):
-    """``Σ_j w_j σ(q_i·k_j) v_j`` (bias folded into q·k by the caller), blocked over keys."""
-    m, n = q.shape[0], k.shape[0]
-    if block_size is None:
-        block_size = 0 if m * n <= DENSE_MAX_PAIRS else DEFAULT_BLOCK
+    """``Σ_j w_j σ(q_i·k_j) v_j`` (bias folded into q·k by the caller), blocked over keys.
+
+    The streaming path has a custom VJP (recomputation), so gradients are memory-linear too.
+    """
     wv = weights[:, None] * v
-    if block_size == 0:
-        s = jax.nn.sigmoid(q @ k.T)
-        if causal:
-            s = jnp.where(_causal_mask(m, n), s, 0.0)
-        return s @ wv
-    kb = min(int(block_size), n)
-    nk = -(-n // kb)
-    k_p = _pad_to(k, nk * kb, 0).reshape(nk, kb, -1)
-    wv_p = _pad_to(wv, nk * kb, 0).reshape(nk, kb, -1)  # padded keys carry zero weight
-
-    def body(acc, kargs):
-        kblk, wvblk, off = kargs
-        s = jax.nn.sigmoid(q @ kblk.T)
-        if causal:
-            s = jnp.where(_causal_mask(m, kb, 0, off), s, 0.0)
-        return acc + s @ wvblk, None
-
-    acc, _ = jax.lax.scan(body, jnp.zeros((m, v.shape[1]), q.dtype), (k_p, wv_p, jnp.arange(nk) * kb))
-    return acc
+    path = choose_path(q.shape[0], k.shape[0], block_size)
+    if path == 0:
+        return _dense_sigmoid(q, k, wv, causal)
+    dtype = jnp.result_type(q, k, wv)
+    return _streaming_sigmoid(q.astype(dtype), k.astype(dtype), wv.astype(dtype), bool(causal),
+                              *path)

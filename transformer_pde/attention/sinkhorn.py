@@ -5,15 +5,37 @@ from __future__ import annotations
 import equinox as eqx
 import jax
 import jax.numpy as jnp
-from ott.geometry import geometry
+from ott.geometry import costs, geometry, pointcloud
 from ott.problems.linear import linear_problem
 from ott.solvers.linear import sinkhorn
 
 from .._checks import check_points, check_scalar, check_weights
 from .._types import Param
-from ..kernels import softmax_average
+from ..kernels import choose_path, lse_average, softmax_average
 from ..params import evaluate
 from .base import AbstractAttention, check_qkv, matrix_dim, scalar_param
+
+
+@jax.tree_util.register_pytree_node_class
+class _StreamingDotCloud(pointcloud.PointCloud):
+    """ott-jax point cloud with cost c(x, y) = −⟨x, y⟩ whose log-sum-exp kernel streams.
+
+    Sinkhorn in the log domain only touches the cost through ``apply_lse_kernel``
+    (potential updates, marginals, the regularized cost), which here runs on
+    :func:`transformer_pde.kernels.lse_average` in blocks of ``batch_size`` keys:
+    O(n · block) memory, the cost matrix is never formed.
+    """
+
+    def apply_lse_kernel(self, f, g, eps, vec=None, axis=0):
+        # ott's contract: eps·log Σ (f_i + g_j − c_ij)/eps over the reduced axis, minus the
+        # potential of the kept axis, i.e. eps·log Σ_j exp((h_j + ⟨a_i, b_j⟩)/eps) [· vec_j]
+        a, b, h = (self.x, self.y, g) if axis == 1 else (self.y, self.x, f)
+        values = jnp.ones((b.shape[0], 1), a.dtype) if vec is None else vec[:, None]
+        avg, lse = lse_average(a * self.inv_scale_cost / eps, b, values, h / eps,
+                               block_size=self._batch_size)
+        avg = avg[:, 0]
+        res = eps * (lse + jnp.log(jnp.abs(avg)))
+        return res, jnp.sign(avg)
 
 
 class SinkhornPotentials(eqx.Module):
@@ -48,6 +70,10 @@ class SinkhornAttention(AbstractAttention):
         max_iterations: Sinkhorn iteration cap.
         throw: raise (``eqx.error_if``) when Sinkhorn does not converge; otherwise use
             :meth:`potentials` to inspect convergence yourself.
+        block_size: kernel path (:func:`transformer_pde.kernels.choose_path`). On the
+            streaming path the n x n cost is never stored: ott-jax's Sinkhorn runs on a
+            ``PointCloud(βQx, Kx, NegDotProduct())`` whose log-sum-exp kernel streams
+            (:class:`_StreamingDotCloud`), and the attention average streams too.
     """
 
     Q: Param
@@ -58,9 +84,11 @@ class SinkhornAttention(AbstractAttention):
     threshold: float = eqx.field(static=True)
     max_iterations: int = eqx.field(static=True)
     throw: bool = eqx.field(static=True)
+    block_size: int | tuple[int, int] | None = eqx.field(static=True)
 
     def __init__(self, Q, K, V, beta=1.0, *, epsilon=1.0, threshold: float = 1e-6,
-                 max_iterations: int = 2000, throw: bool = True):
+                 max_iterations: int = 2000, throw: bool = True,
+                 block_size: int | tuple[int, int] | None = None):
         name = type(self).__name__
         self.Q, self.K, self.V = check_qkv(name, Q, K, V, beta)
         check_scalar(epsilon, f"{name}.epsilon", positive=True)
@@ -73,6 +101,8 @@ class SinkhornAttention(AbstractAttention):
         self.threshold = float(threshold)
         self.max_iterations = int(max_iterations)
         self.throw = bool(throw)
+        choose_path(1, 1, block_size)  # validates block_size
+        self.block_size = block_size
 
     @property
     def dim(self):
@@ -80,9 +110,15 @@ class SinkhornAttention(AbstractAttention):
 
     def _potentials(self, x, weights, t) -> SinkhornPotentials:
         Q, K = evaluate(self.Q, t), evaluate(self.K, t)
-        scores = (x @ Q.T) @ (x @ K.T).T  # s_ij = <Q x_i, K x_j>, row i = query
-        cost = -self.beta * scores
-        geom = geometry.Geometry(cost_matrix=cost, epsilon=self.epsilon)
+        path = choose_path(x.shape[0], x.shape[0], self.block_size)
+        if path == 0:
+            scores = (x @ Q.T) @ (x @ K.T).T  # s_ij = <Q x_i, K x_j>, row i = query
+            cost = -self.beta * scores
+            geom = geometry.Geometry(cost_matrix=cost, epsilon=self.epsilon)
+        else:
+            # the same cost c_ij = -β<Q x_i, K x_j>, recomputed in blocks of rows: O(n·block)
+            geom = _StreamingDotCloud(self.beta * (x @ Q.T), x @ K.T, costs.NegDotProduct(),
+                                      batch_size=path[1], epsilon=self.epsilon)
         problem = linear_problem.LinearProblem(geom, a=weights, b=weights)
         # inner_iterations=1 so the iteration count and the check happen every step
         solver = sinkhorn.Sinkhorn(threshold=self.threshold, max_iterations=self.max_iterations,
@@ -109,7 +145,7 @@ class SinkhornAttention(AbstractAttention):
                              "SinkhornAttention.potentials(x)")
         Q, K, V = evaluate(self.Q, t), evaluate(self.K, t), evaluate(self.V, t)
         q = (self.beta / self.epsilon) * (queries @ Q.T)
-        return softmax_average(q, x @ K.T, x @ V.T, g)
+        return softmax_average(q, x @ K.T, x @ V.T, g, block_size=self.block_size)
 
     def gaussian_velocity(self, mean, cov, t=0.0):
         from ..gaussian import sinkhorn_moments

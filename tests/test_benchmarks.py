@@ -1,0 +1,37 @@
+"""Smoke test of the benchmark script at tiny n (speed is measured only in benchmarks/)."""
+
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+SCRIPT = ROOT / "benchmarks" / "bench_kernels.py"
+
+
+def test_benchmark_script_tiny(tmp_path):
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]))
+    proc = subprocess.run([sys.executable, str(SCRIPT), "--tiny", "--out", str(tmp_path)],
+                          capture_output=True, text=True, timeout=300, env=env, check=False)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    result = json.loads((tmp_path / "results.json").read_text())
+    rows = result["rows"]
+    ours = [r for r in rows if r["lib"] == "transformer_pde"]
+    assert [r["n"] for r in ours] == [256, 512]
+    for r in ours:
+        assert r["pairs_per_s"] > 0 and r["seconds"] > 0 and r["xla_bytes"] > 0
+    # peers run when installed and are recorded as skipped (with the reason) when not
+    for lib, module in (("torch_sdpa", "torch"),):
+        got = [r for r in rows if r["lib"] == lib]
+        assert len(got) == 2
+        installed = importlib.util.find_spec(module) is not None
+        assert all(("skipped" in r) != installed for r in got), got
+    for lib in ("naive_jax", "jax_nn"):
+        assert all(r["pairs_per_s"] > 0 for r in rows if r["lib"] == lib)
+    lim = result["limits"]
+    assert lim["exp_per_s"] > 1e6 and lim["matmul_flop_per_s"] > 1e8
+    assert result["solve"]["steps"] == 5 and result["solve"]["kernel_seconds"] > 0
+    assert (tmp_path / "throughput.png").stat().st_size > 1000
+    assert "| 512 |" in (tmp_path / "results.md").read_text()

@@ -1,0 +1,123 @@
+r"""The token axis split over devices and hosts (jax.sharding + ``jax.shard_map``).
+
+The velocity of token i, $\Gamma_\mu(x_i)$, needs every key $x_j$ but only its own query
+(spec README, "Conventions"). With $D$ devices each device owns $n/D$ tokens (its queries);
+the keys, values and weights, $O(n\,d)$ numbers, are all-gathered, and each device runs the
+streaming kernel (:mod:`transformer_pde.kernels`) for its own query rows against all keys.
+Work and the $O(\text{block}\cdot n/D)$ kernel memory are split $D$ ways; the result is the
+same as on one device up to the order of floating-point sums inside a tile (bit-identical
+when the kernel's blocks fall the same way). Everything else in a solve (the diffrax step,
+retractions, statistics) is elementwise over tokens and stays sharded.
+
+Multi-host: the same code runs under JAX's multi-controller runtime. Call
+``jax.distributed.initialize(...)`` in every process, build the mesh over ``jax.devices()``
+(all hosts' devices) and the token array with :func:`shard_tokens`; see
+``benchmarks/README.md`` ("Devices and hosts").
+"""
+
+from __future__ import annotations
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.sharding import Mesh, NamedSharding, PartitionSpec
+
+from .attention.base import AbstractAttention
+from .dynamics import AbstractDynamics
+
+TOKENS = "tokens"
+
+
+def token_mesh(devices=None, axis: str = TOKENS) -> Mesh:
+    """A one-dimensional mesh over ``devices`` (default: every device of every process)."""
+    devices = jax.devices() if devices is None else list(devices)
+    return Mesh(np.asarray(devices), (axis,))
+
+
+def shard_tokens(x, mesh: Mesh, axis: str = TOKENS):
+    """Place tokens (rows of ``x``, or a ``(n,)`` weight vector) split over ``mesh``'s axis.
+
+    In a single process ``x`` is the whole array. Under ``jax.distributed`` (several
+    processes) ``x`` is this process's contiguous slice of rows, in process order, and the
+    result is the global array.
+    """
+    sharding = NamedSharding(mesh, PartitionSpec(axis))
+    shards = int(mesh.shape[axis])
+    n = int(np.shape(x)[0]) * (max(1, jax.process_count()))
+    if n % shards:
+        raise ValueError(f"shard_tokens: {n} tokens do not split evenly over {shards} devices; "
+                         "pass the unsharded array to Sharded (it pads internally) or choose n "
+                         f"divisible by {shards}")
+    if jax.process_count() == 1:
+        return jax.device_put(jnp.asarray(x), sharding)
+    return jax.make_array_from_process_local_data(sharding, np.asarray(x))
+
+
+class Sharded(AbstractDynamics):
+    r"""Run an attention dynamics with the token axis split over a device mesh.
+
+    ``tp.Sharded(attn)`` is a dynamics like any other: pass it to :func:`transformer_pde.solve`,
+    wrap it in :class:`transformer_pde.Sphere`, evaluate ``.velocity(x)``. Inside, each device
+    evaluates the field $\Gamma_\mu$ at its own tokens against the all-gathered measure
+    $\mu=\sum_j w_j\delta_{x_j}$ (``AbstractAttention._field``). When n is not a multiple of
+    the number of devices, the tokens are padded with zero-weight copies (they contribute
+    nothing) and the padding is dropped from the result.
+
+    Args:
+        dynamics: an attention variant (causal attention is not supported: its mask needs
+            the global token positions of each shard's queries).
+        mesh: device mesh; default :func:`token_mesh` over all devices.
+        axis: the mesh axis the tokens are split over.
+    """
+
+    dynamics: AbstractAttention
+    mesh: Mesh = eqx.field(static=True)
+    axis: str = eqx.field(static=True)
+
+    def __init__(self, dynamics, mesh: Mesh | None = None, axis: str = TOKENS):
+        if not isinstance(dynamics, AbstractAttention):
+            raise ValueError("Sharded splits the queries of an attention field Γ_μ: it wraps an "
+                             f"attention variant such as SoftmaxAttention, got "
+                             f"{type(dynamics).__name__}")
+        if getattr(dynamics, "causal", False):
+            raise ValueError("Sharded does not support causal attention (the mask needs each "
+                             "shard's global token positions); use causal=False or one device")
+        mesh = token_mesh(axis=axis) if mesh is None else mesh
+        if axis not in mesh.axis_names:
+            raise ValueError(f"axis {axis!r} is not an axis of the mesh {mesh.axis_names}")
+        self.dynamics, self.mesh, self.axis = dynamics, mesh, axis
+
+    @property
+    def dim(self):
+        return self.dynamics.dim
+
+    @property
+    def num_shards(self) -> int:
+        return int(self.mesh.shape[self.axis])
+
+    def _velocity(self, x, weights, t):
+        n = x.shape[0]
+        pad = -n % self.num_shards
+        if pad:
+            x = jnp.concatenate([x, jnp.zeros((pad, x.shape[1]), x.dtype)])
+            weights = jnp.concatenate([weights, jnp.zeros((pad,), weights.dtype)])
+        arrays, static = eqx.partition(self.dynamics, eqx.is_array)
+        tok, rep = PartitionSpec(self.axis), PartitionSpec()
+
+        def local(arrays, t, x_local, w_local):
+            dyn = eqx.combine(arrays, static)
+            keys = jax.lax.all_gather(x_local, self.axis, tiled=True)
+            w = jax.lax.all_gather(w_local, self.axis, tiled=True)
+            return dyn._field(x_local, keys, w, t)
+
+        specs = (jax.tree.map(lambda _: rep, arrays), rep, tok, tok)
+        # check_vma=False: the kernels start loop carries from fresh zeros (replicated type)
+        # while the queries vary per shard; the values are right, only the type check objects
+        out = jax.shard_map(local, mesh=self.mesh, in_specs=specs, out_specs=tok,
+                            check_vma=False)(
+            arrays, jnp.asarray(t, x.dtype), x, weights)
+        return out[:n] if pad else out
+
+
+__all__ = ["Sharded", "shard_tokens", "token_mesh"]
