@@ -127,9 +127,8 @@ def test_convergence_experiment_tiny(tmp_path):
     assert abs(slope + 0.5) < 0.2, slope
 
 
-@pytest.mark.slow
 def test_convergence_notebook_runs(monkeypatch):
-    """notebooks/convergence.ipynb at its small size (slow: a fresh kernel and its compilations)."""
+    """notebooks/convergence.ipynb at its small size."""
     from _notebooks import run_notebook
 
     nb = run_notebook("convergence.ipynb", monkeypatch)

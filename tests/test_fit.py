@@ -190,9 +190,8 @@ def test_interpolation_experiment_tiny(tmp_path):
 
 
 
-@pytest.mark.slow
 def test_fitting_notebook_runs(monkeypatch):
-    """notebooks/fitting.ipynb at its small size (slow: a fresh kernel and its compilations)."""
+    """notebooks/fitting.ipynb at its small size."""
     from _notebooks import run_notebook
 
     nb = run_notebook("fitting.ipynb", monkeypatch)

@@ -147,9 +147,8 @@ def test_sweep_phase_experiment_tiny(tmp_path):
     assert frac[:, : B // 4].mean() > frac[:, -B // 4 :].mean()
 
 
-@pytest.mark.slow
 def test_sweeps_notebook_runs(monkeypatch):
-    """notebooks/sweeps.ipynb at its small size (slow: a fresh kernel and its compilations)."""
+    """notebooks/sweeps.ipynb at its small size."""
     from _notebooks import run_notebook
 
     nb = run_notebook("sweeps.ipynb", monkeypatch)
