@@ -40,6 +40,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from ._checks import check_scalar
+from .solve import _Retracted
 from .spaces import normalize, tangent_projection
 
 __all__ = [
@@ -158,35 +159,11 @@ def diffusive_chain(key, heads: GaussianHeads, x0, s1, num_layers: int, num_head
     return chain(key, heads, x0, num_layers, eta, num_heads, save_every)
 
 
-class _Normalized(diffrax.AbstractWrappedSolver):
-    """Retract onto the sphere after every step (a projection method; keeps weak order 1)."""
+class _UnitSphere(eqx.Module):
+    """The retraction x ← x/|x| (for :class:`~transformer_pde.solve._Retracted`)."""
 
-    solver: diffrax.AbstractSolver
-
-    @property
-    def term_structure(self):
-        return self.solver.term_structure
-
-    @property
-    def interpolation_cls(self):  # pyright: ignore
-        return self.solver.interpolation_cls
-
-    def order(self, terms):
-        return self.solver.order(terms)
-
-    def strong_order(self, terms):
-        return self.solver.strong_order(terms)
-
-    def init(self, terms, t0, t1, y0, args):
-        return self.solver.init(terms, t0, t1, y0, args)
-
-    def step(self, terms, t0, t1, y0, args, solver_state, made_jump):
-        y1, err, dense, state, result = self.solver.step(terms, t0, t1, y0, args, solver_state,
-                                                         made_jump)
-        return normalize(y1), err, dense, state, result
-
-    def func(self, terms, t0, y0, args):
-        return self.solver.func(terms, t0, y0, args)
+    def retract(self, y):
+        return normalize(y)
 
 
 def sde(key, heads: GaussianHeads, x0, s1, dt, *, num_nodes: int = 32, saveat=None):
@@ -236,7 +213,7 @@ def _sde(key, heads, x0, s1, dt, num_nodes, ts, max_steps):
 
     bm = diffrax.VirtualBrownianTree(0.0, s1, tol=dt / 2, shape=(num_nodes, d, d), key=kb)
     terms = diffrax.MultiTerm(diffrax.ODETerm(drift), diffrax.ControlTerm(diffusion, bm))
-    sol = diffrax.diffeqsolve(terms, _Normalized(diffrax.Euler()), 0.0, s1, dt, x0,
+    sol = diffrax.diffeqsolve(terms, _Retracted(diffrax.Euler(), _UnitSphere()), 0.0, s1, dt, x0,
                               saveat=diffrax.SaveAt(ts=ts, fn=lambda s, y, args: normalize(y)),
                               max_steps=max_steps)
     return sol.ys

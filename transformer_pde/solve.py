@@ -65,7 +65,8 @@ class _Retracted(diffrax.AbstractWrappedSolver):
     """
 
     solver: diffrax.AbstractSolver
-    manifold: AbstractDynamics
+    manifold: eqx.Module
+    """Anything with a ``retract(y)`` method, usually the dynamics itself."""
 
     @property
     def term_structure(self):
