@@ -44,7 +44,7 @@ import numpy as np
 
 from .diagnostics.distances import bures_wasserstein
 from .dynamics import AbstractDynamics
-from .gaussian import affine_field
+from .gaussian import affine_field, symmetrize
 from .measures import Gaussian
 from .spaces import Sphere, tangent_projection
 
@@ -55,16 +55,12 @@ METRICS = ("mean", "cov", "bw", "coupling", "flow_bw", "w2")
 # Gaussian geometry
 
 
-def _sym(m):
-    return 0.5 * (m + jnp.swapaxes(m, -1, -2))
-
-
 def empirical_moments(x, weights=None):
     """Mean ``(d,)`` and covariance ``(d, d)`` of Σ_j w_j δ_{x_j} (population normalization)."""
     w = jnp.full(x.shape[:1], 1.0 / x.shape[0], x.dtype) if weights is None else weights
     m = w @ x
     xc = x - m
-    return m, _sym((xc * w[:, None]).T @ xc)
+    return m, symmetrize((xc * w[:, None]).T @ xc)
 
 
 def gaussian_affine_field(dynamics: AbstractDynamics, mean, cov, t=0.0):

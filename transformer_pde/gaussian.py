@@ -22,8 +22,9 @@ import jax.numpy as jnp
 from .params import evaluate
 
 
-def _sym(m):
-    return 0.5 * (m + m.T)
+def symmetrize(m):
+    """(M + Mᵀ)/2 over the last two axes."""
+    return 0.5 * (m + jnp.swapaxes(m, -1, -2))
 
 
 def _no_causal(attn):
@@ -60,7 +61,7 @@ def softmax_moments(attn, mean, cov, t=0.0):
     A = score_matrix(attn, t)
     dmean = V @ (mean + cov @ (A @ mean))
     M = V @ cov @ A @ cov
-    return dmean, _sym(M + M.T)
+    return dmean, symmetrize(M + M.T)
 
 
 def multihead_moments(attn, mean, cov, t=0.0):
@@ -79,7 +80,7 @@ def multihead_moments(attn, mean, cov, t=0.0):
 
     dm, M = jax.vmap(head)(A, V, W)
     M = jnp.sum(M, axis=0)
-    return jnp.sum(dm, axis=0), _sym(M + M.T)
+    return jnp.sum(dm, axis=0), symmetrize(M + M.T)
 
 
 def l2_moments(attn, mean, cov, t=0.0):
@@ -98,13 +99,14 @@ def l2_moments(attn, mean, cov, t=0.0):
     J = V @ sol[:, :d]
     c = V @ sol[:, d]
     JS = J @ cov
-    return J @ mean + c, _sym(JS + JS.T)
+    return J @ mean + c, symmetrize(JS + JS.T)
 
 
 def sqrtm_psd(S):
-    """Symmetric square root of a positive semi-definite matrix (eigh; negative rounding clipped)."""
-    lam, U = jnp.linalg.eigh(_sym(S))
-    return (U * jnp.sqrt(jnp.clip(lam, 0.0))) @ U.T
+    """Symmetric square root of a positive semi-definite matrix (eigh; negative rounding clipped).
+    Leading axes are batch axes."""
+    lam, U = jnp.linalg.eigh(symmetrize(S))
+    return (U * jnp.sqrt(jnp.clip(lam, 0.0))[..., None, :]) @ jnp.swapaxes(U, -1, -2)
 
 
 def sinkhorn_conditional_cov(cov, At):
@@ -118,7 +120,7 @@ def sinkhorn_conditional_cov(cov, At):
     eye = jnp.eye(d, dtype=cov.dtype)
     R = sqrtm_psd(cov)
     inner = sqrtm_psd(eye + 4.0 * R @ At @ cov @ At.T @ R)
-    return _sym(2.0 * R @ jnp.linalg.solve(eye + inner, R))
+    return symmetrize(2.0 * R @ jnp.linalg.solve(eye + inner, R))
 
 
 def sinkhorn_moments(attn, mean, cov, t=0.0):
@@ -133,7 +135,7 @@ def sinkhorn_moments(attn, mean, cov, t=0.0):
     At = score_matrix(attn, t) / attn.epsilon
     P = sinkhorn_conditional_cov(cov, At)
     M = V @ P @ At @ cov
-    return V @ mean, _sym(M + M.T)
+    return V @ mean, symmetrize(M + M.T)
 
 
 def affine_field(attn, mean, cov, t=0.0):
@@ -181,7 +183,7 @@ def identity_value_cov(cov0, A, t):
     $$\Sigma(t)=\big(\Sigma_0^{-1}-t(A+A^\top)\big)^{-1},\qquad t < t^*.$$
     """
     B = A + A.T
-    return _sym(jnp.linalg.inv(jnp.linalg.inv(cov0) - t * B))
+    return symmetrize(jnp.linalg.inv(jnp.linalg.inv(cov0) - t * B))
 
 
 def identity_value_blowup_time(cov0, A):
@@ -192,7 +194,7 @@ def identity_value_blowup_time(cov0, A):
     ``inf`` when A + Aᵀ ⪯ 0 (no blow-up: Σ converges, to a matrix of rank dim ker(A + Aᵀ)).
     """
     R = sqrtm_psd(cov0)
-    lam = jnp.linalg.eigvalsh(_sym(R @ (A + A.T) @ R))[-1]
+    lam = jnp.linalg.eigvalsh(symmetrize(R @ (A + A.T) @ R))[-1]
     return jnp.where(lam > 0, 1.0 / jnp.where(lam > 0, lam, 1.0), jnp.inf)
 
 
@@ -207,4 +209,5 @@ __all__ = [
     "sinkhorn_moments",
     "softmax_moments",
     "sqrtm_psd",
+    "symmetrize",
 ]

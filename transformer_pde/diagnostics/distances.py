@@ -21,16 +21,8 @@ from ott.geometry import costs, pointcloud
 from ott.tools import sinkhorn_divergence as _sd
 
 from .._checks import check_points, check_scalar, check_weights
+from ..gaussian import sqrtm_psd
 from ..params import PiecewiseConstant, evaluate
-
-
-def _sym(m):
-    return 0.5 * (m + jnp.swapaxes(m, -1, -2))
-
-
-def _sqrtm_psd(S):
-    lam, U = jnp.linalg.eigh(_sym(S))
-    return (U * jnp.sqrt(jnp.clip(lam, 0.0))[..., None, :]) @ jnp.swapaxes(U, -1, -2)
 
 
 def bures_wasserstein(mean1, cov1, mean2, cov2) -> jax.Array:
@@ -41,8 +33,8 @@ def bures_wasserstein(mean1, cov1, mean2, cov2) -> jax.Array:
     Accepts batches (leading axes broadcast). Covariances may be singular (PSD).
     """
     mean1, mean2, cov1, cov2 = (jnp.asarray(a) for a in (mean1, mean2, cov1, cov2))
-    r1 = _sqrtm_psd(cov1)
-    cross = _sqrtm_psd(r1 @ cov2 @ r1)
+    r1 = sqrtm_psd(cov1)
+    cross = sqrtm_psd(r1 @ cov2 @ r1)
     tr = jnp.trace(cov1 + cov2 - 2.0 * cross, axis1=-2, axis2=-1)
     w2 = jnp.sum((mean1 - mean2) ** 2, axis=-1) + tr
     return jnp.sqrt(jnp.clip(w2, 0.0))

@@ -7,6 +7,7 @@ import tempfile
 from pathlib import Path
 
 import jax.numpy as jnp
+import numpy as np
 
 from ..dynamics import AbstractDynamics
 from ..spaces import normalize
@@ -61,22 +62,21 @@ def save_gif(anim, path: Path, fps: int) -> Path:
     return path
 
 
-def parse_floats(text: str, name: str) -> list[float]:
-    """'1,4,9' -> [1.0, 4.0, 9.0] with a clear error (config fields are CLI strings)."""
+def parse_floats(text: str, name: str) -> np.ndarray:
+    """'1,4,9' -> array([1., 4., 9.]) with a clear error (config fields are CLI strings)."""
     try:
         vals = [float(v) for v in str(text).split(",") if v.strip()]
     except ValueError:
         raise ValueError(f"{name} must be comma-separated numbers, got {text!r}") from None
     if not vals:
         raise ValueError(f"{name} must list at least one number, got {text!r}")
-    return vals
+    return np.asarray(vals)
 
 
 def pid(rtol: float, dtype, atol_ratio: float = 1e-2):
     """A PID controller whose tolerance is reachable in ``dtype`` (float32 runs use at least
     100 machine epsilons: a smaller rtol only exhausts max_steps)."""
     import diffrax
-    import numpy as np
 
     rtol = max(float(rtol), 100 * float(np.finfo(np.dtype(dtype)).eps))
     return diffrax.PIDController(rtol=rtol, atol=rtol * atol_ratio)

@@ -23,16 +23,7 @@ from ..diagnostics import cluster_count
 from ..solve import solve
 from ..spaces import Sphere, uniform_sphere
 from ._base import Experiment, register
-
-
-def _floats(text: str, name: str) -> np.ndarray:
-    try:
-        vals = np.array([float(v) for v in text.split(",") if v.strip()])
-    except ValueError as e:
-        raise ValueError(f"{name} must be a comma-separated list of numbers, got {text!r}") from e
-    if vals.size == 0:
-        raise ValueError(f"{name} is empty: {text!r}")
-    return vals
+from ._common import parse_floats
 
 
 @dataclasses.dataclass(frozen=True)
@@ -56,7 +47,7 @@ class CausalClusteringConfig:
         if self.n < 2 or self.d < 2 or self.seeds < 1:
             raise ValueError(f"need n >= 2, d >= 2, seeds >= 1; got n={self.n}, d={self.d}, "
                              f"seeds={self.seeds}")
-        b = _floats(self.betas, "betas")
+        b = parse_floats(self.betas, "betas")
         if (b <= 0).any():
             raise ValueError(f"betas must be positive, got {self.betas!r}")
         if not (self.t1 > 0 and self.dt > 0 and self.t_long > 0):
@@ -64,7 +55,7 @@ class CausalClusteringConfig:
 
 
 def compute(cfg: CausalClusteringConfig, progress: bool = False) -> dict:
-    betas = _floats(cfg.betas, "betas")
+    betas = parse_floats(cfg.betas, "betas")
     keys = jax.random.split(jax.random.key(0), cfg.seeds)
     x0s = [uniform_sphere(k, cfg.n, cfg.d) for k in keys]
     counts = np.zeros((len(betas), cfg.seeds), dtype=int)

@@ -17,7 +17,7 @@ import numpy as np
 from .. import kde, plot
 from ..solve import solve
 from ._base import Experiment, register
-from .causal_clustering import _floats
+from ._common import parse_floats
 
 
 @dataclasses.dataclass(frozen=True)
@@ -42,13 +42,13 @@ class KDEModesConfig:
             raise ValueError(f"need n >= 2, runs >= 1, n_dynamics >= 2; got {self.n}, {self.runs}, "
                              f"{self.n_dynamics}")
         for name in ("betas", "betas_dynamics"):
-            if (_floats(getattr(self, name), name) <= 1).any():
+            if (parse_floats(getattr(self, name), name) <= 1).any():
                 raise ValueError(f"{name} must be > 1 (log β > 0), got {getattr(self, name)!r}")
 
 
 def compute(cfg: KDEModesConfig, progress: bool = False) -> dict:
     rng = np.random.default_rng(cfg.seed)
-    betas = _floats(cfg.betas, "betas")
+    betas = parse_floats(cfg.betas, "betas")
     modes = np.zeros((len(betas), cfg.runs), dtype=int)
     minima = np.zeros_like(modes)
     for r in range(cfg.runs):
@@ -57,7 +57,7 @@ def compute(cfg: KDEModesConfig, progress: bool = False) -> dict:
             modes[a, r], minima[a, r] = kde.kde_critical_points(X, b)
     fit = kde.kde_mode_fit(betas, modes.mean(1))
     # metastable clusters of the 1-D attention dynamics, against the modes of the same samples
-    bd = _floats(cfg.betas_dynamics, "betas_dynamics")
+    bd = parse_floats(cfg.betas_dynamics, "betas_dynamics")
     X = rng.standard_normal(cfg.n_dynamics)
     ts = jnp.array([0.0, 0.5 * cfg.t_dynamics, cfg.t_dynamics, 2 * cfg.t_dynamics])
     clusters = np.zeros((len(bd), len(ts)), dtype=int)

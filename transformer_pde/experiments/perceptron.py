@@ -21,7 +21,7 @@ from .. import perceptron as pc
 from .. import plot
 from ..solve import solve
 from ._base import Experiment, register
-from .causal_clustering import _floats
+from ._common import parse_floats
 
 
 @dataclasses.dataclass(frozen=True)
@@ -38,10 +38,10 @@ class PerceptronConfig:
     num_saves: int = 101
 
     def __post_init__(self):
-        if len(_floats(self.angles, "angles")) != len(_floats(self.omegas, "omegas")):
+        if len(parse_floats(self.angles, "angles")) != len(parse_floats(self.omegas, "omegas")):
             raise ValueError(f"angles and omegas must have the same length, got {self.angles!r} and "
                              f"{self.omegas!r}")
-        if (_floats(self.ns, "ns") < 2).any() or not self.t1 > 0 or self.beta <= 0:
+        if (parse_floats(self.ns, "ns") < 2).any() or not self.t1 > 0 or self.beta <= 0:
             raise ValueError("need ns >= 2, t1 > 0, beta > 0")
 
 
@@ -51,10 +51,10 @@ def _uniform_circle(n):
 
 
 def compute(cfg: PerceptronConfig, progress: bool = False) -> dict:
-    ang = _floats(cfg.angles, "angles")
+    ang = parse_floats(cfg.angles, "angles")
     a = np.stack([np.cos(ang), np.sin(ang)], 1)
-    omega = _floats(cfg.omegas, "omegas")
-    ns = _floats(cfg.ns, "ns").astype(int)
+    omega = parse_floats(cfg.omegas, "omegas")
+    ns = parse_floats(cfg.ns, "ns").astype(int)
     ts = jnp.linspace(0.0, cfg.t1, cfg.num_saves)
     ctrl = diffrax.PIDController(rtol=cfg.rtol, atol=cfg.rtol * 1e-2)
     out: dict = {"ts": np.asarray(ts), "ns": ns, "a": a, "omega": omega}

@@ -21,7 +21,7 @@ from .. import plot
 from .. import random_heads as rh
 from ..spaces import uniform_sphere
 from ._base import Experiment, register
-from .causal_clustering import _floats
+from ._common import parse_floats
 
 
 @dataclasses.dataclass(frozen=True)
@@ -48,7 +48,8 @@ class RandomHeadsConfig:
     def __post_init__(self):
         if self.n < 2 or self.d < 2 or self.num_heads < 1 or self.logistic_n < 2:
             raise ValueError("need n, d, logistic_n >= 2 and num_heads >= 1")
-        if (_floats(self.depths, "depths") < 1).any() or (_floats(self.logistic_dims, "logistic_dims") < 3).any():
+        if (parse_floats(self.depths, "depths") < 1).any() or \
+                (parse_floats(self.logistic_dims, "logistic_dims") < 3).any():
             raise ValueError("depths must be >= 1 and logistic_dims >= 3")
         if self.logistic_layers % 10:
             raise ValueError(f"logistic_layers must be a multiple of 10, got {self.logistic_layers}")
@@ -68,7 +69,7 @@ def compute(cfg: RandomHeadsConfig, progress: bool = False) -> dict:
                                          num_nodes=cfg.sde_nodes)[-1],
                         jax.random.split(k_sde, cfg.sde_paths), batch_size=256)
     m_sde = np.asarray(rh.mean_overlap(sde_x))
-    depths = _floats(cfg.depths, "depths").astype(int)
+    depths = parse_floats(cfg.depths, "depths").astype(int)
     m_chain, se_chain = [], []
     for i, L in enumerate(depths):
         keys = jax.random.split(jax.random.fold_in(k_chain, i), cfg.chain_paths)
@@ -85,7 +86,7 @@ def compute(cfg: RandomHeadsConfig, progress: bool = False) -> dict:
     slope = (np.polyfit(np.log(depths[resolved]), np.log(np.abs(err[resolved])), 1)[0]
              if resolved.sum() >= 2 else np.nan)
     # 3. logistic overlaps
-    dims = _floats(cfg.logistic_dims, "logistic_dims").astype(int)
+    dims = parse_floats(cfg.logistic_dims, "logistic_dims").astype(int)
     s_grid = np.linspace(0, cfg.logistic_s1, 11)
     m_log, u_log, se_log = [], [], []
     for i, d in enumerate(dims):
