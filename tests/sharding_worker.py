@@ -40,6 +40,11 @@ def variants(d, rng):
         "unnormalized": tp.UnnormalizedAttention(Q, K, V, 1.2),
         "sigmoid": tp.SigmoidAttention(Q, K, V, 1.0, bias=-0.5),
         "sinkhorn": tp.SinkhornAttention(Q, K, V, 1.0, epsilon=1.0, threshold=1e-12),
+        # each shard's queries are tokens r n/D ... : the mask must use global positions
+        "causal": tp.SoftmaxAttention(Q, K, V, 2.0, causal=True),
+        "causal_streaming": tp.SoftmaxAttention(Q, K, V, 2.0, causal=True, block_size=8),
+        "causal_sigmoid_streaming": tp.SigmoidAttention(Q, K, V, 1.0, bias=-0.5, causal=True,
+                                                        block_size=8),
     }
 
 
@@ -62,12 +67,14 @@ def main():
         w = rng.random(n)
         w /= w.sum()
         x, w = jnp.asarray(x), jnp.asarray(w)
-        for name, attn in variants(d, rng).items():
+        attns = variants(d, rng)
+        for name, attn in attns.items():
             ref = VEL(attn, x, w)
             # unsharded input, n = 70: padded to 72 inside
             out = VEL(Sharded(attn, mesh), x, w)
             report["errors"][name] = rel_err(out, ref)
         w68 = w[:68] / jnp.sum(w[:68])
+        attn = attns["sinkhorn"]
         out = VEL(Sharded(attn, mesh), shard_tokens(x[:68], mesh), shard_tokens(w68, mesh))
         report["errors"]["sinkhorn_68"] = rel_err(out, VEL(attn, x[:68], w68))
         report["out_sharding"] = str(out.sharding.spec)
@@ -87,7 +94,7 @@ def main():
         rows = slice(jax.process_index() * per, (jax.process_index() + 1) * per)
         xs, ws = shard_tokens(x[rows], mesh), shard_tokens(w[rows], mesh)
         local = jax.local_devices()[0]
-        for name in ("softmax", "l2", "sigmoid"):
+        for name in ("softmax", "l2", "sigmoid", "causal_streaming"):
             attn = variants(d, np.random.default_rng(1))[name]
             out = VEL(Sharded(attn, mesh), xs, ws)
             out = multihost_utils.process_allgather(out, tiled=True)

@@ -43,6 +43,19 @@ def _variants(Q, K, V):
     }
 
 
+@pytest.mark.parametrize("kdim", [D, D + 2])
+def test_softmax_with_full_rank_scores_matches_numpy(data, kdim):
+    """Q, K with k >= d take the folded path (scores ⟨q_i, β QᵀK x_j⟩, V applied after)."""
+    x, w, _, _, V, queries = data
+    rng = np.random.default_rng(11)
+    Q, K = rng.normal(size=(kdim, D)), rng.normal(size=(kdim, D))
+    attn = tp.SoftmaxAttention(Q, K, V, 0.7)
+    np.testing.assert_allclose(attn.velocity(x, weights=w), ref.softmax_field(x, x, w, Q, K, V, 0.7),
+                               rtol=1e-10, atol=1e-12)
+    np.testing.assert_allclose(attn.field(queries, x, w), ref.softmax_field(queries, x, w, Q, K, V, 0.7),
+                               rtol=1e-10, atol=1e-12)
+
+
 @pytest.mark.parametrize("name", ["softmax", "multihead", "l2", "sigmoid", "unnormalized"])
 def test_field_matches_numpy(data, name):
     x, w, Q, K, V, queries = data

@@ -73,6 +73,45 @@ def test_streaming_rectangular_queries_and_float32():
     np.testing.assert_allclose(lse, ref_lse, rtol=2e-5, atol=2e-5)
 
 
+@pytest.mark.parametrize("causal", [False, True])
+def test_streaming_wide_values(causal):
+    """Values wider than ``NARROW`` take the matrix-product tile form; loose bounds included."""
+    rng = np.random.default_rng(9)
+    q, k, v, bias, _ = problem(rng, 41, 53, p=10, e=kernels.NARROW + 1)
+    for scale in (1.0, 200.0):  # 200: the Cauchy–Schwarz shift underflows, exact redo
+        ref_out, ref_lse = numpy_lse_average(scale * q, k, v, bias, causal)
+        out, lse = kernels.lse_average(scale * q, k, v, bias, causal=causal, block_size=BLOCKS)
+        np.testing.assert_allclose(out, ref_out, rtol=1e-11, atol=1e-11)
+        np.testing.assert_allclose(lse, ref_lse, rtol=1e-12)
+
+
+def test_causal_query_offset_is_a_slice_of_the_full_problem():
+    """Queries that are tokens 20..44 (one shard) see keys j <= 20 + i: the same rows as the
+    full causal problem, on both paths, and the same gradients (custom VJPs included)."""
+    rng = np.random.default_rng(10)
+    q, k, v, bias, w = problem(rng, 60, 60)
+    full_out, full_lse = numpy_lse_average(q, k, v, bias, causal=True)
+    rows = slice(20, 45)
+    for bs in (0, BLOCKS):
+        out, lse = kernels.lse_average(q[rows], k, v, bias, causal=True, query_offset=20, block_size=bs)
+        np.testing.assert_allclose(out, full_out[rows], rtol=1e-12, atol=1e-12)
+        np.testing.assert_allclose(lse, full_lse[rows], rtol=1e-12)
+        sig = kernels.sigmoid_kernel_sum(q[rows], k, v, w, causal=True, query_offset=jnp.int32(20),
+                                         block_size=bs)
+        np.testing.assert_allclose(sig, numpy_sigmoid_sum(q, k, v, w, True)[rows], rtol=1e-12)
+
+    def loss(bs):
+        def f(q, k, v):
+            return (jnp.sum(jnp.sin(kernels.softmax_average(q, k, v, bias, causal=True, query_offset=20,
+                                                            block_size=bs)))
+                    + jnp.sum(jnp.cos(kernels.sigmoid_kernel_sum(q, k, v, w, causal=True, query_offset=20,
+                                                                 block_size=bs))))
+        return jax.jit(jax.grad(f, argnums=(0, 1, 2)))
+
+    for a, b in zip(loss(0)(q[rows], k, v), loss(BLOCKS)(q[rows], k, v)):
+        np.testing.assert_allclose(b, a, rtol=1e-10, atol=1e-12)
+
+
 def test_loose_bound_falls_back_to_exact_shift():
     """Large logits of both signs: |q||k| over-estimates the row maximum by ~1e3, so the
     single-pass shift underflows and the block must be recomputed with exact maxima."""

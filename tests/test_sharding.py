@@ -40,7 +40,7 @@ def test_four_host_devices_match_one_device():
     report = _report(proc.stdout)
     assert report["devices"] == 4 and report["out_sharding"] == "P('tokens',)"
     expected = {"softmax", "softmax_streaming", "multihead", "l2", "unnormalized", "sigmoid",
-                "sinkhorn"}
+                "sinkhorn", "causal", "causal_streaming", "causal_sigmoid_streaming"}
     assert expected | {"sinkhorn_68", "solve"} == set(report["errors"])
     for name, err in report["errors"].items():
         assert err < 1e-12, (name, err)
@@ -70,7 +70,7 @@ def test_two_processes_jax_distributed_localhost():
         assert p.returncode == 0, err[-3000:]
         report = _report(out)
         assert report["processes"] == 2 and report["devices"] == 2
-        assert set(report["errors"]) == {"softmax", "l2", "sigmoid"}
+        assert set(report["errors"]) == {"softmax", "l2", "sigmoid", "causal_streaming"}
         for name, e in report["errors"].items():
             assert e < 1e-12, (name, e)
 
@@ -82,8 +82,6 @@ def test_one_device_mesh_and_bad_input():
     sharded = Sharded(attn)
     assert sharded.num_shards == 1 and sharded.dim == 3
     np.testing.assert_allclose(sharded.velocity(x), attn.velocity(x), rtol=1e-13, atol=1e-15)
-    with pytest.raises(ValueError, match="causal"):
-        Sharded(tp.SoftmaxAttention.identity(3, causal=True))
     with pytest.raises(ValueError, match="attention variant"):
         Sharded(tp.Sphere(attn))
     with pytest.raises(ValueError, match="axis 'heads'"):

@@ -50,10 +50,15 @@ from jaxtyping import Array, Float
 # Above this many query-key pairs the automatic choice switches to the streaming path.
 DENSE_MAX_PAIRS = 1 << 22
 # Key block (rows of keys per tile) and tile size (query rows x key rows) of the streaming
-# path: tiles of ~2^20 entries (4 MiB in float32) measured fastest on a 2-core x86 CPU
-# (benchmarks/README.md); the query block is TILE // key block.
+# path, measured fastest on a 2-core x86 CPU (benchmarks/README.md): XLA:CPU splits each tile's
+# fused kernel over the cores by query rows, so narrow problems (d = 3) want tall tiles
+# (16384 x 512); wide ones (d = 64) are matrix-product bound and want 4096 x 512, which stays
+# in cache. The query block is the tile size // the key block.
 DEFAULT_BLOCK = 512
-DEFAULT_TILE = 1 << 20
+DEFAULT_TILE = 1 << 23
+WIDE_TILE = 1 << 21
+# Values with at most this many columns (normalizer included) use the broadcast tile form.
+NARROW = 8
 
 
 def _causal_mask(m: int, n: int, q_offset=0, k_offset=0):
@@ -71,10 +76,10 @@ def _safe(x, fill=0.0):
 # dense path
 
 
-def _dense_lse_average(q, k, v, bias, causal):
+def _dense_lse_average(q, k, v, bias, causal, q0=0):
     logits = q @ k.T + bias[None, :]
     if causal:
-        logits = jnp.where(_causal_mask(*logits.shape), logits, -jnp.inf)
+        logits = jnp.where(_causal_mask(*logits.shape, q0), logits, -jnp.inf)
     mx = _safe(jnp.max(logits, axis=-1))
     p = jnp.exp(logits - mx[:, None])
     s = jnp.sum(p, axis=-1)
@@ -82,10 +87,10 @@ def _dense_lse_average(q, k, v, bias, causal):
     return avg, mx + jnp.log(s)
 
 
-def _dense_sigmoid(q, k, wv, causal):
+def _dense_sigmoid(q, k, wv, causal, q0=0):
     s = jax.nn.sigmoid(q @ k.T)
     if causal:
-        s = jnp.where(_causal_mask(q.shape[0], k.shape[0]), s, 0.0)
+        s = jnp.where(_causal_mask(q.shape[0], k.shape[0], q0), s, 0.0)
     return s @ wv
 
 
@@ -100,13 +105,13 @@ def _pad_rows(a, rows, value=0.0):
     return jnp.pad(a, [(0, pad)] + [(0, 0)] * (a.ndim - 1), constant_values=value)
 
 
-def _blocks(m: int, n: int, block_size) -> tuple[int, int]:
+def _blocks(m: int, n: int, block_size, wide: bool = False) -> tuple[int, int]:
     """(query block, key block) from the user's ``block_size`` (int = key block, or a pair)."""
     if isinstance(block_size, (tuple, list)):
         qb, kb = (int(b) for b in block_size)
     else:
         kb = int(block_size)
-        qb = max(1, DEFAULT_TILE // kb)
+        qb = max(1, (WIDE_TILE if wide else DEFAULT_TILE) // max(kb, 1))
     if qb < 1 or kb < 1:
         raise ValueError(f"block sizes must be positive, got {block_size!r}")
     return min(qb, m), min(kb, n)
@@ -119,9 +124,10 @@ def _key_blocks_for(q_off, qb, kb, nk, causal):
     return jnp.minimum(nk, (q_off + qb + kb - 1) // kb)
 
 
-def _first_query_block_for(k_off, qb, causal):
-    """First query block that sees any key of the key block starting at ``k_off``."""
-    return k_off // qb if causal else 0
+def _first_query_block_for(k_off, q0, qb, causal):
+    """First query block (query 0 at position ``q0``) that sees any key of the key block
+    starting at ``k_off``."""
+    return jnp.maximum(k_off - q0, 0) // qb if causal else 0
 
 
 def _threshold(dtype) -> float:
@@ -152,6 +158,31 @@ def _tile_exp(qa, ka_blk, q_off, k_off, causal):
     return p
 
 
+def _weighted_sum(p, v):
+    """p @ v; for narrow v as a broadcast multiply-reduce, which XLA:CPU fuses with the
+    producer of p into one multi-threaded kernel (a product of width <= 8 runs 2x slower)."""
+    if v.shape[1] <= NARROW:
+        return jnp.sum(p[:, :, None] * v[None, :, :], axis=1)
+    return p @ v
+
+
+def _tile_sum(qa, ka_blk, va_blk, q_off, k_off, causal):
+    """Σ_j exp(qa_i · ka_j) va_j over one tile, with qa = [q, -c, 1], ka = [k, 1, b], va = [v, 1].
+
+    Each form below is what XLA:CPU fuses into one multi-threaded kernel with no materialized
+    tile, for its width (benchmarks/README.md, "Kernel design"): narrow values (d = 3) as a
+    broadcast multiply-reduce; wide ones as two matrix products of the original widths (shift
+    and bias added in between, the normalizer a row sum: products of width d + 2 and d + 1
+    run ~20 % slower).
+    """
+    if va_blk.shape[1] <= NARROW:
+        return _weighted_sum(_tile_exp(qa, ka_blk, q_off, k_off, causal), va_blk)
+    p = jnp.exp(qa[:, :-2] @ ka_blk[:, :-2].T + qa[:, -2:-1] + ka_blk[:, -1][None, :])
+    if causal:
+        p = jnp.where(_causal_mask(qa.shape[0], ka_blk.shape[0], q_off, k_off), p, 0.0)
+    return jnp.concatenate([p @ va_blk[:, :-1], jnp.sum(p, axis=1, keepdims=True)], axis=1)
+
+
 def _key_block(k, v, bias, j, kb):
     """Key block j as [k, 1, b] and [v, 1], sliced and augmented on the fly (no copy of all
     keys). The last block is clamped to end at n; keys it shares with block j - 1 get
@@ -167,31 +198,44 @@ def _key_block(k, v, bias, j, kb):
             jnp.concatenate([vblk, one], axis=1), start)
 
 
-def _sum_pass(qa, k, v, bias, kb, q_off, nk_vis, causal):
+def _key_source(k, v, bias, kb, nk):
+    """``j -> ([k, 1, b], [v, 1], first key position)`` of key block j.
+
+    Narrow problems get all augmented keys built once (n (p + e + 3) numbers; building them
+    inside each tile's fused kernel costs 2x there); wide ones slice and augment each block on
+    the fly, so no second copy of the keys and values is held.
+    """
+    if v.shape[1] + 1 <= NARROW:
+        ka, va = _augment_keys(k, v, bias, nk, kb)
+        return lambda j: (ka[j], va[j], j * kb)
+    return lambda j: _key_block(k, v, bias, j, kb)
+
+
+def _sum_pass(qa, key_block, e, q_off, nk_vis, causal):
     """Σ_j exp(qa · [k_j, 1, b_j]) [v_j, 1] over the visible key blocks."""
 
     def body(j, acc):
-        ka, va, start = _key_block(k, v, bias, j, kb)
-        return acc + _tile_exp(qa, ka, q_off, start, causal) @ va
+        ka, va, start = key_block(j)
+        return acc + _tile_sum(qa, ka, va, q_off, start, causal)
 
-    acc0 = jnp.zeros((qa.shape[0], v.shape[1] + 1), qa.dtype)
+    acc0 = jnp.zeros((qa.shape[0], e + 1), qa.dtype)
     return jax.lax.fori_loop(0, nk_vis, body, acc0)
 
 
-def _max_pass(q1, k, v, bias, kb, q_off, nk_vis, causal):
+def _max_pass(q1, key_block, q_off, nk_vis, causal):
     """Exact row maxima of q_i · k_j + b_j (q1 = [q, 0, 1])."""
 
     def body(j, mx):
-        ka, _, start = _key_block(k, v, bias, j, kb)
+        ka, _, start = key_block(j)
         s = q1 @ ka.T
         if causal:
-            s = jnp.where(_causal_mask(q1.shape[0], kb, q_off, start), s, -jnp.inf)
+            s = jnp.where(_causal_mask(q1.shape[0], ka.shape[0], q_off, start), s, -jnp.inf)
         return jnp.maximum(mx, jnp.max(s, axis=-1))
 
     return jax.lax.fori_loop(0, nk_vis, body, jnp.full((q1.shape[0],), -jnp.inf, q1.dtype))
 
 
-def _stream_fwd(q, k, v, bias, causal, qb, kb):
+def _stream_fwd(q, k, v, bias, q0, causal, qb, kb):
     m, n = q.shape[0], k.shape[0]
     nq, nk = -(-m // qb), -(-n // kb)
     # Cauchy–Schwarz bound on every logit of row i
@@ -201,29 +245,29 @@ def _stream_fwd(q, k, v, bias, causal, qb, kb):
     qp = _pad_rows(q, nq * qb).reshape(nq, qb, -1)
     cp = _pad_rows(shift, nq * qb).reshape(nq, qb)
     tiny = _threshold(q.dtype)
+    key_block = _key_source(k, v, bias, kb, nk)
 
     def one_query_block(args):
         qblk, cblk, i = args
-        q_off = i * qb
+        q_off = q0 + i * qb
         nk_vis = _key_blocks_for(q_off, qb, kb, nk, causal)
         ones = jnp.ones((qb, 1), q.dtype)
 
-        def with_shift(c):
+        def with_shift(c, trips):
             qa = jnp.concatenate([qblk, -c[:, None], ones], axis=1)
-            return _sum_pass(qa, k, v, bias, kb, q_off, nk_vis, causal)
+            return _sum_pass(qa, key_block, v.shape[1], q_off, trips, causal)
 
-        acc = with_shift(cblk)
-
-        def exact(_, carry):
-            mx = _safe(_max_pass(jnp.concatenate([qblk, 0 * ones, ones], 1), k, v, bias, kb,
-                                 q_off, nk_vis, causal))
-            return with_shift(mx), mx
-
-        # The bound was too loose for some row: redo this block with exact row maxima. A loop
-        # of 0 or 1 trips rather than lax.cond: under vmap (heads, ensembles) cond would run
-        # both branches, while a batched loop runs only when some member needs it.
-        redo = jnp.any(acc[:, -1] < tiny).astype(jnp.int32)
-        acc, c = jax.lax.fori_loop(0, redo, exact, (acc, cblk))
+        acc = with_shift(cblk, nk_vis)
+        # The bound was too loose for some row: redo this block with exact row maxima. The
+        # redo's loops run 0 trips when no row needs it. (Not lax.cond: under vmap, for heads
+        # and ensembles, it would run both branches; and not a 0-or-1-trip outer loop: XLA
+        # hoists its loop-invariant body out and runs it always.)
+        redo = jnp.any(acc[:, -1] < tiny)
+        trips = jnp.where(redo, nk_vis, 0)
+        mx = _safe(_max_pass(jnp.concatenate([qblk, 0 * ones, ones], 1), key_block, q_off,
+                             trips, causal))
+        c = jnp.where(redo, mx, cblk)
+        acc = jnp.where(redo, with_shift(c, trips), acc)
         s = acc[:, -1]
         avg = acc[:, :-1] / jnp.where(s > 0, s, 1.0)[:, None]
         return avg, c + jnp.log(s)
@@ -236,7 +280,7 @@ def _stream_fwd(q, k, v, bias, causal, qb, kb):
 # streaming softmax: backward (flash-attention style, recomputing P tile by tile)
 
 
-def _stream_bwd(q, k, v, bias, out, lse, g_out, g_lse, causal, qb, kb):
+def _stream_bwd(q, k, v, bias, q0, out, lse, g_out, g_lse, causal, qb, kb):
     m, n = q.shape[0], k.shape[0]
     p_dim, e_dim = q.shape[1], v.shape[1]
     nq, nk = -(-m // qb), -(-n // kb)
@@ -259,13 +303,14 @@ def _stream_bwd(q, k, v, bias, out, lse, g_out, g_lse, causal, qb, kb):
 
         def body(i, carry):
             dq, dk, dv = carry
-            p = _tile_exp(qa[i], kblk, i * qb, k_off, causal)
+            p = _tile_exp(qa[i], kblk, q0 + i * qb, k_off, causal)
             ds = p * (ga[i] @ vblk.T)
             dq = dq.at[i].add(ds @ kblk)
             return dq, dk + ds.T @ qa[i], dv + p.T @ g_out_p[i]
 
         init = (dq, jnp.zeros((kb, p_dim + 2), q.dtype), jnp.zeros((kb, e_dim), q.dtype))
-        dq, dk, dv = jax.lax.fori_loop(_first_query_block_for(k_off, qb, causal), nq, body, init)
+        dq, dk, dv = jax.lax.fori_loop(_first_query_block_for(k_off, q0, qb, causal), nq, body,
+                                       init)
         return dq, (dk, dv)
 
     dq0 = jnp.zeros((nq, qb, p_dim + 2), q.dtype)
@@ -277,23 +322,23 @@ def _stream_bwd(q, k, v, bias, out, lse, g_out, g_lse, causal, qb, kb):
     return dq, dk[:, :p_dim], dv, dk[:, p_dim + 1]
 
 
-@functools.partial(jax.custom_vjp, nondiff_argnums=(4, 5, 6))
-def _streaming_lse_average(q, k, v, bias, causal, qb, kb):
-    return _stream_fwd(q, k, v, bias, causal, qb, kb)
+@functools.partial(jax.custom_vjp, nondiff_argnums=(5, 6, 7))
+def _streaming_lse_average(q, k, v, bias, q0, causal, qb, kb):
+    return _stream_fwd(q, k, v, bias, q0, causal, qb, kb)
 
 
-def _streaming_fwd_rule(q, k, v, bias, causal, qb, kb):
-    out, lse = _stream_fwd(q, k, v, bias, causal, qb, kb)
-    return (out, lse), (q, k, v, bias, out, lse)
+def _streaming_fwd_rule(q, k, v, bias, q0, causal, qb, kb):
+    out, lse = _stream_fwd(q, k, v, bias, q0, causal, qb, kb)
+    return (out, lse), (q, k, v, bias, q0, out, lse)
 
 
 def _streaming_bwd_rule(causal, qb, kb, res, cts):
-    q, k, v, bias, out, lse = res
+    q, k, v, bias, q0, out, lse = res
     g_out, g_lse = cts
-    dq, dk, dv, db = _stream_bwd(q, k, v, bias, out, lse, g_out, g_lse, causal, qb, kb)
+    dq, dk, dv, db = _stream_bwd(q, k, v, bias, q0, out, lse, g_out, g_lse, causal, qb, kb)
     # zero-weight keys have bias -inf: their gradient is 0 (P = 0), keep it that way
     db = jnp.where(jnp.isfinite(bias), db, 0.0)
-    return dq, dk, dv, db.astype(bias.dtype)
+    return dq, dk, dv, db.astype(bias.dtype), None
 
 
 _streaming_lse_average.defvjp(_streaming_fwd_rule, _streaming_bwd_rule)
@@ -303,7 +348,7 @@ _streaming_lse_average.defvjp(_streaming_fwd_rule, _streaming_bwd_rule)
 # streaming sigmoid
 
 
-def _sig_fwd(q, k, wv, causal, qb, kb):
+def _sig_fwd(q, k, wv, q0, causal, qb, kb):
     m, n = q.shape[0], k.shape[0]
     nq, nk = -(-m // qb), -(-n // kb)
     kp = _pad_rows(k, nk * kb).reshape(nk, kb, -1)
@@ -312,13 +357,13 @@ def _sig_fwd(q, k, wv, causal, qb, kb):
 
     def one_query_block(args):
         qblk, i = args
-        q_off = i * qb
+        q_off = q0 + i * qb
 
         def body(j, acc):
             s = jax.nn.sigmoid(qblk @ kp[j].T)
             if causal:
                 s = jnp.where(_causal_mask(qb, kb, q_off, j * kb), s, 0.0)
-            return acc + s @ wvp[j]
+            return acc + _weighted_sum(s, wvp[j])
 
         acc0 = jnp.zeros((qb, wv.shape[1]), q.dtype)
         return jax.lax.fori_loop(0, _key_blocks_for(q_off, qb, kb, nk, causal), body, acc0)
@@ -327,7 +372,7 @@ def _sig_fwd(q, k, wv, causal, qb, kb):
     return out.reshape(nq * qb, -1)[:m]
 
 
-def _sig_bwd(q, k, wv, g, causal, qb, kb):
+def _sig_bwd(q, k, wv, q0, g, causal, qb, kb):
     m, n = q.shape[0], k.shape[0]
     nq, nk = -(-m // qb), -(-n // kb)
     kp = _pad_rows(k, nk * kb).reshape(nk, kb, -1)
@@ -342,27 +387,28 @@ def _sig_bwd(q, k, wv, g, causal, qb, kb):
             dq, dk, dwv = carry
             s = jax.nn.sigmoid(qp[i] @ kp[j].T)
             if causal:
-                s = jnp.where(_causal_mask(qb, kb, i * qb, k_off), s, 0.0)
+                s = jnp.where(_causal_mask(qb, kb, q0 + i * qb, k_off), s, 0.0)
             ds = s * (1 - s) * (gp[i] @ wvp[j].T)
             return dq.at[i].add(ds @ kp[j]), dk + ds.T @ qp[i], dwv + s.T @ gp[i]
 
         init = (dq, jnp.zeros((kb, q.shape[1]), q.dtype), jnp.zeros((kb, wv.shape[1]), q.dtype))
-        dq, dk, dwv = jax.lax.fori_loop(_first_query_block_for(k_off, qb, causal), nq, body, init)
+        dq, dk, dwv = jax.lax.fori_loop(_first_query_block_for(k_off, q0, qb, causal), nq, body,
+                                        init)
         return dq, (dk, dwv)
 
     dq, (dk, dwv) = jax.lax.scan(one_key_block, jnp.zeros_like(qp), jnp.arange(nk))
     return (dq.reshape(nq * qb, -1)[:m], dk.reshape(nk * kb, -1)[:n],
-            dwv.reshape(nk * kb, -1)[:n])
+            dwv.reshape(nk * kb, -1)[:n], None)
 
 
-@functools.partial(jax.custom_vjp, nondiff_argnums=(3, 4, 5))
-def _streaming_sigmoid(q, k, wv, causal, qb, kb):
-    return _sig_fwd(q, k, wv, causal, qb, kb)
+@functools.partial(jax.custom_vjp, nondiff_argnums=(4, 5, 6))
+def _streaming_sigmoid(q, k, wv, q0, causal, qb, kb):
+    return _sig_fwd(q, k, wv, q0, causal, qb, kb)
 
 
 _streaming_sigmoid.defvjp(
-    lambda q, k, wv, causal, qb, kb: (_sig_fwd(q, k, wv, causal, qb, kb), (q, k, wv)),
-    lambda causal, qb, kb, res, g: _sig_bwd(*res, g, causal, qb, kb),
+    lambda q, k, wv, q0, causal, qb, kb: (_sig_fwd(q, k, wv, q0, causal, qb, kb), (q, k, wv, q0)),
+    lambda causal, qb, kb, res, g: _sig_bwd(*res[:3], res[3], g, causal, qb, kb),
 )
 
 
@@ -370,12 +416,13 @@ _streaming_sigmoid.defvjp(
 # public reductions
 
 
-def choose_path(m: int, n: int, block_size=None):
+def choose_path(m: int, n: int, block_size=None, width: int = 0):
     """``0`` (dense) or the streaming ``(query block, key block)`` for an m x n reduction.
 
     ``block_size``: ``None`` is automatic (dense up to ``DENSE_MAX_PAIRS`` pairs); ``0`` forces
-    dense; a positive int forces streaming with that key block (query block
-    ``DEFAULT_TILE // block``); a pair ``(qb, kb)`` sets both.
+    dense; a positive int forces streaming with that key block (query block: the tile size
+    divided by it, ``DEFAULT_TILE``, or ``WIDE_TILE`` when the values have more than ``NARROW``
+    columns, ``width``); a pair ``(qb, kb)`` sets both.
     """
     if block_size is None:
         if m * n <= DENSE_MAX_PAIRS:
@@ -386,7 +433,7 @@ def choose_path(m: int, n: int, block_size=None):
             raise ValueError(f"block_size must be None, 0 (dense) or positive, got {block_size}")
         if int(block_size) == 0:
             return 0
-    return _blocks(m, n, block_size)
+    return _blocks(m, n, block_size, wide=width + 1 > NARROW)
 
 
 def lse_average(
@@ -396,6 +443,7 @@ def lse_average(
     bias: Float[Array, " n"],
     *,
     causal: bool = False,
+    query_offset=0,
     block_size: int | tuple[int, int] | None = None,
 ) -> tuple[Float[Array, "m e"], Float[Array, " m"]]:
     """Softmax-weighted average of values and the log-normalizer, for every query.
@@ -404,7 +452,9 @@ def lse_average(
         q, k: query and key features; the logit of pair (i, j) is ``q[i] @ k[j] + bias[j]``.
         v: values, one row per key.
         bias: key biases (``log w_j`` for weighted measures; ``-inf`` removes a key).
-        causal: query i sees keys j <= i only (queries aligned with keys).
+        causal: query i sees keys j <= query_offset + i only.
+        query_offset: position of query 0 among the keys (an int or a traced integer scalar;
+            a device's first global row when the queries are one shard of the tokens).
         block_size: see :func:`choose_path`.
 
     Returns:
@@ -412,37 +462,42 @@ def lse_average(
         A query that sees no key (every visible bias -inf) gets average 0 and lse -inf.
         Gradients are memory-linear on the streaming path (custom VJP with recomputation).
     """
-    path = choose_path(q.shape[0], k.shape[0], block_size)
+    q0 = jnp.asarray(query_offset, jnp.int32)
+    path = choose_path(q.shape[0], k.shape[0], block_size, v.shape[1])
     if path == 0:
-        return _dense_lse_average(q, k, v, bias, causal)
+        return _dense_lse_average(q, k, v, bias, causal, q0)
     dtype = jnp.result_type(q, k, v, bias)
     q, k, v, bias = (a.astype(dtype) for a in (q, k, v, bias))
-    return _streaming_lse_average(q, k, v, bias, bool(causal), *path)
+    return _streaming_lse_average(q, k, v, bias, q0, bool(causal), *path)
 
 
-def softmax_average(q, k, v, bias, *, causal=False, block_size=None):
+def softmax_average(q, k, v, bias, *, causal=False, query_offset=0, block_size=None):
     """``Σ_j softmax_j(q_i·k_j + bias_j) v_j`` (see :func:`lse_average`)."""
-    return lse_average(q, k, v, bias, causal=causal, block_size=block_size)[0]
+    return lse_average(q, k, v, bias, causal=causal, query_offset=query_offset,
+                       block_size=block_size)[0]
 
 
-def exp_kernel_sum(q, k, v, bias, *, causal=False, block_size=None):
+def exp_kernel_sum(q, k, v, bias, *, causal=False, query_offset=0, block_size=None):
     """``Σ_j exp(q_i·k_j + bias_j) v_j`` computed as ``exp(lse_i) · average_i``.
 
     The value is exact; it overflows only where the true sum exceeds the dtype's range.
     """
-    avg, lse = lse_average(q, k, v, bias, causal=causal, block_size=block_size)
+    avg, lse = lse_average(q, k, v, bias, causal=causal, query_offset=query_offset,
+                           block_size=block_size)
     return jnp.exp(lse)[:, None] * avg
 
 
-def sigmoid_kernel_sum(q, k, v, weights, *, causal=False, block_size=None):
+def sigmoid_kernel_sum(q, k, v, weights, *, causal=False, query_offset=0, block_size=None):
     """``Σ_j w_j σ(q_i·k_j) v_j`` (bias folded into q·k by the caller), blocked over keys.
 
-    The streaming path has a custom VJP (recomputation), so gradients are memory-linear too.
+    ``causal`` and ``query_offset`` as in :func:`lse_average`. The streaming path has a custom
+    VJP (recomputation), so gradients are memory-linear too.
     """
+    q0 = jnp.asarray(query_offset, jnp.int32)
     wv = weights[:, None] * v
     path = choose_path(q.shape[0], k.shape[0], block_size)
     if path == 0:
-        return _dense_sigmoid(q, k, wv, causal)
+        return _dense_sigmoid(q, k, wv, causal, q0)
     dtype = jnp.result_type(q, k, wv)
-    return _streaming_sigmoid(q.astype(dtype), k.astype(dtype), wv.astype(dtype), bool(causal),
-                              *path)
+    return _streaming_sigmoid(q.astype(dtype), k.astype(dtype), wv.astype(dtype), q0,
+                              bool(causal), *path)

@@ -65,8 +65,8 @@ class Sharded(AbstractDynamics):
     nothing) and the padding is dropped from the result.
 
     Args:
-        dynamics: an attention variant (causal attention is not supported: its mask needs
-            the global token positions of each shard's queries).
+        dynamics: an attention variant. Causal variants get each shard's global position
+            (query i of shard r is token r n/D + i), so the mask is the one-device mask.
         mesh: device mesh; default :func:`token_mesh` over all devices.
         axis: the mesh axis the tokens are split over.
     """
@@ -80,9 +80,6 @@ class Sharded(AbstractDynamics):
             raise ValueError("Sharded splits the queries of an attention field Γ_μ: it wraps an "
                              f"attention variant such as SoftmaxAttention, got "
                              f"{type(dynamics).__name__}")
-        if getattr(dynamics, "causal", False):
-            raise ValueError("Sharded does not support causal attention (the mask needs each "
-                             "shard's global token positions); use causal=False or one device")
         mesh = token_mesh(axis=axis) if mesh is None else mesh
         if axis not in mesh.axis_names:
             raise ValueError(f"axis {axis!r} is not an axis of the mesh {mesh.axis_names}")
@@ -109,7 +106,11 @@ class Sharded(AbstractDynamics):
             dyn = eqx.combine(arrays, static)
             keys = jax.lax.all_gather(x_local, self.axis, tiled=True)
             w = jax.lax.all_gather(w_local, self.axis, tiled=True)
-            return dyn._field(x_local, keys, w, t)
+            if not getattr(dyn, "causal", False):
+                return dyn._field(x_local, keys, w, t)
+            # padding tokens come last: real tokens never see them
+            offset = jax.lax.axis_index(self.axis) * x_local.shape[0]
+            return dyn._field(x_local, keys, w, t, query_offset=offset)
 
         specs = (jax.tree.map(lambda _: rep, arrays), rep, tok, tok)
         # check_vma=False: the kernels start loop carries from fresh zeros (replicated type)

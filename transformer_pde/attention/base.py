@@ -20,8 +20,9 @@ class AbstractAttention(AbstractDynamics):
     """
 
     @abc.abstractmethod
-    def _field(self, queries: Queries, x: Points, weights: Weights, t) -> Queries:
-        """Γ_μ(queries) for μ = Σ_j w_j δ_{x_j} (unchecked)."""
+    def _field(self, queries: Queries, x: Points, weights: Weights, t, query_offset=0) -> Queries:
+        """Γ_μ(queries) for μ = Σ_j w_j δ_{x_j} (unchecked). Causal variants: query i is token
+        ``query_offset + i`` (a shard of the tokens, :class:`transformer_pde.Sharded`)."""
 
     def _velocity(self, x, weights, t):
         return self._field(x, x, weights, t)

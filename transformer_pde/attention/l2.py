@@ -40,12 +40,13 @@ class L2Attention(AbstractAttention):
     def dim(self):
         return matrix_dim(self.V)
 
-    def _field(self, queries, x, weights, t):
+    def _field(self, queries, x, weights, t, query_offset=0):
         Q, K, V = evaluate(self.Q, t), evaluate(self.K, t), evaluate(self.V, t)
         kx = x @ K.T
         bias = log_weights(weights) - self.beta * jnp.sum(kx * kx, axis=-1)
         q = 2.0 * self.beta * (queries @ Q.T)
-        return softmax_average(q, kx, x @ V.T, bias, causal=self.causal, block_size=self.block_size)
+        return softmax_average(q, kx, x @ V.T, bias, causal=self.causal, query_offset=query_offset,
+                               block_size=self.block_size)
 
     def gaussian_velocity(self, mean, cov, t=0.0):
         from ..gaussian import l2_moments

@@ -134,7 +134,7 @@ class SinkhornAttention(AbstractAttention):
         w = check_weights(weights, x.shape[0], x.dtype)
         return self._potentials(x, w, jnp.asarray(t, x.dtype))
 
-    def _field(self, queries, x, weights, t):
+    def _field(self, queries, x, weights, t, query_offset=0):
         pot = self._potentials(x, weights, t)
         g = pot.g
         if self.throw:

@@ -15,7 +15,6 @@ from .base import (
     check_qkv,
     log_weights,
     matrix_dim,
-    qkv_features,
     scalar_param,
 )
 
@@ -59,10 +58,18 @@ class SoftmaxAttention(AbstractAttention):
     def dim(self):
         return matrix_dim(self.V)
 
-    def _field(self, queries, x, weights, t):
-        q, k, v = qkv_features(self, queries, x, t)
-        return softmax_average(q, k, v, log_weights(weights), causal=self.causal,
-                               block_size=self.block_size)
+    def _field(self, queries, x, weights, t, query_offset=0):
+        Q, K, V = evaluate(self.Q, t), evaluate(self.K, t), evaluate(self.V, t)
+        # Average the tokens and apply V after: Σ p_ij V x_j = V Σ p_ij x_j. With Q, K of
+        # full rank (k >= d), fold them too: β⟨Q q_i, K x_j⟩ = ⟨q_i, β QᵀK x_j⟩. Only one
+        # (n, d) projection is then held next to the output, instead of three.
+        if Q.shape[0] >= Q.shape[1]:
+            q, k = queries, self.beta * (x @ (K.T @ Q))
+        else:
+            q, k = self.beta * (queries @ Q.T), x @ K.T
+        avg = softmax_average(q, k, x, log_weights(weights), causal=self.causal,
+                              query_offset=query_offset, block_size=self.block_size)
+        return avg @ V.T
 
     def gaussian_velocity(self, mean, cov, t=0.0):
         from ..gaussian import softmax_moments
@@ -134,13 +141,14 @@ class MultiHeadAttention(AbstractAttention):
     def dim(self):
         return param_shape(self.Q)[-1]
 
-    def _field(self, queries, x, weights, t):
+    def _field(self, queries, x, weights, t, query_offset=0):
         Q, K, V, W = (evaluate(p, t) for p in (self.Q, self.K, self.V, self.W))
         logw = log_weights(weights)
 
         def head(Qh, Kh, Vh, Wh):
             avg = softmax_average(self.beta * (queries @ Qh.T), x @ Kh.T, x @ Vh.T, logw,
-                                  causal=self.causal, block_size=self.block_size)
+                                  causal=self.causal, query_offset=query_offset,
+                                  block_size=self.block_size)
             return avg @ Wh.T
 
         return jnp.sum(jax.vmap(head)(Q, K, V, W), axis=0)

@@ -50,12 +50,13 @@ class SigmoidAttention(AbstractAttention):
     def dim(self):
         return matrix_dim(self.V)
 
-    def _field(self, queries, x, weights, t):
+    def _field(self, queries, x, weights, t, query_offset=0):
         q, k, v = qkv_features(self, queries, x, t)
         # fold the bias into the bilinear form: [q, b] · [k, 1] = q·k + b
         q = jnp.concatenate([q, jnp.broadcast_to(self.bias, (q.shape[0], 1)).astype(q.dtype)], 1)
         k = jnp.concatenate([k, jnp.ones((k.shape[0], 1), k.dtype)], 1)
-        return sigmoid_kernel_sum(q, k, v, weights, causal=self.causal, block_size=self.block_size)
+        return sigmoid_kernel_sum(q, k, v, weights, causal=self.causal, query_offset=query_offset,
+                                  block_size=self.block_size)
 
 
 class UnnormalizedAttention(AbstractAttention):
@@ -97,7 +98,8 @@ class UnnormalizedAttention(AbstractAttention):
     def dim(self):
         return matrix_dim(self.V)
 
-    def _field(self, queries, x, weights, t):
+    def _field(self, queries, x, weights, t, query_offset=0):
         q, k, v = qkv_features(self, queries, x, t)
         bias = log_weights(weights) - self.beta * self.shift
-        return exp_kernel_sum(q, k, v, bias, causal=self.causal, block_size=self.block_size)
+        return exp_kernel_sum(q, k, v, bias, causal=self.causal, query_offset=query_offset,
+                              block_size=self.block_size)
