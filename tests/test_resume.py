@@ -28,7 +28,8 @@ ROOT = Path(__file__).resolve().parents[1]
 
 # Long enough (~800 Tsit5 steps of 256 tokens after the first chunk) that a signal sent when
 # the first checkpoint appears lands mid-run; d=2 keeps the figure cheap.
-OPTIONS = ["--models", "SA", "--no-animate", "--n", "256", "--d", "2", "--t1", "40", "--dt", "0.05", "--num_saves", "41",
+OPTIONS = ["--models", "SA", "--no-animate", "--n", "256", "--d", "2", "--t1", "40", "--dt", "0.05",
+           "--num_saves", "41",
            "--checkpoint-every", "2", "--no-progress"]
 NUM_CHUNKS = 21  # ceil(41 / 2)
 

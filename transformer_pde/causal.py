@@ -15,8 +15,9 @@ Two particle models with token order (position) mattering:
   w_\beta(\theta)=e^{\beta\cos\theta},\quad \mathcal Z_{N,j}=\sum_{k<j}e^{-\lambda(j-k)/N}.$$
 
 and the mean field over (σ, θ) (cursor σ ∈ (0, 1]; :class:`LitMMeanField`, a pseudo-spectral
-solver) with its closed forms: the Volterra kernel ``k_λ``, the solution ``g_a`` of the linearized (Volterra–Hardy) equation, the retrieval
-profile ``S_t(σ0)``, and the Rényi-parking count of metastable centers.
+solver) with its closed forms: the Volterra kernel ``k_λ``, the solution ``g_a`` of the
+linearized (Volterra–Hardy) equation, the retrieval profile ``S_t(σ0)``, and the Rényi-parking
+count of metastable centers.
 
 Derivation of the retrieval profile [derived, checked in tests/test_causal.py]. Expand
 w_β(θ) = Σ_n I_n(β) e^{inθ}. For i.i.d. uniform tokens, u_j = E e^{in(θ_j(t) − θ_{i*}(0))} is
