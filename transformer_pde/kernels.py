@@ -41,14 +41,16 @@ The automatic choice (``block_size=None``) is dense up to ``DENSE_MAX_PAIRS`` qu
 from __future__ import annotations
 
 import functools
+import math
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, Float
 
-# Above this many query-key pairs the automatic choice switches to the streaming path.
-DENSE_MAX_PAIRS = 1 << 22
+# Above this many query-key pairs (512 x 512) the automatic choice switches to the streaming
+# path, which is faster from ~1000 tokens on (benchmarks/README.md) and memory-linear.
+DENSE_MAX_PAIRS = 1 << 18
 # Key block (rows of keys per tile) and tile size (query rows x key rows) of the streaming
 # path, measured fastest on a 2-core x86 CPU (benchmarks/README.md): XLA:CPU splits each tile's
 # fused kernel over the cores by query rows, so narrow problems (d = 3) want tall tiles
@@ -281,45 +283,61 @@ def _stream_fwd(q, k, v, bias, q0, causal, qb, kb):
 
 
 def _stream_bwd(q, k, v, bias, q0, out, lse, g_out, g_lse, causal, qb, kb):
+    """Two passes, each a sum over tiles along rows (the form the forward pass runs at full
+    speed): queries as rows for q̄, keys as rows for k̄, v̄, b̄. Each recomputes P: two ``exp``
+    per pair, but every tile is one fused, multi-threaded kernel with no stored tile."""
     m, n = q.shape[0], k.shape[0]
-    p_dim, e_dim = q.shape[1], v.shape[1]
-    nq, nk = -(-m // qb), -(-n // kb)
-    mp = nq * qb
-    # P_ij = exp([q_i, -lse_i, 1] · [k_j, 1, b_j]); rows that see no key (lse = -inf) and
-    # padded rows get lse = +inf, hence P = 0
+    p_dim = q.shape[1]
+    # one padding for both passes: rows in blocks of qb, columns in blocks of kb
+    step = math.lcm(qb, kb)
+    mp, np_ = -(-m // step) * step, -(-n // step) * step
+    # P_ij = exp([q_i, -lse_i, 1] · [k_j, 1, b_j]); rows that see no key (lse = -inf), padded
+    # rows (lse = +inf) and padded keys (b = -inf) give P = 0
     lse_p = _pad_rows(jnp.where(jnp.isfinite(lse), lse, jnp.inf), mp, jnp.inf)
     qa = jnp.concatenate([_pad_rows(q, mp), -lse_p[:, None], jnp.ones((mp, 1), q.dtype)], 1)
-    # ∂s_ij + ... = P_ij ([ḡ_i, ℓ̄_i − D_i] · [v_j, 1])
+    # ∂s_ij = P_ij ([ḡ_i, ℓ̄_i − D_i] · [v_j, 1])
     dvec = jnp.sum(g_out * out, axis=1)
-    ga = jnp.concatenate([g_out, (g_lse - dvec)[:, None]], 1)
-    ka, va = _augment_keys(k, v, bias, nk, kb)
-    qa = qa.reshape(nq, qb, -1)
-    ga = _pad_rows(ga, nq * qb).reshape(nq, qb, -1)
-    g_out_p = _pad_rows(g_out, nq * qb).reshape(nq, qb, -1)
+    ga = _pad_rows(jnp.concatenate([g_out, (g_lse - dvec)[:, None]], 1), mp)
+    ka = jnp.concatenate([_pad_rows(k, np_), jnp.ones((np_, 1), k.dtype),
+                          _pad_rows(bias, np_, -jnp.inf)[:, None]], 1)
+    va = jnp.concatenate([_pad_rows(v, np_), jnp.ones((np_, 1), v.dtype)], 1)
+    cols = lambda a, c: jax.lax.dynamic_slice_in_dim(a, c * kb, kb)  # noqa: E731
 
-    def one_key_block(dq, j):
-        k_off = j * kb
-        kblk, vblk = ka[j], va[j]
+    def dq_rows(args):  # q̄_i = Σ_j ∂s_ij k_j
+        qa_r, ga_r, r = args
+        q_off = q0 + r * qb
 
-        def body(i, carry):
-            dq, dk, dv = carry
-            p = _tile_exp(qa[i], kblk, q0 + i * qb, k_off, causal)
-            ds = p * (ga[i] @ vblk.T)
-            dq = dq.at[i].add(ds @ kblk)
-            return dq, dk + ds.T @ qa[i], dv + p.T @ g_out_p[i]
+        def body(c, acc):
+            kc, vc = cols(ka, c), cols(va, c)
+            ds = _tile_exp(qa_r, kc, q_off, c * kb, causal) * (ga_r @ vc.T)
+            return acc + _weighted_sum(ds, kc[:, :p_dim])
 
-        init = (dq, jnp.zeros((kb, p_dim + 2), q.dtype), jnp.zeros((kb, e_dim), q.dtype))
-        dq, dk, dv = jax.lax.fori_loop(_first_query_block_for(k_off, q0, qb, causal), nq, body,
-                                       init)
-        return dq, (dk, dv)
+        trips = _key_blocks_for(q_off, qb, kb, np_ // kb, causal)
+        return jax.lax.fori_loop(0, trips, body, jnp.zeros((qb, p_dim), q.dtype))
 
-    dq0 = jnp.zeros((nq, qb, p_dim + 2), q.dtype)
-    dq, (dk, dv) = jax.lax.scan(one_key_block, dq0, jnp.arange(nk))
-    dq = dq.reshape(nq * qb, -1)[:m, :p_dim]
-    dk = dk.reshape(nk * kb, -1)[:n]
-    dv = dv.reshape(nk * kb, -1)[:n]
+    def dk_rows(args):  # [k̄_j, ·, b̄_j] = Σ_i ∂s_ij qa_i and v̄_j = Σ_i P_ij ḡ_i
+        ka_r, va_r, r = args
+        k_off = r * qb
+
+        def body(c, acc):
+            qc, gc = cols(qa, c), cols(ga, c)
+            pt = jnp.exp(ka_r @ qc.T)
+            if causal:
+                pt = jnp.where(_causal_mask(kb, qb, q0 + c * kb, k_off).T, pt, 0.0)
+            dst = pt * (va_r @ gc.T)
+            return acc[0] + _weighted_sum(dst, qc), acc[1] + _weighted_sum(pt, gc[:, :-1])
+
+        init = (jnp.zeros((qb, p_dim + 2), q.dtype), jnp.zeros((qb, v.shape[1]), q.dtype))
+        return jax.lax.fori_loop(_first_query_block_for(k_off, q0, kb, causal), mp // kb, body,
+                                 init)
+
+    dq = jax.lax.map(dq_rows, (qa.reshape(-1, qb, p_dim + 2), ga.reshape(mp // qb, qb, -1),
+                               jnp.arange(mp // qb)))
+    dk, dv = jax.lax.map(dk_rows, (ka.reshape(-1, qb, p_dim + 2), va.reshape(np_ // qb, qb, -1),
+                                   jnp.arange(np_ // qb)))
+    dk = dk.reshape(np_, -1)[:n]
     # column p of [k, 1, b] multiplies -lse (not an input); column p + 1 is the bias
-    return dq, dk[:, :p_dim], dv, dk[:, p_dim + 1]
+    return (dq.reshape(mp, -1)[:m], dk[:, :p_dim], dv.reshape(np_, -1)[:n], dk[:, p_dim + 1])
 
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(5, 6, 7))
