@@ -19,9 +19,10 @@ blocks of ``kb`` rows, so extra memory is $O((m+n)(p+e) + qb\cdot kb)$, never $O
   bound on every logit, $c_i=|q_i|\max_j|k_j|+\max_j b_j\ge q_i\cdot k_j+b_j$, so
   $e^{q_i\cdot k_j+b_j-c_i}\le 1$ never overflows and no running maximum or rescaling is
   needed (the online log-sum-exp of flash attention, with its extra exponentials, is not
-  needed). The shift and the bias are folded into the matrix product,
-  $[q_i,-c_i,1]\cdot[k_j,1,b_j]$, and the normalizer into the value product,
-  $[v_j,1]$, so each pair costs one fused ``exp`` between two matrix products.
+  needed). The shift and the bias ride along as extra columns,
+  $[q_i,-c_i,1]\cdot[k_j,1,b_j]$, and the normalizer as a value column, $[v_j,1]$, so each
+  pair costs one ``exp`` between two products, and each tile is one kernel that XLA:CPU fuses
+  (no stored tile) and splits over the cores by query rows (:func:`_tile_sum`).
   The bound can be loose (general $Q,K$; large β); a row whose shifted sum falls below
   $\sqrt{\text{tiny}}$ (where flushed subnormals could matter) is recomputed exactly:
   its query block takes a second pass with the exact row maximum. The result is then
@@ -31,9 +32,10 @@ blocks of ``kb`` rows, so extra memory is $O((m+n)(p+e) + qb\cdot kb)$, never $O
   $\bar g$ and $\bar\ell$ for the log-normalizer's,
   $\partial s_{ij}=P_{ij}(\bar g_i\cdot v_j-D_i+\bar\ell_i)$; then
   $\bar q_i=\sum_j\partial s_{ij}k_j$, $\bar k_j=\sum_i\partial s_{ij}q_i$,
-  $\bar b_j=\sum_i\partial s_{ij}$, $\bar v_j=\sum_iP_{ij}\bar g_i$, tile by tile.
-  Memory stays linear in the number of tokens.
-* Causal: only key blocks at or before the query block's last position are visited.
+  $\bar b_j=\sum_i\partial s_{ij}$, $\bar v_j=\sum_iP_{ij}\bar g_i$, as two passes of row
+  sums (queries as rows, then keys as rows). Memory stays linear in the number of tokens.
+* Causal: only key blocks at or before the query block's last position are visited. Query i
+  is token ``query_offset + i``, so one shard of the tokens is masked as on one device.
 
 The automatic choice (``block_size=None``) is dense up to ``DENSE_MAX_PAIRS`` query-key pairs.
 """
@@ -162,7 +164,7 @@ def _tile_exp(qa, ka_blk, q_off, k_off, causal):
 
 def _weighted_sum(p, v):
     """p @ v; for narrow v as a broadcast multiply-reduce, which XLA:CPU fuses with the
-    producer of p into one multi-threaded kernel (a product of width <= 8 runs 2x slower)."""
+    producer of p into one multi-threaded kernel (as a product of width <= 8 it runs 1.5x slower)."""
     if v.shape[1] <= NARROW:
         return jnp.sum(p[:, :, None] * v[None, :, :], axis=1)
     return p @ v
@@ -175,7 +177,7 @@ def _tile_sum(qa, ka_blk, va_blk, q_off, k_off, causal):
     tile, for its width (benchmarks/README.md, "Kernel design"): narrow values (d = 3) as a
     broadcast multiply-reduce; wide ones as two matrix products of the original widths (shift
     and bias added in between, the normalizer a row sum: products of width d + 2 and d + 1
-    run ~20 % slower).
+    run ~10 % slower).
     """
     if va_blk.shape[1] <= NARROW:
         return _weighted_sum(_tile_exp(qa, ka_blk, q_off, k_off, causal), va_blk)
