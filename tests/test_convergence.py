@@ -78,6 +78,23 @@ def test_sinkhorn_w2_of_a_translation_is_the_shift():
     a = jnp.array([0.3, -0.4, 0.1])
     np.testing.assert_allclose(cv.sinkhorn_w2(x, x + a, 0.05, threshold=1e-7), jnp.linalg.norm(a),
                                rtol=1e-4)
+    # the streamed cost (blocks of 16 points, never the 40 x 40 matrix) gives the same number
+    np.testing.assert_allclose(cv.sinkhorn_w2(x, x + a, 0.05, threshold=1e-7, batch_size=16),
+                               jnp.linalg.norm(a), rtol=1e-4)
+
+
+def test_streamed_sinkhorn_divergence_matches_dense_with_gradients():
+    from transformer_pde.interpolation import sinkhorn_divergence
+
+    x = jax.random.normal(jax.random.key(1), (70, 3))
+    y = 0.8 * jax.random.normal(jax.random.key(2), (55, 3)) + 0.3
+    b = jax.random.uniform(jax.random.key(3), (55,)) + 0.1
+    b = b / b.sum()
+    f = lambda bs: lambda x: sinkhorn_divergence(x, y, 0.3, b=b, threshold=1e-10, batch_size=bs)  # noqa: E731
+    np.testing.assert_allclose(f(16)(x), f(None)(x), rtol=1e-10)
+    np.testing.assert_allclose(jax.grad(f(16))(x), jax.grad(f(None))(x), rtol=1e-7, atol=1e-12)
+    with pytest.raises(ValueError, match="batch_size"):
+        f(0)(x)
 
 
 def test_fit_rate_recovers_a_known_slope():

@@ -121,13 +121,19 @@ def sinkhorn_divergence(x, y, epsilon, *, a=None, b=None, max_iterations: int = 
 
     S_ε = OT_ε(μ, ν) − ½ OT_ε(μ, μ) − ½ OT_ε(ν, ν) ≥ 0, zero iff μ = ν; ε is explicit (never
     ott's data-scaled default). Differentiable (ott's implicit differentiation). ``batch_size``
-    recomputes the cost in blocks instead of storing it (memory O(n · batch_size)).
+    streams the cost in blocks of that many points instead of storing it (memory
+    O(n · batch_size); :class:`transformer_pde.attention.sinkhorn.StreamingSqEuclideanCloud`).
     """
     from ott.geometry import pointcloud
     from ott.tools import sinkhorn_divergence as sd
 
-    div, _ = sd.sinkhorn_divergence(pointcloud.PointCloud, x, y, epsilon=epsilon, a=a, b=b,
-                                    batch_size=batch_size,
+    from .attention.sinkhorn import StreamingSqEuclideanCloud
+
+    if batch_size is not None and int(batch_size) < 1:
+        raise ValueError(f"batch_size must be None or >= 1, got {batch_size}")
+    cloud = pointcloud.PointCloud if batch_size is None else StreamingSqEuclideanCloud
+    kwargs = {} if batch_size is None else {"batch_size": int(batch_size)}
+    div, _ = sd.sinkhorn_divergence(cloud, x, y, epsilon=epsilon, a=a, b=b, **kwargs,
                                     solve_kwargs={"max_iterations": max_iterations,
                                                   "threshold": threshold})
     return div
