@@ -144,18 +144,6 @@ def _threshold(dtype) -> float:
 # streaming softmax: forward
 
 
-def _augment_keys(k, v, bias, nk, kb):
-    """[k, 1, b] and [v, 1], padded with keys of bias -inf (they never contribute)."""
-    n = k.shape[0]
-    one = jnp.ones((n, 1), k.dtype)
-    ka = jnp.concatenate([k, one, bias[:, None].astype(k.dtype)], axis=1)
-    pad_row = jnp.concatenate([jnp.zeros((k.shape[1],), k.dtype), jnp.array([1.0, -jnp.inf], k.dtype)])
-    if nk * kb > n:
-        ka = jnp.concatenate([ka, jnp.broadcast_to(pad_row, (nk * kb - n, ka.shape[1]))], axis=0)
-    va = _pad_rows(jnp.concatenate([v, jnp.ones((n, 1), v.dtype)], axis=1), nk * kb)
-    return ka.reshape(nk, kb, -1), va.reshape(nk, kb, -1)
-
-
 def _tile_exp(qa, ka_blk, q_off, k_off, causal):
     p = jnp.exp(qa @ ka_blk.T)
     if causal:
@@ -203,19 +191,6 @@ def _key_block(k, v, bias, j, kb):
             jnp.concatenate([vblk, one], axis=1), start)
 
 
-def _key_source(k, v, bias, kb, nk):
-    """``j -> ([k, 1, b], [v, 1], first key position)`` of key block j.
-
-    Narrow problems get all augmented keys built once (n (p + e + 3) numbers; building them
-    inside each tile's fused kernel costs 2x there); wide ones slice and augment each block on
-    the fly, so no second copy of the keys and values is held.
-    """
-    if v.shape[1] + 1 <= NARROW:
-        ka, va = _augment_keys(k, v, bias, nk, kb)
-        return lambda j: (ka[j], va[j], j * kb)
-    return lambda j: _key_block(k, v, bias, j, kb)
-
-
 def _sum_pass(qa, key_block, e, q_off, nk_vis, causal):
     """Σ_j exp(qa · [k_j, 1, b_j]) [v_j, 1] over the visible key blocks."""
 
@@ -250,7 +225,7 @@ def _stream_fwd(q, k, v, bias, q0, causal, qb, kb):
     qp = _pad_rows(q, nq * qb).reshape(nq, qb, -1)
     cp = _pad_rows(shift, nq * qb).reshape(nq, qb)
     tiny = _threshold(q.dtype)
-    key_block = _key_source(k, v, bias, kb, nk)
+    key_block = functools.partial(_key_block, k, v, bias, kb=kb)
 
     def one_query_block(args):
         qblk, cblk, i = args
