@@ -144,11 +144,15 @@ def _threshold(dtype) -> float:
 # streaming softmax: forward
 
 
-def _tile_exp(qa, ka_blk, q_off, k_off, causal):
-    p = jnp.exp(qa @ ka_blk.T)
+def _masked_exp(logits, q_off, k_off, causal):
+    p = jnp.exp(logits)
     if causal:
-        p = jnp.where(_causal_mask(qa.shape[0], ka_blk.shape[0], q_off, k_off), p, 0.0)
+        p = jnp.where(_causal_mask(*logits.shape, q_off, k_off), p, 0.0)
     return p
+
+
+def _tile_exp(qa, ka_blk, q_off, k_off, causal):
+    return _masked_exp(qa @ ka_blk.T, q_off, k_off, causal)
 
 
 def _weighted_sum(p, v):
@@ -170,9 +174,8 @@ def _tile_sum(qa, ka_blk, va_blk, q_off, k_off, causal):
     """
     if va_blk.shape[1] <= NARROW:
         return _weighted_sum(_tile_exp(qa, ka_blk, q_off, k_off, causal), va_blk)
-    p = jnp.exp(qa[:, :-2] @ ka_blk[:, :-2].T + qa[:, -2:-1] + ka_blk[:, -1][None, :])
-    if causal:
-        p = jnp.where(_causal_mask(qa.shape[0], ka_blk.shape[0], q_off, k_off), p, 0.0)
+    p = _masked_exp(qa[:, :-2] @ ka_blk[:, :-2].T + qa[:, -2:-1] + ka_blk[:, -1][None, :], q_off,
+                    k_off, causal)
     return jnp.concatenate([p @ va_blk[:, :-1], jnp.sum(p, axis=1, keepdims=True)], axis=1)
 
 
@@ -279,7 +282,7 @@ def _stream_bwd(q, k, v, bias, q0, out, lse, g_out, g_lse, causal, qb, kb):
     ka = jnp.concatenate([_pad_rows(k, np_), jnp.ones((np_, 1), k.dtype),
                           _pad_rows(bias, np_, -jnp.inf)[:, None]], 1)
     va = jnp.concatenate([_pad_rows(v, np_), jnp.ones((np_, 1), v.dtype)], 1)
-    cols = lambda a, c: jax.lax.dynamic_slice_in_dim(a, c * kb, kb)  # noqa: E731
+    cols = lambda a, c: jax.lax.dynamic_slice_in_dim(a, c * kb, kb)
 
     def dq_rows(args):  # q̄_i = Σ_j ∂s_ij k_j
         qa_r, ga_r, r = args
