@@ -90,7 +90,7 @@ def test_streamed_sinkhorn_divergence_matches_dense_with_gradients():
     y = 0.8 * jax.random.normal(jax.random.key(2), (55, 3)) + 0.3
     b = jax.random.uniform(jax.random.key(3), (55,)) + 0.1
     b = b / b.sum()
-    f = lambda bs: lambda x: sinkhorn_divergence(x, y, 0.3, b=b, threshold=1e-10, batch_size=bs)  # noqa: E731
+    f = lambda bs: lambda x: sinkhorn_divergence(x, y, 0.3, b=b, threshold=1e-10, batch_size=bs)
     np.testing.assert_allclose(f(16)(x), f(None)(x), rtol=1e-10)
     np.testing.assert_allclose(jax.grad(f(16))(x), jax.grad(f(None))(x), rtol=1e-7, atol=1e-12)
     with pytest.raises(ValueError, match="batch_size"):

@@ -19,6 +19,7 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 
+from ._checks import check_block_size
 from ._types import Param
 from .attention.base import AbstractAttention, log_weights
 from .kernels import softmax_average
@@ -129,10 +130,9 @@ def sinkhorn_divergence(x, y, epsilon, *, a=None, b=None, max_iterations: int = 
 
     from .attention.sinkhorn import StreamingSqEuclideanCloud
 
-    if batch_size is not None and int(batch_size) < 1:
-        raise ValueError(f"batch_size must be None or >= 1, got {batch_size}")
+    batch_size = check_block_size(batch_size, "batch_size")
     cloud = pointcloud.PointCloud if batch_size is None else StreamingSqEuclideanCloud
-    kwargs = {} if batch_size is None else {"batch_size": int(batch_size)}
+    kwargs = {} if batch_size is None else {"batch_size": batch_size}
     div, _ = sd.sinkhorn_divergence(cloud, x, y, epsilon=epsilon, a=a, b=b, **kwargs,
                                     solve_kwargs={"max_iterations": max_iterations,
                                                   "threshold": threshold})
