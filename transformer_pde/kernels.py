@@ -144,39 +144,26 @@ def _threshold(dtype) -> float:
 # streaming softmax: forward
 
 
-def _masked_exp(logits, q_off, k_off, causal):
-    p = jnp.exp(logits)
-    if causal:
-        p = jnp.where(_causal_mask(*logits.shape, q_off, k_off), p, 0.0)
-    return p
-
-
 def _tile_exp(qa, ka_blk, q_off, k_off, causal):
-    return _masked_exp(qa @ ka_blk.T, q_off, k_off, causal)
+    p = jnp.exp(qa @ ka_blk.T)
+    if causal:
+        p = jnp.where(_causal_mask(qa.shape[0], ka_blk.shape[0], q_off, k_off), p, 0.0)
+    return p
 
 
 def _weighted_sum(p, v):
     """p @ v; for narrow v as a broadcast multiply-reduce, which XLA:CPU fuses with the
-    producer of p into one multi-threaded kernel (at d = 3, as a product, it runs 1.5x slower)."""
+    producer of p into one multi-threaded kernel (at d = 3, as a product, it runs 1.8x slower;
+    ``benchmarks/tile_forms.py``)."""
     if v.shape[1] <= NARROW:
         return jnp.sum(p[:, :, None] * v[None, :, :], axis=1)
     return p @ v
 
 
 def _tile_sum(qa, ka_blk, va_blk, q_off, k_off, causal):
-    """Σ_j exp(qa_i · ka_j) va_j over one tile, with qa = [q, -c, 1], ka = [k, 1, b], va = [v, 1].
-
-    Each form below is what XLA:CPU fuses into one multi-threaded kernel with no materialized
-    tile, for its width (benchmarks/README.md, "Kernel design"): narrow values (d = 3) as a
-    broadcast multiply-reduce; wide ones as two matrix products of the original widths (shift
-    and bias added in between, the normalizer a row sum: products of width d + 2 and d + 1
-    run ~10 % slower).
-    """
-    if va_blk.shape[1] <= NARROW:
-        return _weighted_sum(_tile_exp(qa, ka_blk, q_off, k_off, causal), va_blk)
-    p = _masked_exp(qa[:, :-2] @ ka_blk[:, :-2].T + qa[:, -2:-1] + ka_blk[:, -1][None, :], q_off,
-                    k_off, causal)
-    return jnp.concatenate([p @ va_blk[:, :-1], jnp.sum(p, axis=1, keepdims=True)], axis=1)
+    """Σ_j exp(qa_i · ka_j) va_j over one tile, with qa = [q, -c, 1], ka = [k, 1, b], va = [v, 1]:
+    one kernel that XLA:CPU fuses (no materialized tile) and splits over the cores by rows."""
+    return _weighted_sum(_tile_exp(qa, ka_blk, q_off, k_off, causal), va_blk)
 
 
 def _key_block(k, v, bias, j, kb):
