@@ -8,7 +8,7 @@ import pytest
 import scipy.special
 
 import transformer_pde as tp
-from transformer_pde import causal
+from transformer_pde.theory import causal
 from transformer_pde.experiments import _base
 
 
@@ -69,7 +69,7 @@ def test_litm_velocity_matches_numpy_loop():
     rng = np.random.default_rng(0)
     th = rng.uniform(0, 2 * np.pi, 9)
     beta, lam = 1.3, 0.7
-    v = np.asarray(causal.LitMCircle(beta, lam).velocity(th[:, None]))[:, 0]
+    v = np.asarray(tp.LitMCircle(beta, lam).velocity(th[:, None]))[:, 0]
     N = len(th)
     ref = np.zeros(N)
     for j in range(N):
@@ -81,27 +81,27 @@ def test_litm_velocity_matches_numpy_loop():
 
 def test_causal_attention_matches_masked_softmax_and_alibi_reference():
     x = tp.uniform_sphere(jax.random.key(0), 7, 3)
-    ca = causal.CausalAttention.identity(3, 2.0)
+    ca = tp.SoftmaxAttention.identity(3, 2.0, causal=True, alibi=0.0)
     sm = tp.SoftmaxAttention.identity(3, 2.0, causal=True)
     np.testing.assert_allclose(ca.velocity(x), sm.velocity(x), rtol=1e-12)
     lam, beta = 1.5, 2.0
     xv = np.asarray(x)
-    v = np.asarray(causal.CausalAttention.identity(3, beta, lam, include_self=False).velocity(x))
+    v = np.asarray(tp.SoftmaxAttention.identity(3, beta, causal=True, alibi=lam, include_self=False).velocity(x))
     for k in range(7):
         if k == 0:
             np.testing.assert_array_equal(v[0], 0.0)
             continue
         w = np.array([np.exp(beta * xv[k] @ xv[j] - lam * (k - j) / 7) for j in range(k)])
         np.testing.assert_allclose(v[k], (w / w.sum()) @ xv[:k], rtol=1e-12)
-    with pytest.raises(ValueError, match="lam"):
-        causal.CausalAttention.identity(3, 1.0, -1.0)
+    with pytest.raises(ValueError, match="alibi"):
+        tp.SoftmaxAttention.identity(3, 1.0, causal=True, alibi=-1.0)
 
 
 @pytest.mark.parametrize("d", [2, 3])
 def test_all_tokens_go_to_the_first_token(d):
     # sphere.md §4 Thm 1 with Q = K = V = I (the case the spec marks as checked)
     x0 = tp.uniform_sphere(jax.random.key(d), 10, d)
-    dyn = tp.Sphere(causal.CausalAttention.identity(d, 1.0))
+    dyn = tp.Sphere(tp.SoftmaxAttention.identity(d, 1.0, causal=True))
     sol = tp.solve(dyn, x0, t1=60.0, dt0=0.2, solver=diffrax.Tsit5())
     np.testing.assert_allclose(sol.final[0], x0[0], atol=1e-12)  # x_1 never moves
     assert float(jnp.max(jnp.linalg.norm(sol.final - x0[0], axis=-1))) < 1e-4
@@ -122,7 +122,7 @@ def test_renyi_expected_count(d):
 
 
 def test_cap_measure_general_d_formula():
-    from transformer_pde.causal import cap_measure
+    from transformer_pde.theory.causal import cap_measure
 
     for delta in (0.3, 1.2, 2.5):
         # the incomplete-beta branch (d > 3) reproduces d = 3 when forced
@@ -180,7 +180,7 @@ def test_litm_mean_field_linear_response_and_invariants():
     coef = (f - 1 / (2 * np.pi)) @ np.cos(n * th) * (2 / M) * np.pi / eps  # cos coefficient / initial
     import scipy.linalg
 
-    K = np.asarray(causal.LitMCircle(beta, lam).position_weights(S))
+    K = np.asarray(tp.LitMCircle(beta, lam).position_weights(S))
     a_n = n**2 * scipy.special.iv(n, beta)
     ref = scipy.linalg.expm(a_n * t * K)[:, i0]
     np.testing.assert_allclose(coef, ref, rtol=1e-4, atol=1e-6)
@@ -189,8 +189,8 @@ def test_litm_mean_field_linear_response_and_invariants():
 def test_float32_paths():
     x = tp.uniform_sphere(jax.random.key(0), 6, 3, dtype=jnp.float32)
     eye = jnp.eye(3, dtype=jnp.float32)
-    v = causal.CausalAttention(eye, eye, eye, 2.0, 0.5).velocity(x)
+    v = tp.SoftmaxAttention(eye, eye, eye, 2.0, causal=True, alibi=0.5).velocity(x)
     assert v.dtype == jnp.float32 and bool(jnp.all(jnp.isfinite(v)))
     th = jnp.linspace(0, 6, 8, dtype=jnp.float32)[:, None]
-    w = causal.LitMCircle(1.0, 1.0).velocity(th)
+    w = tp.LitMCircle(1.0, 1.0).velocity(th)
     assert w.dtype == jnp.float32 and float(w[0, 0]) == 0.0

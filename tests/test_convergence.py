@@ -7,6 +7,7 @@ import pytest
 
 import transformer_pde as tp
 from transformer_pde import convergence as cv
+from transformer_pde import diagnostics as dg
 from transformer_pde.experiments import get
 from transformer_pde.experiments._runner import run_experiment
 
@@ -76,21 +77,22 @@ def test_sinkhorn_w2_of_a_translation_is_the_shift():
     """S_ε(μ, τ_a μ) = |a|² for every ε: the cross terms of |x − y − a|² are separable."""
     x = jax.random.normal(jax.random.key(0), (40, 3))
     a = jnp.array([0.3, -0.4, 0.1])
-    np.testing.assert_allclose(cv.sinkhorn_w2(x, x + a, 0.05, threshold=1e-7), jnp.linalg.norm(a),
+    np.testing.assert_allclose(dg.sinkhorn_wasserstein(x, x + a, epsilon=0.05, threshold=1e-7), jnp.linalg.norm(a),
                                rtol=1e-4)
     # the streamed cost (blocks of 16 points, never the 40 x 40 matrix) gives the same number
-    np.testing.assert_allclose(cv.sinkhorn_w2(x, x + a, 0.05, threshold=1e-7, batch_size=16),
+    np.testing.assert_allclose(dg.sinkhorn_wasserstein(x, x + a, epsilon=0.05, threshold=1e-7, batch_size=16),
                                jnp.linalg.norm(a), rtol=1e-4)
 
 
 def test_streamed_sinkhorn_divergence_matches_dense_with_gradients():
-    from transformer_pde.interpolation import sinkhorn_divergence
+    from transformer_pde.diagnostics import sinkhorn_divergence
 
     x = jax.random.normal(jax.random.key(1), (70, 3))
     y = 0.8 * jax.random.normal(jax.random.key(2), (55, 3)) + 0.3
     b = jax.random.uniform(jax.random.key(3), (55,)) + 0.1
     b = b / b.sum()
-    f = lambda bs: lambda x: sinkhorn_divergence(x, y, 0.3, b=b, threshold=1e-10, batch_size=bs)
+    f = lambda bs: lambda x: sinkhorn_divergence(x, y, b=b, epsilon=0.3, threshold=1e-10, max_iterations=1000,
+                                                  batch_size=bs)
     np.testing.assert_allclose(f(16)(x), f(None)(x), rtol=1e-10)
     np.testing.assert_allclose(jax.grad(f(16))(x), jax.grad(f(None))(x), rtol=1e-7, atol=1e-12)
     with pytest.raises(ValueError, match="batch_size"):

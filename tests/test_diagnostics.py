@@ -1,5 +1,6 @@
 """Diagnostics (energies, attention matrix, rank, clusters) and the solver facts of sphere.md §8."""
 
+import diffrax
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -141,15 +142,15 @@ def test_energy_dissipation_identity(model):
 
 
 def test_energy_monotone_along_solution_and_stats():
-    """E non-decreasing along SA (sphere.md §8.2); diagnostics inside solve(stats=...) equal
+    """E non-decreasing along SA (sphere.md §8.2); diagnostics inside solve(saveat=SaveAt(fn=...)) equal
     the same functions applied to the saved states."""
     beta = 2.0
     x0 = _tokens(12)
     ts = jnp.linspace(0, 6, 25)
     dyn = tp.Sphere(tp.SoftmaxAttention.identity(3, beta))
-    sol = tp.solve(dyn, x0, t1=6.0, dt0=0.05, saveat=ts,
-                   stats=lambda t, x: {"E": interaction_energy(x, beta),
-                                       "phi": normalized_energy(x, beta), "m": mean_token(x)})
+    sol = tp.solve(dyn, x0, t1=6.0, dt0=0.05, saveat=diffrax.SaveAt(
+        ts=ts, fn=lambda t, x, args: {"E": interaction_energy(x, beta), "phi": normalized_energy(x, beta),
+                                      "m": mean_token(x)}))
     E = np.asarray(sol.stats["E"])
     assert np.all(np.diff(E) >= -1e-12) and E[-1] > E[0], E
     ref = tp.solve(dyn, x0, t1=6.0, dt0=0.05, saveat=ts)

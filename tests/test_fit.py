@@ -11,7 +11,7 @@ import pytest
 import transformer_pde as tp
 from transformer_pde.experiments import get
 from transformer_pde.experiments._runner import run_experiment
-from transformer_pde.interpolation import AttentionPerceptron
+from transformer_pde.models import AttentionPerceptron
 
 
 def _directional_fd(f, args, direction, h=1e-5):

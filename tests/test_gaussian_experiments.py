@@ -8,7 +8,7 @@ import pytest
 from transformer_pde import experiments
 from transformer_pde.experiments import gaussian_anisotropy as ga
 from transformer_pde.experiments._runner import run_experiment
-from transformer_pde.gaussian import identity_value_blowup_time
+from transformer_pde.theory.gaussian import identity_value_blowup_time
 
 
 def _run(name, tmp_path):

@@ -5,7 +5,8 @@ import numpy as np
 import pytest
 
 import transformer_pde as tp
-from transformer_pde import kde
+from transformer_pde.models import MeanShift
+from transformer_pde.theory import kde
 from transformer_pde.experiments import _base
 
 
@@ -44,7 +45,7 @@ def test_mode_fit_recovers_law():
 def test_mean_shift_is_gradient_of_log_kde():
     x = np.random.default_rng(2).standard_normal((40, 1))
     beta = 7.0
-    v = np.asarray(kde.MeanShift(beta).velocity(x))[:, 0]
+    v = np.asarray(MeanShift(beta).velocity(x))[:, 0]
     # β^{-1} ∂_x log P̂ at the samples, by central differences of a plain NumPy KDE
     def logp(t):
         return np.log(np.exp(-beta * (t[:, None] - x[None, :, 0]) ** 2 / 2).sum(1))
@@ -52,12 +53,12 @@ def test_mean_shift_is_gradient_of_log_kde():
     ref = (logp(x[:, 0] + h) - logp(x[:, 0] - h)) / (2 * h) / beta
     np.testing.assert_allclose(v, ref, rtol=1e-6, atol=1e-9)
     with pytest.raises(ValueError, match="beta"):
-        kde.MeanShift(-1.0)
+        MeanShift(-1.0)
 
 
 def test_mean_shift_float32():
     x = jnp.asarray(np.random.default_rng(3).standard_normal((50, 1)), jnp.float32)
-    sol = tp.solve(kde.MeanShift(100.0), x, t1=2.0, dt0=0.2)
+    sol = tp.solve(MeanShift(100.0), x, t1=2.0, dt0=0.2)
     assert sol.final.dtype == jnp.float32 and bool(jnp.all(jnp.isfinite(sol.final)))
 
 

@@ -7,13 +7,15 @@ import numpy as np
 import pytest
 
 import transformer_pde as tp
-from transformer_pde import perceptron as pc
+from transformer_pde.diagnostics import perceptron_energy
+from transformer_pde.models import PerceptronBlock
+from transformer_pde.theory.perceptron import stationarity_residual
 from transformer_pde.experiments import _base
 
 
 def _block(sign=1.0, beta=1.5, d=3):
     a = np.asarray(tp.uniform_sphere(jax.random.key(7), 3, d))
-    return pc.PerceptronBlock(beta, a, np.array([1.0, -2.0, 0.5]), sign=sign)
+    return PerceptronBlock(beta, a, np.array([1.0, -2.0, 0.5]), sign=sign)
 
 
 def test_velocity_is_gradient_of_first_variation():
@@ -40,7 +42,7 @@ def test_energy_dissipation_identity(sign):
     h = 1e-3
     ts = jnp.array([0.1 - h, 0.1, 0.1 + h])
     sol = tp.solve(blk, x0, t1=0.1 + h, dt0=h / 4, saveat=ts, solver=diffrax.Tsit5())
-    E = [float(pc.perceptron_energy(blk, x)) for x in sol.xs]
+    E = [float(perceptron_energy(blk, x)) for x in sol.xs]
     dEdt = (E[2] - E[0]) / (2 * h)
     v = blk.velocity(sol.xs[1])
     np.testing.assert_allclose(dEdt, sign * float(jnp.mean(jnp.sum(v**2, -1))), rtol=1e-5)
@@ -51,7 +53,7 @@ def test_stationarity_residual_and_validation():
     # a single atom at a critical point of v restricted to the circle is stationary: find one
     th = np.linspace(0, 2 * np.pi, 61)
     z = np.stack([np.cos(th), np.sin(th)], 1)
-    res = np.array([pc.stationarity_residual(blk, zz[None], [1.0]) for zz in z])
+    res = np.array([stationarity_residual(blk, zz[None], [1.0]) for zz in z])
     # |P⊥_z Σ ω_j σ(a_j·z) a_j| for a single atom (self-attraction is radial)
     a, om = np.asarray(blk.a), np.asarray(blk.omega)
     f = (np.maximum(z @ a.T, 0) * om) @ a
@@ -59,9 +61,9 @@ def test_stationarity_residual_and_validation():
     np.testing.assert_allclose(res, ref, rtol=1e-10, atol=1e-12)
     assert res.min() < 0.2 and res.max() > 0.5
     with pytest.raises(ValueError, match="sign"):
-        pc.PerceptronBlock(1.0, np.eye(2), np.ones(2), sign=2)
+        PerceptronBlock(1.0, np.eye(2), np.ones(2), sign=2)
     with pytest.raises(ValueError, match="omega"):
-        pc.PerceptronBlock(1.0, np.eye(2), np.ones(3))
+        PerceptronBlock(1.0, np.eye(2), np.ones(3))
 
 
 def test_experiment_perceptron_tiny():

@@ -6,7 +6,8 @@ import numpy as np
 import pytest
 
 import transformer_pde as tp
-from transformer_pde import random_heads as rh
+from transformer_pde.models import random_heads as rh
+from transformer_pde.solvers import random_heads as rh_runs
 from transformer_pde.experiments import _base
 
 
@@ -41,7 +42,7 @@ def test_one_layer_moments_match_the_sde_generator():
     heads = rh.GaussianHeads(d, beta=0.0)
     x = tp.uniform_sphere(jax.random.key(3), n, d)
     keys = jax.random.split(jax.random.key(4), 40000)
-    x1 = jax.vmap(lambda k: rh.diffusive_chain(k, heads, x, ds, 1)[-1])(keys)
+    x1 = jax.vmap(lambda k: rh_runs.diffusive_chain(k, heads, x, ds, 1)[-1])(keys)
     dx = np.asarray(x1 - x)
     xb = np.asarray(x).mean(0)
     drift = -0.5 * (xb @ xb) * np.asarray(x)
@@ -56,11 +57,11 @@ def test_one_layer_moments_match_the_sde_generator():
 def test_sde_stays_on_sphere_and_validates():
     heads = rh.GaussianHeads(3, beta=1.0)
     x0 = tp.uniform_sphere(jax.random.key(0), 4, 3)
-    xs = rh.sde(jax.random.key(1), heads, x0, 1.0, 1 / 16, num_nodes=4, saveat=jnp.linspace(0, 1, 5))
+    xs = rh_runs.sde(jax.random.key(1), heads, x0, 1.0, 1 / 16, num_nodes=4, saveat=jnp.linspace(0, 1, 5))
     assert xs.shape == (5, 4, 3)
     np.testing.assert_allclose(jnp.linalg.norm(xs, axis=-1), 1.0, atol=1e-12)
     with pytest.raises(ValueError, match="v_mean"):
-        rh.sde(jax.random.key(1), rh.GaussianHeads(3, v_mean=1.0), x0, 1.0, 0.1)
+        rh_runs.sde(jax.random.key(1), rh.GaussianHeads(3, v_mean=1.0), x0, 1.0, 0.1)
     with pytest.raises(ValueError, match="d >= 2"):
         rh.GaussianHeads(1)
 
@@ -68,7 +69,7 @@ def test_sde_stays_on_sphere_and_validates():
 def test_chain_float32():
     heads = rh.GaussianHeads(3, beta=1.0)
     x0 = tp.uniform_sphere(jax.random.key(0), 4, 3, dtype=jnp.float32)
-    xs = rh.chain(jax.random.key(1), heads, x0, 8, 0.3, num_heads=2, save_every=4)
+    xs = rh_runs.chain(jax.random.key(1), heads, x0, 8, 0.3, num_heads=2, save_every=4)
     assert xs.shape == (3, 4, 3) and xs.dtype == jnp.float32
 
 

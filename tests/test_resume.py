@@ -2,7 +2,7 @@
 
 The oracle is the uninterrupted run of the same command: a resumed run must end with a
 byte-identical ``data.npz`` (same machine). Library-level tests check the same property for
-:func:`tp.checkpoint.solve_checkpointed` in-process, plus the checkpoint's refusal to mix runs.
+:func:`tp.solvers.checkpoint.solve_checkpointed` in-process, plus the checkpoint's refusal to mix runs.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ import numpy as np
 import pytest
 
 import transformer_pde as tp
-from transformer_pde.checkpoint import Checkpoint, solve_checkpointed
+from transformer_pde.solvers.checkpoint import Checkpoint, solve_checkpointed
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -132,9 +132,9 @@ EULER = diffrax.Euler()  # cheap to compile; the chunking logic does not depend 
 
 def test_solve_checkpointed_resume_matches_uninterrupted(tmp_path, monkeypatch):
     dyn, x0, ts = _problem()
-    stats = lambda t, x: {"mean": jnp.mean(x, 0), "t": t}  # noqa: E731
+    stats = lambda t, x, args: {"mean": jnp.mean(x, 0), "t": t}  # noqa: E731
     ref = solve_checkpointed(dyn, x0, t1=2.0, dt0=0.05, solver=EULER, saveat=ts, every=3)
-    ref_stats = solve_checkpointed(dyn, x0, t1=2.0, dt0=0.05, solver=EULER, saveat=ts, every=3, stats=stats)
+    ref_stats = solve_checkpointed(dyn, x0, t1=2.0, dt0=0.05, solver=EULER, saveat=diffrax.SaveAt(ts=ts, fn=stats), every=3)
     # chunking does not change the trajectory beyond round-off (against one plain solve)
     plain = tp.solve(dyn, x0, t1=2.0, dt0=0.05, solver=EULER, saveat=ts)
     np.testing.assert_allclose(ref.xs, plain.xs, atol=1e-12)
@@ -152,17 +152,17 @@ def test_solve_checkpointed_resume_matches_uninterrupted(tmp_path, monkeypatch):
 
     monkeypatch.setattr(Checkpoint, "write_chunk", crashing_write)
     with pytest.raises(_Crash):
-        solve_checkpointed(dyn, x0, t1=2.0, dt0=0.05, solver=EULER, saveat=ts, checkpoint=ckpt, name="a")
+        solve_checkpointed(dyn, x0, t1=2.0, dt0=0.05, solver=EULER, saveat=ts, checkpoint=ckpt.stage("a"))
     monkeypatch.setattr(Checkpoint, "write_chunk", real_write)
     assert ckpt.manifest("a")["completed"] == 2
-    res = solve_checkpointed(dyn, x0, t1=2.0, dt0=0.05, solver=EULER, saveat=ts, checkpoint=ckpt, name="a")
+    res = solve_checkpointed(dyn, x0, t1=2.0, dt0=0.05, solver=EULER, saveat=ts, checkpoint=ckpt.stage("a"))
     np.testing.assert_array_equal(res.xs, ref.xs)  # bitwise
     assert int(res.num_steps) == int(ref.num_steps)
     # a finished stage resumes with no work and the same answer; stats mode too
-    again = solve_checkpointed(dyn, x0, t1=2.0, dt0=0.05, solver=EULER, saveat=ts, checkpoint=ckpt, name="a")
+    again = solve_checkpointed(dyn, x0, t1=2.0, dt0=0.05, solver=EULER, saveat=ts, checkpoint=ckpt.stage("a"))
     np.testing.assert_array_equal(again.xs, ref.xs)
-    s1 = solve_checkpointed(dyn, x0, t1=2.0, dt0=0.05, solver=EULER, saveat=ts, checkpoint=ckpt, name="s",
-                            stats=stats)
+    s1 = solve_checkpointed(dyn, x0, t1=2.0, dt0=0.05, solver=EULER, saveat=diffrax.SaveAt(ts=ts, fn=stats),
+                            checkpoint=ckpt.stage("s"))
     np.testing.assert_array_equal(s1.stats["mean"], ref_stats.stats["mean"])
     np.testing.assert_array_equal(s1.stats["t"], ts)
 
@@ -170,12 +170,12 @@ def test_solve_checkpointed_resume_matches_uninterrupted(tmp_path, monkeypatch):
 def test_checkpoint_refuses_a_different_run(tmp_path):
     dyn, x0, ts = _problem()
     ckpt = Checkpoint(tmp_path, every=4)
-    solve_checkpointed(dyn, x0, t1=2.0, dt0=0.05, solver=EULER, saveat=ts, checkpoint=ckpt, name="a")
+    solve_checkpointed(dyn, x0, t1=2.0, dt0=0.05, solver=EULER, saveat=ts, checkpoint=ckpt.stage("a"))
     with pytest.raises(ValueError, match=r"different run \(mismatch in \['x0_sum'\]\)"):
         solve_checkpointed(dyn, tp.normalize(x0[::-1] + 0.1), t1=2.0, dt0=0.05, solver=EULER, saveat=ts,
-                           checkpoint=ckpt, name="a")
+                           checkpoint=ckpt.stage("a"))
     with pytest.raises(ValueError, match="every=2 differs"):
-        solve_checkpointed(dyn, x0, t1=2.0, dt0=0.05, solver=EULER, saveat=ts, checkpoint=ckpt, name="a",
+        solve_checkpointed(dyn, x0, t1=2.0, dt0=0.05, solver=EULER, saveat=ts, checkpoint=ckpt.stage("a"),
                            every=2)
 
 

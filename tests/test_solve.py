@@ -97,8 +97,8 @@ def test_stats_saved_instead_of_states_and_weights():
     w = np.arange(1.0, 7.0) / 21.0
     ts = jnp.linspace(0.0, 1.0, 5)
     full = tp.solve(attn, x0, t1=1.0, dt0=0.05, saveat=ts, weights=w)
-    mean = tp.solve(attn, x0, t1=1.0, dt0=0.05, saveat=ts, weights=w,
-                    stats=lambda t, x: {"mean": w @ x, "t": t})
+    mean = tp.solve(attn, x0, t1=1.0, dt0=0.05, weights=w,
+                    saveat=diffrax.SaveAt(ts=ts, fn=lambda t, x, args: {"mean": w @ x, "t": t}))
     assert mean.xs is None
     np.testing.assert_allclose(mean.stats["mean"], jnp.einsum("n,tnd->td", w, full.xs), rtol=1e-12)
     np.testing.assert_allclose(mean.stats["t"], ts)

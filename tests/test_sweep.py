@@ -13,7 +13,7 @@ import pytest
 import transformer_pde as tp
 from transformer_pde.experiments import get
 from transformer_pde.experiments._runner import run_experiment
-from transformer_pde.sweep import first_time
+from transformer_pde.sweeps import first_time
 
 
 def test_labeled_array_selection_and_reduction():

@@ -22,7 +22,7 @@ import pytest
 
 import transformer_pde as tp
 from transformer_pde import cli
-from transformer_pde.checkpoint import Checkpoint, solve_checkpointed
+from transformer_pde.solvers.checkpoint import Checkpoint, solve_checkpointed
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -117,8 +117,12 @@ BAD_INPUTS = [
          r"t must be a scalar, got shape \(2,\)"),
     Case("max-steps", "max_steps < 1", lambda: tp.solve(SA, X, t1=1.0, dt0=0.1, max_steps=0),
          r"max_steps must be >= 1, got 0"),
-    Case("stats-callable", "stats that is not a function",
-         lambda: tp.solve(SA, X, t1=1.0, dt0=0.1, stats=3), r"stats must be a callable stats\(t, x\), got 3"),
+    Case("saveat-fn-callable", "a SaveAt statistic that is not a function",
+         lambda: tp.solve(SA, X, t1=1.0, dt0=0.1, saveat=diffrax.SaveAt(t1=True, fn=3)),
+         r"SaveAt fn must be a callable fn\(t, y, args\), got 3"),
+    Case("saveat-steps", "a SaveAt of every step (not supported: saves are at chosen times)",
+         lambda: tp.solve(SA, X, t1=1.0, dt0=0.1, saveat=diffrax.SaveAt(steps=True)),
+         r"solve takes diffrax.SaveAt\(ts=..., fn=...\)"),
     Case("dynamics-type", "solve of something that is not a dynamics",
          lambda: tp.solve(lambda x: x, X, t1=1.0, dt0=0.1),
          r"dynamics must be an attention or tp.Sphere\(attention\), got function"),
@@ -192,7 +196,7 @@ BAD_INPUTS = [
          r"Gaussian has dimension 2 but the dynamics act on d=3"),
     Case("gaussian-weights", "weights with a Gaussian state",
          lambda: tp.solve(SA, tp.Gaussian(jnp.zeros(3), E3), t1=1.0, dt0=0.1, weights=jnp.ones(3) / 3),
-         r"weights and stats apply to particles"),
+         r"weights and checkpoint apply to particles"),
     Case("gaussian-closure", "a Gaussian under a variant with no closure",
          lambda: tp.solve(tp.SigmoidAttention(E3, E3, E3), tp.Gaussian(jnp.zeros(3), E3), t1=1.0, dt0=0.1),
          r"SigmoidAttention has no Gaussian closure", NotImplementedError),

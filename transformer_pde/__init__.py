@@ -2,96 +2,96 @@
 
 Tokens move as interacting particles, dx_i/dt = Γ_μ(x_i), and their empirical measure μ
 follows the continuity equation ∂_t μ + div(μ Γ_μ) = 0 (spec: ``shared/spec/``).
+
+The house, by role (``docs/architecture.md``): :mod:`.kernels` (pair reductions) →
+:mod:`.models` (every dynamics) → :mod:`.solvers` (the one place that integrates) →
+:mod:`.diagnostics` and :mod:`.theory` (functions of states; closed forms) →
+:mod:`.sweeps`, :mod:`.fitting`, :mod:`.convergence` → :mod:`.experiments` → :mod:`.cli`.
+Importing the package does not import the experiments.
 """
 
-from . import (
-    causal,
-    convergence,
-    diagnostics,
-    gaussian,
-    interpolation,
-    kde,
-    kernels,
-    perceptron,
-    plot,
-    random_heads,
-    sharding,
-)
+from . import convergence, diagnostics, kernels, models, plot, solvers, theory
 from ._checks import NonFiniteStateError
-from .attention import (
+from .fitting import FitResult, checkpointed_adjoint, fit
+from .measures import Gaussian, cap_sample
+from .models import (
     AbstractAttention,
+    AbstractDynamics,
+    AbstractGaussianClosure,
+    AbstractManifoldDynamics,
+    AbstractNormalizedAttention,
+    AttentionPerceptron,
+    GaussianHeads,
     L2Attention,
+    LitMCircle,
+    MeanShift,
     MultiHeadAttention,
+    PerceptronBlock,
+    PostLN,
+    Sharded,
     SigmoidAttention,
     SinkhornAttention,
     SinkhornPotentials,
     SoftmaxAttention,
+    Sphere,
     UnnormalizedAttention,
+    normalize,
+    sharding,
+    tangent_projection,
+    uniform_sphere,
 )
-from .causal import CausalAttention, LitMCircle
-from .checkpoint import Checkpoint, solve_checkpointed
-from .dynamics import AbstractDynamics
-from .fit import FitResult, checkpointed_adjoint, fit
-from .gaussian_solve import GaussianSolution, solve_gaussian
-from .interpolation import AttentionPerceptron
-from .kde import MeanShift
-from .measures import Gaussian
 from .params import PiecewiseConstant
-from .perceptron import PerceptronBlock
-from .random_heads import GaussianHeads
-from .sharding import Sharded
-from .solve import Solution, layers, solve
-from .spaces import Sphere, normalize, tangent_projection, uniform_sphere
-from .sweep import LabeledArray, heatmap, sweep
+from .solvers import Checkpoint, GaussianSolution, Retracted, Solution, layers, solve
+from .sweeps import LabeledArray, heatmap, sweep
 
 __version__ = "0.1.0"
 
 __all__ = [
     "AbstractAttention",
     "AbstractDynamics",
-    "Checkpoint",
+    "AbstractGaussianClosure",
+    "AbstractManifoldDynamics",
+    "AbstractNormalizedAttention",
     "AttentionPerceptron",
+    "Checkpoint",
     "FitResult",
-    "CausalAttention",
     "Gaussian",
     "GaussianHeads",
     "GaussianSolution",
     "L2Attention",
     "LabeledArray",
-    "MultiHeadAttention",
-    "NonFiniteStateError",
     "LitMCircle",
     "MeanShift",
+    "MultiHeadAttention",
+    "NonFiniteStateError",
     "PerceptronBlock",
     "PiecewiseConstant",
+    "PostLN",
+    "Retracted",
+    "Sharded",
     "SigmoidAttention",
     "SinkhornAttention",
     "SinkhornPotentials",
-    "Sharded",
     "SoftmaxAttention",
     "Solution",
     "Sphere",
     "UnnormalizedAttention",
+    "cap_sample",
     "checkpointed_adjoint",
     "convergence",
     "diagnostics",
     "fit",
     "heatmap",
-    "interpolation",
-    "gaussian",
-    "causal",
-    "kde",
     "kernels",
     "layers",
+    "models",
     "normalize",
-    "perceptron",
     "plot",
-    "random_heads",
     "sharding",
     "solve",
-    "solve_checkpointed",
+    "solvers",
     "sweep",
-    "solve_gaussian",
     "tangent_projection",
+    "theory",
     "uniform_sphere",
 ]

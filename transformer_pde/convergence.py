@@ -42,11 +42,13 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .diagnostics.distances import bures_wasserstein
-from .dynamics import AbstractDynamics
-from .gaussian import affine_field, symmetrize
+from .diagnostics.distances import bures_wasserstein, sinkhorn_wasserstein
+from .diagnostics.moments import empirical_moments
 from .measures import Gaussian
-from .spaces import Sphere, tangent_projection
+from .models.attention.base import AbstractAttention, AbstractGaussianClosure
+from .models.base import AbstractDynamics, AbstractManifoldDynamics, retract
+from .models.sphere import Sphere, tangent_projection
+from .solvers.core import Retracted, integrate
 
 METRICS = ("mean", "cov", "bw", "coupling", "flow_bw", "w2")
 
@@ -55,19 +57,15 @@ METRICS = ("mean", "cov", "bw", "coupling", "flow_bw", "w2")
 # Gaussian geometry
 
 
-def empirical_moments(x, weights=None):
-    """Mean ``(d,)`` and covariance ``(d, d)`` of Σ_j w_j δ_{x_j} (population normalization)."""
-    w = jnp.full(x.shape[:1], 1.0 / x.shape[0], x.dtype) if weights is None else weights
-    m = w @ x
-    xc = x - m
-    return m, symmetrize((xc * w[:, None]).T @ xc)
-
-
 def gaussian_affine_field(dynamics: AbstractDynamics, mean, cov, t=0.0):
     r"""The affine field Γ_μ(x) = J x + c of μ = N(mean, cov) (euclidean.md §4, "Mechanism"),
-    from :func:`transformer_pde.gaussian.affine_field`; a ValueError when there is no closure."""
+    from :meth:`~transformer_pde.models.AbstractGaussianClosure.affine_field`; a ValueError when
+    there is no closure."""
+    if not isinstance(dynamics, AbstractGaussianClosure):
+        raise ValueError(f"no Gaussian closure with an affine field for {type(dynamics).__name__}; use "
+                         "a large-n reference instead (law given as a sampler)")
     try:
-        return affine_field(dynamics, mean, cov, t)
+        return dynamics.affine_field(mean, cov, t)
     except NotImplementedError as e:
         raise ValueError(f"no Gaussian closure with an affine field for {type(dynamics).__name__} "
                          f"({e}); use a large-n reference instead (law given as a sampler)") from e
@@ -77,30 +75,16 @@ def _field_at(dynamics, queries, x, w, t):
     """Γ_μ(queries) for μ = Σ w_j δ_{x_j}, projected on the sphere for Sphere(...)."""
     if isinstance(dynamics, Sphere):
         return tangent_projection(queries, _field_at(dynamics.dynamics, queries, x, w, t))
-    if not hasattr(dynamics, "_field"):
+    if not isinstance(dynamics, AbstractAttention):
         raise ValueError(f"{type(dynamics).__name__} has no field at arbitrary points; the "
                          "large-n reference needs an attention or Sphere(attention)")
-    if getattr(dynamics, "causal", False):
+    if dynamics.causal:
         raise ValueError("causal attention has no mean field at arbitrary points")
     return dynamics._field(queries, x, w, t)
 
 
 # --------------------------------------------------------------------------------------------
 # Distances
-
-
-def sinkhorn_w2(x, y, epsilon, *, a=None, b=None, max_iterations: int = 2000,
-                threshold: float = 1e-4, batch_size: int | None = None):
-    r"""W_2 estimate √S_ε(μ, ν) from the debiased Sinkhorn divergence (ott-jax), cost |x − y|².
-
-    S_ε → W_2² as ε → 0 (bias O(ε²) for smooth data); ε is explicit, never ott's data-scaled
-    default (STYLE.md). ``batch_size`` recomputes the cost in blocks (memory O(n · batch)).
-    """
-    from .interpolation import sinkhorn_divergence
-
-    div = sinkhorn_divergence(x, y, epsilon, a=a, b=b, max_iterations=max_iterations,
-                              threshold=threshold, batch_size=batch_size)
-    return jnp.sqrt(jnp.clip(div, 0.0))
 
 
 def _metrics(x, z, m_ref, S_ref, y_ref, w2_epsilon, with_w2):
@@ -115,7 +99,8 @@ def _metrics(x, z, m_ref, S_ref, y_ref, w2_epsilon, with_w2):
     }
     if with_w2:
         batch = None if x.shape[0] * y_ref.shape[0] <= (1 << 24) else 1024
-        out["w2"] = sinkhorn_w2(x, y_ref, w2_epsilon, batch_size=batch)
+        out["w2"] = sinkhorn_wasserstein(x, y_ref, epsilon=w2_epsilon, threshold=1e-4,
+                                         max_iterations=2000, batch_size=batch)
     else:
         out["w2"] = jnp.full((), jnp.nan, x.dtype)
     return out
@@ -126,7 +111,7 @@ def _metrics(x, z, m_ref, S_ref, y_ref, w2_epsilon, with_w2):
 
 
 class _TreeRetract(eqx.Module):
-    """Row-wise retraction applied to every leaf of a coupled state (for ``_Retracted``)."""
+    """Row-wise retraction applied to every leaf of a coupled state (for ``Retracted``)."""
 
     dynamics: AbstractDynamics
 
@@ -135,11 +120,9 @@ class _TreeRetract(eqx.Module):
 
 
 def _retracting(dynamics, solver):
-    from .solve import _Retracted
-
-    if type(dynamics).retract is AbstractDynamics.retract:
+    if not isinstance(dynamics, AbstractManifoldDynamics):
         return solver
-    return _Retracted(solver, _TreeRetract(dynamics))
+    return Retracted(solver, _TreeRetract(dynamics))
 
 
 @eqx.filter_jit
@@ -165,10 +148,9 @@ def _run_gaussian(dynamics, mean0, cov0, keys, n, ts, t1, dt0, solver, w2_epsilo
             yref = m + jax.random.normal(ky, x.shape, dtype) @ jnp.linalg.cholesky(S).T
             return _metrics(x, z, m, S, yref, w2_epsilon, with_w2)
 
-        sol = diffrax.diffeqsolve(
-            diffrax.ODETerm(rhs), solver, jnp.zeros((), dtype), t1, dt0, (x0, (mean0, cov0), x0),
-            saveat=diffrax.SaveAt(ts=ts, fn=save), max_steps=max_steps,
-            stepsize_controller=diffrax.ConstantStepSize())
+        sol = integrate(diffrax.ODETerm(rhs), solver, jnp.zeros((), dtype), t1, dt0,
+                        (x0, (mean0, cov0), x0), saveat=diffrax.SaveAt(ts=ts, fn=save),
+                        max_steps=max_steps)
         return sol.ys
 
     return jax.lax.map(one, keys)
@@ -192,14 +174,12 @@ def _run_reference(dynamics, sampler, keys, ref_key, n, n_ref, ts, t1, dt0, solv
                     _field_at(dynamics, z, xr, wref, t))
 
         def save(t, y, args):
-            x, xr, z = (dynamics.retract(a) for a in y)
+            x, xr, z = (retract(dynamics, a) for a in y)
             m, S = empirical_moments(xr)
             return _metrics(x, z, m, S, xr, w2_epsilon, with_w2)
 
-        sol = diffrax.diffeqsolve(
-            diffrax.ODETerm(rhs), solver, jnp.zeros((), dtype), t1, dt0, (x0, xref0, x0),
-            saveat=diffrax.SaveAt(ts=ts, fn=save), max_steps=max_steps,
-            stepsize_controller=diffrax.ConstantStepSize())
+        sol = integrate(diffrax.ODETerm(rhs), solver, jnp.zeros((), dtype), t1, dt0, (x0, xref0, x0),
+                        saveat=diffrax.SaveAt(ts=ts, fn=save), max_steps=max_steps)
         return sol.ys
 
     return jax.lax.map(one, keys)

@@ -81,3 +81,11 @@ class Gaussian(eqx.Module):
         L = jnp.linalg.cholesky(self.cov)
         x = self.mean + jnp.asarray(pts, self.mean.dtype) @ L.T
         return x, jnp.asarray(wts / wts.sum(), self.mean.dtype)
+
+
+def cap_sample(key, center, n: int, spread: float):
+    """n points on S^{d-1} near ``center``: normalize(center + spread · Gaussian)."""
+    center = jnp.asarray(center)
+    center = center / jnp.linalg.norm(center)
+    z = center + spread * jax.random.normal(key, (n, center.shape[0]), center.dtype)
+    return z / jnp.linalg.norm(z, axis=-1, keepdims=True)

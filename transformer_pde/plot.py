@@ -13,11 +13,11 @@ if matplotlib.get_backend().lower() not in ("agg", "module://matplotlib_inline.b
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
+from ._io import atomic_write_bytes  # noqa: E402
+
 
 def save_figure(fig, path, dpi: int = 130) -> Path:
     """Save atomically (temporary file + rename) and close the figure."""
-    from .experiments._runner import atomic_write_bytes
-
     path = Path(path)
     buf = io.BytesIO()
     fig.savefig(buf, format=path.suffix.lstrip(".") or "png", dpi=dpi, bbox_inches="tight")

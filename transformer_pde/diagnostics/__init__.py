@@ -1,10 +1,21 @@
-"""Pure functions of a state: clusters, energies, moments, distances (usable in ``stats=``)."""
+"""Pure functions of a state: clusters, energies, moments, distances (one Sinkhorn divergence).
 
-from .clusters import cluster_count, cluster_labels, cluster_masses, clustered_pair_fraction
+Usable as statistics inside a solve: ``tp.solve(..., saveat=diffrax.SaveAt(ts=ts, fn=...))``.
+"""
+
+from .clusters import (
+    atoms,
+    cluster_count,
+    cluster_labels,
+    cluster_masses,
+    clustered_pair_fraction,
+    gap_clusters,
+)
 from .distances import (
     bures_wasserstein,
     exact_wasserstein,
     lipschitz_rate,
+    sinkhorn_divergence,
     sinkhorn_wasserstein,
     stability_bound,
     stability_ratio,
@@ -20,23 +31,31 @@ from .energy import (
     mean_token,
     normalized_energy,
     numerical_rank,
+    perceptron_energy,
 )
+from .moments import empirical_moments, mean_overlap
 
 __all__ = [
+    "atoms",
     "attention_matrix",
     "bures_wasserstein",
     "cluster_count",
     "cluster_labels",
     "cluster_masses",
     "clustered_pair_fraction",
+    "empirical_moments",
     "energy_rate",
     "exact_wasserstein",
+    "gap_clusters",
     "interaction_energy",
     "lipschitz_rate",
     "log_interaction_energy",
+    "mean_overlap",
     "mean_token",
     "normalized_energy",
     "numerical_rank",
+    "perceptron_energy",
+    "sinkhorn_divergence",
     "sinkhorn_wasserstein",
     "stability_bound",
     "stability_ratio",

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from .._types import Points, Weights
 
@@ -77,3 +78,23 @@ def clustered_pair_fraction(x: Points, threshold: float = 0.999) -> jax.Array:
         raise ValueError(f"clustered_pair_fraction needs n >= 2 tokens, got n={n}")
     close = (x @ x.T) > threshold
     return (jnp.sum(close) - jnp.sum(jnp.diagonal(close))) / (n * (n - 1))
+
+
+def atoms(x, threshold: float = 0.9999):
+    """Group tokens into atoms (single linkage ⟨x_i,x_j⟩ > threshold): (positions, masses).
+
+    Positions are the normalized means of each group; masses are token fractions.
+    """
+    x = np.asarray(x)
+    labels = np.asarray(cluster_labels(jnp.asarray(x), threshold))
+    reps = np.unique(labels)
+    pos = np.stack([x[labels == r].mean(0) for r in reps])
+    pos /= np.linalg.norm(pos, axis=1, keepdims=True)
+    mass = np.array([(labels == r).mean() for r in reps])
+    return pos, mass
+
+
+def gap_clusters(x, gap) -> int:
+    """Clusters of points on the line: split the sorted points where consecutive gaps exceed ``gap``."""
+    xs = np.sort(np.asarray(x, dtype=float).ravel())
+    return int(1 + np.sum(np.diff(xs) > gap))

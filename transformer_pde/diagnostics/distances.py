@@ -20,9 +20,12 @@ import numpy as np
 from ott.geometry import costs, pointcloud
 from ott.tools import sinkhorn_divergence as _sd
 
-from .._checks import check_points, check_scalar, check_weights
-from ..gaussian import sqrtm_psd
-from ..params import PiecewiseConstant, evaluate
+from .._checks import check_block_size, check_points, check_scalar, check_weights
+from .._linalg import sqrtm_psd
+from ..kernels.ott import StreamingSqEuclideanCloud
+from ..models.attention.base import AbstractNormalizedAttention
+from ..models.attention.softmax import MultiHeadAttention, SoftmaxAttention
+from ..params import PiecewiseConstant
 
 
 def bures_wasserstein(mean1, cov1, mean2, cov2) -> jax.Array:
@@ -44,17 +47,19 @@ def _cost(p):
     return costs.SqEuclidean() if p == 2 else costs.EuclideanP(p)
 
 
-def sinkhorn_wasserstein(x, y, a=None, b=None, *, epsilon, p: float = 2.0, threshold: float = 1e-6,
-                         max_iterations: int = 2000) -> jax.Array:
-    r"""W_p(μ, ν) estimated by the debiased Sinkhorn divergence, μ = Σ a_i δ_{x_i}, ν = Σ b_j δ_{y_j}:
+def sinkhorn_divergence(x, y, a=None, b=None, *, epsilon, p: float = 2.0, threshold: float = 1e-6,
+                        max_iterations: int = 2000, batch_size: int | None = None) -> jax.Array:
+    r"""Debiased Sinkhorn divergence of μ = Σ a_i δ_{x_i} and ν = Σ b_j δ_{y_j} (ott-jax):
 
     $$S_\varepsilon=\mathrm{OT}_\varepsilon(\mu,\nu)-\tfrac12\mathrm{OT}_\varepsilon(\mu,\mu)
     -\tfrac12\mathrm{OT}_\varepsilon(\nu,\nu)\ \xrightarrow[\varepsilon\to0]{}\ W_p^p(\mu,\nu),$$
 
-    for the cost |x − y|^p; returns ``max(S_ε, 0)^{1/p}``. ``epsilon`` is required (ott's
-    default scales with the data, STYLE.md): take it small against the squared scale of the
-    data for a W_p estimate. For p = 2 a translation is reproduced exactly:
-    S_ε(μ, μ(· − c)) = |c|² for every ε.
+    for the cost |x − y|^p: zero iff μ = ν, differentiable (ott's implicit differentiation),
+    vmappable. The one Sinkhorn divergence of the package: losses (interpolation), W₂
+    estimates (convergence, stability) all call it. ``epsilon`` is required (ott's default
+    scales with the data, STYLE.md). ``batch_size`` (p = 2 only) streams the cost in blocks of
+    that many points instead of storing it (memory O(n · batch_size),
+    :class:`transformer_pde.kernels.ott.StreamingSqEuclideanCloud`).
     """
     x = check_points(x, "x")
     y = check_points(y, "y", x.shape[1])
@@ -64,16 +69,34 @@ def sinkhorn_wasserstein(x, y, a=None, b=None, *, epsilon, p: float = 2.0, thres
     check_scalar(p, "p")
     if not float(p) >= 1:
         raise ValueError(f"p must be >= 1, got {p}")
-    return _sinkhorn_wasserstein(x, y, a, b, jnp.asarray(epsilon, x.dtype), float(p),
-                                 float(threshold), int(max_iterations))
+    batch_size = check_block_size(batch_size, "batch_size")
+    if batch_size is not None and float(p) != 2:
+        raise ValueError(f"batch_size streams the squared Euclidean cost only (p = 2), got p={p}")
+    return _sinkhorn_divergence(x, y, a, b, jnp.asarray(epsilon, x.dtype), float(p), float(threshold),
+                                int(max_iterations), batch_size)
 
 
-@functools.partial(jax.jit, static_argnums=(5, 6, 7))
-def _sinkhorn_wasserstein(x, y, a, b, epsilon, p, threshold, max_iterations):
+@functools.partial(jax.jit, static_argnums=(5, 6, 7, 8))
+def _sinkhorn_divergence(x, y, a, b, epsilon, p, threshold, max_iterations, batch_size):
+    cloud = pointcloud.PointCloud if batch_size is None else StreamingSqEuclideanCloud
+    kwargs = {} if batch_size is None else {"batch_size": batch_size}
     div, _ = _sd.sinkhorn_divergence(
-        pointcloud.PointCloud, x, y, a=a, b=b, cost_fn=_cost(p), epsilon=epsilon,
+        cloud, x, y, a=a, b=b, cost_fn=_cost(p), epsilon=epsilon, **kwargs,
         solve_kwargs={"threshold": threshold, "max_iterations": max_iterations})
-    return jnp.clip(div, 0.0) ** (1.0 / p)
+    return div
+
+
+def sinkhorn_wasserstein(x, y, a=None, b=None, *, epsilon, p: float = 2.0, threshold: float = 1e-6,
+                         max_iterations: int = 2000, batch_size: int | None = None) -> jax.Array:
+    r"""W_p(μ, ν) estimated as ``max(S_ε, 0)^{1/p}`` from :func:`sinkhorn_divergence`.
+
+    Take ε small against the squared scale of the data for a W_p estimate (bias O(ε²) for
+    smooth data at p = 2). For p = 2 a translation is reproduced exactly:
+    S_ε(μ, μ(· − c)) = |c|² for every ε.
+    """
+    div = jnp.clip(sinkhorn_divergence(x, y, a, b, epsilon=epsilon, p=p, threshold=threshold,
+                                       max_iterations=max_iterations, batch_size=batch_size), 0.0)
+    return jnp.sqrt(div) if float(p) == 2 else div ** (1.0 / float(p))
 
 
 def exact_wasserstein(x, y, a=None, b=None, *, p: float = 2.0) -> float:
@@ -116,21 +139,6 @@ def support_radius(x, weights=None) -> jax.Array:
     return jnp.max(r, axis=-1)
 
 
-def _value_norm(attn, t):
-    """‖V(t)‖ (operator norm); Σ_h ‖W_hV_h(t)‖ for multi-head (euclidean.md §3)."""
-    V = evaluate(attn.V, t)
-    if hasattr(attn, "W"):
-        WV = jnp.einsum("hdk,hke->hde", evaluate(attn.W, t), V)
-        return jnp.sum(jnp.linalg.norm(WV, ord=2, axis=(-2, -1)))
-    return jnp.linalg.norm(V, ord=2)
-
-
-def _score_norm(attn, t):
-    """‖A(t)‖ = ‖βKᵀQ‖ (operator norm)."""
-    Q, K = evaluate(attn.Q, t), evaluate(attn.K, t)
-    return jnp.linalg.norm(attn.beta * (K.T @ Q), ord=2)
-
-
 def _cumulative_integral(f, ts, t0, substeps):
     """∫_{t0}^{t} f for t in ts by the midpoint rule on ``substeps`` cells per save interval.
 
@@ -145,18 +153,23 @@ def _cumulative_integral(f, ts, t0, substeps):
     return jnp.cumsum(jnp.mean(vals, axis=1) * (edges[1:] - edges[:-1]))
 
 
-def _is_constant(attn, names):
-    return all(not callable(getattr(attn, nm)) for nm in names if hasattr(attn, nm))
+def _check_normalized(attn, what: str):
+    if not isinstance(attn, AbstractNormalizedAttention):
+        raise ValueError(f"{what} holds for normalized attention (softmax, ℓ², Sinkhorn, multi-head: "
+                         f"the field averages V y, euclidean.md §3), got {type(attn).__name__}")
 
 
 def value_norm_integral(attn, ts, t0=0.0, substeps: int = 64) -> jax.Array:
-    """∫_{t0}^{t} ‖V(τ)‖ dτ at each t of ``ts`` (Σ_h‖W_hV_h‖ for multi-head; euclidean.md §3)."""
+    """∫_{t0}^{t} ‖V(τ)‖ dτ at each t of ``ts`` (Σ_h‖W_hV_h‖ for multi-head; euclidean.md §3),
+    for a normalized attention (:meth:`AbstractNormalizedAttention.value_norm`)."""
+    _check_normalized(attn, "the support bound R(t) <= R0 exp(∫‖V‖)")
     ts = jnp.asarray(ts, dtype=jnp.result_type(float))
-    if _is_constant(attn, ("V", "W")):
-        return (ts - t0) * _value_norm(attn, t0)
-    if isinstance(attn.V, PiecewiseConstant) and not hasattr(attn, "W"):
+    values = (attn.V, attn.W) if isinstance(attn, MultiHeadAttention) else (attn.V,)
+    if not any(callable(v) for v in values):
+        return (ts - t0) * attn.value_norm(t0)
+    if isinstance(attn.V, PiecewiseConstant) and not isinstance(attn, MultiHeadAttention):
         substeps = max(substeps, 256)
-    return _cumulative_integral(lambda t: _value_norm(attn, t), ts, t0, substeps)
+    return _cumulative_integral(attn.value_norm, ts, t0, substeps)
 
 
 def support_radius_bound(attn, R0, ts, t0=0.0) -> jax.Array:
@@ -171,12 +184,10 @@ def lipschitz_rate(attn, R, t=0.0) -> jax.Array:
     field in x plus its Lipschitz constant in μ (for W₁), for supports in B(0, R)
     (euclidean.md §3, "Lipschitz bounds"). Single-head softmax attention only.
     """
-    from ..attention import SoftmaxAttention
-
     if not isinstance(attn, SoftmaxAttention):
         raise ValueError(f"the Lipschitz bounds of euclidean.md §3 are stated for SoftmaxAttention, "
                          f"got {type(attn).__name__}")
-    nv, na = _value_norm(attn, t), _score_norm(attn, t)
+    nv, na = attn.value_norm(t), jnp.linalg.norm(attn.score_matrix(t), ord=2)
     r2 = na * jnp.asarray(R) ** 2
     return nv * r2 + nv * (1.0 + 2.0 * r2) * jnp.exp(2.0 * r2)
 
@@ -224,6 +235,7 @@ __all__ = [
     "bures_wasserstein",
     "exact_wasserstein",
     "lipschitz_rate",
+    "sinkhorn_divergence",
     "sinkhorn_wasserstein",
     "stability_bound",
     "stability_ratio",

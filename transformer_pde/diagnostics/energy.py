@@ -21,6 +21,7 @@ import jax.numpy as jnp
 
 from .._checks import check_scalar, is_concrete
 from .._types import Points, Weights
+from ..models.perceptron import PERCEPTRON_ACTIVATIONS
 
 
 def _weights(x, weights):
@@ -128,3 +129,16 @@ def energy_rate(x: Points, beta, model: str = "SA", weights: Weights | None = No
     if model == "USA":
         return jnp.sum(w * jnp.sum(tangent**2, axis=1))
     return jnp.sum(w * jnp.sum(tangent**2, axis=1) / z)
+
+
+def perceptron_energy(block, x, weights=None):
+    r"""Energy of a :class:`~transformer_pde.models.PerceptronBlock` (sphere.md §7):
+    E_{β,ϑ}(μ) = (1/2β) Σ_{ij} w_i w_j e^{β⟨x_i,x_j⟩} + ½ Σ_i w_i v_ϑ(x_i) (ReLU: φ = s_+²)."""
+    phi = PERCEPTRON_ACTIVATIONS[block.activation][1]
+    if phi is None:
+        raise ValueError(f"no closed-form energy for activation {block.activation!r}")
+    x = jnp.asarray(x)
+    w = jnp.full((x.shape[0],), 1.0 / x.shape[0], x.dtype) if weights is None else jnp.asarray(weights)
+    inter = w @ jnp.exp(block.beta * (x @ x.T)) @ w / (2 * block.beta)
+    v = phi(x @ block.a.T) @ block.omega
+    return inter + 0.5 * jnp.sum(w * v)

@@ -34,6 +34,7 @@ from pathlib import Path
 
 import numpy as np
 
+from .._io import FILE_MODE, atomic_write_bytes, npz_bytes, save_json, save_npz  # noqa: F401
 from ._base import Experiment, config_to_toml
 
 _PACKAGES = ("transformer_pde", "jax", "jaxlib", "equinox", "diffrax", "ott-jax", "optax",
@@ -49,60 +50,6 @@ class RunInterrupted(BaseException):
     def __init__(self, signum: int):
         super().__init__(f"interrupted by signal {signum}")
         self.signum = signum
-
-
-_UMASK = os.umask(0)
-os.umask(_UMASK)
-FILE_MODE = 0o666 & ~_UMASK
-"""Mode of output files (mkstemp makes 0600; outputs are ordinary files)."""
-
-
-def atomic_write_bytes(path: Path, data: bytes) -> None:
-    """Write to a temporary file in the same directory, then rename: never half-written."""
-    path = Path(path)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        os.fchmod(fd, FILE_MODE)
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
-
-
-def npz_bytes(arrays: dict) -> bytes:
-    """An ``.npz`` archive (readable by ``np.load``) whose bytes depend only on the arrays.
-
-    ``np.savez`` stamps each member with the current time; here every member gets the same
-    fixed timestamp, so identical arrays give identical files.
-    """
-    buf = io.BytesIO()
-    with zipfile.ZipFile(buf, "w", compression=zipfile.ZIP_DEFLATED) as zf:
-        for key, value in arrays.items():
-            if not isinstance(key, str) or not key:
-                raise ValueError(f"result names must be non-empty strings, got {key!r}")
-            arr = np.asarray(value)
-            if arr.dtype == object:
-                raise ValueError(f"result {key!r} is not a numeric array (dtype object): "
-                                 f"compute must return arrays")
-            info = zipfile.ZipInfo(f"{key}.npy", date_time=(1980, 1, 1, 0, 0, 0))
-            info.compress_type = zipfile.ZIP_DEFLATED
-            info.external_attr = 0o644 << 16
-            with zf.open(info, "w", force_zip64=True) as f:
-                np.lib.format.write_array(f, arr, allow_pickle=False)
-    return buf.getvalue()
-
-
-def save_npz(path: Path, arrays: dict) -> None:
-    atomic_write_bytes(path, npz_bytes(arrays))
-
-
-def save_json(path: Path, obj) -> None:
-    atomic_write_bytes(path, (json.dumps(obj, indent=2, sort_keys=True, default=str) + "\n").encode())
 
 
 def _versions() -> dict:
@@ -179,7 +126,7 @@ def run_experiment(exp: Experiment, config, out_dir: Path, *, progress: bool = T
     A directory holding an unfinished run is never silently restarted: pass ``resume=True``,
     or remove it. Returns ``{"data", "metadata", "figures", "results"}``.
     """
-    from ..checkpoint import DEFAULT_EVERY, Checkpoint
+    from ..solvers import DEFAULT_EVERY, Checkpoint
 
     out_dir = Path(out_dir)
     if out_dir.exists() and not out_dir.is_dir():

@@ -18,10 +18,11 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .. import causal, plot
+from .. import plot
+from ..theory import causal
 from ..diagnostics import cluster_count
-from ..solve import solve
-from ..spaces import Sphere, uniform_sphere
+from ..solvers import solve
+from ..models import SoftmaxAttention, Sphere, uniform_sphere
 from ._base import Experiment, register
 from ._common import parse_floats
 
@@ -62,7 +63,7 @@ def compute(cfg: CausalClusteringConfig, progress: bool = False) -> dict:
     renyi_low = np.zeros_like(counts)
     renyi_high = np.zeros_like(counts)
     for a, beta in enumerate(betas):
-        dyn = Sphere(causal.CausalAttention.identity(cfg.d, float(beta)))
+        dyn = Sphere(SoftmaxAttention.identity(cfg.d, float(beta), causal=True))
         for s, x0 in enumerate(x0s):
             sol = solve(dyn, x0, t1=cfg.t1, dt0=cfg.dt, solver=diffrax.Euler())
             counts[a, s] = int(cluster_count(sol.final, cfg.threshold))
@@ -75,7 +76,7 @@ def compute(cfg: CausalClusteringConfig, progress: bool = False) -> dict:
     mean = counts.mean(1)
     slope = np.polyfit(np.log(betas), np.log(mean), 1)[0] if len(betas) > 1 else np.nan
     # the long run: all tokens to x_1(0)
-    dyn = Sphere(causal.CausalAttention.identity(cfg.d, cfg.beta_long))
+    dyn = Sphere(SoftmaxAttention.identity(cfg.d, cfg.beta_long, causal=True))
     dist = []
     for x0 in x0s:
         sol = solve(dyn, x0, t1=cfg.t_long, dt0=cfg.dt, solver=diffrax.Tsit5(),

@@ -21,12 +21,12 @@ import jax.numpy as jnp
 import numpy as np
 
 from .. import plot
-from ..attention import SoftmaxAttention, UnnormalizedAttention
-from ..checkpoint import solve_checkpointed
+from ..models import SoftmaxAttention, UnnormalizedAttention
+from ..solvers.checkpoint import solve_checkpointed
 from ..diagnostics import cluster_count, normalized_energy
-from ..spaces import Sphere, uniform_sphere
+from ..models import Sphere, uniform_sphere
 from ._base import Experiment, register
-from ._common import save_gif
+from .._io import save_gif
 
 MODELS = ("SA", "USA")
 
@@ -88,8 +88,8 @@ def compute(cfg: ClusteringConfig, progress: bool = False, checkpoint=None) -> d
     for model in cfg.model_list:
         dt = cfg.dt if model == "SA" else usa_step(cfg.dt, cfg.beta)
         sol = solve_checkpointed(model_dynamics(model, cfg.d, cfg.beta), x0, t1=cfg.t1, dt0=dt,
-                                 saveat=ts, checkpoint=checkpoint, name=f"trajectory_{model}",
-                                 progress=progress)
+                                 saveat=ts, progress=progress,
+                                 checkpoint=None if checkpoint is None else checkpoint.stage(f"trajectory_{model}"))
         out[f"xs_{model}"] = np.asarray(sol.xs)
         out[f"clusters_{model}"] = np.asarray(jax.vmap(lambda x: cluster_count(x, cfg.threshold))(sol.xs))
         out[f"energy_{model}"] = np.asarray(jax.vmap(lambda x: normalized_energy(x, cfg.beta))(sol.xs))

@@ -20,7 +20,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from .. import plot
-from ..attention import SoftmaxAttention
+from ..models import SoftmaxAttention
 from ..convergence import (
     METRICS,
     convergence_study,
@@ -29,7 +29,7 @@ from ..convergence import (
     reference_rates,
 )
 from ..measures import Gaussian
-from ..spaces import Sphere, uniform_sphere
+from ..models import Sphere, uniform_sphere
 from ._base import Experiment, register
 
 _LABELS = {

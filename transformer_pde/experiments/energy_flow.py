@@ -33,10 +33,10 @@ import jax.numpy as jnp
 import numpy as np
 
 from .. import plot
-from ..attention import SoftmaxAttention
+from ..models import SoftmaxAttention
 from ..diagnostics import cluster_labels, cluster_masses, interaction_energy
-from ..solve import solve
-from ..spaces import Sphere, uniform_sphere
+from ..solvers import solve
+from ..models import Sphere, uniform_sphere
 from ._base import Experiment, register
 from ._common import parse_floats, pid
 

@@ -19,13 +19,13 @@ from __future__ import annotations
 import dataclasses
 
 import diffrax
-import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
 
 from .. import plot
-from ..solve import solve
+from ..solvers import solve
+from ..theory.equiangular import equiangular_start, reduced_gap
 from ._base import Experiment, register
 from ._common import parse_floats, pid
 from .clustering import MODELS, model_dynamics
@@ -61,50 +61,11 @@ class EquiangularConfig:
         return parse_floats(self.betas, "betas")
 
 
-def equiangular_start(key, n: int, d: int, rho0: float, dtype=None):
-    """n unit vectors in R^d with ⟨x_i, x_j⟩ = rho0 (i ≠ j), randomly rotated.
-
-    Rows of the symmetric square root of G = (1 − ρ0) I + ρ0 11ᵀ (positive semi-definite
-    iff ρ0 >= −1/(n−1)), padded to d columns and rotated by a random orthogonal matrix.
-    """
-    dtype = dtype or jnp.result_type(float)
-    G = (1 - rho0) * np.eye(n) + rho0 * np.ones((n, n))
-    lam, U = np.linalg.eigh(G)
-    X = (U * np.sqrt(np.clip(lam, 0, None))) @ U.T
-    X = np.concatenate([X, np.zeros((n, d - n))], axis=1)
-    R, _ = np.linalg.qr(np.asarray(jax.random.normal(key, (d, d)), dtype=np.float64))
-    X = X @ R
-    return jnp.asarray(X / np.linalg.norm(X, axis=1, keepdims=True), dtype)
-
-
-def reduced_rhs(model: str, n: int, beta):
-    """dρ/dt of GLPR's `thm: orthogonal` (sphere.md §1)."""
-    def sa(t, rho, args):
-        return (2 * jnp.exp(beta * rho) * (1 - rho) * ((n - 1) * rho + 1)
-                / (jnp.exp(beta) + (n - 1) * jnp.exp(beta * rho)))
-
-    def usa(t, rho, args):
-        return 2 / n * jnp.exp(beta * rho) * (1 - rho) * ((n - 1) * rho + 1)
-
-    return sa if model == "SA" else usa
-
-
 def _controller(cfg, dtype):
     return pid(cfg.rtol, dtype)
 
 
 _FINE = 20  # the reduced ODE is saved on a grid _FINE times finer, to resolve fast rates
-
-
-@eqx.filter_jit
-def _reduced_gap(model, n, beta, rho0, ts, controller):
-    """u = 1 − ρ from u' = −ρ'(1 − u): relative accuracy in the gap, however small it gets."""
-    rhs = reduced_rhs(model, n, beta)
-    term = diffrax.ODETerm(lambda t, u, args: -rhs(t, 1 - u, args))
-    sol = diffrax.diffeqsolve(term, diffrax.Tsit5(), ts[0], ts[-1], 1e-3, 1 - rho0,
-                              saveat=diffrax.SaveAt(ts=ts), stepsize_controller=controller,
-                              max_steps=1_000_000)
-    return sol.ys
 
 
 def compute(cfg: EquiangularConfig, progress: bool = False) -> dict:
@@ -115,12 +76,12 @@ def compute(cfg: EquiangularConfig, progress: bool = False) -> dict:
     for model in MODELS:
         rho_sim, rho_ode, gaps, dev, rate = [], [], [], [], []
         for beta in cfg.beta_list:
-            sol = solve(model_dynamics(model, cfg.d, beta), x0, t1=cfg.t1, dt0=1e-3, saveat=ts,
-                        stepsize_controller=_controller(cfg, x0.dtype), stats=lambda t, x: x @ x.T,
+            sol = solve(model_dynamics(model, cfg.d, beta), x0, t1=cfg.t1, dt0=1e-3, saveat=diffrax.SaveAt(ts=ts, fn=lambda t, x, args: x @ x.T),
+                        stepsize_controller=_controller(cfg, x0.dtype),
                         progress=progress)
             gram = np.asarray(sol.stats)[:, off]  # (T, n(n-1)) pairwise inner products
             fine = jnp.linspace(0.0, cfg.t1, (cfg.num_saves - 1) * _FINE + 1)
-            gap = np.asarray(_reduced_gap(model, cfg.n, jnp.asarray(beta, x0.dtype),
+            gap = np.asarray(reduced_gap(model, cfg.n, jnp.asarray(beta, x0.dtype),
                                           jnp.asarray(cfg.rho0, x0.dtype), fine,
                                           pid(cfg.rtol, x0.dtype, atol_ratio=1e-20)))
             r = 1 - gap[::_FINE]

@@ -30,13 +30,13 @@ import jax.numpy as jnp
 import numpy as np
 
 from .. import plot
-from ..attention import (
+from ..models import (
     L2Attention,
     MultiHeadAttention,
     SinkhornAttention,
     SoftmaxAttention,
 )
-from ..gaussian_solve import solve_gaussian
+from ..solvers import solve
 from ..measures import Gaussian
 from ._base import Experiment, register
 
@@ -168,9 +168,9 @@ def _horizon(regime, variant, attn, covs0, cfg):
     if regime == "mixed":
         return cfg.t_mixed
     if variant == "softmax":  # V = I: t* in closed form; run past the latest one
-        from ..gaussian import identity_value_blowup_time, score_matrix
+        from ..theory.gaussian import identity_value_blowup_time
 
-        A = score_matrix(attn)
+        A = attn.score_matrix()
         return 1.5 * float(max(identity_value_blowup_time(c, A) for c in covs0))
     return 50.0
 
@@ -182,7 +182,7 @@ def _solve_batch(attns, covs0, t1s, tss, cfg):
     stacked = jax.tree.map(lambda *xs: jnp.stack(xs), *attns)
 
     def one(attn, cov0, t1, ts):
-        sol = solve_gaussian(attn, Gaussian(jnp.zeros(2, cov0.dtype), cov0), t1=t1, dt0=1e-3,
+        sol = solve(attn, Gaussian(jnp.zeros(2, cov0.dtype), cov0), t1=t1, dt0=1e-3,
                              saveat=ts, stepsize_controller=pid, max_steps=cfg.max_steps,
                              blowup_threshold=cfg.tol_high, throw=False)
         return sol.covs, sol.final_cov, sol.final_time, sol.blowup_time, sol.succeeded

@@ -18,9 +18,9 @@ import numpy as np
 import optax
 
 from .. import plot
-from ..fit import fit
-from ..interpolation import AttentionPerceptron, cap_sample, flow, interpolation_loss
-from ..spaces import Sphere
+from ..fitting import fit, flow, interpolation_loss
+from ..measures import cap_sample
+from ..models import AttentionPerceptron, Sphere
 from ._base import Experiment, register
 
 _SOLVERS = {"euler": diffrax.Euler, "heun": diffrax.Heun, "tsit5": diffrax.Tsit5}

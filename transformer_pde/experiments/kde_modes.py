@@ -14,8 +14,11 @@ import diffrax
 import jax.numpy as jnp
 import numpy as np
 
-from .. import kde, plot
-from ..solve import solve
+from .. import plot
+from ..diagnostics import gap_clusters
+from ..models import MeanShift
+from ..theory import kde
+from ..solvers import solve
 from ._base import Experiment, register
 from ._common import parse_floats
 
@@ -64,9 +67,9 @@ def compute(cfg: KDEModesConfig, progress: bool = False) -> dict:
     modes_dyn = np.zeros(len(bd), dtype=int)
     for a, b in enumerate(bd):
         modes_dyn[a] = kde.kde_modes(X, b)
-        sol = solve(kde.MeanShift(float(b)), jnp.asarray(X)[:, None], t1=float(ts[-1]), dt0=cfg.dt,
+        sol = solve(MeanShift(float(b)), jnp.asarray(X)[:, None], t1=float(ts[-1]), dt0=cfg.dt,
                     solver=diffrax.Euler(), saveat=ts)
-        clusters[a] = [kde.gap_clusters(x, cfg.cluster_gap / np.sqrt(b)) for x in np.asarray(sol.xs)]
+        clusters[a] = [gap_clusters(x, cfg.cluster_gap / np.sqrt(b)) for x in np.asarray(sol.xs)]
     fit_clusters = kde.kde_mode_fit(bd, clusters[:, 2])
     return {
         "betas": betas, "modes": modes, "minima": minima, "mean_modes": modes.mean(1),

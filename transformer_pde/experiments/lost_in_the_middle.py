@@ -1,7 +1,7 @@
 """Lost in the middle (LitM, sphere.md §4): the U-shaped retrieval profile of causal attention.
 
 Tokens i.i.d. uniform on the circle follow the LitM model (causal USA with ALiBi weights,
-:class:`~transformer_pde.causal.LitMCircle`). The source token sits at position σ0 and the
+:class:`~transformer_pde.models.LitMCircle`). The source token sits at position σ0 and the
 answer is read off the last token at depth t. The soft accuracy is
 A_N = √(π/2)/M + √(2π)/(MN) S_t(σ0) + o(1/N), and the profile S_t(σ0) is computed three ways:
 
@@ -27,9 +27,11 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .. import causal, plot
+from .. import plot
+from ..models import LitMCircle
+from ..theory import causal
 from ..diagnostics import cluster_count
-from ..solve import solve
+from ..solvers import solve
 from ._base import Experiment, register
 
 
@@ -73,7 +75,7 @@ def alibi_demo(dt: float = 0.01):
     centers = np.linspace(0.1, 1.9, 4) * np.pi
     th0 = np.mod(centers[labels] + rng.normal(0.0, 0.075, size=64), 2 * np.pi)
     ts = jnp.array([0.0, 1.0, 2.0, 5.0, 10.0])
-    sol = solve(causal.LitMCircle(1.0, 1.0), th0[:, None], t1=10.0, dt0=dt, saveat=ts,
+    sol = solve(LitMCircle(1.0, 1.0), th0[:, None], t1=10.0, dt0=dt, saveat=ts,
                 solver=diffrax.Tsit5())
     th = np.asarray(sol.xs)[..., 0]
     counts = np.array([int(cluster_count(jnp.asarray(np.stack([np.cos(a), np.sin(a)], 1)),

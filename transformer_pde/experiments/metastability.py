@@ -29,15 +29,16 @@ from __future__ import annotations
 
 import dataclasses
 
+import diffrax
 import jax
 import jax.numpy as jnp
 import numpy as np
 
 from .. import plot
-from ..attention import SoftmaxAttention
+from ..models import SoftmaxAttention
 from ..diagnostics import cluster_labels, cluster_masses, normalized_energy
-from ..solve import solve
-from ..spaces import Sphere
+from ..solvers import solve
+from ..models import Sphere
 from ._base import Experiment, register
 from ._common import parse_floats, pid
 
@@ -116,9 +117,8 @@ def exit_times(cfg: MetastabilityConfig):
     for beta in cfg.cap_beta_list:
         # the exit is expected near e^{(1 - cos θ0) β}; look 50x beyond
         t1 = 50.0 * np.exp(beta * (1 - np.cos(cfg.cap_angle))) + 10.0
-        sol = solve(Sphere(SoftmaxAttention.identity(2, beta)), x0, t1=t1, dt0=1e-2, saveat=grid * t1,
-                    stepsize_controller=pid(cfg.rtol, x0.dtype), max_steps=2_000_000,
-                    stats=lambda t, x: jnp.min(jnp.sum(x * Wq, axis=1)))
+        sol = solve(Sphere(SoftmaxAttention.identity(2, beta)), x0, t1=t1, dt0=1e-2, stepsize_controller=pid(cfg.rtol, x0.dtype), max_steps=2_000_000,
+                    saveat=diffrax.SaveAt(ts=grid * t1, fn=lambda t, x, args: jnp.min(jnp.sum(x * Wq, axis=1))))
         inner = np.asarray(sol.stats)
         left = np.nonzero(inner < 1 - 2 * cfg.eps)[0]
         out.append(float(grid[left[0]] * t1) if left.size else np.inf)

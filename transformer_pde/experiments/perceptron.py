@@ -17,9 +17,11 @@ import diffrax
 import jax.numpy as jnp
 import numpy as np
 
-from .. import perceptron as pc
 from .. import plot
-from ..solve import solve
+from ..diagnostics import atoms, perceptron_energy
+from ..models import PerceptronBlock
+from ..theory.perceptron import stationarity_residual
+from ..solvers import solve
 from ._base import Experiment, register
 from ._common import parse_floats
 
@@ -59,22 +61,22 @@ def compute(cfg: PerceptronConfig, progress: bool = False) -> dict:
     ctrl = diffrax.PIDController(rtol=cfg.rtol, atol=cfg.rtol * 1e-2)
     out: dict = {"ts": np.asarray(ts), "ns": ns, "a": a, "omega": omega}
     for mode, sign, act in (("descent", -1, "relu"), ("ascent", 1, "relu")):
-        blk = pc.PerceptronBlock(cfg.beta, a, omega, sign=sign, activation=act)
+        blk = PerceptronBlock(cfg.beta, a, omega, sign=sign, activation=act)
         for n in ns:
             sol = solve(blk, _uniform_circle(n), t1=cfg.t1, saveat=ts, stepsize_controller=ctrl,
                         max_steps=500_000)
             xs = np.asarray(sol.xs)
-            pos, mass = pc.atoms(xs[-1], cfg.atom_threshold)
+            pos, mass = atoms(xs[-1], cfg.atom_threshold)
             key = f"{mode}_n{n}"
             out[f"{key}_theta"] = np.arctan2(xs[..., 1], xs[..., 0])
             out[f"{key}_atoms"] = np.arctan2(pos[:, 1], pos[:, 0])
             out[f"{key}_masses"] = mass
             out[f"{key}_num_atoms"] = np.asarray(len(mass))
-            out[f"{key}_residual"] = np.asarray(pc.stationarity_residual(blk, pos, mass))
+            out[f"{key}_residual"] = np.asarray(stationarity_residual(blk, pos, mass))
             out[f"{key}_speed"] = np.asarray(float(jnp.max(jnp.linalg.norm(
                 blk.velocity(sol.xs[-1]), axis=-1))))
             if act == "relu":
-                E = np.array([float(pc.perceptron_energy(blk, x)) for x in sol.xs])
+                E = np.array([float(perceptron_energy(blk, x)) for x in sol.xs])
                 out[f"{key}_energy"] = E
     return out
 

@@ -23,12 +23,12 @@ import jax.numpy as jnp
 import numpy as np
 
 from .. import plot
-from ..attention import SoftmaxAttention
+from ..models import SoftmaxAttention
 from ..diagnostics import cluster_count, clustered_pair_fraction
-from ..solve import solve
-from ..spaces import Sphere, uniform_sphere
+from ..solvers import solve
+from ..models import PostLN, Sphere, uniform_sphere
 from ._base import Experiment, register
-from ._common import ResidualSphere, circle_angles
+from ._common import circle_angles
 
 # sphere.md §10.4: fraction of clustered pairs, rows β, columns t = 7.5 and 30.
 PUBLISHED_BETAS = np.array([1.0, 11 / 3, 19 / 3, 9.0])
@@ -69,7 +69,7 @@ class PhaseDiagramConfig:
 
 def _dynamics(cfg, beta):
     attn = SoftmaxAttention.identity(cfg.d, beta)
-    return ResidualSphere(attn) if cfg.step == "residual" else Sphere(attn)
+    return PostLN(attn) if cfg.step == "residual" else Sphere(attn)
 
 
 def run_grid(cfg: PhaseDiagramConfig, betas, ts, stats, keys):
@@ -77,8 +77,8 @@ def run_grid(cfg: PhaseDiagramConfig, betas, ts, stats, keys):
 
     def one(beta, key):
         x0 = uniform_sphere(key, cfg.n, cfg.d)
-        sol = solve(_dynamics(cfg, beta), x0, t1=cfg.t1, dt0=cfg.dt, saveat=ts,
-                    solver=diffrax.Euler(), stats=stats)
+        sol = solve(_dynamics(cfg, beta), x0, t1=cfg.t1, dt0=cfg.dt, solver=diffrax.Euler(),
+                    saveat=diffrax.SaveAt(ts=ts, fn=lambda t, x, args: stats(t, x)))
         return sol.stats
 
     return jax.jit(jax.vmap(lambda b: jax.vmap(lambda k: one(b, k))(keys)))(betas)

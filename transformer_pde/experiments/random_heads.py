@@ -18,8 +18,11 @@ import jax
 import numpy as np
 
 from .. import plot
-from .. import random_heads as rh
-from ..spaces import uniform_sphere
+from ..diagnostics import mean_overlap
+from ..models.random_heads import GaussianHeads, expected_head
+from ..solvers.random_heads import diffusive_chain, sde
+from ..theory.random_heads import logistic
+from ..models import uniform_sphere
 from ._base import Experiment, register
 from ._common import parse_floats
 
@@ -59,23 +62,23 @@ def compute(cfg: RandomHeadsConfig, progress: bool = False) -> dict:
     key = jax.random.key(cfg.seed)
     k_x, k_b, k_sde, k_chain, k_log = jax.random.split(key, 5)
     x0 = uniform_sphere(k_x, cfg.n, cfg.d)
-    heads = rh.GaussianHeads(cfg.d, beta=cfg.beta)
+    heads = GaussianHeads(cfg.d, beta=cfg.beta)
     # 1. drift
-    b, b_se = rh.expected_head(k_b, heads, x0, cfg.drift_samples)
-    b1, b1_se = rh.expected_head(k_b, rh.GaussianHeads(cfg.d, beta=cfg.beta, v_mean=1.0), x0,
+    b, b_se = expected_head(k_b, heads, x0, cfg.drift_samples)
+    b1, b1_se = expected_head(k_b, GaussianHeads(cfg.d, beta=cfg.beta, v_mean=1.0), x0,
                                  cfg.drift_samples)
     # 2. weak error, chain vs SDE at s1
-    sde_x = jax.lax.map(lambda k: rh.sde(k, heads, x0, cfg.s1, cfg.s1 / cfg.sde_steps,
+    sde_x = jax.lax.map(lambda k: sde(k, heads, x0, cfg.s1, cfg.s1 / cfg.sde_steps,
                                          num_nodes=cfg.sde_nodes)[-1],
                         jax.random.split(k_sde, cfg.sde_paths), batch_size=256)
-    m_sde = np.asarray(rh.mean_overlap(sde_x))
+    m_sde = np.asarray(mean_overlap(sde_x))
     depths = parse_floats(cfg.depths, "depths").astype(int)
     m_chain, se_chain = [], []
     for i, L in enumerate(depths):
         keys = jax.random.split(jax.random.fold_in(k_chain, i), cfg.chain_paths)
-        xs = jax.lax.map(lambda k, L=int(L): rh.diffusive_chain(k, heads, x0, cfg.s1, L, cfg.num_heads)[-1],
+        xs = jax.lax.map(lambda k, L=int(L): diffusive_chain(k, heads, x0, cfg.s1, L, cfg.num_heads)[-1],
                          keys, batch_size=1024)
-        m = np.asarray(rh.mean_overlap(xs))
+        m = np.asarray(mean_overlap(xs))
         m_chain.append(m.mean())
         se_chain.append(m.std(ddof=1) / np.sqrt(len(m)))
     m_chain, se_chain = np.array(m_chain), np.array(se_chain)
@@ -90,15 +93,15 @@ def compute(cfg: RandomHeadsConfig, progress: bool = False) -> dict:
     s_grid = np.linspace(0, cfg.logistic_s1, 11)
     m_log, u_log, se_log = [], [], []
     for i, d in enumerate(dims):
-        hd = rh.GaussianHeads(int(d), beta=cfg.logistic_beta, sigma_A=float(d) ** -0.5)
+        hd = GaussianHeads(int(d), beta=cfg.logistic_beta, sigma_A=float(d) ** -0.5)
         y0 = uniform_sphere(jax.random.fold_in(k_log, 100 + i), cfg.logistic_n, int(d))
         keys = jax.random.split(jax.random.fold_in(k_log, i), cfg.logistic_paths)
-        xs = jax.vmap(lambda k, hd=hd, y0=y0: rh.diffusive_chain(k, hd, y0, cfg.logistic_s1, cfg.logistic_layers,
+        xs = jax.vmap(lambda k, hd=hd, y0=y0: diffusive_chain(k, hd, y0, cfg.logistic_s1, cfg.logistic_layers,
                                                    save_every=cfg.logistic_layers // 10))(keys)
-        m = np.asarray(rh.mean_overlap(xs))
+        m = np.asarray(mean_overlap(xs))
         m_log.append(m.mean(0))
         se_log.append(m.std(0, ddof=1) / np.sqrt(m.shape[0]))
-        u_log.append(rh.logistic(float(m[0, 0]), s_grid))
+        u_log.append(logistic(float(m[0, 0]), s_grid))
     m_log, u_log, se_log = np.stack(m_log), np.stack(u_log), np.stack(se_log)
     return {
         "b_gauss": np.asarray(b), "b_gauss_se": np.asarray(b_se),
@@ -107,7 +110,7 @@ def compute(cfg: RandomHeadsConfig, progress: bool = False) -> dict:
         "depths": depths, "m_chain": m_chain, "se_chain": se_chain,
         "m_sde": np.asarray(m_sde.mean()), "se_sde": np.asarray(se_sde),
         "weak_error": err, "weak_error_se": se_err, "weak_slope": np.asarray(slope),
-        "m0": np.asarray(rh.mean_overlap(x0)),
+        "m0": np.asarray(mean_overlap(x0)),
         "logistic_dims": dims, "logistic_s": s_grid, "logistic_m": m_log, "logistic_se": se_log,
         "logistic_u": u_log, "logistic_err": np.abs(m_log - u_log).max(1),
     }

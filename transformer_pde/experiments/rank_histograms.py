@@ -25,8 +25,8 @@ import jax
 import numpy as np
 
 from .. import plot
-from ..attention import L2Attention, SoftmaxAttention
-from ..gaussian_solve import solve_gaussian
+from ..models import L2Attention, SoftmaxAttention
+from ..solvers import solve
 from ..measures import Gaussian
 from ._base import Experiment, register
 
@@ -96,7 +96,7 @@ def compute(cfg: RankConfig, progress: bool = False) -> dict:
                 Vs = np.concatenate([np.broadcast_to(np.eye(d), Vspd.shape), Vspd])
                 mid, final, tblow, done = [], [], [], []
                 for q, v, cov0 in zip(np.concatenate([Q, Q]), Vs, np.concatenate([S0, S0])):
-                    sol = solve_gaussian(_attention(variant, q, v, d),
+                    sol = solve(_attention(variant, q, v, d),
                                          Gaussian(np.zeros(d), cov0), t1=cfg.t_long, dt0=1e-3,
                                          solver=diffrax.Kvaerno5(), stepsize_controller=pid,
                                          max_steps=cfg.max_steps, throw=False,

@@ -29,37 +29,12 @@ import jax.numpy as jnp
 import numpy as np
 
 from .. import plot
-from ..attention import SoftmaxAttention
+from ..models import SoftmaxAttention
 from ..diagnostics import attention_matrix, cluster_labels, numerical_rank
-from ..dynamics import AbstractDynamics
-from ..solve import solve
+from ..models.rescaled import RescaledSoftmax
+from ..solvers import solve
 from ._base import Experiment, register
 from ._common import pid
-
-
-class RescaledSoftmax(AbstractDynamics):
-    r"""ż_i = Σ_j P_ij(e^{tV} z) V (z_j − z_i): the unnormalized model in z = e^{−tV} x.
-
-    Attributes:
-        Q, K: ``(k, d)``; V: ``(d, d)``; scores ⟨Q e^{tV} z_i, K e^{tV} z_j⟩ (β = 1).
-    """
-
-    Q: jax.Array
-    K: jax.Array
-    V: jax.Array
-
-    @property
-    def dim(self):
-        return self.V.shape[0]
-
-    def _velocity(self, z, weights, t):
-        E = jax.scipy.linalg.expm(t * self.V)
-        attn = SoftmaxAttention(self.Q @ E, self.K @ E, self.V, 1.0)
-        return attn._velocity(z, weights, t) - z @ self.V.T
-
-    def unscaled(self, z, t):
-        """x = e^{tV} z."""
-        return z @ jax.scipy.linalg.expm(t * self.V).T
 
 
 def convex_hull_vertices(p) -> np.ndarray:

@@ -20,7 +20,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from .. import plot
-from ..attention import (
+from ..models import (
     L2Attention,
     MultiHeadAttention,
     SinkhornAttention,
@@ -33,7 +33,7 @@ from ..diagnostics import (
     support_radius,
     support_radius_bound,
 )
-from ..solve import solve
+from ..solvers import solve
 from ._base import Experiment, register
 
 VARIANTS = ("softmax", "l2", "multihead", "sinkhorn")

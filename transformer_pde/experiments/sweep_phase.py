@@ -12,16 +12,17 @@ from __future__ import annotations
 
 import dataclasses
 
+import diffrax
 import jax
 import jax.numpy as jnp
 import numpy as np
 
 from .. import plot
-from ..attention import SoftmaxAttention
+from ..models import SoftmaxAttention
 from ..diagnostics import cluster_count
-from ..solve import solve
-from ..spaces import Sphere, uniform_sphere
-from ..sweep import LabeledArray, first_time, heatmap, sweep
+from ..solvers import solve
+from ..models import Sphere, uniform_sphere
+from ..sweeps import LabeledArray, first_time, heatmap, sweep
 from ._base import Experiment, register
 
 
@@ -71,9 +72,9 @@ def compute(cfg: SweepPhaseConfig, progress: bool = False) -> dict:
     def run(beta, seed, d):
         x0 = uniform_sphere(jax.random.key(seed), cfg.n, d)
         dyn = Sphere(SoftmaxAttention.identity(d, beta))
-        sol = solve(dyn, x0, t1=cfg.t1, dt0=cfg.dt, saveat=ts,
-                    # float counts: diffrax pre-fills unsaved slots with inf
-                    stats=lambda t, x: cluster_count(x, cfg.threshold).astype(ts.dtype))
+        # float counts: diffrax pre-fills unsaved slots with inf
+        sol = solve(dyn, x0, t1=cfg.t1, dt0=cfg.dt, saveat=diffrax.SaveAt(
+            ts=ts, fn=lambda t, x, args: cluster_count(x, cfg.threshold).astype(ts.dtype)))
         return {"clusters": sol.stats, "t_one": first_time(ts, sol.stats == 1)}
 
     betas = np.linspace(cfg.beta_min, cfg.beta_max, cfg.num_beta)

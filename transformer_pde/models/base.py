@@ -1,8 +1,13 @@
-"""The abstract interface every particle dynamics implements.
+"""The abstract interface every particle dynamics implements, and its capabilities as types.
 
 A dynamics maps a weighted empirical measure μ = Σ_j w_j δ_{x_j} to the velocity of each
-token, ``dx_i/dt = v(t, x_i; μ)`` (spec README, "Conventions"). Attention variants act on
-R^d; :class:`~transformer_pde.Sphere` wraps any dynamics with the tangent projection.
+token, ``dx_i/dt = v(t, x_i; μ)`` (spec README, "Conventions"). Capabilities are abstract
+bases (equinox's abstract/final pattern), asked with ``isinstance``, never ``hasattr``:
+
+- :class:`AbstractManifoldDynamics`: the state lives on a manifold; solvers retract after
+  every step (:class:`transformer_pde.solve.Retracted`).
+- :class:`AbstractGaussianClosure` (in :mod:`.attention.base`): the field of a Gaussian is
+  affine, so Gaussian data stay Gaussian (euclidean.md §4).
 """
 
 from __future__ import annotations
@@ -12,8 +17,8 @@ import abc
 import equinox as eqx
 import jax.numpy as jnp
 
-from ._checks import check_points, check_scalar, check_weights
-from ._types import Points, Weights
+from .._checks import check_points, check_scalar, check_weights
+from .._types import Points, Weights
 
 
 class AbstractDynamics(eqx.Module):
@@ -32,10 +37,6 @@ class AbstractDynamics(eqx.Module):
     def dim(self) -> int | None:
         """Ambient dimension d, or None when it cannot be known before evaluation."""
 
-    def retract(self, x: Points) -> Points:
-        """Map a state back to the manifold after a step (identity on R^d)."""
-        return x
-
     def check_state(self, x, name: str = "x"):
         return check_points(x, name, self.dim)
 
@@ -51,3 +52,20 @@ class AbstractDynamics(eqx.Module):
         w = check_weights(weights, x.shape[0], x.dtype)
         check_scalar(t, "t")
         return self._velocity(x, w, jnp.asarray(t, x.dtype))
+
+
+class AbstractManifoldDynamics(AbstractDynamics):
+    """A dynamics whose state lives on a manifold embedded in R^d.
+
+    :meth:`retract` maps a point near the manifold back onto it; every solver step of
+    :func:`transformer_pde.solve` ends with it, and so does every discrete layer.
+    """
+
+    @abc.abstractmethod
+    def retract(self, x: Points) -> Points:
+        """Map a state back to the manifold after a step."""
+
+
+def retract(dynamics: AbstractDynamics, x: Points) -> Points:
+    """``dynamics.retract(x)`` on a manifold, the identity on R^d."""
+    return dynamics.retract(x) if isinstance(dynamics, AbstractManifoldDynamics) else x

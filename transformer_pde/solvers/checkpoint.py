@@ -16,7 +16,6 @@ unchunked :func:`~transformer_pde.solve`, whose constant-step grid runs across s
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
 from pathlib import Path
 
 import diffrax
@@ -24,9 +23,11 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ._checks import check_weights
-from .dynamics import AbstractDynamics
-from .solve import Solution, _check_times, _default_max_steps, solve
+from .._checks import check_weights
+from .._io import save_json, save_npz
+from ..models.base import AbstractDynamics, retract
+from .core import check_times, default_max_steps, parse_saveat
+from .particles import Solution, solve_particles
 
 DEFAULT_EVERY = 10
 """Default chunk length, in save intervals (the CLI's ``--checkpoint-every``)."""
@@ -54,18 +55,25 @@ class Checkpoint:
     Args:
         directory: where checkpoints live (created if needed).
         every: chunk length in save intervals; a checkpoint is written after each chunk.
+        name: the stage a ``tp.solve(..., checkpoint=...)`` writes to; :meth:`stage` gives
+            the same directory with another stage (one per solve of a multi-solve run).
 
-    Experiments that accept a ``checkpoint`` argument in ``compute`` receive one from the
-    runner and pass it to :func:`solve_checkpointed` (see ``experiments/clustering.py``).
+    Resumable experiments receive one from the runner and pass ``checkpoint.stage(...)`` to
+    :func:`transformer_pde.solve` (see ``experiments/clustering.py``).
     """
 
-    def __init__(self, directory, every: int = DEFAULT_EVERY):
+    def __init__(self, directory, every: int = DEFAULT_EVERY, name: str = "solve"):
         self.every = _check_every(every)
+        self.name = _check_name(name)
         self.directory = Path(directory)
         self.directory.mkdir(parents=True, exist_ok=True)
 
     def __repr__(self):
-        return f"Checkpoint({str(self.directory)!r}, every={self.every})"
+        return f"Checkpoint({str(self.directory)!r}, every={self.every}, name={self.name!r})"
+
+    def stage(self, name: str) -> "Checkpoint":
+        """This checkpoint directory, writing to stage ``name``."""
+        return Checkpoint(self.directory, self.every, name)
 
     def stage_dir(self, name: str) -> Path:
         return self.directory / _check_name(name)
@@ -82,8 +90,6 @@ class Checkpoint:
 
     def write_chunk(self, name: str, index: int, arrays: dict, manifest: dict) -> None:
         """Write chunk ``index`` then the manifest that declares it complete (in that order)."""
-        from .experiments._runner import save_json, save_npz
-
         d = self.stage_dir(name)
         d.mkdir(parents=True, exist_ok=True)
         save_npz(d / f"chunk_{index:06d}.npz", arrays)
@@ -108,19 +114,18 @@ def solve_checkpointed(
     t0=0.0,
     dt0=None,
     weights=None,
-    stats: Callable | None = None,
     checkpoint: Checkpoint | None = None,
-    name: str = "solve",
     every: int | None = None,
     progress: bool = False,
     throw: bool = True,
     **solve_kwargs,
 ) -> Solution:
-    """:func:`~transformer_pde.solve` in fixed chunks of ``every`` save intervals, resumable.
+    """:func:`~transformer_pde.solve` in fixed chunks of ``every`` save intervals, resumable
+    (``tp.solve(..., checkpoint=...)`` calls this).
 
-    Same arguments and result as ``solve`` (``saveat`` is required: the chunks are cut at the
-    save times). With a ``checkpoint``, every finished chunk is written to
-    ``checkpoint.stage_dir(name)`` and a rerun with the same inputs resumes after the last
+    Same arguments and result as ``solve`` (save times are required: the chunks are cut at
+    them). With a ``checkpoint``, every finished chunk is written to
+    ``checkpoint.stage_dir(checkpoint.name)`` and a rerun with the same inputs resumes after the last
     complete chunk; ``every`` then comes from the checkpoint. Without one the run is chunked
     identically (``every`` or :data:`DEFAULT_EVERY`), so results agree bitwise either way.
 
@@ -133,8 +138,9 @@ def solve_checkpointed(
                          f"{type(dynamics).__name__}")
     if checkpoint is not None and not isinstance(checkpoint, Checkpoint):
         raise ValueError(f"checkpoint must be a tp.Checkpoint or None, got {type(checkpoint).__name__}")
-    if saveat is None:
-        raise ValueError("solve_checkpointed needs explicit save times saveat=... (chunks end there)")
+    save_ts, stats = parse_saveat(saveat)
+    if save_ts is None:
+        raise ValueError("a checkpointed solve needs explicit save times saveat=... (chunks end there)")
     if "adjoint" in solve_kwargs:
         raise ValueError("solve_checkpointed writes files between chunks and does not support "
                          "gradients; use tp.solve for differentiable runs")
@@ -143,12 +149,12 @@ def solve_checkpointed(
             raise ValueError(f"every={every} differs from the checkpoint's every={checkpoint.every}")
         every = checkpoint.every
     every = DEFAULT_EVERY if every is None else _check_every(every)
-    _check_name(name)
+    name = "solve" if checkpoint is None else checkpoint.name
 
     x0 = dynamics.check_state(x0, "x0")
     dtype = x0.dtype
     w = check_weights(weights, x0.shape[0], dtype)
-    ts = np.asarray(_check_times(t0, t1, dt0, saveat, dtype))
+    ts = np.asarray(check_times(t0, t1, dt0, save_ts, dtype))
     t0f = float(t0)
     chunks = _chunks(len(ts), every)
     width = len(chunks[0])
@@ -156,18 +162,16 @@ def solve_checkpointed(
         # one static step cap for all chunks (the longest), so they share one compilation
         bounds = [t0f] + [float(ts[c[-1]]) for c in chunks]
         longest = max(b - a for a, b in zip(bounds[:-1], bounds[1:]))
-        solve_kwargs["max_steps"] = _default_max_steps(
+        solve_kwargs["max_steps"] = default_max_steps(
             0.0, max(longest, 1e-300), dt0,
             solve_kwargs.get("stepsize_controller") or diffrax.ConstantStepSize())
 
     if stats is None:
         out_struct = jax.ShapeDtypeStruct(x0.shape, dtype)
     else:
-        if not callable(stats):
-            raise ValueError(f"stats must be a callable stats(t, x), got {stats!r}")
-        out_struct = jax.eval_shape(stats, jnp.zeros((), dtype), x0)
+        out_struct = jax.eval_shape(stats, jnp.zeros((), dtype), x0, None)
     leaves_struct, treedef = jax.tree_util.tree_flatten(out_struct)
-    chunk_stats = None if stats is None else (lambda t, x: (stats(t, x), x))
+    chunk_fn = None if stats is None else (lambda t, x, args: (stats(t, x, args), x))
 
     # identity of the run: resuming with different inputs must fail loudly, not mix runs
     signature = {
@@ -211,8 +215,9 @@ def solve_checkpointed(
             if b > a:
                 # a short last chunk repeats its final time, keeping one shape (one compile)
                 padded = jnp.concatenate([save, jnp.full((width - len(idx),), b, dtype)])
-                sol = solve(dynamics, x, t0=a, t1=b, dt0=dt0, saveat=padded, weights=w,
-                            stats=chunk_stats, throw=throw, **solve_kwargs)
+                chunk_saveat = padded if stats is None else diffrax.SaveAt(ts=padded, fn=chunk_fn)
+                sol = solve_particles(dynamics, x, t0=a, t1=b, dt0=dt0, saveat=chunk_saveat,
+                                      weights=w, throw=throw, **solve_kwargs)
                 if stats is None:
                     out, x_end = sol.xs, sol.xs[-1]
                 else:
@@ -224,9 +229,9 @@ def solve_checkpointed(
                 if not sol.succeeded and sol.result != diffrax.RESULTS.event_occurred:
                     result = sol.result
             else:  # every save time of this chunk equals its start: nothing to integrate
-                xr = dynamics.retract(x)
+                xr = retract(dynamics, x)
                 out = (jnp.broadcast_to(xr, (len(idx),) + xr.shape) if stats is None else
-                       jax.tree_util.tree_map(lambda *l: jnp.stack(l), *[stats(t, xr) for t in save]))
+                       jax.tree_util.tree_map(lambda *l: jnp.stack(l), *[stats(t, xr, None) for t in save]))
                 x_end, steps, nf = xr, 0, np.inf
             leaves = [np.asarray(v) for v in jax.tree_util.tree_leaves(out)]
             outputs.append(leaves)

@@ -14,9 +14,11 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ._checks import check_scalar, is_concrete
-from .dynamics import AbstractDynamics
-from .measures import Gaussian
+from .._checks import check_scalar, is_concrete
+from ..measures import Gaussian
+from ..models.attention.base import AbstractGaussianClosure
+from ..models.base import AbstractDynamics
+from .core import as_time, check_times, default_max_steps, integrate, parse_saveat
 
 DEFAULT_BLOWUP_FACTOR = 1e10
 """Default threshold: the solve stops once tr Σ > 1e10 · tr Σ0."""
@@ -82,30 +84,33 @@ def solve_gaussian(dynamics, g0: Gaussian, *, t1, t0=0.0, dt0=None, saveat=None,
         NotImplementedError: the dynamics has no Gaussian closure (sigmoid, unnormalized,
             causal attention, the sphere), with the reason.
     """
-    from .solve import _as_time, _check_times, _default_max_steps
-
     if not isinstance(dynamics, AbstractDynamics):
         raise ValueError(f"dynamics must be an attention, got {type(dynamics).__name__}")
     if not isinstance(g0, Gaussian):
         raise ValueError(f"g0 must be a tp.Gaussian, got {type(g0).__name__}")
-    if not hasattr(dynamics, "gaussian_velocity"):
+    if not isinstance(dynamics, AbstractGaussianClosure):
         raise NotImplementedError(
-            f"{type(dynamics).__name__} has no Gaussian closure: on the sphere tokens have unit "
-            "norm, so no Gaussian on R^d is a state, and the tangent projection makes the field "
-            "non-affine (euclidean.md §4 needs an affine field)")
+            f"{type(dynamics).__name__} has no Gaussian closure: its field of a Gaussian is not "
+            "affine in x (sigmoid and unnormalized attention), or tokens live on the sphere, where "
+            "no Gaussian on R^d is a state and the tangent projection makes the field non-affine "
+            "(euclidean.md §4 needs an affine field)")
     dtype = g0.mean.dtype
     if dynamics.dim is not None and g0.dim != dynamics.dim:
         raise ValueError(f"Gaussian has dimension {g0.dim} but the dynamics act on d={dynamics.dim}")
     # raise the "no closure" error now, with its reason, rather than inside tracing
     jax.eval_shape(dynamics.gaussian_velocity, g0.mean, g0.cov, jnp.zeros((), dtype))
-    ts = _check_times(t0, t1, dt0, saveat, dtype)
+    save_ts, fn = parse_saveat(saveat)
+    if fn is not None:
+        raise ValueError("SaveAt(fn=...) statistics apply to particles; a Gaussian solve saves "
+                         "the moments (means, covs)")
+    ts = check_times(t0, t1, dt0, save_ts, dtype)
     solver = diffrax.Tsit5() if solver is None else solver
     controller = diffrax.ConstantStepSize() if stepsize_controller is None else stepsize_controller
     if dt0 is None and isinstance(controller, diffrax.ConstantStepSize):
         raise ValueError("dt0 is required with constant step sizes (pass dt0=..., or an adaptive "
                          "stepsize_controller such as diffrax.PIDController)")
     if max_steps is None:
-        max_steps = _default_max_steps(t0, t1, dt0, controller)
+        max_steps = default_max_steps(t0, t1, dt0, controller)
     if blowup_threshold is None:
         threshold = DEFAULT_BLOWUP_FACTOR * jnp.trace(g0.cov)
     else:
@@ -115,8 +120,8 @@ def solve_gaussian(dynamics, g0: Gaussian, *, t1, t0=0.0, dt0=None, saveat=None,
                 float(threshold) > float(np.trace(np.asarray(g0.cov)))):
             raise ValueError(f"blowup_threshold={float(threshold)} must exceed tr Σ0 = "
                              f"{float(np.trace(np.asarray(g0.cov)))}")
-    return _solve_moments(dynamics, g0.mean, g0.cov, _as_time(t0, "t0", dtype),
-                          _as_time(t1, "t1", dtype), None if dt0 is None else jnp.asarray(dt0, dtype),
+    return _solve_moments(dynamics, g0.mean, g0.cov, as_time(t0, "t0", dtype),
+                          as_time(t1, "t1", dtype), None if dt0 is None else jnp.asarray(dt0, dtype),
                           ts, threshold.astype(dtype), solver, controller,
                           adjoint or diffrax.RecursiveCheckpointAdjoint(), int(max_steps),
                           bool(progress), bool(throw))
@@ -136,13 +141,10 @@ def _solve_moments(dynamics, mean, cov, t0, t1, dt0, ts, threshold, solver, cont
         # `~(tr <= threshold)` is also true for NaN: a step that overflowed stops the solve too
         return ~(tr <= threshold) | ~jnp.all(jnp.isfinite(y[0]))
 
-    meter = diffrax.TqdmProgressMeter() if progress else diffrax.NoProgressMeter()
-    sol = diffrax.diffeqsolve(diffrax.ODETerm(rhs), solver, t0, t1, dt0, (mean, cov),
-                              saveat=diffrax.SaveAt(subs=[diffrax.SubSaveAt(ts=ts),
-                                                          diffrax.SubSaveAt(t1=True)]),
-                              stepsize_controller=controller,
-                              adjoint=adjoint, max_steps=max_steps, throw=throw,
-                              progress_meter=meter, event=diffrax.Event(exceeded))
+    sol = integrate(diffrax.ODETerm(rhs), solver, t0, t1, dt0, (mean, cov),
+                    saveat=diffrax.SaveAt(subs=[diffrax.SubSaveAt(ts=ts), diffrax.SubSaveAt(t1=True)]),
+                    stepsize_controller=controller, adjoint=adjoint, max_steps=max_steps, throw=throw,
+                    progress=progress, event=diffrax.Event(exceeded))
     (means, covs), (final_mean, final_cov) = sol.ys
     event = sol.result == diffrax.RESULTS.event_occurred
     final_time = sol.ts[1][0]

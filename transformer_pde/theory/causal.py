@@ -2,13 +2,9 @@ r"""Causal (decoder) attention and the lost-in-the-middle retrieval profile (sph
 
 Two particle models with token order (position) mattering:
 
-* :class:`CausalAttention`, the CSA model of the Causal paper with optional ALiBi-type
-  position weights, on R^d (wrap with :class:`~transformer_pde.Sphere`):
-
-  $$\dot x_k=P^\perp_{x_k}\frac{\sum_{j\le k}e^{\beta\langle Qx_k,Kx_j\rangle-\lambda(k-j)/N}Vx_j}
-  {\sum_{j\le k}e^{\beta\langle Qx_k,Kx_j\rangle-\lambda(k-j)/N}}.$$
-
-* :class:`LitMCircle`, the model of Duerinckx–Geshkovski–Rossi (LitM) on the torus: causal
+* ``SoftmaxAttention(..., causal=True, alibi=λ)``, the CSA model of the Causal paper with
+  ALiBi-type position weights (:mod:`transformer_pde.models.attention.softmax`);
+* :class:`~transformer_pde.models.LitMCircle`, the model of Duerinckx–Geshkovski–Rossi (LitM) on the torus: causal
   USA with ALiBi weights over k < j (self excluded), in angles,
 
   $$\theta_j'=\mathcal Z_{N,j}^{-1}\sum_{k<j}e^{-\lambda(j-k)/N}w_\beta'(\theta_j-\theta_k),\qquad
@@ -31,19 +27,18 @@ sums to the Bessel form g_a = k_λ √(at/Y) I_1(2√(atY)).
 
 from __future__ import annotations
 
+import diffrax
 import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ._checks import check_scalar
-from ._types import Param
-from .attention.base import check_qkv, matrix_dim, qkv_features, scalar_param
-from .dynamics import AbstractDynamics
+from .._checks import check_scalar
+from ..models.attention.base import scalar_param
+from ..models.causal import LitMCircle
+from ..solvers.core import integrate
 
 __all__ = [
-    "CausalAttention",
-    "LitMCircle",
     "LitMMeanField",
     "bessel_i",
     "cap_measure",
@@ -58,102 +53,6 @@ __all__ = [
     "volterra_closed_form",
     "volterra_numerical",
 ]
-
-
-def alibi_logits(n: int, lam, dtype, include_self: bool = True):
-    """Position biases −λ(k − j)/N for key j <= k (−inf for masked pairs), shape (n, n)."""
-    k = jnp.arange(n)[:, None]
-    j = jnp.arange(n)[None, :]
-    allowed = (j <= k) if include_self else (j < k)
-    bias = -lam * (k - j).astype(dtype) / n
-    return jnp.where(allowed, bias, -jnp.inf)
-
-
-class CausalAttention(AbstractDynamics):
-    r"""Causal softmax attention with ALiBi-type position weights (sphere.md §4, CSA).
-
-    Token k (rows in order) attends to tokens j <= k with weights
-    ∝ e^{β⟨Qx_k, Kx_j⟩} e^{−λ(k−j)/N}. ``lam = 0`` is plain causal attention (the
-    authors' blog code: softmax over j <= k, self included); ``include_self=False`` uses
-    j < k as in the LitM model (the first token then does not move). Token 1 attends only
-    to itself, so on the sphere it never moves: x_1(t) = x_1(0).
-
-    Token weights are ignored: positions, not masses, define the causal measure.
-    """
-
-    Q: Param
-    K: Param
-    V: Param
-    beta: jax.Array
-    lam: jax.Array
-    include_self: bool = eqx.field(static=True)
-
-    def __init__(self, Q, K, V, beta=1.0, lam=0.0, *, include_self: bool = True):
-        self.Q, self.K, self.V = check_qkv(type(self).__name__, Q, K, V, beta)
-        check_scalar(lam, f"{type(self).__name__}.lam", nonnegative=True)
-        self.beta = scalar_param(beta)
-        self.lam = scalar_param(lam)
-        self.include_self = bool(include_self)
-
-    @classmethod
-    def identity(cls, d: int, beta=1.0, lam=0.0, **kwargs):
-        eye = jnp.eye(d)
-        return cls(eye, eye, eye, beta, lam, **kwargs)
-
-    @property
-    def dim(self):
-        return matrix_dim(self.V)
-
-    def _velocity(self, x, weights, t):
-        q, k, v = qkv_features(self, x, x, t)
-        logits = q @ k.T + alibi_logits(x.shape[0], self.lam, x.dtype, self.include_self)
-        lse = jax.nn.logsumexp(logits, axis=-1, keepdims=True)
-        # rows with no key (token 1 when self is excluded) get velocity 0, not NaN
-        p = jnp.where(jnp.isfinite(lse), jnp.exp(logits - jnp.where(jnp.isfinite(lse), lse, 0.0)), 0.0)
-        return p @ v
-
-
-class LitMCircle(AbstractDynamics):
-    r"""The LitM particle model on the torus, state = angles of shape ``(N, 1)`` (sphere.md §4):
-
-    $$\theta_j'=\mathcal Z_{N,j}^{-1}\sum_{k<j}e^{-\lambda(j-k)/N}\,w_\beta'(\theta_j-\theta_k),
-    \qquad w_\beta'(\theta)=-\beta\sin\theta\,e^{\beta\cos\theta}.$$
-
-    The kernel is unnormalized (USA-type) and the ALiBi weights are normalized over k < j;
-    the first token has no predecessor and stays put. Angles are not wrapped.
-    """
-
-    beta: jax.Array
-    lam: jax.Array
-
-    def __init__(self, beta=1.0, lam=1.0):
-        check_scalar(beta, "LitMCircle.beta", nonnegative=True)
-        check_scalar(lam, "LitMCircle.lam", nonnegative=True)
-        self.beta = scalar_param(beta)
-        self.lam = scalar_param(lam)
-
-    @property
-    def dim(self):
-        return 1
-
-    def position_weights(self, n: int, dtype=None):
-        """Row-normalized ALiBi weights K_{jk} = e^{−λ(j−k)/N}/Z_{N,j} over k < j (row 1: zeros)."""
-        dtype = dtype or jnp.result_type(float)
-        logits = alibi_logits(n, self.lam, dtype, include_self=False)
-        lse = jax.nn.logsumexp(logits, axis=-1, keepdims=True)
-        return jnp.where(jnp.isfinite(lse), jnp.exp(logits - jnp.where(jnp.isfinite(lse), lse, 0.0)),
-                         0.0)
-
-    def _velocity(self, x, weights, t):
-        theta = x[:, 0]
-        c, s = jnp.cos(theta), jnp.sin(theta)
-        # cos/sin of θ_j − θ_k from products (no n x n trigonometric calls)
-        cos_d = c[:, None] * c[None, :] + s[:, None] * s[None, :]
-        sin_d = s[:, None] * c[None, :] - c[:, None] * s[None, :]
-        wprime = -self.beta * sin_d * jnp.exp(self.beta * (cos_d - 1.0))
-        # e^{-β} factored out of the exponential for range; put it back
-        Kw = self.position_weights(x.shape[0], x.dtype)
-        return (jnp.exp(self.beta) * jnp.sum(Kw * wprime, axis=1))[:, None]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -302,14 +201,11 @@ def u_shape(profile) -> dict:
 
 def _litm_deltas(key, dyn, n, t, dt, num_runs, chunk):
     """For num_runs i.i.d. uniform starts: θ_N(t) − θ_i(0) and θ_N(0) − θ_i(0), i = 1..N−1."""
-    import diffrax
-
     def one(k):
         th0 = jax.random.uniform(k, (n, 1), minval=0.0, maxval=2 * jnp.pi)
         term = diffrax.ODETerm(lambda s, y, args: dyn._velocity(y, None, s))
-        sol = diffrax.diffeqsolve(term, diffrax.Tsit5(), 0.0, t, dt, th0,
-                                  stepsize_controller=diffrax.ConstantStepSize(),
-                                  max_steps=int(np.ceil(t / dt)) + 1)
+        sol = integrate(term, diffrax.Tsit5(), 0.0, t, dt, th0, saveat=diffrax.SaveAt(t1=True),
+                        max_steps=int(np.ceil(t / dt)) + 1)
         thN = sol.ys[0, -1, 0]
         return thN - th0[:-1, 0], th0[-1, 0] - th0[:-1, 0]
 
@@ -456,15 +352,13 @@ class LitMMeanField(eqx.Module):
 
     def solve(self, f0, t1, *, dt0=0.01, saveat=None):
         """Integrate from the densities ``f0`` (shape (num_sigma, num_theta)) with Tsit5."""
-        import diffrax
-
         f0 = jnp.asarray(f0)
         if f0.shape != (self.num_sigma, self.num_theta):
             raise ValueError(f"f0 must have shape ({self.num_sigma}, {self.num_theta}), got {f0.shape}")
         check_scalar(t1, "t1", positive=True)
         ts = jnp.asarray([t1] if saveat is None else saveat, f0.dtype)
-        sol = diffrax.diffeqsolve(diffrax.ODETerm(self.rhs), diffrax.Tsit5(), 0.0, t1, dt0, f0,
-                                  saveat=diffrax.SaveAt(ts=ts),
-                                  stepsize_controller=diffrax.PIDController(rtol=1e-8, atol=1e-10),
-                                  max_steps=100_000)
+        sol = integrate(diffrax.ODETerm(self.rhs), diffrax.Tsit5(), 0.0, t1, dt0, f0,
+                        saveat=diffrax.SaveAt(ts=ts),
+                        stepsize_controller=diffrax.PIDController(rtol=1e-8, atol=1e-10),
+                        max_steps=100_000)
         return sol.ys

@@ -6,20 +6,21 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 
-from .._checks import as_float_array, check_block_size, check_scalar
-from .._types import Param
-from ..kernels import softmax_average
-from ..params import as_param, evaluate, param_shape
+from ..._checks import as_float_array, check_block_size, check_scalar, is_concrete
+from ..._types import Param
+from ...kernels import softmax_average
+from ...params import as_param, evaluate, param_shape
 from .base import (
-    AbstractAttention,
-    check_qkv,
+    AbstractGaussianClosure,
+    AbstractNormalizedAttention,
+    bilinear_fields,
     log_weights,
     matrix_dim,
     scalar_param,
 )
 
 
-class SoftmaxAttention(AbstractAttention):
+class SoftmaxAttention(AbstractNormalizedAttention, AbstractGaussianClosure):
     r"""Softmax self-attention (euclidean.md §2a):
 
     $$\Gamma_\mu(x)=\frac{\int e^{\beta\langle Qx,Ky\rangle}\,Vy\,d\mu(y)}
@@ -30,23 +31,38 @@ class SoftmaxAttention(AbstractAttention):
         V: shape ``(d, d)``, or a callable.
         beta: inverse temperature β (scores are β⟨Qx, Ky⟩ = β yᵀ A x with A = KᵀQ).
         causal: token i attends to tokens j <= i in their given order (euclidean.md §2f).
+        alibi: λ >= 0, ALiBi-type position weights e^{−λ(i−j)/N} of causal attention
+            (sphere.md §4, CSA): after the per-row constant −λi/N cancels in the softmax, a
+            per-key bias +λj/N, so the model streams and shards like any causal attention.
+            Needs ``causal=True``.
+        include_self: with ``causal=True``, False masks j < i (the LitM model): the first
+            token then sees no key and does not move.
         block_size: kernel path, see :func:`transformer_pde.kernels.lse_average`.
 
-    Many papers use A = KᵀQ/√d: pass ``Q / sqrt(d)`` (sphere.md §9).
+    Many papers use A = KᵀQ/√d: pass ``Q / sqrt(d)`` (sphere.md §9). Token weights are the
+    masses of the causal measure too (uniform: the authors' CSA).
     """
 
     Q: Param
     K: Param
     V: Param
     beta: jax.Array
+    alibi: jax.Array
     causal: bool = eqx.field(static=True)
+    include_self: bool = eqx.field(static=True)
     block_size: int | None = eqx.field(static=True)
 
-    def __init__(self, Q, K, V, beta=1.0, *, causal: bool = False, block_size: int | None = None):
-        self.Q, self.K, self.V = check_qkv(type(self).__name__, Q, K, V, beta)
-        self.beta = scalar_param(beta)
-        self.causal = bool(causal)
-        self.block_size = check_block_size(block_size, f"{type(self).__name__}.block_size")
+    def __init__(self, Q, K, V, beta=1.0, *, causal: bool = False, alibi=0.0, include_self: bool = True,
+                 block_size: int | None = None):
+        name = type(self).__name__
+        self.Q, self.K, self.V, self.beta, self.causal, self.block_size = bilinear_fields(
+            name, Q, K, V, beta, causal, block_size)
+        check_scalar(alibi, f"{name}.alibi", nonnegative=True)
+        if not self.causal and (not include_self or is_concrete(alibi) and float(alibi) != 0):
+            raise ValueError(f"{name}: alibi={alibi} and include_self={include_self} are position "
+                             "weights of causal attention; pass causal=True")
+        self.alibi = scalar_param(alibi)
+        self.include_self = bool(include_self)
 
     @classmethod
     def identity(cls, d: int, beta=1.0, *, dtype=None, **kwargs):
@@ -67,17 +83,34 @@ class SoftmaxAttention(AbstractAttention):
             q, k = queries, self.beta * (x @ (K.T @ Q))
         else:
             q, k = self.beta * (queries @ Q.T), x @ K.T
-        avg = softmax_average(q, k, x, log_weights(weights), causal=self.causal,
-                              query_offset=query_offset, block_size=self.block_size)
+        bias = log_weights(weights)
+        if self.causal:
+            # ALiBi: e^{−λ(i−j)/N} = e^{−λi/N} e^{λj/N}; the first factor cancels in the softmax
+            bias = bias + self.alibi * jnp.arange(x.shape[0], dtype=x.dtype) / x.shape[0]
+            if not self.include_self:
+                query_offset = query_offset - 1  # query i sees keys j <= i - 1
+        avg = softmax_average(q, k, x, bias, causal=self.causal, query_offset=query_offset,
+                              block_size=self.block_size)
         return avg @ V.T
 
-    def gaussian_velocity(self, mean, cov, t=0.0):
-        from ..gaussian import softmax_moments
+    def score_matrix(self, t=0.0):
+        """A = β KᵀQ, so s(x, y) = yᵀAx (spec README)."""
+        Q, K = evaluate(self.Q, t), evaluate(self.K, t)
+        return self.beta * (K.T @ Q)
 
-        return softmax_moments(self, mean, cov, t)
+    def value_norm(self, t=0.0):
+        return jnp.linalg.norm(evaluate(self.V, t), ord=2)
+
+    def _affine_field(self, mean, cov, t):
+        r"""Softmax (euclidean.md §4a): Γ(x) = V(α + ΣAx), so J = VΣA, c = Vα and
+
+        $$\dot\alpha=V(I+\Sigma A)\alpha,\qquad\dot\Sigma=V\Sigma A\Sigma+\Sigma A^\top\Sigma V^\top.$$
+        """
+        V = evaluate(self.V, t)
+        return V @ cov @ self.score_matrix(t), V @ mean
 
 
-class MultiHeadAttention(AbstractAttention):
+class MultiHeadAttention(AbstractNormalizedAttention, AbstractGaussianClosure):
     r"""Multi-head attention (euclidean.md §2b):
 
     $$\Gamma_\mu(x)=\sum_{h=1}^H W_h\,\frac{\int e^{\beta\langle Q_hx,K_hy\rangle}\,V_hy\,d\mu(y)}
@@ -153,7 +186,18 @@ class MultiHeadAttention(AbstractAttention):
 
         return jnp.sum(jax.vmap(head)(Q, K, V, W), axis=0)
 
-    def gaussian_velocity(self, mean, cov, t=0.0):
-        from ..gaussian import multihead_moments
+    def score_matrix(self, t=0.0):
+        """The stack A_h = β K_hᵀQ_h, shape ``(H, d, d)``."""
+        Q, K = evaluate(self.Q, t), evaluate(self.K, t)
+        return self.beta * jnp.einsum("hkd,hke->hde", K, Q)
 
-        return multihead_moments(self, mean, cov, t)
+    def value_norm(self, t=0.0):
+        WV = jnp.einsum("hdk,hke->hde", evaluate(self.W, t), evaluate(self.V, t))
+        return jnp.sum(jnp.linalg.norm(WV, ord=2, axis=(-2, -1)))
+
+    def _affine_field(self, mean, cov, t):
+        r"""Multi-head (euclidean.md §4b): Γ(x) = Σ_h W_hV_h(α + ΣA_hx), so
+        J = Σ_h W_hV_hΣA_h and c = Σ_h W_hV_hα."""
+        WV = jnp.einsum("hdk,hke->hde", evaluate(self.W, t), evaluate(self.V, t))
+        return (jnp.einsum("hde,ef,hfg->dg", WV, cov, self.score_matrix(t)),
+                jnp.einsum("hde,e->d", WV, mean))

@@ -33,26 +33,16 @@ O(1/d) (sphere.md §5, "Trade-offs"); β > 0 adds O(d²σ_A⁴β²).
 
 from __future__ import annotations
 
-import diffrax
 import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ._checks import check_scalar
-from .solve import _Retracted
-from .spaces import normalize, tangent_projection
+from .._checks import check_scalar
+from .base import AbstractDynamics
+from .sphere import tangent_projection
 
-__all__ = [
-    "GaussianHeads",
-    "chain",
-    "diffusive_chain",
-    "expected_head",
-    "head_field",
-    "logistic",
-    "mean_overlap",
-    "sde",
-]
+__all__ = ["CommonNoiseSDE", "GaussianHeads", "RandomHeadsField", "expected_head", "head_field"]
 
 
 class GaussianHeads(eqx.Module):
@@ -101,6 +91,10 @@ class GaussianHeads(eqx.Module):
         Wp = self.sigma_A * jax.random.normal(kp, (*shape, self.d, self.k), dtype)
         return V.astype(dtype), W.astype(dtype), Wp.astype(dtype)
 
+    def mean_field(self, x, V, W, Wp):
+        """(1/H) Σ_h B_{θ_h}[μ_X](x_i) for heads stacked on a leading axis, shape (n, d)."""
+        return jax.vmap(lambda v, w, wp: head_field(x, v, w, wp, self.beta))(V, W, Wp).mean(0)
+
 
 def _attn_average(x, W, Wp, beta):
     """m_A(x_i) = Σ_j softmax_j(β⟨A x_i, x_j⟩) x_j with A = W W'ᵀ (never formed: (Wᵀx_j)·(W'ᵀx_i))."""
@@ -120,111 +114,68 @@ def expected_head(key, heads: GaussianHeads, x, num_samples: int = 4096):
     return B.mean(0), B.std(0) / np.sqrt(num_samples)
 
 
-def chain(key, heads: GaussianHeads, x0, num_layers: int, eta, num_heads: int = 1,
-          save_every: int | None = None):
-    r"""The random Transformer x ← N(x + (η/H) Σ_h B_{θ_h}(x)), fresh θ_h each layer.
 
-    Returns the states after every ``save_every`` layers (default: only the last), with the
-    input first, shape ``(num_saves, n, d)``.
+
+class RandomHeadsField(AbstractDynamics):
+    r"""The random Transformer's layer field: fresh heads θ_h ~ ρ* at every layer (sphere.md §5).
+
+    At time t in layer l = (t − t0)/h the velocity is (1/H) Σ_h B_{θ_h}[μ](x_i) with the heads
+    drawn from ``keys[l]``. ``tp.layers(tp.PostLN(field), x0, L, h)`` is the chain
+    x ← N(x + (h/H) Σ_h B_{θ_h}(x)) (:func:`transformer_pde.solve.random_heads.chain`).
+    Token weights are ignored (uniform measure).
     """
-    num_layers, num_heads = int(num_layers), int(num_heads)
-    save_every = num_layers if save_every is None else int(save_every)
-    if num_layers < 1 or num_heads < 1 or num_layers % save_every:
-        raise ValueError(f"need num_layers >= 1, num_heads >= 1 and save_every | num_layers; got "
-                         f"{num_layers}, {num_heads}, {save_every}")
-    return _chain(key, heads, jnp.asarray(x0), num_layers, jnp.asarray(eta, x0.dtype), num_heads,
-                  save_every)
+
+    heads: GaussianHeads
+    keys: jax.Array
+    step: jax.Array
+    t0: jax.Array
+    num_heads: int = eqx.field(static=True)
+
+    @property
+    def dim(self):
+        return self.heads.d
+
+    def _velocity(self, x, weights, t):
+        layer = jnp.round((t - self.t0) / self.step).astype(jnp.int32)
+        V, W, Wp = self.heads.sample(self.keys[layer], (self.num_heads,), x.dtype)
+        return self.heads.mean_field(x, V, W, Wp)
 
 
-@eqx.filter_jit
-def _chain(key, heads, x0, num_layers, eta, num_heads, save_every):
-    def layer(x, k):
-        V, W, Wp = heads.sample(k, (num_heads,), x.dtype)
-        B = jax.vmap(lambda v, w, wp: head_field(x, v, w, wp, heads.beta))(V, W, Wp)
-        return normalize(x + eta * B.mean(0)), None
+class CommonNoiseSDE(eqx.Module):
+    r"""The diffusive limit of the random Transformer (case (G), sphere.md §5), in the clock s:
 
-    def block(x, ks):
-        x, _ = jax.lax.scan(layer, x, ks)
-        return x, x
+    $$dx_i = -\tfrac{\sigma_V^2(d-1)}{2\sigma^2}\,\mathbb E_A|m_A(x_i)|^2\,x_i\,ds
+    + P^\perp_{x_i}\,\frac{\sigma_V}{\sigma\sqrt K}\sum_q dB_q\,m_{A_q}(x_i),$$
 
-    keys = jax.random.split(key, num_layers).reshape(num_layers // save_every, save_every)
-    _, xs = jax.lax.scan(block, x0, keys)
-    return jnp.concatenate([x0[None], xs.astype(x0.dtype)], 0)
-
-
-def diffusive_chain(key, heads: GaussianHeads, x0, s1, num_layers: int, num_heads: int = 1,
-                    save_every: int | None = None):
-    """The chain in the diffusive clock: η = √(s1·H/(L σ²)), so L layers span s ∈ [0, s1]."""
-    eta = float(np.sqrt(float(s1) * num_heads / (int(num_layers) * heads.sigma2)))
-    return chain(key, heads, x0, num_layers, eta, num_heads, save_every)
-
-
-class _UnitSphere(eqx.Module):
-    """The retraction x ← x/|x| (for :class:`~transformer_pde.solve._Retracted`)."""
-
-    def retract(self, y):
-        return normalize(y)
-
-
-def sde(key, heads: GaussianHeads, x0, s1, dt, *, num_nodes: int = 32, saveat=None):
-    r"""One path of the diffusive limit (case (G)) with diffrax and a VirtualBrownianTree.
-
-    Itô SDE in the diffusive clock s (module docstring), Euler–Maruyama with retraction onto
-    the sphere after each step. The noise is common to all tokens: one d×d matrix Brownian
-    motion per quadrature node A_q (``num_nodes`` nodes, drawn once per path from ρ*_A).
-    ``saveat``: times in [0, s1] (default ``[s1]``). Returns states ``(T, n, d)``.
+    Itô, with K quadrature nodes A_q = W_q W_q'ᵀ drawn once per path from ρ*_A and a d×d matrix
+    Brownian motion B_q per node: the noise is common to all tokens.
     """
-    if heads.v_mean != 0:
-        raise ValueError(f"the diffusive SDE is implemented for the Gaussian case v_mean = 0 (zero "
-                         f"drift), got v_mean={heads.v_mean}")
-    check_scalar(s1, "s1", positive=True)
-    check_scalar(dt, "dt", positive=True)
-    ts = jnp.asarray([s1] if saveat is None else saveat, dtype=jnp.asarray(x0).dtype)
-    return _sde(key, heads, jnp.asarray(x0), jnp.asarray(s1, ts.dtype), jnp.asarray(dt, ts.dtype),
-                int(num_nodes), ts, int(np.ceil(float(s1) / float(dt))) + 1)
 
+    heads: GaussianHeads
+    W: jax.Array
+    Wp: jax.Array
 
-@eqx.filter_jit
-def _sde(key, heads, x0, s1, dt, num_nodes, ts, max_steps):
-    kn, kb = jax.random.split(key)
-    _, W, Wp = heads.sample(kn, (num_nodes,), x0.dtype)
-    d = heads.d
-    scale = heads.sigma_V / np.sqrt(heads.sigma2 * num_nodes)
+    @property
+    def num_nodes(self) -> int:
+        return self.W.shape[0]
 
-    def averages(x):  # (K, n, d)
-        return jax.vmap(lambda w, wp: _attn_average(x, w, wp, heads.beta))(W, Wp)
+    def averages(self, x):  # (K, n, d)
+        return jax.vmap(lambda w, wp: _attn_average(x, w, wp, self.heads.beta))(self.W, self.Wp)
 
-    def drift(s, x, args):
-        m = averages(x)
+    def drift(self, s, x, args):
+        m = self.averages(x)
+        h = self.heads
         # Itô correction: −(σ_V²(d−1)/(2σ²)) E_A|m_A|² x = −½ mean_q |m_q|² x
-        return -0.5 * (heads.sigma_V**2 * (d - 1) / heads.sigma2) * jnp.mean(
-            jnp.sum(m**2, -1), 0)[:, None] * x
+        return -0.5 * (h.sigma_V**2 * (h.d - 1) / h.sigma2) * jnp.mean(jnp.sum(m**2, -1), 0)[:, None] * x
 
-    def diffusion(s, x, args):
-        m = averages(x)
+    def diffusion(self, s, x, args):
+        import lineax as lx
+
+        m = self.averages(x)
+        scale = self.heads.sigma_V / np.sqrt(self.heads.sigma2 * self.num_nodes)
 
         def apply(dW):  # dW: (K, d, d) -> (n, d)
             return tangent_projection(x, scale * jnp.einsum("qab,qib->ia", dW, m))
 
-        struct = jax.ShapeDtypeStruct((num_nodes, d, d), x.dtype)
-        import lineax as lx
-
+        struct = jax.ShapeDtypeStruct((self.num_nodes, self.heads.d, self.heads.d), x.dtype)
         return lx.FunctionLinearOperator(apply, struct)
-
-    bm = diffrax.VirtualBrownianTree(0.0, s1, tol=dt / 2, shape=(num_nodes, d, d), key=kb)
-    terms = diffrax.MultiTerm(diffrax.ODETerm(drift), diffrax.ControlTerm(diffusion, bm))
-    sol = diffrax.diffeqsolve(terms, _Retracted(diffrax.Euler(), _UnitSphere()), 0.0, s1, dt, x0,
-                              saveat=diffrax.SaveAt(ts=ts, fn=lambda s, y, args: normalize(y)),
-                              max_steps=max_steps)
-    return sol.ys
-
-
-def mean_overlap(x):
-    """m = |x̄|² = n^{-2} Σ_{ij} ⟨x_i, x_j⟩ (last two axes are tokens × dimension)."""
-    return jnp.sum(jnp.mean(x, axis=-2) ** 2, axis=-1)
-
-
-def logistic(u0, s):
-    """Solution of u' = u(1 − u), u(0) = u0: u0 e^s/(1 − u0 + u0 e^s)."""
-    s = np.asarray(s, dtype=float)
-    return u0 * np.exp(s) / (1 - u0 + u0 * np.exp(s))

@@ -5,61 +5,23 @@ from __future__ import annotations
 import equinox as eqx
 import jax
 import jax.numpy as jnp
-from ott.geometry import costs, geometry, pointcloud
+from ott.geometry import costs, geometry
 from ott.problems.linear import linear_problem
 from ott.solvers.linear import sinkhorn
 
-from .._checks import check_points, check_scalar, check_weights
-from .._types import Param
-from ..kernels import choose_path, lse_average, softmax_average
-from ..params import evaluate
-from .base import AbstractAttention, check_qkv, matrix_dim, scalar_param
-
-
-class _StreamingCloud(pointcloud.PointCloud):
-    """ott-jax point cloud whose log-sum-exp kernel streams.
-
-    Sinkhorn in the log domain only touches the cost through ``apply_lse_kernel``
-    (potential updates, marginals, the regularized cost), which here runs on
-    :func:`transformer_pde.kernels.lse_average` in blocks of ``batch_size`` keys:
-    O(n · block) memory, the cost matrix is never formed. A subclass writes its cost as
-    s·c(a, b) = −m⟨a, b⟩ − α(a) − α(b) (s = ``inv_scale_cost``) through :meth:`_split`.
-    """
-
-    def _split(self, a, b):
-        """(m, α(a), α(b)) of the cost, see the class docstring."""
-        raise NotImplementedError
-
-    def apply_lse_kernel(self, f, g, eps, vec=None, axis=0):
-        # ott's contract: eps·log Σ_j exp((h_j − s·c_ij)/eps) [· vec_j] over the reduced axis
-        a, b, h = (self.x, self.y, g) if axis == 1 else (self.y, self.x, f)
-        m, alpha_a, alpha_b = self._split(a, b)
-        values = jnp.ones((b.shape[0], 1), a.dtype) if vec is None else vec[:, None]
-        avg, lse = lse_average(a * (m / eps), b, values, (h + alpha_b) / eps,
-                               block_size=self._batch_size)
-        avg = avg[:, 0]
-        return eps * (lse + jnp.log(jnp.abs(avg))) + alpha_a, jnp.sign(avg)
-
-
-@jax.tree_util.register_pytree_node_class
-class _StreamingDotCloud(_StreamingCloud):
-    """Streaming point cloud for the cost c(x, y) = −⟨x, y⟩ (Sinkhorn attention)."""
-
-    def _split(self, a, b):
-        return self.inv_scale_cost, 0.0, 0.0
-
-
-@jax.tree_util.register_pytree_node_class
-class StreamingSqEuclideanCloud(_StreamingCloud):
-    """Streaming point cloud for the cost c(x, y) = |x − y|² = |x|² + |y|² − 2⟨x, y⟩.
-
-    Sinkhorn divergences between clouds of 10^5+ points never form the cost matrix (ott's own
-    ``batch_size=`` path fails under jax 0.10).
-    """
-
-    def _split(self, a, b):
-        s = self.inv_scale_cost
-        return 2.0 * s, -s * jnp.sum(a * a, axis=1), -s * jnp.sum(b * b, axis=1)
+from ..._checks import check_points, check_scalar, check_weights
+from ..._linalg import sqrtm_psd, symmetrize
+from ..._types import Param
+from ...kernels import choose_path, softmax_average
+from ...kernels.ott import StreamingDotCloud
+from ...params import evaluate
+from .base import (
+    AbstractGaussianClosure,
+    AbstractNormalizedAttention,
+    check_qkv,
+    matrix_dim,
+    scalar_param,
+)
 
 
 class SinkhornPotentials(eqx.Module):
@@ -73,7 +35,7 @@ class SinkhornPotentials(eqx.Module):
     """Last marginal error reported by ott-jax."""
 
 
-class SinkhornAttention(AbstractAttention):
+class SinkhornAttention(AbstractNormalizedAttention, AbstractGaussianClosure):
     r"""Doubly stochastic attention (euclidean.md §2d).
 
     With Ã = βA/ε (A = KᵀQ), let π(dx,dy) = e^{f(x)+g(y)+yᵀÃx} μ(dx)μ(dy) be the
@@ -97,7 +59,7 @@ class SinkhornAttention(AbstractAttention):
         block_size: kernel path (:func:`transformer_pde.kernels.choose_path`). On the
             streaming path the n x n cost is never stored: ott-jax's Sinkhorn runs on a
             ``PointCloud(βQx, Kx, NegDotProduct())`` whose log-sum-exp kernel streams
-            (:class:`_StreamingDotCloud`), and the attention average streams too.
+            (:class:`transformer_pde.kernels.ott.StreamingDotCloud`), and the attention average streams too.
     """
 
     Q: Param
@@ -109,6 +71,8 @@ class SinkhornAttention(AbstractAttention):
     max_iterations: int = eqx.field(static=True)
     throw: bool = eqx.field(static=True)
     block_size: int | tuple[int, int] | None = eqx.field(static=True)
+    causal: bool = eqx.field(static=True)
+    """Always False: the self-coupling is of the whole measure."""
 
     def __init__(self, Q, K, V, beta=1.0, *, epsilon=1.0, threshold: float = 1e-6,
                  max_iterations: int = 2000, throw: bool = True,
@@ -127,6 +91,7 @@ class SinkhornAttention(AbstractAttention):
         self.throw = bool(throw)
         choose_path(1, 1, block_size)  # validates block_size
         self.block_size = block_size
+        self.causal = False
 
     @property
     def dim(self):
@@ -141,7 +106,7 @@ class SinkhornAttention(AbstractAttention):
             geom = geometry.Geometry(cost_matrix=cost, epsilon=self.epsilon)
         else:
             # the same cost c_ij = -β<Q x_i, K x_j>, recomputed in blocks of rows: O(n·block)
-            geom = _StreamingDotCloud(self.beta * (x @ Q.T), x @ K.T, costs.NegDotProduct(),
+            geom = StreamingDotCloud(self.beta * (x @ Q.T), x @ K.T, costs.NegDotProduct(),
                                       batch_size=path[1], epsilon=self.epsilon)
         problem = linear_problem.LinearProblem(geom, a=weights, b=weights)
         # inner_iterations=1 so the iteration count and the check happen every step
@@ -171,7 +136,38 @@ class SinkhornAttention(AbstractAttention):
         q = (self.beta / self.epsilon) * (queries @ Q.T)
         return softmax_average(q, x @ K.T, x @ V.T, g, block_size=self.block_size)
 
-    def gaussian_velocity(self, mean, cov, t=0.0):
-        from ..gaussian import sinkhorn_moments
+    def score_matrix(self, t=0.0):
+        """A = β KᵀQ (the Sinkhorn logits are yᵀ(A/ε)x)."""
+        Q, K = evaluate(self.Q, t), evaluate(self.K, t)
+        return self.beta * (K.T @ Q)
 
-        return sinkhorn_moments(self, mean, cov, t)
+    def value_norm(self, t=0.0):
+        return jnp.linalg.norm(evaluate(self.V, t), ord=2)
+
+    def _affine_field(self, mean, cov, t):
+        r"""Sinkhorn attention (euclidean.md §4d) with Ã = βKᵀQ/ε: y | x ~ N(α + PÃ(x − α), P)
+        (:func:`sinkhorn_conditional_cov`), so Γ(x) = V(α + PÃ(x − α)):
+
+        $$J = VP\tilde A,\qquad c = V\alpha - J\alpha,\qquad
+        \dot\Sigma=VP\tilde A\Sigma+\Sigma\tilde A^\top PV^\top.$$
+
+        Valid for every A (singular included) and every ε > 0.
+        """
+        V = evaluate(self.V, t)
+        At = self.score_matrix(t) / self.epsilon
+        J = V @ sinkhorn_conditional_cov(cov, At) @ At
+        return J, V @ mean - J @ mean
+
+
+def sinkhorn_conditional_cov(cov, At):
+    r"""P ≻ 0 solving P + PÃΣÃᵀP = Σ (euclidean.md §4d), in the form with no inverse of Ã:
+
+    $$P=2\,\Sigma^{1/2}\big(I+(I+4\Sigma^{1/2}\tilde A\Sigma\tilde A^\top\Sigma^{1/2})^{1/2}\big)^{-1}\Sigma^{1/2}.$$
+
+    P is the covariance of y | x under the entropic self-coupling of N(α, Σ).
+    """
+    d = cov.shape[0]
+    eye = jnp.eye(d, dtype=cov.dtype)
+    R = sqrtm_psd(cov)
+    inner = sqrtm_psd(eye + 4.0 * R @ At @ cov @ At.T @ R)
+    return symmetrize(2.0 * R @ jnp.linalg.solve(eye + inner, R))

@@ -6,14 +6,19 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 
-from .._checks import check_block_size
-from .._types import Param
-from ..kernels import softmax_average
-from ..params import evaluate
-from .base import AbstractAttention, check_qkv, log_weights, matrix_dim, scalar_param
+from ..._types import Param
+from ...kernels import softmax_average
+from ...params import evaluate
+from .base import (
+    AbstractGaussianClosure,
+    AbstractNormalizedAttention,
+    bilinear_fields,
+    log_weights,
+    matrix_dim,
+)
 
 
-class L2Attention(AbstractAttention):
+class L2Attention(AbstractNormalizedAttention, AbstractGaussianClosure):
     r"""ℓ² attention, kernel $e^{-\beta|Qx-Ky|^2}$ (euclidean.md §2c):
 
     $$\Gamma_\mu(x)=\frac{\int e^{-\beta|Qx-Ky|^2}\,Vy\,d\mu(y)}{\int e^{-\beta|Qx-Ky|^2}\,d\mu(y)}.$$
@@ -31,10 +36,8 @@ class L2Attention(AbstractAttention):
     block_size: int | None = eqx.field(static=True)
 
     def __init__(self, Q, K, V, beta=1.0, *, causal: bool = False, block_size: int | None = None):
-        self.Q, self.K, self.V = check_qkv(type(self).__name__, Q, K, V, beta)
-        self.beta = scalar_param(beta)
-        self.causal = bool(causal)
-        self.block_size = check_block_size(block_size, f"{type(self).__name__}.block_size")
+        self.Q, self.K, self.V, self.beta, self.causal, self.block_size = bilinear_fields(
+            type(self).__name__, Q, K, V, beta, causal, block_size)
 
     @property
     def dim(self):
@@ -48,7 +51,19 @@ class L2Attention(AbstractAttention):
         return softmax_average(q, kx, x @ V.T, bias, causal=self.causal, query_offset=query_offset,
                                block_size=self.block_size)
 
-    def gaussian_velocity(self, mean, cov, t=0.0):
-        from ..gaussian import l2_moments
+    def value_norm(self, t=0.0):
+        return jnp.linalg.norm(evaluate(self.V, t), ord=2)
 
-        return l2_moments(self, mean, cov, t)
+    def _affine_field(self, mean, cov, t):
+        r"""ℓ² attention (euclidean.md §4c) with kernel e^{-β|Qx-Ky|²}. The key law tilted by
+        the kernel has precision Σ⁻¹ + 2βKᵀK, so with M = I + 2βΣKᵀK
+
+        $$\Gamma(x)=VM^{-1}(\alpha+2\beta\Sigma K^\top Qx),\qquad J = 2\beta VM^{-1}\Sigma K^\top Q,
+        \qquad c = VM^{-1}\alpha.$$
+        """
+        Q, K, V = (evaluate(p, t) for p in (self.Q, self.K, self.V))
+        d = mean.shape[0]
+        M = jnp.eye(d, dtype=cov.dtype) + 2.0 * self.beta * cov @ (K.T @ K)
+        # one factorization for both right-hand sides
+        sol = jnp.linalg.solve(M, jnp.concatenate([2.0 * self.beta * cov @ (K.T @ Q), mean[:, None]], 1))
+        return V @ sol[:, :d], V @ sol[:, d]

@@ -25,22 +25,22 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ._checks import check_scalar
+from .._checks import check_scalar
+from ..kernels import exp_kernel_sum
 from .attention.base import log_weights, scalar_param
-from .dynamics import AbstractDynamics
-from .kernels import exp_kernel_sum
-from .spaces import tangent_projection
+from .base import AbstractManifoldDynamics
+from .sphere import normalize, tangent_projection
 
-__all__ = ["PerceptronBlock", "atoms", "perceptron_energy", "stationarity_residual"]
+__all__ = ["PERCEPTRON_ACTIVATIONS", "PerceptronBlock"]
 
-_ACTIVATIONS = {
+PERCEPTRON_ACTIVATIONS = {
     # name: (σ, φ with φ' = 2σ)
     "relu": (jax.nn.relu, lambda s: jnp.maximum(s, 0.0) ** 2),
     "softplus": (jax.nn.softplus, None),  # φ has no elementary closed form; energy unavailable
 }
 
 
-class PerceptronBlock(AbstractDynamics):
+class PerceptronBlock(AbstractManifoldDynamics):
     r"""USA attention plus a perceptron block, on the sphere (tangent projection included).
 
     Args:
@@ -68,8 +68,8 @@ class PerceptronBlock(AbstractDynamics):
                              f"omega {omega.shape}")
         if sign not in (1, -1, 1.0, -1.0):
             raise ValueError(f"sign must be +1 (ascent) or -1 (descent), got {sign!r}")
-        if activation not in _ACTIVATIONS:
-            raise ValueError(f"activation must be one of {sorted(_ACTIVATIONS)}, got {activation!r}")
+        if activation not in PERCEPTRON_ACTIVATIONS:
+            raise ValueError(f"activation must be one of {sorted(PERCEPTRON_ACTIVATIONS)}, got {activation!r}")
         self.beta = scalar_param(beta)
         self.a, self.omega = a, omega
         self.sign = float(sign)
@@ -80,52 +80,14 @@ class PerceptronBlock(AbstractDynamics):
         return int(self.a.shape[1])
 
     def retract(self, x):
-        return x / jnp.linalg.norm(x, axis=-1, keepdims=True)
+        return normalize(x)
 
     def raw_field(self, x, weights):
         """∫ e^{β⟨x_i,y⟩} y dμ + Σ_j ω_j σ(a_j·x_i) a_j (before projection)."""
-        sig = _ACTIVATIONS[self.activation][0]
+        sig = PERCEPTRON_ACTIVATIONS[self.activation][0]
         attn = exp_kernel_sum(self.beta * x, x, x, log_weights(weights))
         mlp = (sig(x @ self.a.T) * self.omega) @ self.a
         return attn + mlp
 
     def _velocity(self, x, weights, t):
         return self.sign * tangent_projection(x, self.raw_field(x, weights))
-
-
-def perceptron_energy(block: PerceptronBlock, x, weights=None):
-    r"""E_{β,ϑ}(μ) = (1/2β) Σ_{ij} w_i w_j e^{β⟨x_i,x_j⟩} + ½ Σ_i w_i v_ϑ(x_i) (ReLU: φ = s_+²)."""
-    phi = _ACTIVATIONS[block.activation][1]
-    if phi is None:
-        raise ValueError(f"no closed-form energy for activation {block.activation!r}")
-    x = jnp.asarray(x)
-    w = jnp.full((x.shape[0],), 1.0 / x.shape[0], x.dtype) if weights is None else jnp.asarray(weights)
-    inter = w @ jnp.exp(block.beta * (x @ x.T)) @ w / (2 * block.beta)
-    v = phi(x @ block.a.T) @ block.omega
-    return inter + 0.5 * jnp.sum(w * v)
-
-
-def atoms(x, threshold: float = 0.9999):
-    """Group tokens into atoms (single linkage ⟨x_i,x_j⟩ > threshold): (positions, masses).
-
-    Positions are the normalized means of each group; masses are token fractions.
-    """
-    from .diagnostics import cluster_labels
-
-    x = np.asarray(x)
-    labels = np.asarray(cluster_labels(jnp.asarray(x), threshold))
-    reps = np.unique(labels)
-    pos = np.stack([x[labels == r].mean(0) for r in reps])
-    pos /= np.linalg.norm(pos, axis=1, keepdims=True)
-    mass = np.array([(labels == r).mean() for r in reps])
-    return pos, mass
-
-
-def stationarity_residual(block: PerceptronBlock, positions, masses):
-    r"""max_k |P⊥_{z_k}(Σ_l m_l e^{β⟨z_k,z_l⟩} z_l + Σ_j ω_j σ(a_j·z_k) a_j)| for μ = Σ_k m_k δ_{z_k}.
-
-    Zero exactly when the atomic measure is a critical point of E_{β,ϑ} (sphere.md §7).
-    """
-    z = jnp.asarray(positions)
-    v = tangent_projection(z, block.raw_field(z, jnp.asarray(masses, z.dtype)))
-    return float(jnp.max(jnp.linalg.norm(v, axis=-1)))

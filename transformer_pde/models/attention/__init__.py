@@ -1,13 +1,21 @@
 """The attention family: every variant maps a measure μ to a velocity field Γ_μ."""
 
-from .base import AbstractAttention
+from .base import (
+    AbstractAttention,
+    AbstractGaussianClosure,
+    AbstractNormalizedAttention,
+)
 from .l2 import L2Attention
-from .sinkhorn import SinkhornAttention, SinkhornPotentials
+from .perceptron import AttentionPerceptron
+from .sinkhorn import SinkhornAttention, SinkhornPotentials, sinkhorn_conditional_cov
 from .softmax import MultiHeadAttention, SoftmaxAttention
 from .unnormalized import SigmoidAttention, UnnormalizedAttention
 
 __all__ = [
     "AbstractAttention",
+    "AbstractGaussianClosure",
+    "AbstractNormalizedAttention",
+    "AttentionPerceptron",
     "L2Attention",
     "MultiHeadAttention",
     "SigmoidAttention",
@@ -15,4 +23,5 @@ __all__ = [
     "SinkhornPotentials",
     "SoftmaxAttention",
     "UnnormalizedAttention",
+    "sinkhorn_conditional_cov",
 ]

@@ -21,12 +21,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ._checks import check_scalar
-from .attention.base import log_weights, scalar_param
-from .dynamics import AbstractDynamics
-from .kernels import softmax_average
+from .._checks import check_scalar
 
-__all__ = ["MeanShift", "gap_clusters", "kde_critical_points", "kde_mode_fit", "kde_modes"]
+__all__ = ["kde_critical_points", "kde_mode_fit", "kde_modes"]
 
 
 def _scaled_derivative(grid, x, beta):
@@ -85,34 +82,3 @@ def kde_mode_fit(betas, counts):
     s2 = np.polyfit(np.log(b * np.log(b)), np.log(c), 1)[0]
     const = float(np.exp(np.mean(np.log(c) - 0.5 * np.log(b * np.log(b)))))
     return {"slope_beta": float(s1), "slope_beta_log_beta": float(s2), "const": const}
-
-
-class MeanShift(AbstractDynamics):
-    r"""Blurring mean shift = self-attention on R with a Gaussian kernel (sphere.md §6):
-
-    $$\dot x_i=\frac{\sum_j w_j e^{-\beta(x_i-x_j)^2/2}(x_j-x_i)}{\sum_j w_j e^{-\beta(x_i-x_j)^2/2}}
-    =\frac1\beta\,\partial_x\log\hat P_{\mu_t}(x_i).$$
-
-    Any dimension d works (|x_i − x_j|²); the KDE link is for d = 1.
-    """
-
-    beta: jax.Array
-
-    def __init__(self, beta):
-        check_scalar(beta, "MeanShift.beta", positive=True)
-        self.beta = scalar_param(beta)
-
-    @property
-    def dim(self):
-        return None
-
-    def _velocity(self, x, weights, t):
-        # −β|x_i − x_j|²/2 = β⟨x_i, x_j⟩ − β|x_j|²/2 − (row constant)
-        bias = -self.beta * jnp.sum(x * x, axis=-1) / 2 + log_weights(weights)
-        return softmax_average(self.beta * x, x, x, bias) - x
-
-
-def gap_clusters(x, gap) -> int:
-    """Clusters of points on the line: split the sorted points where consecutive gaps exceed ``gap``."""
-    xs = np.sort(np.asarray(x, dtype=float).ravel())
-    return int(1 + np.sum(np.diff(xs) > gap))

@@ -6,12 +6,12 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 
-from .._checks import check_block_size, check_scalar
-from .._types import Param
-from ..kernels import exp_kernel_sum, sigmoid_kernel_sum
+from ..._checks import check_scalar
+from ..._types import Param
+from ...kernels import exp_kernel_sum, sigmoid_kernel_sum
 from .base import (
     AbstractAttention,
-    check_qkv,
+    bilinear_fields,
     log_weights,
     matrix_dim,
     qkv_features,
@@ -39,12 +39,10 @@ class SigmoidAttention(AbstractAttention):
 
     def __init__(self, Q, K, V, beta=1.0, bias=0.0, *, causal: bool = False,
                  block_size: int | None = None):
-        self.Q, self.K, self.V = check_qkv(type(self).__name__, Q, K, V, beta)
+        self.Q, self.K, self.V, self.beta, self.causal, self.block_size = bilinear_fields(
+            type(self).__name__, Q, K, V, beta, causal, block_size)
         check_scalar(bias, f"{type(self).__name__}.bias")
-        self.beta = scalar_param(beta)
         self.bias = scalar_param(bias)
-        self.causal = bool(causal)
-        self.block_size = check_block_size(block_size, f"{type(self).__name__}.block_size")
 
     @property
     def dim(self):
@@ -81,12 +79,10 @@ class UnnormalizedAttention(AbstractAttention):
 
     def __init__(self, Q, K, V, beta=1.0, *, shift=0.0, causal: bool = False,
                  block_size: int | None = None):
-        self.Q, self.K, self.V = check_qkv(type(self).__name__, Q, K, V, beta)
+        self.Q, self.K, self.V, self.beta, self.causal, self.block_size = bilinear_fields(
+            type(self).__name__, Q, K, V, beta, causal, block_size)
         check_scalar(shift, f"{type(self).__name__}.shift")
-        self.beta = scalar_param(beta)
         self.shift = scalar_param(shift)
-        self.causal = bool(causal)
-        self.block_size = check_block_size(block_size, f"{type(self).__name__}.block_size")
 
     @classmethod
     def identity(cls, d: int, beta=1.0, *, dtype=None, **kwargs):

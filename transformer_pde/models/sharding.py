@@ -24,7 +24,7 @@ import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from .attention.base import AbstractAttention
-from .dynamics import AbstractDynamics
+from .base import AbstractDynamics
 
 TOKENS = "tokens"
 
@@ -106,7 +106,7 @@ class Sharded(AbstractDynamics):
             dyn = eqx.combine(arrays, static)
             keys = jax.lax.all_gather(x_local, self.axis, tiled=True)
             w = jax.lax.all_gather(w_local, self.axis, tiled=True)
-            if not getattr(dyn, "causal", False):
+            if not dyn.causal:
                 return dyn._field(x_local, keys, w, t)
             # padding tokens come last: real tokens never see them
             offset = jax.lax.axis_index(self.axis) * x_local.shape[0]

@@ -1,0 +1,64 @@
+"""Every dynamics: a velocity field of a weighted token measure (the models room of the house).
+
+- :mod:`.base`: :class:`AbstractDynamics` and the capability :class:`AbstractManifoldDynamics`.
+- :mod:`.attention`: the attention families on R^d (softmax, multi-head, ℓ², Sinkhorn, sigmoid,
+  unnormalized; causal is a flag, ALiBi a key bias), with the capabilities
+  :class:`AbstractNormalizedAttention` and :class:`AbstractGaussianClosure`.
+- :mod:`.sphere`: the sphere (:class:`Sphere`, projected) and the post-LN layer (:class:`PostLN`).
+- :mod:`.causal`, :mod:`.perceptron`, :mod:`.random_heads`, :mod:`.mean_shift`, :mod:`.rescaled`:
+  the models of single papers; :mod:`.sharding`: any attention split over devices.
+"""
+
+from . import sharding
+from .attention import (
+    AbstractAttention,
+    AbstractGaussianClosure,
+    AbstractNormalizedAttention,
+    AttentionPerceptron,
+    L2Attention,
+    MultiHeadAttention,
+    SigmoidAttention,
+    SinkhornAttention,
+    SinkhornPotentials,
+    SoftmaxAttention,
+    UnnormalizedAttention,
+)
+from .base import AbstractDynamics, AbstractManifoldDynamics
+from .causal import LitMCircle
+from .mean_shift import MeanShift
+from .perceptron import PerceptronBlock
+from .random_heads import CommonNoiseSDE, GaussianHeads, RandomHeadsField
+from .rescaled import RescaledSoftmax
+from .sharding import Sharded
+from .sphere import PostLN, Sphere, UnitSphere, normalize, tangent_projection, uniform_sphere
+
+__all__ = [
+    "AbstractAttention",
+    "AbstractDynamics",
+    "AbstractGaussianClosure",
+    "AbstractManifoldDynamics",
+    "AbstractNormalizedAttention",
+    "AttentionPerceptron",
+    "CommonNoiseSDE",
+    "GaussianHeads",
+    "L2Attention",
+    "LitMCircle",
+    "MeanShift",
+    "MultiHeadAttention",
+    "PerceptronBlock",
+    "PostLN",
+    "RandomHeadsField",
+    "RescaledSoftmax",
+    "Sharded",
+    "SigmoidAttention",
+    "SinkhornAttention",
+    "SinkhornPotentials",
+    "SoftmaxAttention",
+    "Sphere",
+    "UnitSphere",
+    "UnnormalizedAttention",
+    "normalize",
+    "sharding",
+    "tangent_projection",
+    "uniform_sphere",
+]
