@@ -1,0 +1,134 @@
+"""The house is built in layers (docs/architecture.md): the import graph has no cycles, rooms
+import only rooms below them, no experiment defines a dynamics, capabilities are types."""
+
+import ast
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+PKG = Path(__file__).resolve().parents[1] / "transformer_pde"
+
+# rooms, lowest first; a module may import its own room and rooms listed before it
+LAYERS = [
+    {"_types", "_checks", "_io", "_linalg", "params", "measures"},
+    {"kernels"},
+    {"models"},
+    {"solvers"},
+    {"diagnostics", "theory"},
+    {"sweeps", "fitting", "convergence", "plot"},
+    {"experiments"},
+    {"cli"},
+]
+RANK = {room: i for i, rooms in enumerate(LAYERS) for room in rooms}
+
+
+def _modules():
+    mods = {}
+    for p in PKG.rglob("*.py"):
+        parts = ("transformer_pde",) + p.relative_to(PKG).with_suffix("").parts
+        name = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+        mods[name] = p
+    return mods
+
+
+def _edges(mods):
+    edges = {m: set() for m in mods}
+    for m, p in mods.items():
+        pkg = m if p.name == "__init__.py" else m.rpartition(".")[0]
+        for node in ast.walk(ast.parse(p.read_text())):
+            if isinstance(node, ast.ImportFrom):
+                if node.level:
+                    base = pkg.split(".")[: len(pkg.split(".")) - (node.level - 1)]
+                    mod = ".".join(base + ([node.module] if node.module else []))
+                else:
+                    mod = node.module or ""
+                targets = [mod] + [f"{mod}.{a.name}" for a in node.names]
+            elif isinstance(node, ast.Import):
+                targets = [a.name for a in node.names]
+            else:
+                continue
+            edges[m] |= {t for t in targets if t in mods and t != m and not m.startswith(t + ".")}
+    return edges
+
+
+def _room(module: str) -> str:
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else ""
+
+
+def test_import_graph_has_no_cycles():
+    mods = _modules()
+    edges = _edges(mods)
+    state = {}
+
+    def visit(m, stack):
+        state[m] = "open"
+        for n in sorted(edges[m]):
+            if state.get(n) == "open":
+                cycle = stack[stack.index(n):] + [n]
+                pytest.fail("import cycle: " + " -> ".join(cycle))
+            if n not in state:
+                visit(n, stack + [n])
+        state[m] = "done"
+
+    for m in sorted(mods):
+        if m not in state:
+            visit(m, [m])
+
+
+def test_rooms_import_only_rooms_below():
+    mods = _modules()
+    bad = []
+    for m, targets in _edges(mods).items():
+        if m == "transformer_pde":
+            continue  # the package root re-exports every room
+        for t in targets:
+            a, b = _room(m), _room(t)
+            if b and RANK[b] > RANK[a]:
+                bad.append(f"{m} ({a}) imports {t} ({b})")
+    assert not bad, "\n".join(bad)
+
+
+def test_every_module_is_in_a_room():
+    rooms = {_room(m) for m in _modules()} - {""}
+    assert rooms <= set(RANK), rooms - set(RANK)
+
+
+def test_no_experiment_defines_a_dynamics():
+    for p in (PKG / "experiments").glob("*.py"):
+        for node in ast.walk(ast.parse(p.read_text())):
+            if isinstance(node, ast.ClassDef):
+                bases = {ast.unparse(b) for b in node.bases}
+                assert not any("Dynamics" in b or "Attention" in b or "Module" in b for b in bases), (
+                    f"{p.name} defines {node.name}({', '.join(bases)}): dynamics live in models/")
+
+
+def test_no_attribute_sniffing_of_models():
+    """Capabilities are types: no hasattr/getattr on dynamics or attention objects."""
+    offenders = []
+    for p in PKG.rglob("*.py"):
+        for node in ast.walk(ast.parse(p.read_text())):
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in (
+                    "hasattr", "getattr"):
+                target = ast.unparse(node.args[0]) if node.args else ""
+                if any(w in target for w in ("attn", "dyn", "model", "block", "self.dynamics")):
+                    offenders.append(f"{p.relative_to(PKG)}:{node.lineno}: {ast.unparse(node)}")
+    assert not offenders, "\n".join(offenders)
+
+
+def test_importing_the_library_does_not_import_experiments():
+    code = ("import sys, transformer_pde as tp; import transformer_pde.models, transformer_pde.solvers; "
+            "print(any(m.startswith('transformer_pde.experiments') for m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"
+
+
+def test_module_names_are_not_shadowed():
+    import transformer_pde as tp
+
+    for name in ("solvers", "sweeps", "fitting", "convergence", "diagnostics", "theory", "models",
+                 "kernels"):
+        assert type(getattr(tp, name)).__name__ == "module", name
+    assert callable(tp.sweeps.first_time) and callable(tp.solvers.integrate)
