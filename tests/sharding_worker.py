@@ -25,9 +25,9 @@ if mode == "distributed":
 import jax.numpy as jnp
 import numpy as np
 from jax.experimental import multihost_utils
+from transformer_pde.models.sharding import Sharded, shard_tokens, token_mesh
 
 import transformer_pde as tp
-from transformer_pde.sharding import Sharded, shard_tokens, token_mesh
 
 
 def variants(d, rng):

@@ -48,6 +48,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     "AbstractAttention",
+    "AbstractBilinearAttention",
     "AbstractDynamics",
     "AbstractGaussianClosure",
     "AbstractManifoldDynamics",

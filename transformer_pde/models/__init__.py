@@ -12,6 +12,7 @@
 from . import sharding
 from .attention import (
     AbstractAttention,
+    AbstractBilinearAttention,
     AbstractGaussianClosure,
     AbstractNormalizedAttention,
     AttentionPerceptron,
@@ -34,6 +35,7 @@ from .sphere import PostLN, Sphere, UnitSphere, normalize, tangent_projection, u
 
 __all__ = [
     "AbstractAttention",
+    "AbstractBilinearAttention",
     "AbstractDynamics",
     "AbstractGaussianClosure",
     "AbstractManifoldDynamics",

@@ -23,7 +23,6 @@ from __future__ import annotations
 import equinox as eqx
 import jax
 import jax.numpy as jnp
-import numpy as np
 
 from .._checks import check_scalar
 from ..kernels import exp_kernel_sum

@@ -2,6 +2,7 @@
 
 from .base import (
     AbstractAttention,
+    AbstractBilinearAttention,
     AbstractGaussianClosure,
     AbstractNormalizedAttention,
 )
@@ -13,6 +14,7 @@ from .unnormalized import SigmoidAttention, UnnormalizedAttention
 
 __all__ = [
     "AbstractAttention",
+    "AbstractBilinearAttention",
     "AbstractGaussianClosure",
     "AbstractNormalizedAttention",
     "AttentionPerceptron",

@@ -11,14 +11,13 @@ from __future__ import annotations
 
 import abc
 
-import jax.numpy as jnp
-
 import equinox as eqx
 import jax
+import jax.numpy as jnp
 
 from ..._checks import check_block_size, check_points, check_scalar, check_weights
 from ..._linalg import symmetrize
-from ..._types import Points, Queries, Weights
+from ..._types import Param, Points, Queries, Weights
 from ...params import as_param, evaluate, param_shape
 from ..base import AbstractDynamics
 
@@ -51,6 +50,35 @@ class AbstractAttention(AbstractDynamics):
         w = check_weights(weights, x.shape[0], x.dtype)
         check_scalar(t, "t")
         return self._field(queries, x, w, jnp.asarray(t, x.dtype))
+
+
+class AbstractBilinearAttention(AbstractAttention):
+    """Scores β⟨Qx, Ky⟩ = yᵀAx with A = βKᵀQ and values V y (spec README): the single-head
+    variants. Gives :meth:`identity`, :meth:`score_matrix`, :meth:`value_norm` and ``dim``."""
+
+    Q: eqx.AbstractVar[Param]
+    K: eqx.AbstractVar[Param]
+    V: eqx.AbstractVar[Param]
+    beta: eqx.AbstractVar[jax.Array]
+
+    @classmethod
+    def identity(cls, d: int, beta=1.0, *, dtype=None, **kwargs):
+        """Q = K = V = I_d: the SA (softmax) and USA (unnormalized) models of GLPR (sphere.md §1)."""
+        eye = jnp.eye(d, dtype=dtype)
+        return cls(eye, eye, eye, beta, **kwargs)
+
+    @property
+    def dim(self):
+        return matrix_dim(self.V)
+
+    def score_matrix(self, t=0.0):
+        """A = β KᵀQ, so s(x, y) = yᵀAx (spec README)."""
+        Q, K = evaluate(self.Q, t), evaluate(self.K, t)
+        return self.beta * (K.T @ Q)
+
+    def value_norm(self, t=0.0):
+        """‖V(t)‖ (operator norm)."""
+        return jnp.linalg.norm(evaluate(self.V, t), ord=2)
 
 
 class AbstractNormalizedAttention(AbstractAttention):

@@ -10,15 +10,15 @@ from ..._types import Param
 from ...kernels import softmax_average
 from ...params import evaluate
 from .base import (
+    AbstractBilinearAttention,
     AbstractGaussianClosure,
     AbstractNormalizedAttention,
     bilinear_fields,
     log_weights,
-    matrix_dim,
 )
 
 
-class L2Attention(AbstractNormalizedAttention, AbstractGaussianClosure):
+class L2Attention(AbstractBilinearAttention, AbstractNormalizedAttention, AbstractGaussianClosure):
     r"""ℓ² attention, kernel $e^{-\beta|Qx-Ky|^2}$ (euclidean.md §2c):
 
     $$\Gamma_\mu(x)=\frac{\int e^{-\beta|Qx-Ky|^2}\,Vy\,d\mu(y)}{\int e^{-\beta|Qx-Ky|^2}\,d\mu(y)}.$$
@@ -39,10 +39,6 @@ class L2Attention(AbstractNormalizedAttention, AbstractGaussianClosure):
         self.Q, self.K, self.V, self.beta, self.causal, self.block_size = bilinear_fields(
             type(self).__name__, Q, K, V, beta, causal, block_size)
 
-    @property
-    def dim(self):
-        return matrix_dim(self.V)
-
     def _field(self, queries, x, weights, t, query_offset=0):
         Q, K, V = evaluate(self.Q, t), evaluate(self.K, t), evaluate(self.V, t)
         kx = x @ K.T
@@ -50,9 +46,6 @@ class L2Attention(AbstractNormalizedAttention, AbstractGaussianClosure):
         q = 2.0 * self.beta * (queries @ Q.T)
         return softmax_average(q, kx, x @ V.T, bias, causal=self.causal, query_offset=query_offset,
                                block_size=self.block_size)
-
-    def value_norm(self, t=0.0):
-        return jnp.linalg.norm(evaluate(self.V, t), ord=2)
 
     def _affine_field(self, mean, cov, t):
         r"""ℓ² attention (euclidean.md §4c) with kernel e^{-β|Qx-Ky|²}. The key law tilted by

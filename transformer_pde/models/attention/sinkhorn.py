@@ -16,10 +16,10 @@ from ...kernels import choose_path, softmax_average
 from ...kernels.ott import StreamingDotCloud
 from ...params import evaluate
 from .base import (
+    AbstractBilinearAttention,
     AbstractGaussianClosure,
     AbstractNormalizedAttention,
     check_qkv,
-    matrix_dim,
     scalar_param,
 )
 
@@ -35,7 +35,7 @@ class SinkhornPotentials(eqx.Module):
     """Last marginal error reported by ott-jax."""
 
 
-class SinkhornAttention(AbstractNormalizedAttention, AbstractGaussianClosure):
+class SinkhornAttention(AbstractBilinearAttention, AbstractNormalizedAttention, AbstractGaussianClosure):
     r"""Doubly stochastic attention (euclidean.md §2d).
 
     With Ã = βA/ε (A = KᵀQ), let π(dx,dy) = e^{f(x)+g(y)+yᵀÃx} μ(dx)μ(dy) be the
@@ -93,10 +93,6 @@ class SinkhornAttention(AbstractNormalizedAttention, AbstractGaussianClosure):
         self.block_size = block_size
         self.causal = False
 
-    @property
-    def dim(self):
-        return matrix_dim(self.V)
-
     def _potentials(self, x, weights, t) -> SinkhornPotentials:
         Q, K = evaluate(self.Q, t), evaluate(self.K, t)
         path = choose_path(x.shape[0], x.shape[0], self.block_size)
@@ -135,14 +131,6 @@ class SinkhornAttention(AbstractNormalizedAttention, AbstractGaussianClosure):
         Q, K, V = evaluate(self.Q, t), evaluate(self.K, t), evaluate(self.V, t)
         q = (self.beta / self.epsilon) * (queries @ Q.T)
         return softmax_average(q, x @ K.T, x @ V.T, g, block_size=self.block_size)
-
-    def score_matrix(self, t=0.0):
-        """A = β KᵀQ (the Sinkhorn logits are yᵀ(A/ε)x)."""
-        Q, K = evaluate(self.Q, t), evaluate(self.K, t)
-        return self.beta * (K.T @ Q)
-
-    def value_norm(self, t=0.0):
-        return jnp.linalg.norm(evaluate(self.V, t), ord=2)
 
     def _affine_field(self, mean, cov, t):
         r"""Sinkhorn attention (euclidean.md §4d) with Ã = βKᵀQ/ε: y | x ~ N(α + PÃ(x − α), P)

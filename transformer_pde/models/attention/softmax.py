@@ -11,16 +11,16 @@ from ..._types import Param
 from ...kernels import softmax_average
 from ...params import as_param, evaluate, param_shape
 from .base import (
+    AbstractBilinearAttention,
     AbstractGaussianClosure,
     AbstractNormalizedAttention,
     bilinear_fields,
     log_weights,
-    matrix_dim,
     scalar_param,
 )
 
 
-class SoftmaxAttention(AbstractNormalizedAttention, AbstractGaussianClosure):
+class SoftmaxAttention(AbstractBilinearAttention, AbstractNormalizedAttention, AbstractGaussianClosure):
     r"""Softmax self-attention (euclidean.md §2a):
 
     $$\Gamma_\mu(x)=\frac{\int e^{\beta\langle Qx,Ky\rangle}\,Vy\,d\mu(y)}
@@ -64,16 +64,6 @@ class SoftmaxAttention(AbstractNormalizedAttention, AbstractGaussianClosure):
         self.alibi = scalar_param(alibi)
         self.include_self = bool(include_self)
 
-    @classmethod
-    def identity(cls, d: int, beta=1.0, *, dtype=None, **kwargs):
-        """Q = K = V = I_d: the SA model of GLPR (sphere.md §1)."""
-        eye = jnp.eye(d, dtype=dtype)
-        return cls(eye, eye, eye, beta, **kwargs)
-
-    @property
-    def dim(self):
-        return matrix_dim(self.V)
-
     def _field(self, queries, x, weights, t, query_offset=0):
         Q, K, V = evaluate(self.Q, t), evaluate(self.K, t), evaluate(self.V, t)
         # Average the tokens and apply V after: Σ p_ij V x_j = V Σ p_ij x_j. With Q, K of
@@ -92,14 +82,6 @@ class SoftmaxAttention(AbstractNormalizedAttention, AbstractGaussianClosure):
         avg = softmax_average(q, k, x, bias, causal=self.causal, query_offset=query_offset,
                               block_size=self.block_size)
         return avg @ V.T
-
-    def score_matrix(self, t=0.0):
-        """A = β KᵀQ, so s(x, y) = yᵀAx (spec README)."""
-        Q, K = evaluate(self.Q, t), evaluate(self.K, t)
-        return self.beta * (K.T @ Q)
-
-    def value_norm(self, t=0.0):
-        return jnp.linalg.norm(evaluate(self.V, t), ord=2)
 
     def _affine_field(self, mean, cov, t):
         r"""Softmax (euclidean.md §4a): Γ(x) = V(α + ΣAx), so J = VΣA, c = Vα and

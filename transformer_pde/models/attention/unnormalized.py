@@ -10,16 +10,15 @@ from ..._checks import check_scalar
 from ..._types import Param
 from ...kernels import exp_kernel_sum, sigmoid_kernel_sum
 from .base import (
-    AbstractAttention,
+    AbstractBilinearAttention,
     bilinear_fields,
     log_weights,
-    matrix_dim,
     qkv_features,
     scalar_param,
 )
 
 
-class SigmoidAttention(AbstractAttention):
+class SigmoidAttention(AbstractBilinearAttention):
     r"""Sigmoid attention (Ramapuram et al. 2024; euclidean.md §2e), keys not normalized:
 
     $$\Gamma_\mu(x)=\int\sigma\big(\beta\langle Qx,Ky\rangle+b\big)\,Vy\,d\mu(y),\qquad
@@ -44,10 +43,6 @@ class SigmoidAttention(AbstractAttention):
         check_scalar(bias, f"{type(self).__name__}.bias")
         self.bias = scalar_param(bias)
 
-    @property
-    def dim(self):
-        return matrix_dim(self.V)
-
     def _field(self, queries, x, weights, t, query_offset=0):
         q, k, v = qkv_features(self, queries, x, t)
         # fold the bias into the bilinear form: [q, b] · [k, 1] = q·k + b
@@ -57,7 +52,7 @@ class SigmoidAttention(AbstractAttention):
                                   block_size=self.block_size)
 
 
-class UnnormalizedAttention(AbstractAttention):
+class UnnormalizedAttention(AbstractBilinearAttention):
     r"""Unnormalized self-attention, USA (sphere.md §1):
 
     $$\Gamma_\mu(x)=e^{-\beta c}\int e^{\beta\langle Qx,Ky\rangle}\,Vy\,d\mu(y)
@@ -83,16 +78,6 @@ class UnnormalizedAttention(AbstractAttention):
             type(self).__name__, Q, K, V, beta, causal, block_size)
         check_scalar(shift, f"{type(self).__name__}.shift")
         self.shift = scalar_param(shift)
-
-    @classmethod
-    def identity(cls, d: int, beta=1.0, *, dtype=None, **kwargs):
-        """Q = K = V = I_d: GLPR's USA (sphere.md §1)."""
-        eye = jnp.eye(d, dtype=dtype)
-        return cls(eye, eye, eye, beta, **kwargs)
-
-    @property
-    def dim(self):
-        return matrix_dim(self.V)
 
     def _field(self, queries, x, weights, t, query_offset=0):
         q, k, v = qkv_features(self, queries, x, t)
