@@ -16,6 +16,7 @@ from .fitting import FitResult, checkpointed_adjoint, fit
 from .measures import Gaussian, cap_sample
 from .models import (
     AbstractAttention,
+    AbstractBilinearAttention,
     AbstractDynamics,
     AbstractGaussianClosure,
     AbstractManifoldDynamics,
@@ -48,6 +49,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     "AbstractAttention",
+    "AbstractBilinearAttention",
     "AbstractBilinearAttention",
     "AbstractDynamics",
     "AbstractGaussianClosure",
