@@ -50,7 +50,6 @@ __version__ = "0.1.0"
 __all__ = [
     "AbstractAttention",
     "AbstractBilinearAttention",
-    "AbstractBilinearAttention",
     "AbstractDynamics",
     "AbstractGaussianClosure",
     "AbstractManifoldDynamics",
