@@ -173,7 +173,7 @@ BAD_INPUTS = [
     Case("pwc-values", "PiecewiseConstant with no layer axis",
          lambda: tp.PiecewiseConstant(jnp.asarray(1.0)),
          r"leading layer axis of length >= 1, got shape \(\)"),
-    Case("sphere-sphere", "a sphere of a sphere", lambda: tp.Sphere(SPH), r"already on the sphere"),
+    Case("sphere-sphere", "a sphere of a sphere", lambda: tp.Sphere(SPH), r"Sphere\(Sphere\(...\)\): the dynamics already lives on a manifold"),
     Case("sphere-wrap", "a sphere of something that is not a dynamics", lambda: tp.Sphere(E3),
          r"Sphere wraps a dynamics such as SoftmaxAttention, got ArrayImpl"),
     Case("uniform-sphere", "uniform_sphere with n = 0",
