@@ -11,105 +11,36 @@ n, a number of layers) are ``static=`` axes, looped over in Python: one compilat
 Sweeping the horizon: a traced ``t1`` cannot size the step loop, so pass ``max_steps`` to
 :func:`tp.solve` (e.g. ``ceil(max(t1) / dt0)``).
 
-Results come back as :class:`LabeledArray` — a NumPy array whose leading dimensions are named
-after the grid axes, with their coordinates — and :func:`heatmap` draws any two of them.
+Results come back as :class:`xarray.DataArray` s whose leading dimensions are named after the
+grid axes, with the swept values as coordinates (``out.sel(beta=2.0)``, ``out.median("seed")``,
+``out.to_netcdf(...)``), and :func:`heatmap` draws any two of them.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import itertools
 from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING
 
 import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
 
+if TYPE_CHECKING:  # imported when a sweep returns (importing the package stays light)
+    import xarray as xr
 
-@dataclasses.dataclass(frozen=True)
-class LabeledArray:
-    """A NumPy array with named dimensions and coordinates (a small subset of xarray).
 
-    Attributes:
-        values: the data, ``values.shape[i] == len(coords[dims[i]])``.
-        dims: dimension names.
-        coords: name -> 1-D array of coordinate values, for every dim.
-        name: what the values are.
-    """
+def LabeledArray(values, dims, coords=None, name: str = "value") -> xr.DataArray:
+    """Deprecated: build an :class:`xarray.DataArray` directly (``xr.DataArray(values, coords,
+    dims, name=name)``). Kept so ``tp.LabeledArray(values, dims, coords, name)`` still works;
+    it returns a DataArray."""
+    import warnings
 
-    values: np.ndarray
-    dims: tuple
-    coords: dict
-    name: str = "value"
+    import xarray as xr
 
-    def __post_init__(self):
-        values = np.asarray(self.values)
-        object.__setattr__(self, "values", values)
-        object.__setattr__(self, "dims", tuple(self.dims))
-        if values.ndim != len(self.dims):
-            raise ValueError(f"LabeledArray '{self.name}': {values.ndim}-D values but dims "
-                             f"{self.dims}")
-        if len(set(self.dims)) != len(self.dims):
-            raise ValueError(f"LabeledArray '{self.name}': repeated dimension names {self.dims}")
-        coords = {}
-        for i, dim in enumerate(self.dims):
-            c = np.arange(values.shape[i]) if dim not in self.coords else np.asarray(self.coords[dim])
-            if c.shape != (values.shape[i],):
-                raise ValueError(f"LabeledArray '{self.name}': coordinate '{dim}' has shape {c.shape}, "
-                                 f"expected ({values.shape[i]},)")
-            coords[dim] = c
-        object.__setattr__(self, "coords", coords)
-
-    @property
-    def shape(self):
-        return self.values.shape
-
-    def __array__(self, dtype=None, copy=None):
-        return self.values if dtype is None else self.values.astype(dtype)
-
-    def _axis(self, dim):
-        if dim not in self.dims:
-            raise ValueError(f"'{dim}' is not a dimension of '{self.name}'; dims are {self.dims}")
-        return self.dims.index(dim)
-
-    def isel(self, **indexers) -> LabeledArray:
-        """Select by integer position along named dimensions (an int drops the dimension)."""
-        index = [slice(None)] * self.values.ndim
-        for dim, i in indexers.items():
-            index[self._axis(dim)] = i
-        keep = [d for d, i in zip(self.dims, index) if not isinstance(i, (int, np.integer))]
-        coords = {d: self.coords[d][index[self.dims.index(d)]] for d in keep}
-        return LabeledArray(self.values[tuple(index)], keep, coords, self.name)
-
-    def sel(self, **values) -> LabeledArray:
-        """Select by coordinate value (nearest match) along named dimensions."""
-        index = {}
-        for dim, v in values.items():
-            self._axis(dim)
-            index[dim] = int(np.argmin(np.abs(self.coords[dim] - v)))
-        return self.isel(**index)
-
-    def reduce(self, fn: Callable, dim: str) -> LabeledArray:
-        """Apply a NumPy reduction (``np.mean``, ``np.nanmedian``, ...) along ``dim``."""
-        ax = self._axis(dim)
-        keep = [d for d in self.dims if d != dim]
-        return LabeledArray(fn(self.values, axis=ax), keep, {d: self.coords[d] for d in keep},
-                            self.name)
-
-    def mean(self, dim: str) -> LabeledArray:
-        return self.reduce(np.mean, dim)
-
-    def transpose(self, *dims) -> LabeledArray:
-        order = [self._axis(d) for d in dims]
-        if sorted(order) != list(range(self.values.ndim)):
-            raise ValueError(f"transpose needs every dimension of {self.dims} once, got {dims}")
-        return LabeledArray(np.transpose(self.values, order), dims, self.coords, self.name)
-
-    def to_dict(self, prefix: str | None = None) -> dict:
-        """Plain arrays for ``np.savez``: the values and one ``<name>__<dim>`` per coordinate."""
-        p = prefix or self.name
-        return {p: self.values, **{f"{p}__{d}": self.coords[d] for d in self.dims}}
+    warnings.warn("tp.LabeledArray is replaced by xarray.DataArray", DeprecationWarning, stacklevel=2)
+    return xr.DataArray(np.asarray(values), coords=dict(coords or {}), dims=tuple(dims), name=name)
 
 
 def _flatten_grid(axes: Mapping[str, Sequence]):
@@ -176,9 +107,13 @@ def sweep(
         progress: called with a line of text after each static combination.
 
     Returns:
-        For a dict output ``{key: LabeledArray}``, otherwise one :class:`LabeledArray`; the
-        leading dims are ``(*static, *axes)`` followed by the output's own dims (``dim_0``, ...).
+        For a dict output ``{key: DataArray}`` (each named ``key``), otherwise one
+        :class:`xarray.DataArray` named ``"value"`` (a pytree of several leaves: the same tree of
+        DataArrays named ``value_0``, ...). The dims are ``(*static, *axes)`` with the swept values
+        as coordinates, followed by the output's own dims (``dim_0``, ..., no coordinates).
     """
+    import xarray as xr
+
     if not callable(fn):
         raise ValueError(f"fn must be callable, got {fn!r}")
     if not axes:
@@ -235,7 +170,8 @@ def sweep(
     def label(name, *leaves):
         stacked = np.stack(leaves).reshape(static_shape + grid_shape + leaves[0].shape[1:])
         extra = [f"dim_{i}" for i in range(leaves[0].ndim - 1)]
-        return LabeledArray(stacked, (*static_names, *names, *extra), {**static_coords, **coords}, name)
+        return xr.DataArray(stacked, coords={**static_coords, **coords},
+                            dims=(*static_names, *names, *extra), name=name)
 
     first = outputs[0]
     if isinstance(first, dict):
@@ -248,21 +184,26 @@ def sweep(
     return jax.tree.unflatten(treedef, labeled)
 
 
-def heatmap(arr: LabeledArray, x: str, y: str, *, ax=None, log_x: bool = False, log_y: bool = False,
+def heatmap(arr: xr.DataArray, x: str, y: str, *, ax=None, log_x: bool = False, log_y: bool = False,
             log_color: bool = False, cmap: str = "viridis", colorbar: bool = True, annotate: bool = False,
             fmt: str = "{:.3g}", **kwargs):
-    """Draw a 2-D :class:`LabeledArray` (dims ``x`` and ``y``) as a heatmap; NaN cells blank.
+    """Draw a 2-D :class:`xarray.DataArray` (dims ``x`` and ``y``) as a heatmap; NaN cells blank.
 
     Cells are centred on the coordinates (``pcolormesh`` with edges halfway between points,
-    geometric halfway on a log axis). Returns the matplotlib ``QuadMesh``.
+    geometric halfway on a log axis; a dim without coordinates counts 0, 1, ...); the colorbar
+    is labelled with the array's name. Returns the matplotlib ``QuadMesh``.
     """
     import matplotlib.pyplot as plt
     from matplotlib.colors import LogNorm
 
-    if set(arr.dims) != {x, y}:
+    if set(arr.dims) != {x, y} or arr.ndim != 2:
         raise ValueError(f"heatmap needs a 2-D array with dims ({x!r}, {y!r}), got dims {arr.dims}; "
                          f"select or reduce the others first")
-    z = arr.transpose(y, x).values.astype(float)
+    z = np.asarray(arr.transpose(y, x).values, dtype=float)
+
+    def coord(dim):
+        return np.asarray(arr[dim].values) if dim in arr.coords else np.arange(arr.sizes[dim])
+
     ax = ax or plt.gca()
 
     def edges(c, log):
@@ -279,7 +220,7 @@ def heatmap(arr: LabeledArray, x: str, y: str, *, ax=None, log_x: bool = False, 
         pos = z[np.isfinite(z) & (z > 0)]
         if pos.size:
             norm = LogNorm(vmin=pos.min(), vmax=pos.max())
-    mesh = ax.pcolormesh(edges(arr.coords[x], log_x), edges(arr.coords[y], log_y),
+    mesh = ax.pcolormesh(edges(coord(x), log_x), edges(coord(y), log_y),
                          np.ma.masked_invalid(z), cmap=cmap, norm=norm, shading="flat", **kwargs)
     if log_x:
         ax.set_xscale("log")
@@ -290,8 +231,8 @@ def heatmap(arr: LabeledArray, x: str, y: str, *, ax=None, log_x: bool = False, 
     if colorbar:
         ax.figure.colorbar(mesh, ax=ax, label=arr.name)
     if annotate:
-        for i, yv in enumerate(arr.coords[y]):
-            for j, xv in enumerate(arr.coords[x]):
+        for i, yv in enumerate(coord(y)):
+            for j, xv in enumerate(coord(x)):
                 if np.isfinite(z[i, j]):
                     ax.text(xv, yv, fmt.format(z[i, j]), ha="center", va="center", fontsize=7,
                             color="w")
@@ -307,4 +248,4 @@ def first_time(ts, condition) -> jax.Array:
     return jnp.where(jnp.any(hit, axis=-1), ts[idx], jnp.inf)
 
 
-__all__ = ["LabeledArray", "first_time", "heatmap", "sweep"]
+__all__ = ["first_time", "heatmap", "sweep"]
