@@ -7,9 +7,13 @@ from jaxtyping import Array, ArrayLike, Float
 
 Points = Float[Array, "n d"]
 """Token positions, one row per token (spec README: tokens are rows)."""
+PointsLike = Float[ArrayLike, "n d"]
+"""Tokens as given by a user (NumPy or JAX), validated by :func:`transformer_pde._checks.check_points`."""
 Queries = Float[Array, "m d"]
+QueriesLike = Float[ArrayLike, "m d"]
 Weights = Float[Array, " n"]
 """Non-negative weights summing to one: μ = Σ_j w_j δ_{x_j}."""
+WeightsLike = Float[ArrayLike, " n"]
 Scalar = Float[ArrayLike, ""]
 Matrix = Float[Array, "a b"]
 Param = Union[Float[ArrayLike, "..."], Callable]

@@ -3,27 +3,37 @@
 The published runs count clusters by single linkage with ⟨x_i, x_j⟩ > 0.999 (sphere.md §10);
 the authors' phase diagrams also report the fraction of pairs i ≠ j with ⟨x_i, x_j⟩ > 0.999
 (``rotf/phase-diagrams.py``, sphere.md §2 "Cluster counting"). All functions work under jit.
+
+The array functions are module-level ``jax.jit`` programs (``metric`` static, ``threshold`` and
+``weights`` traced): called outside jit they compile once per shape, dtype and metric, not on every
+call (a fresh ``lax.while_loop`` trace per call cost ~0.2 s; the cached call costs ~0.1 ms).
 """
 
 from __future__ import annotations
+
+import functools
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .._types import Points, Weights
+from .._types import PointsLike, WeightsLike
 
 
 def _adjacency(x, threshold, metric):
     if metric == "cosine":
         return (x @ x.T) > threshold
-    if metric == "euclidean":
-        sq = jnp.sum(x * x, axis=-1)
-        return (sq[:, None] + sq[None, :] - 2 * x @ x.T) < threshold**2
-    raise ValueError(f"metric must be 'cosine' or 'euclidean', got {metric!r}")
+    sq = jnp.sum(x * x, axis=-1)  # metric == "euclidean" (checked by _check_metric)
+    return (sq[:, None] + sq[None, :] - 2 * x @ x.T) < threshold**2
 
 
-def cluster_labels(x: Points, threshold: float = 0.999, *, metric: str = "cosine") -> jax.Array:
+def _check_metric(metric):
+    if metric not in ("cosine", "euclidean"):
+        raise ValueError(f"metric must be 'cosine' or 'euclidean', got {metric!r}")
+    return metric
+
+
+def cluster_labels(x: PointsLike, threshold: float = 0.999, *, metric: str = "cosine") -> jax.Array:
     """Connected components of the graph {i ~ j : ⟨x_i, x_j⟩ > threshold}.
 
     Each token gets the smallest index of its component, so labels are canonical and
@@ -33,6 +43,11 @@ def cluster_labels(x: Points, threshold: float = 0.999, *, metric: str = "cosine
     Works under ``jit``: min-label propagation with pointer jumping, O(n²) per sweep and
     O(log n) sweeps for typical graphs (at most n).
     """
+    return _cluster_labels(x, threshold, _check_metric(metric))
+
+
+@functools.partial(jax.jit, static_argnames="metric")
+def _cluster_labels(x, threshold, metric):
     n = x.shape[0]
     adj = _adjacency(x, threshold, metric) | jnp.eye(n, dtype=bool)
     big = jnp.iinfo(jnp.int32).max
@@ -48,13 +63,18 @@ def cluster_labels(x: Points, threshold: float = 0.999, *, metric: str = "cosine
     return labels
 
 
-def cluster_count(x: Points, threshold: float = 0.999, *, metric: str = "cosine") -> jax.Array:
+def cluster_count(x: PointsLike, threshold: float = 0.999, *, metric: str = "cosine") -> jax.Array:
     """Number of clusters (connected components, see :func:`cluster_labels`)."""
-    labels = cluster_labels(x, threshold, metric=metric)
+    return _cluster_count(x, threshold, _check_metric(metric))
+
+
+@functools.partial(jax.jit, static_argnames="metric")
+def _cluster_count(x, threshold, metric):
+    labels = _cluster_labels(x, threshold, metric)
     return jnp.sum(labels == jnp.arange(x.shape[0]))
 
 
-def cluster_masses(x: Points, threshold: float = 0.999, weights: Weights | None = None, *,
+def cluster_masses(x: PointsLike, threshold: float = 0.999, weights: WeightsLike | None = None, *,
                    metric: str = "cosine") -> jax.Array:
     """Masses m_k of the clusters, sorted in decreasing order and padded with zeros to ``(n,)``.
 
@@ -62,22 +82,34 @@ def cluster_masses(x: Points, threshold: float = 0.999, weights: Weights | None 
     ``jnp.sum(masses > 0)`` is :func:`cluster_count`. For well-separated point clusters the
     normalized energy is Σ_k m_k² (sphere.md §2, "Plateau values").
     """
+    return _cluster_masses(x, threshold, weights, _check_metric(metric))
+
+
+@functools.partial(jax.jit, static_argnames="metric")
+def _cluster_masses(x, threshold, weights, metric):
     n = x.shape[0]
     w = jnp.full((n,), 1.0 / n, x.dtype) if weights is None else jnp.asarray(weights, x.dtype)
-    labels = cluster_labels(x, threshold, metric=metric)
+    labels = _cluster_labels(x, threshold, metric)
     masses = jnp.zeros((n,), x.dtype).at[labels].add(w)
     return -jnp.sort(-masses)
 
 
-def clustered_pair_fraction(x: Points, threshold: float = 0.999) -> jax.Array:
+def clustered_pair_fraction(x: PointsLike, threshold: float = 0.999) -> jax.Array:
     """Fraction of ordered pairs i ≠ j with ⟨x_i, x_j⟩ > threshold (the authors' "density"
     in their phase diagrams, sphere.md §2 and §10.4); 1 exactly when all tokens are one
     tight cluster. Needs n >= 2."""
     n = x.shape[0]
     if n < 2:
         raise ValueError(f"clustered_pair_fraction needs n >= 2 tokens, got n={n}")
+    # the division stays outside the compiled count: inside jit XLA may multiply by the
+    # reciprocal, one ulp away from the eager quotient
+    return _clustered_pair_count(x, threshold) / (n * (n - 1))
+
+
+@jax.jit
+def _clustered_pair_count(x, threshold):
     close = (x @ x.T) > threshold
-    return (jnp.sum(close) - jnp.sum(jnp.diagonal(close))) / (n * (n - 1))
+    return jnp.sum(close) - jnp.sum(jnp.diagonal(close))
 
 
 def atoms(x, threshold: float = 0.9999):

@@ -20,7 +20,7 @@ import jax
 import jax.numpy as jnp
 
 from .._checks import check_scalar, is_concrete
-from .._types import Points, Weights
+from .._types import PointsLike, WeightsLike
 from ..models.perceptron import PERCEPTRON_ACTIVATIONS
 
 
@@ -45,7 +45,7 @@ def _gram(x, D):
     return x @ x.T if D is None else x @ jnp.asarray(D, x.dtype) @ x.T
 
 
-def log_interaction_energy(x: Points, beta, weights: Weights | None = None, D=None) -> jax.Array:
+def log_interaction_energy(x: PointsLike, beta, weights: WeightsLike | None = None, D=None) -> jax.Array:
     """log E_β, computed by log-sum-exp (finite even where E_β overflows, e.g. β > 700)."""
     _check_beta(beta, positive=True)
     lw = _log_weights(_weights(x, weights))
@@ -53,7 +53,7 @@ def log_interaction_energy(x: Points, beta, weights: Weights | None = None, D=No
     return jax.nn.logsumexp(logits) - jnp.log(2 * beta)
 
 
-def interaction_energy(x: Points, beta, weights: Weights | None = None, D=None) -> jax.Array:
+def interaction_energy(x: PointsLike, beta, weights: WeightsLike | None = None, D=None) -> jax.Array:
     r"""E_β = (1/2β) Σ_{i,j} w_i w_j e^{β⟨x_i, D x_j⟩} (sphere.md §1; D = I unless given).
 
     Non-decreasing along SA and USA (and along Burger's ascent flow with Qᵀ K = V = D);
@@ -62,7 +62,7 @@ def interaction_energy(x: Points, beta, weights: Weights | None = None, D=None) 
     return jnp.exp(log_interaction_energy(x, beta, weights, D))
 
 
-def normalized_energy(x: Points, beta, weights: Weights | None = None) -> jax.Array:
+def normalized_energy(x: PointsLike, beta, weights: WeightsLike | None = None) -> jax.Array:
     r"""φ = Σ_{i,j} w_i w_j e^{β(⟨x_i,x_j⟩−1)} = 2β e^{-β} E_β, in (0, 1] for unit tokens.
 
     GKPR's staircase quantity with their erratum's normalization (sphere.md §2): the printed
@@ -75,7 +75,7 @@ def normalized_energy(x: Points, beta, weights: Weights | None = None) -> jax.Ar
     return w @ k @ w
 
 
-def attention_matrix(x: Points, beta=1.0, *, Q=None, K=None, weights: Weights | None = None,
+def attention_matrix(x: PointsLike, beta=1.0, *, Q=None, K=None, weights: WeightsLike | None = None,
                      causal: bool = False) -> jax.Array:
     r"""P_ij = w_j e^{β⟨Q x_i, K x_j⟩} / Σ_k w_k e^{β⟨Q x_i, K x_k⟩}, shape ``(n, n)``.
 
@@ -103,13 +103,13 @@ def numerical_rank(P, rtol=1e-3) -> jax.Array:
     return jnp.sum(s > rtol * s[0]) * (s[0] > 0)
 
 
-def mean_token(x: Points, weights: Weights | None = None) -> jax.Array:
+def mean_token(x: PointsLike, weights: WeightsLike | None = None) -> jax.Array:
     """The barycenter Σ_i w_i x_i (its norm is 1 exactly at a Dirac on the sphere; the
     β = 0 dynamics is ẋ_i = P⊥_{x_i} of it, sphere.md §1)."""
     return _weights(x, weights) @ x
 
 
-def energy_rate(x: Points, beta, model: str = "SA", weights: Weights | None = None) -> jax.Array:
+def energy_rate(x: PointsLike, beta, model: str = "SA", weights: WeightsLike | None = None) -> jax.Array:
     r"""The dissipation identity for dE_β/dt along SA or USA on the sphere (sphere.md §1):
 
     USA (GLPR's 1/n): dE/dt = Σ_i w_i |ẋ_i|², ẋ_i = P⊥_{x_i} Σ_j w_j e^{β⟨x_i,x_j⟩} x_j;

@@ -18,7 +18,7 @@ import equinox as eqx
 import jax.numpy as jnp
 
 from .._checks import check_points, check_scalar, check_weights
-from .._types import Points, Weights
+from .._types import Points, PointsLike, Weights, WeightsLike
 
 
 class AbstractDynamics(eqx.Module):
@@ -40,7 +40,7 @@ class AbstractDynamics(eqx.Module):
     def check_state(self, x, name: str = "x"):
         return check_points(x, name, self.dim)
 
-    def velocity(self, x: Points, weights: Weights | None = None, t=0.0) -> Points:
+    def velocity(self, x: PointsLike, weights: WeightsLike | None = None, t=0.0) -> Points:
         """Velocity Γ_μ(x_i) of every token for μ = Σ_j w_j δ_{x_j} (uniform when ``weights`` is None).
 
         Args:

@@ -12,16 +12,16 @@ import jax.numpy as jnp
 import numpy as np
 
 from .._checks import check_points
-from .._types import Points
+from .._types import Points, PointsLike
 from .base import AbstractDynamics, AbstractManifoldDynamics
 
 
-def tangent_projection(x: Points, v: Points) -> Points:
+def tangent_projection(x: PointsLike, v: PointsLike) -> Points:
     """P⊥_x v = v − ⟨x, v⟩ x, row by row (spec README)."""
     return v - jnp.sum(x * v, axis=-1, keepdims=True) * x
 
 
-def normalize(x: Points) -> Points:
+def normalize(x: PointsLike) -> Points:
     """Radial retraction N(x) = x / |x| (the layer normalization)."""
     return x / jnp.linalg.norm(x, axis=-1, keepdims=True)
 

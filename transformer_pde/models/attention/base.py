@@ -17,7 +17,7 @@ import jax.numpy as jnp
 
 from ..._checks import check_block_size, check_points, check_scalar, check_weights
 from ..._linalg import symmetrize
-from ..._types import Param, Points, Queries, Weights
+from ..._types import Param, Points, PointsLike, Queries, QueriesLike, Weights, WeightsLike
 from ...params import as_param, evaluate, param_shape
 from ..base import AbstractDynamics
 
@@ -40,7 +40,7 @@ class AbstractAttention(AbstractDynamics):
     causal: eqx.AbstractVar[bool]
     """Token i attends to tokens j <= i in their given order (euclidean.md §2f)."""
 
-    def field(self, queries: Queries, x: Points, weights: Weights | None = None, t=0.0) -> Queries:
+    def field(self, queries: QueriesLike, x: PointsLike, weights: WeightsLike | None = None, t=0.0) -> Queries:
         """The mean-field velocity Γ_μ evaluated at arbitrary ``queries`` (shape ``(m, d)``)."""
         if self.causal:
             raise ValueError("causal attention depends on token positions: the field is defined "
