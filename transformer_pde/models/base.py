@@ -17,7 +17,7 @@ import abc
 import equinox as eqx
 import jax.numpy as jnp
 
-from .._checks import check_points, check_scalar, check_weights
+from .._checks import check_points, check_scalar, check_weights, is_concrete
 from .._types import Points, PointsLike, Weights, WeightsLike
 
 
@@ -51,7 +51,20 @@ class AbstractDynamics(eqx.Module):
         x = self.check_state(x)
         w = check_weights(weights, x.shape[0], x.dtype)
         check_scalar(t, "t")
-        return self._velocity(x, w, jnp.asarray(t, x.dtype))
+        return check_finite_output(self._velocity(x, w, jnp.asarray(t, x.dtype)), self, x.dtype)
+
+
+def check_finite_output(v, dynamics, dtype):
+    """Finite tokens must give a finite velocity: an overflow (scores β⟨Qx, Ky⟩ beyond the range
+    of the dtype) is an error naming the cause, concrete or under jit, never a silent NaN."""
+    msg = (f"{type(dynamics).__name__}: finite tokens gave a non-finite velocity: the scores overflow "
+           f"{jnp.dtype(dtype).name} (tokens or parameters too large for it, e.g. β|x|² beyond "
+           f"{float(jnp.finfo(dtype).max):.3g}); rescale, or enable float64")
+    if is_concrete(v):
+        if not bool(jnp.all(jnp.isfinite(v))):
+            raise ValueError(msg)
+        return v
+    return eqx.error_if(v, ~jnp.all(jnp.isfinite(v)), msg)
 
 
 class AbstractManifoldDynamics(AbstractDynamics):

@@ -15,6 +15,7 @@ unchunked :func:`~transformer_pde.solve`, whose constant-step grid runs across s
 
 from __future__ import annotations
 
+import hashlib
 import json
 from pathlib import Path
 
@@ -101,6 +102,25 @@ class Checkpoint:
             return {k: f[k] for k in f.files}
 
 
+def run_fingerprint(*objects) -> str:
+    """SHA-256 of pytrees: every array leaf to the bit (dtype, shape, bytes), every other leaf
+    and the tree structure (static fields, solver and controller classes and options) by repr."""
+    h = hashlib.sha256()
+    leaves, treedef = jax.tree_util.tree_flatten(objects, is_leaf=lambda v: v is None)
+    h.update(str(treedef).encode())
+    for leaf in leaves:
+        if isinstance(leaf, (jax.Array, np.ndarray, np.generic)):
+            a = np.asarray(jax.random.key_data(leaf) if jax.dtypes.issubdtype(
+                getattr(leaf, "dtype", None), jax.dtypes.prng_key) else leaf)
+            h.update(f"{a.dtype}{a.shape}".encode())
+            h.update(np.ascontiguousarray(a).tobytes())
+        elif callable(leaf):
+            h.update(getattr(leaf, "__qualname__", type(leaf).__name__).encode())
+        else:
+            h.update(repr(leaf).encode())
+    return h.hexdigest()
+
+
 def _chunks(num_saves: int, every: int) -> list[range]:
     return [range(s, min(s + every, num_saves)) for s in range(0, num_saves, every)]
 
@@ -173,11 +193,14 @@ def solve_checkpointed(
     leaves_struct, treedef = jax.tree_util.tree_flatten(out_struct)
     chunk_fn = None if stats is None else (lambda t, x, args: (stats(t, x, args), x))
 
-    # identity of the run: resuming with different inputs must fail loudly, not mix runs
+    # identity of the run: resuming with different inputs must fail loudly, not mix runs. The
+    # fingerprint hashes everything that determines the run: the dynamics (parameters and static
+    # configuration), x0 and weights to the bit, the solver options, dt0 and the save times.
     signature = {
         "format": _FORMAT, "every": every, "num_chunks": len(chunks),
         "ts": [float(t) for t in ts], "t0": t0f, "x0_shape": list(x0.shape), "dtype": str(dtype),
         "x0_sum": float(np.sum(np.asarray(x0, np.float64))),
+        "run": run_fingerprint(dynamics, x0, w, dt0, stats, solve_kwargs),
     }
 
     start = 0

@@ -118,10 +118,19 @@ def default_max_steps(t0, t1, dt0, controller):
     if isinstance(controller, diffrax.ConstantStepSize) and dt0 is not None and all(
         is_concrete(v) for v in (t0, t1, dt0)
     ):
-        steps = int(np.ceil((float(t1) - float(t0)) / float(dt0) * (1 + 1e-6))) + 1
+        steps = np.ceil((float(t1) - float(t0)) / float(dt0) * (1 + 1e-6)) + 1
+        if not steps <= MAX_STEPS:
+            raise ValueError(f"dt0={float(dt0):.6g} over [t0, t1] = [{float(t0):.6g}, {float(t1):.6g}] "
+                             f"needs {steps:.4g} constant steps, more than {MAX_STEPS} (diffrax counts "
+                             "steps in int32); use a larger dt0 or an adaptive stepsize_controller")
+        steps = int(steps)
         # round up to a power of two: a new horizon reuses the compiled program
-        return max(16, 1 << (steps - 1).bit_length())
+        return min(MAX_STEPS, max(16, 1 << (steps - 1).bit_length()))
     return 100_000
+
+
+MAX_STEPS = 2**31 - 1
+"""diffrax counts steps in int32: no solve can ask for more."""
 
 
 def integrate(terms, solver, t0, t1, dt0, y0, *, saveat, stepsize_controller=None, adjoint=None,

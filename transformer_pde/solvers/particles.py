@@ -16,7 +16,7 @@ import numpy as np
 
 from .._checks import NonFiniteStateError, check_int, check_scalar, check_weights, is_concrete
 from ..models.base import AbstractDynamics, AbstractManifoldDynamics, retract
-from .core import Retracted, as_time, check_times, default_max_steps, integrate, parse_saveat
+from .core import MAX_STEPS, Retracted, as_time, check_times, default_max_steps, integrate, parse_saveat
 
 
 class Solution(eqx.Module):
@@ -90,6 +90,8 @@ def solve_particles(
     if max_steps is None:
         max_steps = default_max_steps(t0, t1, dt0, stepsize_controller)
     check_int(max_steps, "max_steps", minimum=1)
+    if max_steps > MAX_STEPS:
+        raise ValueError(f"max_steps={max_steps} exceeds {MAX_STEPS} (diffrax counts steps in int32)")
     t0a, t1a = as_time(t0, "t0", dtype), as_time(t1, "t1", dtype)
     dt0a = None if dt0 is None else jnp.asarray(dt0, dtype)
     adjoint = adjoint or diffrax.RecursiveCheckpointAdjoint()
@@ -118,10 +120,13 @@ def _raise_if_nonfinite(sol: Solution) -> Solution:
                 "(beta, token norms). Pass throw=False to get the partial Solution "
                 "(Solution.nonfinite_time, saves after it are inf).")
         return sol
-    ts = eqx.error_if(sol.ts, jnp.any(jnp.isfinite(bad_t)),
-                      "solve: the state became non-finite (NaN or inf) during the run; rerun with "
-                      "throw=False and read Solution.nonfinite_time for the time it appeared")
-    return eqx.tree_at(lambda s: s.ts, sol, ts)
+    # attached to every output (states, statistics, times), so a jit that keeps any of them
+    # keeps the check: a caller who reads only .xs (or a tp.sweep of one number) still gets it
+    bad = jnp.any(jnp.isfinite(bad_t))
+    msg = ("solve: the state became non-finite (NaN or inf) during the run; rerun with "
+           "throw=False and read Solution.nonfinite_time for the time it appeared")
+    guarded = jax.tree.map(lambda a: eqx.error_if(a, bad, msg), (sol.ts, sol.xs, sol.stats))
+    return eqx.tree_at(lambda s: (s.ts, s.xs, s.stats), sol, guarded, is_leaf=lambda v: v is None)
 
 
 @eqx.filter_jit
@@ -171,9 +176,9 @@ def layers(dynamics: AbstractDynamics, x0, num_layers: int, step, *, weights=Non
     if not isinstance(dynamics, AbstractDynamics):
         raise ValueError(f"dynamics must be an attention or tp.Sphere(attention), got "
                          f"{type(dynamics).__name__}")
-    if int(num_layers) < 1:
-        raise ValueError(f"num_layers must be >= 1, got {num_layers}")
-    if int(save_every) < 1 or int(num_layers) % int(save_every):
+    num_layers = check_int(num_layers, "num_layers", minimum=1)
+    save_every = check_int(save_every, "save_every", minimum=1)
+    if int(num_layers) % int(save_every):
         raise ValueError(f"save_every={save_every} must be >= 1 and divide num_layers={num_layers}")
     check_scalar(step, "step", positive=True)
     x0 = dynamics.check_state(x0, "x0")

@@ -15,7 +15,9 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 
-from ..._checks import check_block_size, check_points, check_scalar, check_weights
+import numpy as np
+
+from ..._checks import check_block_size, check_points, check_scalar, check_weights, is_concrete
 from ..._linalg import symmetrize
 from ..._types import Param, Points, PointsLike, Queries, QueriesLike, Weights, WeightsLike
 from ...params import as_param, evaluate, param_shape
@@ -132,7 +134,8 @@ def log_weights(weights):
 def bilinear_fields(cls_name: str, Q, K, V, beta, causal, block_size):
     """The checked fields (Q, K, V, beta, causal, block_size) of a bilinear-score attention."""
     Q, K, V = check_qkv(cls_name, Q, K, V, beta)
-    return Q, K, V, scalar_param(beta), bool(causal), check_block_size(block_size, f"{cls_name}.block_size")
+    return (Q, K, V, scalar_param(beta, f"{cls_name}.beta"), bool(causal),
+            check_block_size(block_size, f"{cls_name}.block_size"))
 
 
 def check_qkv(cls_name: str, Q, K, V, beta):
@@ -155,13 +158,22 @@ def qkv_features(attn, queries, x, t):
     return attn.beta * (queries @ Q.T), x @ K.T, x @ V.T
 
 
-def scalar_param(value):
+def scalar_param(value, name: str = "parameter"):
     """A scalar parameter as a JAX array leaf (so jit does not recompile per value and grad
-    reaches it). Python numbers stay weakly typed: float32 tokens keep float32 arithmetic."""
+    reaches it). Python numbers stay weakly typed: float32 tokens keep float32 arithmetic.
+
+    A value that is finite as given but overflows the stored dtype (β = 1e39 in float32) is an
+    error here, not an inf that turns every velocity into NaN later."""
     if isinstance(value, (int, float)) and not isinstance(value, bool):
-        return jnp.asarray(float(value))
-    value = jnp.asarray(value)
-    return value if jnp.issubdtype(value.dtype, jnp.floating) else value.astype(float)
+        out = jnp.asarray(float(value))
+    else:
+        out = jnp.asarray(value)
+        out = out if jnp.issubdtype(out.dtype, jnp.floating) else out.astype(float)
+    if is_concrete(out) and np.isfinite(np.asarray(value, dtype=np.float64)).all() and not bool(
+            jnp.all(jnp.isfinite(out))):
+        raise ValueError(f"{name}={value!r} overflows {out.dtype} (max {float(jnp.finfo(out.dtype).max):.3g}); "
+                         "enable float64 (jax_enable_x64) or rescale")
+    return out
 
 
 def matrix_dim(V) -> int:

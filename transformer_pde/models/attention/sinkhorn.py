@@ -9,7 +9,7 @@ from ott.geometry import costs, geometry
 from ott.problems.linear import linear_problem
 from ott.solvers.linear import sinkhorn
 
-from ..._checks import check_points, check_scalar, check_weights
+from ..._checks import check_int, check_points, check_scalar, check_weights
 from ..._linalg import sqrtm_psd, symmetrize
 from ..._types import Param
 from ...kernels import choose_path, softmax_average
@@ -82,10 +82,9 @@ class SinkhornAttention(AbstractBilinearAttention, AbstractNormalizedAttention, 
         check_scalar(epsilon, f"{name}.epsilon", positive=True)
         if not threshold > 0:
             raise ValueError(f"{name}.threshold must be > 0, got {threshold}")
-        if int(max_iterations) < 1:
-            raise ValueError(f"{name}.max_iterations must be >= 1, got {max_iterations}")
-        self.beta = scalar_param(beta)
-        self.epsilon = scalar_param(epsilon)
+        check_int(max_iterations, f"{name}.max_iterations", minimum=1)
+        self.beta = scalar_param(beta, f"{name}.beta")
+        self.epsilon = scalar_param(epsilon, f"{name}.epsilon")
         self.threshold = float(threshold)
         self.max_iterations = int(max_iterations)
         self.throw = bool(throw)

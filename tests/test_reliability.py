@@ -1,0 +1,158 @@
+"""It never lies (issue 15): checks that survive jit, vmap and sweeps; values checked in the dtype
+they are stored in; a checkpoint resumed only by the run that made it; integer arguments that
+are integers; half-precision unit tokens."""
+
+import subprocess
+import sys
+
+import diffrax
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import transformer_pde as tp
+from transformer_pde.solvers.checkpoint import run_fingerprint
+
+X0 = tp.uniform_sphere(jax.random.key(0), 16, 3)
+SA = tp.SoftmaxAttention.identity(3, 1.0)
+RUNTIME_ERRORS = (eqx.EquinoxRuntimeError, jax.errors.JaxRuntimeError)
+
+
+# --- 1. checks that vanish under jit / vmap / sweeps ------------------------------------------
+
+
+@pytest.mark.parametrize("read", ["xs", "final", "stats"])
+def test_nonfinite_state_raises_under_jit_whatever_output_is_kept(read):
+    usa = tp.UnnormalizedAttention.identity(3, 40.0)  # blows up in R^3 from these tokens
+    saveat = diffrax.SaveAt(ts=jnp.linspace(0, 1, 3), fn=lambda t, x, args: jnp.mean(x))
+
+    def run(x):
+        if read == "stats":
+            return tp.solve(usa, x, t1=1.0, dt0=0.01, saveat=saveat).stats
+        sol = tp.solve(usa, x, t1=1.0, dt0=0.01)
+        return sol.xs if read == "xs" else sol.final
+
+    with pytest.raises(RUNTIME_ERRORS, match="became non-finite"):
+        jax.block_until_ready(jax.jit(run)(X0 * 3.0))
+
+
+def test_sweep_over_a_bad_value_raises_instead_of_returning_inf():
+    with pytest.raises(RUNTIME_ERRORS):
+        tp.sweep(lambda beta: tp.solve(tp.Sphere(tp.SoftmaxAttention.identity(3, beta)), X0, t1=1.0,
+                                       dt0=0.1).xs[-1, 0, 0], {"beta": [1.0, float("inf")]})
+
+
+@pytest.mark.parametrize("scale", [2.0, 0.5])
+def test_sphere_checks_unit_norm_under_jit(scale):
+    with pytest.raises(RUNTIME_ERRORS, match="must lie on the unit sphere"):
+        jax.block_until_ready(jax.jit(lambda x: tp.Sphere(SA).velocity(x))(scale * X0))
+    # the check costs nothing when it holds
+    v = jax.jit(lambda x: tp.Sphere(SA).velocity(x))(X0)
+    np.testing.assert_allclose(v, tp.Sphere(SA).velocity(X0), rtol=1e-12)
+
+
+# --- 2. values checked in the dtype they are stored in ----------------------------------------
+
+
+def test_finite_tokens_with_overflowing_scores_are_an_error():
+    x32 = (X0 * 1e20).astype(jnp.float32)  # finite in float32, β⟨x, y⟩ = 1e40 is not
+    eye = jnp.eye(3, dtype=jnp.float32)
+    attn = tp.SoftmaxAttention(eye, eye, eye, 1.0)
+    with pytest.raises(ValueError, match="non-finite velocity: the scores overflow float32"):
+        attn.velocity(x32)
+    with pytest.raises(RUNTIME_ERRORS, match="scores overflow float32"):
+        jax.block_until_ready(jax.jit(lambda x: attn.velocity(x))(x32))
+    with pytest.raises(ValueError, match="overflow"):
+        tp.UnnormalizedAttention(eye, eye, eye, 1.0).velocity(x32)
+
+
+def test_beta_that_overflows_float32_is_refused_at_construction():
+    # the default precision (no x64): 1e39 is finite as a Python float, inf as float32
+    code = ("import transformer_pde as tp\ntry:\n    tp.SoftmaxAttention.identity(3, 1e39)\n"
+            "except ValueError as e:\n    print(e)\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert "SoftmaxAttention.beta=1e+39 overflows float32" in out.stdout
+
+
+# --- 3. a checkpoint is resumed only by the run that made it ----------------------------------
+
+
+@pytest.fixture()
+def checkpointed(tmp_path):
+    ts = jnp.linspace(0.0, 1.0, 5)
+    ck = tp.Checkpoint(tmp_path, every=2)
+    dyn = tp.Sphere(SA)
+    first = tp.solve(dyn, X0, t1=1.0, dt0=0.1, saveat=ts, checkpoint=ck)
+    return dyn, ts, ck, first
+
+
+@pytest.mark.parametrize("change", ["beta", "permuted-x0", "weights", "solver", "controller", "dt0",
+                                    "value-matrix"])
+def test_checkpoint_refuses_any_other_run(checkpointed, change):
+    dyn, ts, ck, _ = checkpointed
+    kw = dict(t1=1.0, dt0=0.1, saveat=ts, checkpoint=ck)
+    x0 = X0
+    if change == "beta":
+        dyn = tp.Sphere(tp.SoftmaxAttention.identity(3, 1.5))
+    elif change == "permuted-x0":
+        x0 = X0[::-1]  # same shape, dtype and sum: the old identity could not tell
+    elif change == "weights":
+        kw["weights"] = jnp.arange(1.0, 17.0) / 136.0
+    elif change == "solver":
+        kw["solver"] = diffrax.Heun()
+    elif change == "controller":
+        kw["stepsize_controller"] = diffrax.PIDController(rtol=1e-4, atol=1e-6)
+    elif change == "dt0":
+        kw["dt0"] = 0.05
+    else:
+        V = jnp.eye(3).at[0, 1].set(0.1)
+        dyn = tp.Sphere(tp.SoftmaxAttention(jnp.eye(3), jnp.eye(3), V, 1.0))
+    with pytest.raises(ValueError, match=r"belongs to a different run \(mismatch in \[.*'run'"):
+        tp.solve(dyn, x0, **kw)
+
+
+def test_checkpoint_resumes_the_same_run(checkpointed):
+    dyn, ts, ck, first = checkpointed
+    again = tp.solve(tp.Sphere(tp.SoftmaxAttention.identity(3, 1.0)), X0, t1=1.0, dt0=0.1, saveat=ts,
+                     checkpoint=ck)
+    np.testing.assert_array_equal(again.xs, first.xs)
+
+
+def test_fingerprint_sees_bits_and_static_configuration():
+    a = run_fingerprint(SA, X0)
+    assert a == run_fingerprint(tp.SoftmaxAttention.identity(3, 1.0), jnp.array(X0))
+    assert a != run_fingerprint(SA, X0.at[3, 1].set(np.nextafter(X0[3, 1], 2.0)))  # one ulp
+    assert a != run_fingerprint(tp.SoftmaxAttention.identity(3, 1.0, causal=True), X0)
+    assert a != run_fingerprint(SA, X0.astype(jnp.float32))
+
+
+# --- 5. integer arguments ---------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("thunk, match", [
+    (lambda: tp.solve(SA, X0, t1=1.0, dt0=1e-30), r"dt0=1e-30 .* needs 1e\+30 constant steps, more than "
+                                                   r"2147483647"),
+    (lambda: tp.solve(SA, X0, t1=1.0, dt0=0.1, max_steps=2**40), r"max_steps=1099511627776 exceeds"),
+    (lambda: tp.layers(tp.Sphere(SA), X0, 2.5, 0.1), r"num_layers must be an integer, got 2.5"),
+    (lambda: tp.layers(tp.Sphere(SA), X0, 4, 0.1, save_every=2.0), r"save_every must be an integer, got 2.0"),
+    (lambda: tp.SinkhornAttention.identity(3, max_iterations=2.7),
+     r"SinkhornAttention.max_iterations must be an integer, got 2.7"),
+    (lambda: tp.solve(SA, X0, t1=1.0, dt0=0.1, max_steps=10.0), r"max_steps must be an integer, got 10.0"),
+])
+def test_integer_arguments(thunk, match):
+    with pytest.raises(ValueError, match=match):
+        thunk()
+
+
+# --- half precision on the sphere ---------------------------------------------------------------
+
+
+@pytest.mark.parametrize("dtype", [jnp.float16, jnp.bfloat16])
+def test_half_precision_unit_tokens_are_accepted(dtype):
+    x = tp.normalize(X0).astype(dtype)
+    assert np.abs(np.linalg.norm(np.asarray(x, np.float64), axis=-1) - 1).max() > 1e-4  # rounding is real
+    assert tp.Sphere(SA).check_state(x).dtype == dtype
+    with pytest.raises(ValueError, match="must lie on the unit sphere"):
+        tp.Sphere(SA).check_state((1.2 * x).astype(dtype))
