@@ -156,3 +156,34 @@ def test_half_precision_unit_tokens_are_accepted(dtype):
     assert tp.Sphere(SA).check_state(x).dtype == dtype
     with pytest.raises(ValueError, match="must lie on the unit sphere"):
         tp.Sphere(SA).check_state((1.2 * x).astype(dtype))
+
+
+# --- 4. diagnostics validate their inputs -------------------------------------------------------
+
+
+@pytest.mark.parametrize("cov, smallest", [(jnp.diag(jnp.array([1.0, -1.0])), "-1"),
+                                           (jnp.array([[1.0, 2.0], [2.0, 1.0]]), "-1"),
+                                           (jnp.diag(jnp.array([1.0, jnp.nan])), None)])
+def test_bures_wasserstein_refuses_indefinite_or_nonfinite_covariances(cov, smallest):
+    why = "non-finite entries" if smallest is None else f"smallest eigenvalue {smallest}"
+    with pytest.raises(ValueError, match=f"cov1 must be a finite positive semi-definite covariance, got {why}"):
+        tp.diagnostics.bures_wasserstein(jnp.zeros(2), cov, jnp.zeros(2), jnp.eye(2))
+    with pytest.raises(RUNTIME_ERRORS, match="positive semi-definite"):
+        jax.block_until_ready(jax.jit(tp.diagnostics.bures_wasserstein)(jnp.zeros(2), jnp.eye(2),
+                                                                        jnp.zeros(2), cov))
+
+
+def test_unconverged_sinkhorn_is_reported_not_returned():
+    y = tp.uniform_sphere(jax.random.key(1), 16, 3)
+    with pytest.raises(RUNTIME_ERRORS, match="did not converge within max_iterations=5"):
+        jax.block_until_ready(tp.diagnostics.sinkhorn_wasserstein(X0, y, epsilon=1e-4, max_iterations=5))
+    approx = tp.diagnostics.sinkhorn_wasserstein(X0, y, epsilon=1e-4, max_iterations=5, throw=False)
+    assert np.isfinite(float(approx))  # asked for, it is returned
+
+
+@pytest.mark.parametrize("a, match", [(-jnp.ones(16) / 16, "a must be non-negative"),
+                                      (jnp.ones(16) / 8, "a must sum to 1"),
+                                      (jnp.full(16, jnp.nan), "a must be finite")])
+def test_sinkhorn_weights_are_validated(a, match):
+    with pytest.raises(ValueError, match=match):
+        tp.diagnostics.sinkhorn_wasserstein(X0, X0, a, epsilon=0.1)

@@ -14,13 +14,14 @@ from __future__ import annotations
 
 import functools
 
+import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
 from ott.geometry import costs, pointcloud
 from ott.tools import sinkhorn_divergence as _sd
 
-from .._checks import check_block_size, check_points, check_scalar, check_weights
+from .._checks import check_block_size, check_int, check_points, check_scalar, check_weights, is_concrete
 from .._linalg import sqrtm_psd
 from ..kernels.ott import StreamingSqEuclideanCloud
 from ..models.attention.base import AbstractNormalizedAttention
@@ -33,9 +34,11 @@ def bures_wasserstein(mean1, cov1, mean2, cov2) -> jax.Array:
 
     $$W_2^2=|m_1-m_2|^2+\operatorname{tr}\Big(\Sigma_1+\Sigma_2-2\big(\Sigma_1^{1/2}\Sigma_2\Sigma_1^{1/2}\big)^{1/2}\Big).$$
 
-    Accepts batches (leading axes broadcast). Covariances may be singular (PSD).
+    Accepts batches (leading axes broadcast). Covariances may be singular (PSD); an indefinite
+    or non-finite one is an error (ValueError, ``eqx.error_if`` under jit), not a clipped answer.
     """
     mean1, mean2, cov1, cov2 = (jnp.asarray(a) for a in (mean1, mean2, cov1, cov2))
+    cov1, cov2 = _check_psd(cov1, "cov1"), _check_psd(cov2, "cov2")
     r1 = sqrtm_psd(cov1)
     cross = sqrtm_psd(r1 @ cov2 @ r1)
     tr = jnp.trace(cov1 + cov2 - 2.0 * cross, axis1=-2, axis2=-1)
@@ -43,12 +46,28 @@ def bures_wasserstein(mean1, cov1, mean2, cov2) -> jax.Array:
     return jnp.sqrt(jnp.clip(w2, 0.0))
 
 
+def _check_psd(cov, name):
+    """Symmetric positive semi-definite up to rounding: λ_min >= −1e-8·max(1, |λ|_max)."""
+    lam = jnp.linalg.eigvalsh(0.5 * (cov + jnp.swapaxes(cov, -1, -2)))
+    scale = jnp.maximum(1.0, jnp.max(jnp.abs(lam), axis=-1))
+    bad = ~jnp.all(jnp.isfinite(cov)) | jnp.any(lam[..., 0] < -1e-8 * scale)
+    msg = f"{name} must be a finite positive semi-definite covariance"
+    if is_concrete(cov):
+        if not np.isfinite(np.asarray(cov)).all():
+            raise ValueError(f"{msg}, got non-finite entries")
+        if bool(bad):
+            raise ValueError(f"{msg}, got smallest eigenvalue {float(np.min(np.asarray(lam)[..., 0])):.6g}")
+        return cov
+    return eqx.error_if(cov, bad, msg)
+
+
 def _cost(p):
     return costs.SqEuclidean() if p == 2 else costs.EuclideanP(p)
 
 
 def sinkhorn_divergence(x, y, a=None, b=None, *, epsilon, p: float = 2.0, threshold: float = 1e-6,
-                        max_iterations: int = 2000, batch_size: int | None = None) -> jax.Array:
+                        max_iterations: int = 2000, batch_size: int | None = None,
+                        throw: bool = True) -> jax.Array:
     r"""Debiased Sinkhorn divergence of μ = Σ a_i δ_{x_i} and ν = Σ b_j δ_{y_j} (ott-jax):
 
     $$S_\varepsilon=\mathrm{OT}_\varepsilon(\mu,\nu)-\tfrac12\mathrm{OT}_\varepsilon(\mu,\mu)
@@ -60,6 +79,10 @@ def sinkhorn_divergence(x, y, a=None, b=None, *, epsilon, p: float = 2.0, thresh
     scales with the data, STYLE.md). ``batch_size`` (p = 2 only) streams the cost in blocks of
     that many points instead of storing it (memory O(n · batch_size),
     :class:`transformer_pde.kernels.ott.StreamingSqEuclideanCloud`).
+
+    ``throw``: a divergence whose three Sinkhorn solves did not all reach ``threshold`` within
+    ``max_iterations`` raises (``eqx.error_if``) instead of returning an unconverged value;
+    losses inside gradient descent may pass False.
     """
     x = check_points(x, "x")
     y = check_points(y, "y", x.shape[1])
@@ -72,22 +95,29 @@ def sinkhorn_divergence(x, y, a=None, b=None, *, epsilon, p: float = 2.0, thresh
     batch_size = check_block_size(batch_size, "batch_size")
     if batch_size is not None and float(p) != 2:
         raise ValueError(f"batch_size streams the squared Euclidean cost only (p = 2), got p={p}")
-    return _sinkhorn_divergence(x, y, a, b, jnp.asarray(epsilon, x.dtype), float(p), float(threshold),
-                                int(max_iterations), batch_size)
+    max_iterations = check_int(max_iterations, "max_iterations", minimum=1)
+    div, converged = _sinkhorn_divergence(x, y, a, b, jnp.asarray(epsilon, x.dtype), float(p),
+                                          float(threshold), max_iterations, batch_size)
+    if throw:
+        div = eqx.error_if(div, ~converged, f"Sinkhorn divergence did not converge within "
+                           f"max_iterations={max_iterations} (threshold={threshold}); raise "
+                           "max_iterations or epsilon, or pass throw=False")
+    return div
 
 
 @functools.partial(jax.jit, static_argnums=(5, 6, 7, 8))
 def _sinkhorn_divergence(x, y, a, b, epsilon, p, threshold, max_iterations, batch_size):
     cloud = pointcloud.PointCloud if batch_size is None else StreamingSqEuclideanCloud
     kwargs = {} if batch_size is None else {"batch_size": batch_size}
-    div, _ = _sd.sinkhorn_divergence(
+    div, out = _sd.sinkhorn_divergence(
         cloud, x, y, a=a, b=b, cost_fn=_cost(p), epsilon=epsilon, **kwargs,
         solve_kwargs={"threshold": threshold, "max_iterations": max_iterations})
-    return div
+    return div, jnp.all(jnp.asarray(out.converged))
 
 
 def sinkhorn_wasserstein(x, y, a=None, b=None, *, epsilon, p: float = 2.0, threshold: float = 1e-6,
-                         max_iterations: int = 2000, batch_size: int | None = None) -> jax.Array:
+                         max_iterations: int = 2000, batch_size: int | None = None,
+                         throw: bool = True) -> jax.Array:
     r"""W_p(μ, ν) estimated as ``max(S_ε, 0)^{1/p}`` from :func:`sinkhorn_divergence`.
 
     Take ε small against the squared scale of the data for a W_p estimate (bias O(ε²) for
@@ -95,7 +125,8 @@ def sinkhorn_wasserstein(x, y, a=None, b=None, *, epsilon, p: float = 2.0, thres
     S_ε(μ, μ(· − c)) = |c|² for every ε.
     """
     div = jnp.clip(sinkhorn_divergence(x, y, a, b, epsilon=epsilon, p=p, threshold=threshold,
-                                       max_iterations=max_iterations, batch_size=batch_size), 0.0)
+                                       max_iterations=max_iterations, batch_size=batch_size,
+                                       throw=throw), 0.0)
     return jnp.sqrt(div) if float(p) == 2 else div ** (1.0 / float(p))
 
 
