@@ -5,6 +5,8 @@
   unnormalized; causal is a flag, ALiBi a key bias), with the capabilities
   :class:`AbstractNormalizedAttention` and :class:`AbstractGaussianClosure`.
 - :mod:`.sphere`: the sphere (:class:`Sphere`, projected) and the post-LN layer (:class:`PostLN`).
+- :mod:`.normalization`: the normalization schemes of real Transformers (Pre-LN, Peri-LN, Mix-LN,
+  nGPT, LN-scaling) as (field, retraction) pairs; :mod:`.mlp`: MLP sublayers and blocks.
 - :mod:`.causal`, :mod:`.perceptron`, :mod:`.random_heads`, :mod:`.mean_shift`, :mod:`.rescaled`:
   the models of single papers; :mod:`.sharding`: any attention split over devices.
 """
@@ -27,6 +29,18 @@ from .attention import (
 from .base import AbstractDynamics, AbstractManifoldDynamics
 from .causal import LitMCircle
 from .mean_shift import MeanShift
+from .mlp import MLP, Block, SphereBlock
+from .normalization import (
+    NGPT,
+    AbstractNormalizationScheme,
+    LNScaling,
+    MixLN,
+    Norm,
+    PeriLN,
+    PreLN,
+    polar,
+    polar_velocity,
+)
 from .perceptron import PerceptronBlock
 from .random_heads import CommonNoiseSDE, GaussianHeads, RandomHeadsField
 from .rescaled import RescaledSoftmax
@@ -39,16 +53,25 @@ __all__ = [
     "AbstractDynamics",
     "AbstractGaussianClosure",
     "AbstractManifoldDynamics",
+    "AbstractNormalizationScheme",
     "AbstractNormalizedAttention",
     "AttentionPerceptron",
+    "Block",
     "CommonNoiseSDE",
     "GaussianHeads",
     "L2Attention",
+    "LNScaling",
     "LitMCircle",
+    "MLP",
     "MeanShift",
+    "MixLN",
     "MultiHeadAttention",
+    "NGPT",
+    "Norm",
     "PerceptronBlock",
+    "PeriLN",
     "PostLN",
+    "PreLN",
     "RandomHeadsField",
     "RescaledSoftmax",
     "Sharded",
@@ -57,9 +80,12 @@ __all__ = [
     "SinkhornPotentials",
     "SoftmaxAttention",
     "Sphere",
+    "SphereBlock",
     "UnitSphere",
     "UnnormalizedAttention",
     "normalize",
+    "polar",
+    "polar_velocity",
     "sharding",
     "tangent_projection",
     "uniform_sphere",

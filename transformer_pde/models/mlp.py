@@ -1,0 +1,243 @@
+r"""Feed-forward (MLP) sublayers and Transformer blocks: attention, then MLP, each residual.
+
+:class:`MLP` is a token-wise field M(x) = W₂ σ(W₁x + b₁) + b₂ (no interaction between tokens), an
+R^d dynamics like an attention, so every normalization scheme wraps it the same way
+(:mod:`.normalization`): ``tp.PreLN(mlp)`` is the sublayer x ← x + hM(N(x)).
+
+A block chains two such sublayers, each with its own residual and normalization (the placement
+is the scheme's): with the attention sublayer x ↦ R(x + hF_A(t, x)) and the MLP sublayer
+x ↦ R(x + hF_M(t, x)), one block is
+
+$$x_1 = R\big(x + hF_A(t_l, x)\big),\qquad x \leftarrow R\big(x_1 + hF_M(t_l, x_1)\big).$$
+
+| sublayers | block |
+|---|---|
+| ``Block(A, M, h)`` | x₁ = x + hA(x); x ← x₁ + hM(x₁) (R^d) |
+| ``Block(PreLN(A), PreLN(M), h)`` | x₁ = x + hA(N x); x ← x₁ + hM(N x₁) (GPT-2, LLaMA) |
+| ``Block(PeriLN(A), PeriLN(M), h)`` | x₁ = x + hN(A(N x)); x ← x₁ + hN(M(N x₁)) |
+| ``Block(LNScaling(A, h), LNScaling(M, h), h)`` | the Pre-LN block with both inputs /√ℓ, ℓ = l + 1 |
+| ``SphereBlock(PostLN(A), PostLN(M), h)`` | x₁ = N(x + hA(x)); x ← N(x₁ + hM(x₁)) (Vaswani et al.) |
+| ``SphereBlock(Sphere(A), Sphere(M), h)`` | x₁ = N(x + hP⊥A); x ← N(x₁ + hP⊥M) (projected) |
+| ``SphereBlock(NGPT(A, a), NGPT(M, b), h)`` | x₁ = N(x + ah(N(A(x)) − x)); x ← N(x₁ + bh(N(M(x₁)) − x₁)) (nGPT) |
+
+Mix-LN blocks: the Post-LN sphere block for the first ⌊αL⌋ layers, then the Pre-LN block, run as
+:class:`~transformer_pde.MixLN` runs its two parts.
+
+**A block as one Euler step.** A composition of two steps is not one Euler step of a field
+independent of h, so a block carries its layer step h and its field is the *modified field* F_h
+with R(x + hF_h(t, x)) = block(x) exactly (to rounding):
+
+- R = id: F_h(t, x) = F_A(t, x) + F_M(t, x + hF_A(t, x));
+- R = N (|x| = 1): F_h(t, x) = F_A(t, x) + |x + hF_A| · F_M(t, N(x + hF_A)), since
+  x + hF_h = |x + hF_A| (x₁ + hF_M(x₁)) is parallel to the unnormalized output.
+
+So ``tp.layers(block, x0, L, h)`` with the block's own step h is the architecture. As h → 0,
+F_h → F_A + F_M: the block is a Lie–Trotter splitting of the ODE whose field is the sum of the
+two sublayers' limits, ``block.limit`` (R = N: θ̇ = P⊥_θ(F_A + F_M)(θ)); integrate that with
+``tp.solve`` (``tp.solve(block, ...)`` integrates the h-modified field, O(h) away from it).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+
+from .._checks import check_scalar
+from .._types import Param
+from ..params import as_param, evaluate, param_shape
+from .attention.base import scalar_param
+from .base import AbstractDynamics, AbstractManifoldDynamics
+from .normalization import NGPT
+from .sphere import PostLN, Sphere, check_unit_points, normalize, tangent_projection
+
+__all__ = ["MLP", "Block", "SphereBlock"]
+
+
+class MLP(AbstractDynamics):
+    r"""A feed-forward sublayer, token by token: M(x) = W₂ σ(W₁ x + b₁) + b₂.
+
+    Args:
+        W1: shape ``(m, d)`` (m hidden units), or a callable ``t -> (m, d)`` (per-layer weights,
+            e.g. :class:`~transformer_pde.PiecewiseConstant`).
+        b1: shape ``(m,)``.
+        W2: shape ``(d, m)``.
+        b2: shape ``(d,)``.
+        activation: σ, any elementwise JAX function (default ``jax.nn.relu``; GPT-2 uses
+            ``jax.nn.gelu``).
+
+    As a dynamics on R^d, ẋ_i = M(x_i): the tokens do not interact. Wrap it in a normalization
+    scheme and chain it after attention with :class:`Block` / :class:`SphereBlock`.
+    """
+
+    W1: Param
+    b1: Param
+    W2: Param
+    b2: Param
+    activation: Callable = eqx.field(static=True)
+
+    def __init__(self, W1, b1, W2, b2, activation: Callable = jax.nn.relu):
+        self.W1, self.b1 = as_param(W1, "MLP.W1"), as_param(b1, "MLP.b1")
+        self.W2, self.b2 = as_param(W2, "MLP.W2"), as_param(b2, "MLP.b2")
+        s1, sb1, s2, sb2 = (param_shape(p) for p in (self.W1, self.b1, self.W2, self.b2))
+        if len(s1) != 2:
+            raise ValueError(f"MLP.W1 must have shape (m, d), got {s1}")
+        m, d = s1
+        if sb1 != (m,) or s2 != (d, m) or sb2 != (d,):
+            raise ValueError(f"MLP: with W1 of shape ({m}, {d}), b1 must have shape ({m},), W2 "
+                             f"({d}, {m}) and b2 ({d},); got b1 {sb1}, W2 {s2}, b2 {sb2}")
+        if not callable(activation):
+            raise ValueError(f"MLP.activation must be a function such as jax.nn.relu, got {activation!r}")
+        self.activation = activation
+
+    @property
+    def dim(self):
+        return param_shape(self.W1)[1]
+
+    def _velocity(self, x, weights, t):
+        W1, b1, W2, b2 = (evaluate(p, t) for p in (self.W1, self.b1, self.W2, self.b2))
+        return self.activation(x @ W1.T + b1[None, :]) @ W2.T + b2[None, :]
+
+
+def _common_dim(name, first, second):
+    d1, d2 = first.dim, second.dim
+    if d1 is not None and d2 is not None and d1 != d2:
+        raise ValueError(f"{name}: the sublayers act on different dimensions, d={d1} and d={d2}")
+    return d1 if d1 is not None else d2
+
+
+class Block(AbstractDynamics):
+    r"""One residual-stream layer: attention sublayer, then MLP sublayer (R = id; module docstring).
+
+    x₁ = x + hF_A(t, x),  x ← x₁ + hF_M(t, x₁), with F_A, F_M the fields of the two sublayers
+    (a plain attention and :class:`MLP` on R^d, or both wrapped in ``PreLN``, ``PeriLN`` or
+    ``LNScaling``). Both sublayers of layer l see the same time t_l (LN-scaling: the same ℓ).
+
+    Args:
+        attention: the first sublayer, an R^d dynamics (e.g. ``tp.PreLN(attn)``).
+        mlp: the second sublayer (e.g. ``tp.PreLN(tp.MLP(...))``).
+        step: h > 0, the layer step: ``tp.layers(block, x0, L, h)`` with this h is the
+            architecture exactly.
+    """
+
+    attention: AbstractDynamics
+    mlp: AbstractDynamics
+    step: jax.Array
+
+    def __init__(self, attention, mlp, step):
+        for field, sub in (("attention", attention), ("mlp", mlp)):
+            if not isinstance(sub, AbstractDynamics) or isinstance(sub, AbstractManifoldDynamics):
+                raise ValueError(f"Block.{field} must be an R^d sublayer (an attention, MLP, PreLN, "
+                                 f"PeriLN or LNScaling), got {type(sub).__name__}; sphere sublayers "
+                                 "go in a SphereBlock")
+        _common_dim("Block", attention, mlp)
+        check_scalar(step, "Block.step", positive=True)
+        self.attention, self.mlp, self.step = attention, mlp, scalar_param(step)
+
+    @property
+    def dim(self):
+        return _common_dim("Block", self.attention, self.mlp)
+
+    def check_state(self, x, name: str = "x"):
+        return self.mlp.check_state(self.attention.check_state(x, name), name)
+
+    def _velocity(self, x, weights, t):
+        h = self.step.astype(x.dtype)
+        fa = self.attention._velocity(x, weights, t).astype(x.dtype)
+        return fa + self.mlp._velocity(x + h * fa, weights, t).astype(x.dtype)
+
+    @property
+    def limit(self) -> AbstractDynamics:
+        """The h → 0 limit ẋ = F_A + F_M (for ``tp.solve``)."""
+        return _SumLimit(self.attention, self.mlp)
+
+
+_SPHERE_SUBLAYERS = (PostLN, Sphere, NGPT)
+
+
+class SphereBlock(AbstractManifoldDynamics):
+    r"""One layer on the unit sphere: attention sublayer, then MLP sublayer (R = N; module docstring).
+
+    x₁ = N(x + hF_A(t, x)),  x ← N(x₁ + hF_M(t, x₁)), with both sublayers ``PostLN``, ``Sphere``
+    (projected) or ``NGPT`` (with its own α: nGPT has α_A and α_M).
+
+    Args:
+        attention: the first sublayer, e.g. ``tp.PostLN(attn)``.
+        mlp: the second sublayer, e.g. ``tp.PostLN(tp.MLP(...))``.
+        step: h > 0, the layer step (``tp.layers(block, x0, L, h)`` with this h is the layer).
+    """
+
+    attention: AbstractManifoldDynamics
+    mlp: AbstractManifoldDynamics
+    step: jax.Array
+
+    def __init__(self, attention, mlp, step):
+        for field, sub in (("attention", attention), ("mlp", mlp)):
+            if not isinstance(sub, _SPHERE_SUBLAYERS):
+                raise ValueError(f"SphereBlock.{field} must be a sublayer on the unit sphere (PostLN, "
+                                 f"Sphere or NGPT), got {type(sub).__name__}; R^d sublayers go in a Block")
+        _common_dim("SphereBlock", attention, mlp)
+        check_scalar(step, "SphereBlock.step", positive=True)
+        self.attention, self.mlp, self.step = attention, mlp, scalar_param(step)
+
+    @property
+    def dim(self):
+        return _common_dim("SphereBlock", self.attention, self.mlp)
+
+    def check_state(self, x, name: str = "x"):
+        return check_unit_points(x, name, self.dim)
+
+    def _velocity(self, x, weights, t):
+        h = self.step.astype(x.dtype)
+        fa = self.attention._velocity(x, weights, t).astype(x.dtype)
+        y = x + h * fa
+        rho = jnp.linalg.norm(y, axis=-1, keepdims=True)
+        return fa + rho * self.mlp._velocity(y / rho, weights, t).astype(x.dtype)
+
+    def retract(self, x):
+        return normalize(x)
+
+    @property
+    def limit(self) -> AbstractManifoldDynamics:
+        """The h → 0 limit θ̇ = P⊥_θ(F_A + F_M)(θ) (for ``tp.solve``)."""
+        return _SphereSumLimit(self.attention, self.mlp)
+
+
+class _SumLimit(AbstractDynamics):
+    """ẋ = F_A + F_M: the limit of a :class:`Block`."""
+
+    attention: AbstractDynamics
+    mlp: AbstractDynamics
+
+    @property
+    def dim(self):
+        return _common_dim("Block", self.attention, self.mlp)
+
+    def check_state(self, x, name: str = "x"):
+        return self.mlp.check_state(self.attention.check_state(x, name), name)
+
+    def _velocity(self, x, weights, t):
+        return self.attention._velocity(x, weights, t) + self.mlp._velocity(x, weights, t)
+
+
+class _SphereSumLimit(AbstractManifoldDynamics):
+    """ẋ = P⊥_x(F_A + F_M): the limit of a :class:`SphereBlock` (the unit sphere is invariant)."""
+
+    attention: AbstractManifoldDynamics
+    mlp: AbstractManifoldDynamics
+
+    @property
+    def dim(self):
+        return _common_dim("SphereBlock", self.attention, self.mlp)
+
+    def check_state(self, x, name: str = "x"):
+        return check_unit_points(x, name, self.dim)
+
+    def _velocity(self, x, weights, t):
+        v = self.attention._velocity(x, weights, t) + self.mlp._velocity(x, weights, t)
+        return tangent_projection(x, v)
+
+    def retract(self, x):
+        return normalize(x)

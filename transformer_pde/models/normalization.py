@@ -1,0 +1,433 @@
+r"""Normalization schemes of real Transformers, as dynamics (sphere.md §11).
+
+Every scheme is one residual layer written as **an Euler step of an ambient field F followed by a
+retraction R**, exactly (to rounding):
+
+$$x_{l+1} = R\big(x_l + h\,F(t_l, x_l)\big),\qquad t_l = t_0 + l h,$$
+
+so ``tp.layers(scheme, x0, L, h)`` *is* the architecture, and the continuous-time limit is the
+ODE ẋ = G(t, x) with G = dR_x[F]: G = F when R = id, G = P⊥_x F when R = N (x on the unit
+sphere; dN_x[v] = P⊥_x v / |x|). ``tp.solve(scheme, x0, ...)`` integrates that limit with any
+diffrax solver (schemes with R = N are retracted after every step, :class:`tp.Retracted`).
+
+| scheme | layer | F(t, x) | R | limit (x = rθ) |
+|---|---|---|---|---|
+| :class:`~transformer_pde.PostLN` | x ← N(x + hA(x)) | A(x) | N | θ̇ = P⊥_θ A(θ), r ≡ 1 (GLPR) |
+| :class:`PreLN` | x ← x + hA(N(x)) | A(N x) | id | ṙ = ⟨θ, A(θ)⟩, θ̇ = P⊥_θ A(θ)/r |
+| :class:`PeriLN` | x ← x + hN(A(N(x))) | Â(θ) = N(A(θ)) | id | ṙ = ⟨θ, Â⟩, θ̇ = P⊥_θ Â / r |
+| :class:`MixLN` | Post-LN (l < ⌊αL⌋), then Pre-LN | A(N x) | N, then id | Post-LN on [0, τ), Pre-LN after |
+| :class:`NGPT` | x ← N(x + αh(N(A(x)) − x)) | α(\|x\|Â(θ) − x) | N | θ̇ = α P⊥_θ Â(θ), r ≡ 1 |
+| :class:`LNScaling` | x ← x + hA(N(x)/√ℓ), ℓ = l + 1 | A(c(t)N x), c = (1 + t/h0)^{-1/2} | id | none at fixed t |
+
+Here A is any R^d dynamics (an attention, multi-head included, an :class:`~transformer_pde.MLP`,
+...), **evaluated on the configuration it is given**: A(N(x)) normalizes the queries *and* the
+keys and values. The [derived] rows of sphere.md §11 (Pre-LN, Peri-LN, nGPT) were derived from the
+layer maps and checked (issue 14's derivation notes, NOTES.md §2, §3, §5): each (F, R) pair
+reproduces its layer to ≤ 4e-15, the polar ODEs agree with the ambient ones to 1e-13, and the
+layers converge to the limits with order 1.00 ± 0.02 (three test cases, h = 2^-3 … 2^-9).
+The speeds |θ̇| = |P⊥A|/r (Pre-LN), |P⊥Â|/r (Peri-LN), α|P⊥Â| (nGPT) are the "speed regulation"
+of Karagodin–Ge–Polyanskiy–Rigollet (arXiv 2510.22026).
+
+**Normalization, scale and gains** (:class:`Norm`). N(x) = s·g⊙x/|x|, default s = 1 and no gain
+(the unit sphere of the sphere papers and of Karagodin et al.). Real models use RMSNorm
+γ⊙x/rms(x) = γ⊙√d·x/|x| (LLaMA, and the Pre-LN, Peri-LN, Mix-LN and LN-scaling codes, which
+are LLaMA-based) or LayerNorm (GPT-2; with mean subtraction, not modelled), both with a learnable
+gain; nGPT's ``justnorm`` is x/|x| with no gain (its learnable scalings are the eigen learning
+rates α and s_qk instead). For a bilinear-score attention the scale and an *input* gain are not
+new parameters (NOTES.md §0, checked to 4e-16): A_{β,V}(sθ) = s·A_{βs²,V}(θ) and
+A_{Q,K,V}(g⊙θ) = A_{QG,KG,VG}(θ), G = diag(g), so in units of s a scheme with scale s is the s = 1
+scheme with β → s²β (β = 1/√d_k with s = √d is the unit-sphere β = d/√d_k). The only gain that is
+not absorbed is Peri-LN's outer one.
+
+**Which step.** tp.layers(scheme, x0, L, h): one layer per step h; the layer index is
+l = (t − t0)/h. The limit is integrated by ``tp.solve`` (any solver, adaptive steps included).
+Post-LN's own limit is :class:`~transformer_pde.Sphere` (the projected flow): ``tp.solve`` of
+``PostLN`` steps the unprojected field and is only first-order in its step, so integrate
+``Sphere(attention)`` for the limit.
+
+Mix-LN switches the retraction at the switch time, which a retraction without a time argument
+cannot do; :class:`MixLN` is therefore a composite of two runs (a Post-LN run, then a Pre-LN run),
+see the class.
+"""
+
+from __future__ import annotations
+
+import math
+from fractions import Fraction
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jaxtyping import Array, Float
+
+from .._checks import as_float_array, check_finite, check_points, check_scalar, is_concrete
+from .._types import Points
+from .attention.base import scalar_param
+from .base import AbstractDynamics, AbstractManifoldDynamics
+from .sphere import PostLN, Sphere, check_unit_points, normalize, tangent_projection
+
+__all__ = ["LNScaling", "MixLN", "NGPT", "AbstractNormalizationScheme", "Norm", "PeriLN", "PreLN",
+           "polar", "polar_velocity"]
+
+
+class Norm(eqx.Module):
+    r"""The normalization N(x) = s · g ⊙ x/|x|, row by row.
+
+    Args:
+        scale: s > 0 (default 1: the unit sphere). RMSNorm is s = √d: :meth:`rms`.
+        gain: optional per-coordinate gain g, shape ``(d,)`` (RMSNorm's γ); None means g = 1.
+
+    A zero token has no direction: N(0) is NaN (the schemes' ``check_state`` rejects zero tokens).
+    """
+
+    scale: jax.Array
+    gain: Float[Array, " d"] | None
+
+    def __init__(self, scale=1.0, gain=None):
+        check_scalar(scale, "Norm.scale", positive=True)
+        self.scale = scalar_param(scale)
+        if gain is not None:
+            gain = check_finite(as_float_array(gain, "Norm.gain"), "Norm.gain")
+            if gain.ndim != 1:
+                raise ValueError(f"Norm.gain must have shape (d,), got shape {gain.shape}")
+        self.gain = gain
+
+    @classmethod
+    def rms(cls, d, gain=None) -> Norm:
+        """RMSNorm without mean subtraction: x/rms(x) = √d · x/|x| (times ``gain``)."""
+        if int(d) < 1:
+            raise ValueError(f"Norm.rms needs d >= 1, got d={d}")
+        return cls(math.sqrt(int(d)), gain)
+
+    @property
+    def dim(self) -> int | None:
+        return None if self.gain is None else int(self.gain.shape[0])
+
+    def __call__(self, x: Points) -> Points:
+        y = self.scale * normalize(x)
+        return y if self.gain is None else y * _rowwise(self.gain, x)
+
+
+def _rowwise(v, x):
+    """A scalar or a per-coordinate vector ``(d,)`` shaped to multiply the rows of ``x``."""
+    v = v.astype(x.dtype)
+    return v if v.ndim == 0 else v.reshape((1,) * (x.ndim - 1) + v.shape)
+
+
+def _check_norm(norm, owner: str, field: str, dim) -> Norm:
+    norm = Norm() if norm is None else norm
+    if not isinstance(norm, Norm):
+        raise ValueError(f"{owner}.{field} must be a tp.Norm, got {type(norm).__name__}")
+    if dim is not None and norm.dim is not None and norm.dim != dim:
+        raise ValueError(f"{owner}.{field}.gain has shape ({norm.dim},) but the dynamics act on d={dim}")
+    return norm
+
+
+def check_nonzero_points(x, name: str, dim):
+    """Tokens ``(n, d)`` with no zero row (their direction x/|x| must exist); any radius."""
+    x = check_points(x, name, dim)
+    if is_concrete(x):
+        norms = np.linalg.norm(np.asarray(x), axis=-1)
+        if (norms == 0).any():
+            i = int(np.argmin(norms))
+            raise ValueError(f"{name}[{i}] is the zero vector: a normalization scheme needs its "
+                             "direction x/|x|")
+    return x
+
+
+class AbstractNormalizationScheme(AbstractDynamics):
+    """A residual layer with a normalization, wrapping an R^d dynamics (attention, MLP, ...).
+
+    Subclasses are the layers of sphere.md §11 as (F, R) pairs (module docstring). Schemes whose
+    tokens live on the unit sphere (R = N) are also :class:`AbstractManifoldDynamics`; the others
+    keep the residual stream x ∈ R^d \\ {0}, whose radius |x| evolves (:func:`polar`).
+    """
+
+    dynamics: eqx.AbstractVar[AbstractDynamics]
+
+    def __check_init__(self):
+        name = type(self).__name__
+        if not isinstance(self.dynamics, AbstractDynamics):
+            raise ValueError(f"{name} wraps an R^d dynamics such as SoftmaxAttention, "
+                             f"MultiHeadAttention or MLP, got {type(self.dynamics).__name__}")
+        if isinstance(self.dynamics, (AbstractManifoldDynamics, AbstractNormalizationScheme)):
+            raise ValueError(f"{name} wraps an R^d dynamics such as SoftmaxAttention, got "
+                             f"{type(self.dynamics).__name__}, which already normalizes its tokens")
+
+    @property
+    def dim(self):
+        return self.dynamics.dim
+
+    def check_state(self, x, name: str = "x"):
+        if isinstance(self, AbstractManifoldDynamics):
+            return check_unit_points(x, name, self.dim)
+        return check_nonzero_points(x, name, self.dim)
+
+
+class PreLN(AbstractNormalizationScheme):
+    r"""Pre-LN (GPT-2, LLaMA): x ← x + h A(N(x)) (sphere.md §11; NOTES.md §2).
+
+    (F, R) = (A(N x), id): the layer *is* explicit Euler of ẋ = A(N(x)), so ``tp.layers`` with
+    step h is the architecture and ``tp.solve`` integrates its limit. In polar form x = rθ
+    (exact identities, no limit needed; the spec's [derived] row, checked):
+
+    $$\dot r=\langle\theta,A(\theta)\rangle,\qquad \dot\theta=P^\perp_\theta A(\theta)/r,$$
+
+    and one layer is exactly θ⁺ = N(θ + (h/r)A(θ)), r⁺ = r|θ + (h/r)A(θ)|: in θ, a Post-LN layer
+    with the per-token step h/r. Tokens leave the sphere; with softmax attention and V = I,
+    ⟨θ, A⟩ → 1 in a cluster, so r grows like t and θ moves on the clock log t ("curse of depth").
+    The state is x (any nonzero tokens); :func:`polar` gives (r, θ). (The public simuformer code
+    updates r with a coordinate sum Σ_k (rA)_k instead of ⟨θ, A⟩: not this model.)
+
+    Args:
+        dynamics: any R^d dynamics (attention, multi-head, MLP).
+        norm: the input normalization (:class:`Norm`, default x/|x|).
+    """
+
+    dynamics: AbstractDynamics
+    norm: Norm
+
+    def __init__(self, dynamics, *, norm=None):
+        self.dynamics = dynamics
+        dim = dynamics.dim if isinstance(dynamics, AbstractDynamics) else None
+        self.norm = _check_norm(norm, "PreLN", "norm", dim)
+
+    def _velocity(self, x, weights, t):
+        return self.dynamics._velocity(self.norm(x), weights, t)
+
+
+class PeriLN(AbstractNormalizationScheme):
+    r"""Peri-LN (Kim et al., arXiv 2502.02732; Gemma's "sandwich" norm): x ← x + h N(A(N(x))).
+
+    (F, R) = (N_out(A(N_in x)), id), so the layer is explicit Euler of ẋ = Â(θ), Â = N(A(θ)). In
+    polar form (the spec's [derived] row, checked; NOTES.md §3):
+
+    $$\dot r=\langle\theta,\hat A\rangle,\qquad \dot\theta=P^\perp_\theta\hat A/r,$$
+
+    so |ṙ| ≤ 1 and |θ̇| ≤ 1/r (with unit norms). The field is singular where A(θ)_i = 0 (e.g. an
+    antipodal pair at β = 0 with V = I).
+
+    Args:
+        dynamics: any R^d dynamics.
+        norm: the input normalization (default x/|x|).
+        out_norm: the output normalization (default x/|x|); its gain is the only normalization gain
+            that cannot be absorbed into Q, K, V (module docstring).
+    """
+
+    dynamics: AbstractDynamics
+    norm: Norm
+    out_norm: Norm
+
+    def __init__(self, dynamics, *, norm=None,
+                 out_norm=None):
+        self.dynamics = dynamics
+        dim = dynamics.dim if isinstance(dynamics, AbstractDynamics) else None
+        self.norm = _check_norm(norm, "PeriLN", "norm", dim)
+        self.out_norm = _check_norm(out_norm, "PeriLN", "out_norm", dim)
+
+    def _velocity(self, x, weights, t):
+        return self.out_norm(self.dynamics._velocity(self.norm(x), weights, t))
+
+
+def _check_positive(value, name: str):
+    """A positive scalar, or a positive vector; stored as a JAX array."""
+    if jnp.ndim(value) == 0:
+        check_scalar(value, name, positive=True)
+        return scalar_param(value)
+    arr = check_finite(as_float_array(value, name), name)
+    if arr.ndim != 1:
+        raise ValueError(f"{name} must be a scalar or a vector of shape (d,), got shape {arr.shape}")
+    if is_concrete(arr) and (np.asarray(arr) <= 0).any():
+        i = int(np.argmax(np.asarray(arr) <= 0))
+        raise ValueError(f"{name} must be > 0, but {name}[{i}] = {float(arr[i])}")
+    return arr
+
+
+class NGPT(AbstractNormalizationScheme, AbstractManifoldDynamics):
+    r"""nGPT (Loshchilov et al., arXiv 2410.01131): x ← N(x + α_h (N(A(x)) − x)), α_h = αh.
+
+    Tokens stay on the unit sphere (nGPT's ``justnorm``: x/|x|, no scale, no gain). The layer of
+    the NVIDIA/ngpt code is ``h ← N(h + |α_A| ⊙ (N(h_A) − h))`` with a learned per-coordinate
+    α_A (initial effective value 0.05); Karagodin et al. use a scalar α. Both are accepted. The
+    attention there is cosine attention with the scaling s_qk: pass such an attention as
+    ``dynamics`` if wanted (not modelled separately here).
+
+    (F, R) = (α(|x| Â(θ) − x), N), θ = x/|x|, Â = N(A(θ)). On the sphere F = α(Â − x), so Euler
+    + N is the layer exactly; off the sphere F is the 1-homogeneous extension |x|·F(θ), for which
+    the direction of the ODE ẋ = F follows the limit exactly, θ̇ = P⊥_θ F(θ). Hence ``tp.solve``
+    with any solver (and the retraction) integrates the limit (the spec's [derived] row, checked;
+    NOTES.md §5):
+
+    $$\dot\theta=\alpha\,P^\perp_\theta\hat A(\theta)\qquad(\text{per-coordinate }\alpha:\ 
+    \dot\theta=P^\perp_\theta\big(\alpha\odot(\hat A-\theta)\big)),$$
+
+    speed α sin∠(θ, A) ≤ α whatever |A| is. For α_h < 1 the layer is also exactly
+    N(x + (α_h/(1 − α_h)) Â): a post-LN step of the unit field Â (checked to 1e-16). It needs
+    α_h = αh ≤ 1 to be an interpolation between x and Â; ``tp.layers`` cannot check h, so choose
+    it so.
+
+    Args:
+        dynamics: any R^d dynamics.
+        alpha: the eigen learning rate α > 0: a scalar, or per-coordinate, shape ``(d,)``.
+    """
+
+    dynamics: AbstractDynamics
+    alpha: jax.Array
+
+    def __init__(self, dynamics, alpha=1.0):
+        self.dynamics = dynamics
+        self.alpha = _check_positive(alpha, "NGPT.alpha")
+        dim = dynamics.dim if isinstance(dynamics, AbstractDynamics) else None
+        if jnp.ndim(self.alpha) == 1 and dim is not None and self.alpha.shape[0] != dim:
+            raise ValueError(f"NGPT.alpha has shape {self.alpha.shape} but the dynamics act on d={dim}")
+
+    def _velocity(self, x, weights, t):
+        r = jnp.linalg.norm(x, axis=-1, keepdims=True)
+        a_hat = normalize(self.dynamics._velocity(x / r, weights, t))
+        return _rowwise(self.alpha, x) * (r * a_hat - x)
+
+    def retract(self, x):
+        return normalize(x)
+
+
+class LNScaling(AbstractNormalizationScheme):
+    r"""LayerNorm Scaling (Sun et al., "The Curse of Depth", arXiv 2502.05795):
+
+    x ← x + h A(N(x)/√ℓ),  ℓ = l + 1 (the first layer is unscaled).
+
+    As the official code ``lmsdss/LayerNorm-Scaling`` defines it (NOTES.md §6): the normalized
+    input of the sublayer is divided by √(layer_index + 1), layer_index 0-based; it feeds Q, K and
+    V, so for a bilinear softmax attention the layer is x + (h/√ℓ) A_{β/ℓ}(θ): step 1/√ℓ *and*
+    temperature β/ℓ. (The spec marks the row [?]; this is the paper's definition, read in its
+    code.)
+
+    (F, R) = (A(c(t) N(x)), id) with c(t) = (1 + t/h0)^{-1/2}, the layer index being l = t/h0:
+    with ``tp.layers(LNScaling(A, h0), x0, L, h0)`` (t0 = 0) layer l has
+    c = 1/√(l + 1) exactly, so the architecture of depth step h0 is explicit Euler of this
+    non-autonomous field. **There is no h → 0 limit at fixed t**: with ℓ = t/h + 1 the total
+    displacement Σ h/√ℓ ≈ 2√(ht) → 0, the flow freezes (measured |x_L − x_0| ∝ h^0.54); on the
+    clock τ = Σ h/√ℓ the layers tend to Pre-LN at β = 0 (uniform attention, order 0.97). So
+    ``tp.solve`` integrates the *fixed-h0* interpolation of one architecture, not a limit; the
+    architecture is O(h0) away from it (Euler refinement of it has order 1.01). The speed-only
+    model attributed to Karagodin et al. (θ̇ = P⊥A(θ)/√(1 + t), ṙ = 0; secondary source) is a
+    different model, not implemented.
+
+    Args:
+        dynamics: any R^d dynamics.
+        depth_scale: h0 > 0, the layer step of the architecture (ℓ = 1 + t/h0).
+        norm: the input normalization before the 1/√ℓ factor (default x/|x|).
+    """
+
+    dynamics: AbstractDynamics
+    depth_scale: jax.Array
+    norm: Norm
+
+    def __init__(self, dynamics, depth_scale, *, norm=None):
+        self.dynamics = dynamics
+        check_scalar(depth_scale, "LNScaling.depth_scale", positive=True)
+        self.depth_scale = scalar_param(depth_scale)
+        dim = dynamics.dim if isinstance(dynamics, AbstractDynamics) else None
+        self.norm = _check_norm(norm, "LNScaling", "norm", dim)
+
+    def layer_scale(self, t):
+        """c(t) = (1 + t/h0)^{-1/2} = 1/√ℓ at t = (ℓ − 1) h0."""
+        return jax.lax.rsqrt(1 + t / self.depth_scale)
+
+    def _velocity(self, x, weights, t):
+        c = self.layer_scale(t).astype(x.dtype)
+        return self.dynamics._velocity(c * self.norm(x), weights, t)
+
+
+class MixLN(eqx.Module):
+    r"""Mix-LN (Li, Yin, Liu, arXiv 2412.13795): Post-LN for the layers l < ⌊αL⌋, Pre-LN after.
+
+    The public code (``nikitus20/mixln``) uses ⌊αL⌋ = 3 of 12 and 6 of 24 layers, α = 1/4. One
+    field serves both parts, F = A(N x); only the retraction switches (N, then id), and after the
+    last Post-LN layer r = 1 (NOTES.md §4). A retraction that switches needs the time, which
+    ``retract(x)`` does not get, so Mix-LN is **a composite of two runs**, each one dynamics:
+
+    .. code-block:: python
+
+        mix = tp.MixLN(attention, alpha=0.25)
+        k = mix.num_post(L)                                   # ⌊αL⌋ Post-LN layers
+        first = tp.layers(mix.post, x0, k, h)                 # x ← N(x + hA(x))
+        second = tp.layers(mix.pre, first.final, L - k, h, t0=k * h)   # x ← x + hA(N(x))
+
+    is the architecture exactly, and its limit (h → 0, T = Lh fixed) is
+
+    .. code-block:: python
+
+        tau = mix.switch_time(T)                              # α·T (or k*h for layer-exact runs)
+        first = tp.solve(mix.post_limit, x0, t1=tau, ...)     # θ̇ = P⊥_θ A(θ) on [0, τ)
+        second = tp.solve(mix.pre, first.final, t0=tau, t1=T, ...)   # ẋ = A(N x) from r = 1
+
+    The switch of the layers is at t_m = ⌊αL⌋h, |t_m − αT| < h: the layers converge with order 1
+    to the limit switched at αT when αL is an integer, and with O(h) errors whose ratios oscillate
+    otherwise (NOTES.md §4); compare layer by layer with τ = t_m.
+
+    Args:
+        dynamics: any R^d dynamics.
+        alpha: the Post-LN fraction α ∈ (0, 1].
+    """
+
+    dynamics: AbstractDynamics
+    alpha: float = eqx.field(static=True)
+
+    def __init__(self, dynamics, alpha=0.25):
+        if not isinstance(dynamics, AbstractDynamics) or isinstance(
+                dynamics, (AbstractManifoldDynamics, AbstractNormalizationScheme)):
+            raise ValueError(f"MixLN wraps an R^d dynamics such as SoftmaxAttention, got "
+                             f"{type(dynamics).__name__}")
+        check_scalar(alpha, "MixLN.alpha")
+        if not 0 < float(alpha) <= 1:
+            raise ValueError(f"MixLN.alpha (the Post-LN fraction of the layers) must lie in (0, 1], "
+                             f"got {float(alpha)}")
+        self.dynamics, self.alpha = dynamics, float(alpha)
+
+    @property
+    def post(self) -> PostLN:
+        """The first ⌊αL⌋ layers: x ← N(x + hA(x))."""
+        return PostLN(self.dynamics)
+
+    @property
+    def pre(self) -> PreLN:
+        """The other layers: x ← x + hA(N(x))."""
+        return PreLN(self.dynamics)
+
+    @property
+    def post_limit(self) -> Sphere:
+        """The limit of the Post-LN part: θ̇ = P⊥_θ A(θ) (GLPR's projected flow)."""
+        return Sphere(self.dynamics)
+
+    def num_post(self, num_layers) -> int:
+        """⌊αL⌋, the number of Post-LN layers (α read as the decimal it was written as, so
+        α = 0.29, L = 100 gives 29, not 28)."""
+        if int(num_layers) < 1:
+            raise ValueError(f"num_layers must be >= 1, got {num_layers}")
+        return math.floor(Fraction(repr(self.alpha)) * int(num_layers))
+
+    def switch_time(self, t1, t0=0.0) -> float:
+        """τ = t0 + α(t1 − t0): the switch of the continuous limit."""
+        return float(t0) + self.alpha * (float(t1) - float(t0))
+
+
+def polar(x: Points) -> tuple[Float[Array, " n"], Points]:
+    """(r, θ) with x = rθ: the radius |x_i| and direction x_i/|x_i| of every token."""
+    r = jnp.linalg.norm(x, axis=-1)
+    return r, x / r[:, None]
+
+
+def polar_velocity(dynamics: AbstractDynamics, x: Points, weights=None, t=0.0):
+    """(ṙ, θ̇) of the ODE ẋ = F(t, x) in polar form: ṙ = ⟨θ, F⟩, θ̇ = P⊥_θ F / r (exact).
+
+    For :class:`PreLN` this is ṙ = ⟨θ, A(θ)⟩, θ̇ = P⊥_θ A(θ)/r; for :class:`PeriLN` the same with
+    Â = A/|A| (sphere.md §11). Only for dynamics on R^d (a retracted dynamics has ṙ = 0).
+    """
+    if isinstance(dynamics, AbstractManifoldDynamics):
+        raise ValueError(f"polar_velocity is for dynamics on R^d; {type(dynamics).__name__} is "
+                         "retracted onto a manifold (its radius does not move)")
+    x = dynamics.check_state(x)
+    v = dynamics.velocity(x, weights, t)
+    r, theta = polar(x)
+    return jnp.sum(theta * v, axis=-1), tangent_projection(theta, v) / r[:, None]
