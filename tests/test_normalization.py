@@ -1,15 +1,84 @@
-"""cluster_count compiles once per shape (issue 14, item 4); the normalization schemes follow."""
+"""Normalization schemes and MLP blocks (sphere.md §11; issue 14) against plain NumPy loops.
 
+The reference below is written out independently of the package, as the architectures compute
+their layers (ported from the oracle of issue 14's derivation notes, reference.py):
+attention is evaluated on the configuration it is given, so A(N(x)) normalizes queries, keys and
+values alike. Layer index l is 0-based; t_l = l h.
+"""
+
+import math
+
+import diffrax
 import jax.numpy as jnp
 import numpy as np
+import pytest
 
 import transformer_pde as tp
 from transformer_pde.diagnostics import clusters as clusters_module
+
+# --------------------------------------------------------------------------------------------
+# The NumPy reference
+# --------------------------------------------------------------------------------------------
 
 
 def np_normalize(x, scale=1.0, gain=None):
     y = scale * x / np.linalg.norm(x, axis=-1, keepdims=True)
     return y if gain is None else y * gain
+
+
+def np_tangent(x, v):
+    return v - np.sum(x * v, axis=-1, keepdims=True) / np.sum(x * x, axis=-1, keepdims=True) * x
+
+
+def np_attention(y, heads, beta, reduce="mean"):
+    """A(y)_i = mean (or sum) over heads of Σ_j softmax_j(β⟨Q y_i, K y_j⟩) V y_j, uniform weights."""
+    out = np.zeros_like(y)
+    for Q, K, V in heads:
+        S = beta * (y @ Q.T) @ (y @ K.T).T
+        P = np.exp(S - S.max(axis=1, keepdims=True))
+        P = P / P.sum(axis=1, keepdims=True)
+        out = out + P @ (y @ V.T)
+    return out / len(heads) if reduce == "mean" else out
+
+
+def np_mlp(y, W1, b1, W2, b2, act):
+    return act(y @ W1.T + b1) @ W2.T + b2
+
+
+def post_ln(x, h, A, l):
+    return np_normalize(x + h * A(x))
+
+
+def projected(x, h, A, l):
+    return np_normalize(x + h * np_tangent(x, A(x)))
+
+
+def pre_ln(x, h, A, l, scale=1.0, gain=None):
+    return x + h * A(np_normalize(x, scale, gain))
+
+
+def peri_ln(x, h, A, l, scale=1.0, gain=None, out_gain=None):
+    return x + h * np_normalize(A(np_normalize(x, scale, gain)), 1.0, out_gain)
+
+
+def ngpt(x, h, A, l, alpha=0.5):
+    return np_normalize(x + alpha * h * (np_normalize(A(x)) - x))
+
+
+def ln_scaling(x, h, A, l):
+    return x + h * A(np_normalize(x) / math.sqrt(l + 1))
+
+
+def mix_ln(x, h, A, l, n_post):
+    return post_ln(x, h, A, l) if l < n_post else pre_ln(x, h, A, l)
+
+
+def run(layer, x0, h, num_layers, *args, **kw):
+    x, out = np.array(x0, float), [np.array(x0, float)]
+    for l in range(num_layers):
+        x = layer(x, h, *args, l, **kw) if args else layer(x, h, l, **kw)
+        out.append(x)
+    return np.stack(out)
 
 
 def np_clusters(x, thresh=0.999):
@@ -28,6 +97,332 @@ def np_clusters(x, thresh=0.999):
                 stack.append(j)
     return k
 
+
+# --------------------------------------------------------------------------------------------
+# Fixtures: two random Gaussian heads (averaged) and one MLP
+# --------------------------------------------------------------------------------------------
+
+N, D, BETA, H = 6, 3, 2.0, 0.1
+RNG = np.random.default_rng(20240514)
+HEADS = [tuple(RNG.standard_normal((D, D)) / math.sqrt(D) for _ in range(3)) for _ in range(2)]
+X0 = np_normalize(RNG.standard_normal((N, D)))
+X_OFF = X0 * (1.0 + RNG.random((N, 1)))  # Pre-LN states leave the sphere
+M_HID = 5
+W1, B1 = RNG.standard_normal((M_HID, D)) / math.sqrt(D), 0.1 * RNG.standard_normal(M_HID)
+W2, B2 = RNG.standard_normal((D, M_HID)) / math.sqrt(M_HID), 0.1 * RNG.standard_normal(D)
+
+
+def multi_head(reduce="mean"):
+    Q, K, V = (np.stack([hd[i] for hd in HEADS]) for i in range(3))
+    W = np.stack([np.eye(D) / (len(HEADS) if reduce == "mean" else 1)] * len(HEADS))
+    return tp.MultiHeadAttention(Q, K, V, W, BETA)
+
+
+ATTN = multi_head()
+A_NP = lambda y: np_attention(y, HEADS, BETA)  # noqa: E731
+MLP = tp.MLP(W1, B1, W2, B2, activation=jnp.tanh)
+M_NP = lambda y: np_mlp(y, W1, B1, W2, B2, np.tanh)  # noqa: E731
+
+
+def layers(dyn, x0, num_layers, h=H, **kw):
+    return np.asarray(tp.layers(dyn, jnp.asarray(x0), num_layers, h, **kw).xs)
+
+
+# 64 layers saved every 16: the layer count and save interval of the convergence tests below, so
+# both use one compiled program per dynamics (an error in any layer propagates to the saved ones)
+L_MAP, EVERY = 64, 16
+
+
+def test_attention_matches_reference():
+    for reduce in ("mean", "sum"):
+        got = multi_head(reduce).velocity(jnp.asarray(X0))
+        np.testing.assert_allclose(got, np_attention(X0, HEADS, BETA, reduce), atol=1e-14)
+
+
+# --------------------------------------------------------------------------------------------
+# 1. Layer maps: tp.layers(scheme) is the architecture
+# --------------------------------------------------------------------------------------------
+
+ROOT_D = math.sqrt(D)
+GAIN, OUT_GAIN = 0.5 + RNG.random(D), 0.5 + RNG.random(D)
+
+SCHEMES = {
+    "post-LN": (lambda: tp.PostLN(ATTN), X0, lambda x, h, l: post_ln(x, h, A_NP, l)),
+    "projected": (lambda: tp.Sphere(ATTN), X0, lambda x, h, l: projected(x, h, A_NP, l)),
+    "pre-LN": (lambda: tp.PreLN(ATTN), X_OFF, lambda x, h, l: pre_ln(x, h, A_NP, l)),
+    "pre-LN rms+gain": (lambda: tp.PreLN(ATTN, norm=tp.Norm.rms(D, GAIN)), X_OFF,
+                        lambda x, h, l: pre_ln(x, h, A_NP, l, ROOT_D, GAIN)),
+    "peri-LN": (lambda: tp.PeriLN(ATTN), X_OFF, lambda x, h, l: peri_ln(x, h, A_NP, l)),
+    "peri-LN gains": (lambda: tp.PeriLN(ATTN, norm=tp.Norm(2.0, GAIN), out_norm=tp.Norm(gain=OUT_GAIN)),
+                      X_OFF, lambda x, h, l: peri_ln(x, h, A_NP, l, 2.0, GAIN, OUT_GAIN)),
+    "nGPT": (lambda: tp.NGPT(ATTN, 0.5), X0, lambda x, h, l: ngpt(x, h, A_NP, l, 0.5)),
+    "nGPT per coordinate": (lambda: tp.NGPT(ATTN, np.array([0.2, 0.5, 0.9])), X0,
+                            lambda x, h, l: np_normalize(x + h * np.array([0.2, 0.5, 0.9])
+                                                         * (np_normalize(A_NP(x)) - x))),
+    "LN-scaling": (lambda: tp.LNScaling(ATTN, H), X_OFF, lambda x, h, l: ln_scaling(x, h, A_NP, l)),
+}
+
+
+@pytest.mark.parametrize("name", list(SCHEMES))
+def test_layer_map(name):
+    make, x0, layer = SCHEMES[name]
+    want = run(layer, x0, H, L_MAP)[::EVERY]
+    np.testing.assert_allclose(layers(make(), x0, L_MAP, save_every=EVERY), want, rtol=1e-11, atol=1e-12)
+
+
+def test_single_head_usa_layers():
+    """One head, Q = K = V = I (GLPR), softmax and USA: the schemes do not care which attention."""
+    eye = np.eye(D)
+    usa = tp.UnnormalizedAttention(eye, eye, eye, 1.0)
+    usa_np = lambda y: np.exp(y @ y.T) @ y / len(y)  # noqa: E731
+    np.testing.assert_allclose(layers(tp.PreLN(usa), X_OFF, 6), run(pre_ln, X_OFF, H, 6, usa_np), atol=1e-13)
+    np.testing.assert_allclose(layers(tp.NGPT(usa, 2.0), X0, 6),
+                               run(ngpt, X0, H, 6, usa_np, alpha=2.0), atol=1e-13)
+
+
+@pytest.mark.parametrize("alpha, num_layers, n_post", [(0.25, 8, 2), (0.3, 10, 3), (1.0, 5, 5)])
+def test_mix_ln_layers(alpha, num_layers, n_post):
+    mix = tp.MixLN(ATTN, alpha)
+    assert mix.num_post(num_layers) == n_post
+    first = tp.layers(mix.post, jnp.asarray(X0), n_post, H)
+    xs = np.asarray(first.xs)
+    if num_layers > n_post:
+        second = tp.layers(mix.pre, first.final, num_layers - n_post, H, t0=n_post * H)
+        xs = np.concatenate([xs, np.asarray(second.xs)[1:]])
+        np.testing.assert_allclose(second.ts[0], n_post * H)
+    want = run(lambda x, h, l: mix_ln(x, h, A_NP, l, n_post), X0, H, num_layers)
+    np.testing.assert_allclose(xs, want, rtol=0, atol=1e-13)
+
+
+def test_mix_ln_switch_counts():
+    mix = tp.MixLN(ATTN, 0.29)
+    assert mix.num_post(100) == 29  # the decimal α, not 0.29 * 100 = 28.999...
+    assert tp.MixLN(ATTN).num_post(12) == 3 and tp.MixLN(ATTN).num_post(24) == 6  # the Mix-LN runs
+    assert mix.switch_time(2.0, 1.0) == pytest.approx(1.29)
+
+
+# MLP blocks: attention sublayer, then MLP sublayer, each with the scheme's placement
+def _block(sub_a, sub_m, retract):
+    def layer(x, h, l):
+        x1 = retract(x + h * sub_a(x, l))
+        return retract(x1 + h * sub_m(x1, l))
+    return layer
+
+
+IDENT = lambda y: y  # noqa: E731
+BLOCKS = {
+    "R^d": (lambda: tp.Block(ATTN, MLP, H), X_OFF, _block(lambda x, l: A_NP(x), lambda x, l: M_NP(x), IDENT)),
+    "pre-LN": (lambda: tp.Block(tp.PreLN(ATTN), tp.PreLN(MLP), H), X_OFF,
+               _block(lambda x, l: A_NP(np_normalize(x)), lambda x, l: M_NP(np_normalize(x)), IDENT)),
+    "peri-LN": (lambda: tp.Block(tp.PeriLN(ATTN), tp.PeriLN(MLP), H), X_OFF,
+                _block(lambda x, l: np_normalize(A_NP(np_normalize(x))),
+                       lambda x, l: np_normalize(M_NP(np_normalize(x))), IDENT)),
+    "LN-scaling": (lambda: tp.Block(tp.LNScaling(ATTN, H), tp.LNScaling(MLP, H), H), X_OFF,
+                   _block(lambda x, l: A_NP(np_normalize(x) / math.sqrt(l + 1)),
+                          lambda x, l: M_NP(np_normalize(x) / math.sqrt(l + 1)), IDENT)),
+    "post-LN": (lambda: tp.SphereBlock(tp.PostLN(ATTN), tp.PostLN(MLP), H), X0,
+                _block(lambda x, l: A_NP(x), lambda x, l: M_NP(x), np_normalize)),
+    "projected": (lambda: tp.SphereBlock(tp.Sphere(ATTN), tp.Sphere(MLP), H), X0,
+                  _block(lambda x, l: np_tangent(x, A_NP(x)), lambda x, l: np_tangent(x, M_NP(x)), np_normalize)),
+    "nGPT": (lambda: tp.SphereBlock(tp.NGPT(ATTN, 0.5), tp.NGPT(MLP, 0.3), H), X0,
+             _block(lambda x, l: 0.5 * (np_normalize(A_NP(x)) - x),
+                    lambda x, l: 0.3 * (np_normalize(M_NP(x)) - x), np_normalize)),
+}
+
+
+@pytest.mark.parametrize("name", list(BLOCKS))
+def test_block_map(name):
+    make, x0, layer = BLOCKS[name]
+    want = run(layer, x0, H, L_MAP)[::EVERY]
+    np.testing.assert_allclose(layers(make(), x0, L_MAP, save_every=EVERY), want, rtol=1e-11, atol=1e-12)
+
+
+def test_mlp_relu_default():
+    got = tp.MLP(W1, B1, W2, B2).velocity(jnp.asarray(X_OFF))
+    np.testing.assert_allclose(got, np_mlp(X_OFF, W1, B1, W2, B2, lambda s: np.maximum(s, 0)), atol=1e-14)
+
+
+# --------------------------------------------------------------------------------------------
+# 2. Limits: layers converge to the ODE integrated by tp.solve, order 1
+# --------------------------------------------------------------------------------------------
+
+T, HS = 1.0, [2.0**-4, 2.0**-5, 2.0**-6]
+
+
+def solve(dyn, x0, t1=T, t0=0.0):
+    ctl = diffrax.PIDController(rtol=1e-12, atol=1e-12)
+    return tp.solve(dyn, jnp.asarray(x0), t0=t0, t1=t1, dt0=1e-3, stepsize_controller=ctl,
+                    stop_on_nonfinite=False).final
+
+
+def states_at(make, x0s, duration, hs=HS, t0=0.0):
+    """The states after ``duration / h`` layers of ``make(h)`` from ``x0s[k]`` (or one x0), for
+    every h = hs[k].
+
+    One compiled program serves all h (the step is a traced value; the layer count is not): run
+    duration / min(hs) layers with every h and read the state of layer duration / h."""
+    counts = [round(duration / h) for h in hs]
+    every = math.gcd(*counts)
+    x0s = x0s if isinstance(x0s, list) else [x0s] * len(hs)
+    out = []
+    for h, count, x0 in zip(hs, counts, x0s):
+        xs = tp.layers(make(h), jnp.asarray(x0), max(counts), h, t0=t0, save_every=every).xs
+        out.append(xs[count // every])
+    return out
+
+
+def slope(errs, hs=HS):
+    return np.polyfit(np.log(hs), np.log(errs), 1)[0]
+
+
+def errors(xs, ref):
+    return [float(jnp.max(jnp.abs(x - ref))) for x in xs]
+
+
+# (layer dynamics for step h, its limit); Post-LN's limit is GLPR's projected flow tp.Sphere
+LIMITS = {
+    "post-LN": (lambda h: tp.PostLN(ATTN), tp.Sphere(ATTN)),
+    "pre-LN": (lambda h: tp.PreLN(ATTN), tp.PreLN(ATTN)),
+    "peri-LN": (lambda h: tp.PeriLN(ATTN), tp.PeriLN(ATTN)),
+    "nGPT": (lambda h: tp.NGPT(ATTN, 0.5), tp.NGPT(ATTN, 0.5)),
+    "pre-LN block": (lambda h: tp.Block(tp.PreLN(ATTN), tp.PreLN(MLP), h),
+                     tp.Block(tp.PreLN(ATTN), tp.PreLN(MLP), 1.0).limit),
+    "nGPT block": (lambda h: tp.SphereBlock(tp.NGPT(ATTN, 0.5), tp.NGPT(MLP, 0.3), h),
+                   tp.SphereBlock(tp.NGPT(ATTN, 0.5), tp.NGPT(MLP, 0.3), 1.0).limit),
+}
+
+
+@pytest.mark.parametrize("name", list(LIMITS))
+def test_layers_converge_to_limit(name):
+    make, limit = LIMITS[name]
+    errs = errors(states_at(make, X0, T), solve(limit, X0))
+    assert 0.93 < slope(errs) < 1.1, errs
+
+
+def test_mix_ln_converges_to_switched_limit():
+    """α = 1/4 with L divisible by 4: the switch ⌊αL⌋h = αT is on the grid (NOTES.md §4)."""
+    mix = tp.MixLN(ATTN, 0.25)
+    tau = mix.switch_time(T)
+    assert all(mix.num_post(round(T / h)) * h == tau for h in HS)
+    mids = states_at(lambda h: mix.post, X0, tau)
+    ends = states_at(lambda h: mix.pre, mids, T - tau, t0=tau)
+    errs = errors(ends, solve(mix.pre, solve(mix.post_limit, X0, tau), T, tau))
+    assert 0.93 < slope(errs) < 1.1, errs
+
+
+def test_ln_scaling_is_euler_of_a_fixed_depth_field():
+    """LN-scaling has no h -> 0 limit at fixed t; the architecture with step h0 is Euler of the
+    field A(c(t) N(x)), c = (1 + t/h0)^(-1/2), and refining Euler on that field has order 1."""
+    dyn = tp.LNScaling(ATTN, 0.1)
+    ks = [0.05, 0.025, 0.0125]
+    errs = errors(states_at(lambda k: dyn, X_OFF, 0.8, ks), solve(dyn, X_OFF, 0.8))
+    assert 0.93 < slope(errs, ks) < 1.1, errs
+
+
+# --------------------------------------------------------------------------------------------
+# 3. The published five-token circle run (GKPR kinetic.py; sphere.md §10, NOTES.md §9)
+# --------------------------------------------------------------------------------------------
+
+Z0 = np.array([
+    [0.99806638, 0.06215705],
+    [0.97712061, 0.21268594],
+    [-0.24578194, 0.96932515],
+    [-0.97354734, 0.2284854],
+    [-0.99892629, -0.04632772],
+])
+
+
+@pytest.mark.parametrize("scheme, angle, last_merge", [("post-LN", 105.52, 364.1), ("projected", 105.44, 329.8)])
+def test_five_tokens_on_the_circle(scheme, angle, last_merge):
+    """n = 5, d = 2, SA with Q = K = V = I, β = 4, h = 0.1, 4000 layers. The authors' layer is
+    post-LN; the projected layer merges last at 329.8, 364.1/329.8 ≈ 1 + h (NOTES.md §1)."""
+    attn = tp.SoftmaxAttention.identity(2, 4.0)
+    # kinetic.py's z0 is unit to 1e-8 only; the projection P⊥_x v = v − ⟨x, v⟩x assumes |x| = 1
+    z0 = Z0 if scheme == "post-LN" else np_normalize(Z0)
+    dyn = tp.PostLN(attn) if scheme == "post-LN" else tp.Sphere(attn)
+    xs = np.asarray(tp.layers(dyn, jnp.asarray(z0), 4000, 0.1).xs)
+    a_np = lambda y: np_attention(y, [(np.eye(2),) * 3], 4.0)  # noqa: E731
+    want = run(post_ln if scheme == "post-LN" else projected, z0, 0.1, 4000, a_np)
+    np.testing.assert_allclose(xs, want, rtol=0, atol=1e-11)
+    final = np.degrees(np.arctan2(xs[-1, :, 1], xs[-1, :, 0]))
+    assert np.ptp(final) < 1e-10 and round(float(final.mean()), 2) == angle
+    counts = [np_clusters(x) for x in xs]
+    merges = [round(0.1 * l, 1) for l in range(1, len(counts)) if counts[l] != counts[l - 1]]
+    assert counts[-1] == 1 and merges[-1] == last_merge
+
+
+# --------------------------------------------------------------------------------------------
+# 4. Radius and polar form
+# --------------------------------------------------------------------------------------------
+
+
+def test_pre_ln_radius_grows_in_a_cluster():
+    attn = tp.SoftmaxAttention.identity(3, 4.0)
+    x0 = np_normalize(np.array([1.0, 0.0, 0.0]) + 0.2 * RNG.standard_normal((8, 3)))
+    theta_dot_a = np.sum(x0 * np_attention(x0, [(np.eye(3),) * 3], 4.0), axis=-1)
+    assert (theta_dot_a > 0).all()
+    xs = layers(tp.PreLN(attn), x0, 30)
+    r = np.linalg.norm(xs, axis=-1)
+    assert (np.diff(r, axis=0) > 0).all() and r[-1].min() > 3.0  # r ≈ 1 + t with ⟨θ, A⟩ -> 1
+
+
+def test_polar_forms():
+    """sphere.md §11 [derived]: Pre-LN ṙ = ⟨θ, A(θ)⟩, θ̇ = P⊥A(θ)/r; Peri-LN the same with Â;
+    r θ recombines to x; one Pre-LN layer is θ⁺ = N(θ + (h/r)A(θ)), r⁺ = r|θ + (h/r)A(θ)|."""
+    r0 = np.linalg.norm(X_OFF, axis=-1)
+    th = X_OFF / r0[:, None]
+    r, theta = tp.polar(jnp.asarray(X_OFF))
+    np.testing.assert_allclose(np.asarray(r)[:, None] * theta, X_OFF, atol=1e-15)
+    for dyn, field in ((tp.PreLN(ATTN), A_NP(th)), (tp.PeriLN(ATTN), np_normalize(A_NP(th)))):
+        rdot, thdot = tp.polar_velocity(dyn, jnp.asarray(X_OFF))
+        np.testing.assert_allclose(rdot, np.sum(th * field, -1), atol=1e-14)
+        np.testing.assert_allclose(thdot, np_tangent(th, field) / r0[:, None], atol=1e-14)
+    x1 = layers(tp.PreLN(ATTN), X_OFF, 1)[1]
+    step = th + (H / r0[:, None]) * A_NP(th)
+    np.testing.assert_allclose(np_normalize(x1), np_normalize(step), atol=1e-15)
+    np.testing.assert_allclose(np.linalg.norm(x1, axis=-1), r0 * np.linalg.norm(step, axis=-1), atol=1e-14)
+
+
+# --------------------------------------------------------------------------------------------
+# 5. Bad input
+# --------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("build, match", [
+    (lambda: tp.MixLN(ATTN, 0.0), "alpha.*0.0"),
+    (lambda: tp.MixLN(ATTN, 1.5), "alpha.*1.5"),
+    (lambda: tp.Norm(0.0), "scale must be > 0, got 0.0"),
+    (lambda: tp.Norm(-2.0), "scale must be > 0, got -2.0"),
+    (lambda: tp.Norm(gain=np.ones((2, 2))), r"gain must have shape \(d,\)"),
+    (lambda: tp.PreLN(ATTN, norm=tp.Norm(gain=np.ones(4))), r"gain has shape \(4,\).*d=3"),
+    (lambda: tp.NGPT(ATTN, -1.0), "alpha must be > 0, got -1.0"),
+    (lambda: tp.NGPT(ATTN, np.array([0.5, 0.0, 0.5])), r"alpha\[1\] = 0.0"),
+    (lambda: tp.LNScaling(ATTN, 0.0), "depth_scale must be > 0, got 0.0"),
+    (lambda: tp.PreLN(tp.Sphere(ATTN)), "R\\^d dynamics.*got Sphere"),
+    (lambda: tp.PeriLN(np.eye(3)), "R\\^d dynamics.*got ndarray"),
+    (lambda: tp.NGPT(tp.PreLN(ATTN)), "got PreLN"),
+    (lambda: tp.MixLN(tp.PostLN(ATTN)), "got PostLN"),
+    (lambda: tp.Block(tp.PostLN(ATTN), MLP, H), "Block.attention.*got PostLN"),
+    (lambda: tp.SphereBlock(tp.PostLN(ATTN), tp.PreLN(MLP), H), "SphereBlock.mlp.*got PreLN"),
+    (lambda: tp.Block(ATTN, MLP, -0.1), "step must be > 0, got -0.1"),
+    (lambda: tp.MLP(W1, B1, W2.T, B2), "W2"),
+])
+def test_bad_input(build, match):
+    with pytest.raises(ValueError, match=match):
+        build()
+
+
+def test_bad_states():
+    with pytest.raises(ValueError, match=r"x0\[2\] is the zero vector"):
+        tp.layers(tp.PreLN(ATTN), X_OFF * np.array([[1], [1], [0], [1], [1], [1]]), 2, H)
+    with pytest.raises(ValueError, match="unit sphere"):
+        tp.layers(tp.NGPT(ATTN), X_OFF, 2, H)
+    tp.PreLN(ATTN).check_state(X_OFF)  # any nonzero radius
+
+
+# --------------------------------------------------------------------------------------------
+# 6. cluster_count compiles once per shape (issue 14, item 4)
+# --------------------------------------------------------------------------------------------
 
 
 def test_cluster_count_does_not_retrace():
