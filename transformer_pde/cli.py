@@ -1,7 +1,13 @@
-"""Command line: ``transformer-pde list`` and ``transformer-pde run NAME [--option value ...]``.
+"""Command line: ``transformer-pde list``, ``transformer-pde run NAME [--option value ...]`` and
+``transformer-pde plot RUN_DIR``.
 
 Options of ``run`` come from the experiment's config dataclass. They resolve in three
 layers, later ones winning: defaults, ``--config file.toml``, explicit ``--option`` flags.
+List options are comma-separated on the command line (``--betas 0.5,1,4``) and arrays in
+TOML (``betas = [0.5, 1, 4]``); each item is checked, and an error names the option and item.
+
+``transformer-pde plot RUN_DIR [--out DIR]`` redraws the figures of a complete run from its
+saved ``data.npz`` / ``results.nc``, without recomputing.
 
 Long runs of resumable experiments checkpoint every ``--checkpoint-every`` save intervals;
 ``transformer-pde run --resume DIR`` continues a killed or interrupted run from its last
@@ -17,11 +23,11 @@ import argparse
 import dataclasses
 import signal
 import sys
-import typing
 from pathlib import Path
 
 _RUN_USAGE = ("transformer-pde run NAME [--config FILE.toml] [--option VALUE ...] [--out DIR]\n"
               "       transformer-pde run --resume DIR")
+_PLOT_USAGE = "transformer-pde plot RUN_DIR [--out DIR]"
 
 
 def _positive_int(text: str) -> int:
@@ -45,23 +51,39 @@ def _common_options(p: argparse.ArgumentParser) -> None:
                    help="continue the unfinished run in DIR with its saved options")
 
 
+def _text_parser(exp, key: str, typ):
+    """argparse ``type=``: command-line text -> the typed option value (lists parsed here, once)."""
+    from .experiments._options import parse_option_text
+
+    def parse(text: str):
+        try:
+            return parse_option_text(exp.name, key, typ, text)
+        except ValueError as e:
+            raise argparse.ArgumentTypeError(str(e)) from None
+
+    return parse
+
+
 def _option_parser(exp) -> argparse.ArgumentParser:
+    from .experiments._options import format_value, list_item_type, type_name
+
     p = argparse.ArgumentParser(prog=f"transformer-pde run {exp.name}", description=exp.summary,
                                 argument_default=argparse.SUPPRESS)
     _common_options(p)
-    hints = typing.get_type_hints(exp.config)
+    hints = exp.option_types()
     for f in dataclasses.fields(exp.config):
         typ = hints[f.name]
         flags = [f"--{f.name}"] + ([f"--{f.name.replace('_', '-')}"] if "_" in f.name else [])
+        doc = f"(default {format_value(f.default)})"
         if typ is bool:
-            p.add_argument(*flags, dest=f.name, action=argparse.BooleanOptionalAction,
-                           help=f"(default {f.default})")
+            p.add_argument(*flags, dest=f.name, action=argparse.BooleanOptionalAction, help=doc)
         elif typ in (int, float, str):
-            p.add_argument(*flags, dest=f.name, type=typ, metavar=typ.__name__.upper(),
-                           help=f"(default {f.default})")
-        else:  # other annotations arrive as text; the config's __post_init__ validates
-            p.add_argument(*flags, dest=f.name, type=str, metavar="VALUE",
-                           help=f"(default {f.default})")
+            # plain types keep argparse's own messages ("invalid float value: 'hot'")
+            p.add_argument(*flags, dest=f.name, type=typ, metavar=typ.__name__.upper(), help=doc)
+        else:  # Literal variants and tuple[X, ...] lists
+            metavar = type_name(typ).upper() if list_item_type(typ) in (int, float) else type_name(typ)
+            p.add_argument(*flags, dest=f.name, type=_text_parser(exp, f.name, typ), metavar=metavar,
+                           help=doc)
     return p
 
 
@@ -84,7 +106,7 @@ def _install_signal_handlers():
 def main(argv: list[str] | None = None) -> int:
     from . import experiments
     from .experiments._base import load_toml
-    from .experiments._runner import RunInterrupted, read_metadata, run_experiment
+    from .experiments._runner import RunInterrupted, read_metadata, redraw, run_experiment
 
     argv = list(sys.argv[1:] if argv is None else argv)
     top = argparse.ArgumentParser(prog="transformer-pde",
@@ -94,11 +116,27 @@ def main(argv: list[str] | None = None) -> int:
     run_p = sub.add_parser("run", help="run an experiment: transformer-pde run NAME [--option value]",
                            usage=_RUN_USAGE, add_help=False)
     run_p.add_argument("name", nargs="?", default=None)
+    plot_p = sub.add_parser("plot", help="redraw the figures of a run from its saved data: "
+                            "transformer-pde plot RUN_DIR", usage=_PLOT_USAGE)
+    plot_p.add_argument("run_dir", type=Path, metavar="RUN_DIR", help="output directory of a complete run")
+    plot_p.add_argument("--out", type=Path, default=None, metavar="DIR",
+                        help="write the figures here (default: RUN_DIR)")
     if len(argv) >= 1 and argv[0] == "run" and (len(argv) == 1 or argv[1].startswith("-")):
         # `run --resume DIR` / `run --config FILE`: no NAME (argparse would take DIR for it)
         args, rest = argparse.Namespace(command="run", name=None), argv[1:]
     else:
         args, rest = top.parse_known_args(argv)
+
+    if args.command == "plot":
+        if rest:
+            plot_p.error(f"unrecognized arguments: {' '.join(rest)}")
+        try:
+            figures = redraw(args.run_dir, args.out)
+        except ValueError as e:
+            plot_p.error(str(e))
+        for fig in figures:
+            print(f"figure:   {fig}")
+        return 0
 
     if args.command == "list":
         if rest:
@@ -198,6 +236,8 @@ def main(argv: list[str] | None = None) -> int:
         for sig, h in previous.items():
             signal.signal(sig, h)
     print(f"data:     {out_info['data']}")
+    if out_info.get("grids"):
+        print(f"grids:    {out_info['grids']}")
     print(f"metadata: {out_info['metadata']}")
     for fig in out_info["figures"]:
         print(f"figure:   {fig}")

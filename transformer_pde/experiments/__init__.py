@@ -8,9 +8,10 @@ import importlib
 import pkgutil
 
 from ._base import REGISTRY, Experiment, get, register
+from ._result import Result
 
 for _info in pkgutil.iter_modules(__path__):
     if not _info.name.startswith("_"):
         importlib.import_module(f"{__name__}.{_info.name}")
 
-__all__ = ["REGISTRY", "Experiment", "get", "register"]
+__all__ = ["REGISTRY", "Experiment", "Result", "get", "register"]

@@ -1,19 +1,20 @@
 """What an experiment is, and the registry the CLI reads.
 
 An experiment is a frozen dataclass of options (its fields become ``--options`` of the
-command line, with their defaults), a ``compute`` step that returns arrays, and a
-``figures`` step that draws them. The runner (:mod:`._runner`) owns all file output.
+command line, with their defaults; types in :mod:`._options`), a ``compute`` step that
+returns a :class:`~._result.Result` (named arrays and labelled grids), and a ``figures`` step
+that draws a result, freshly computed or loaded from a run directory. The runner
+(:mod:`._runner`) owns all file output.
 
 Options come from three layers, later ones winning: the dataclass defaults, a TOML file
-(``--config file.toml``: flat ``key = value`` pairs named like the fields), and explicit
-``--option`` flags. Values are checked against the field types; unknown keys are an error
-naming them.
+(``--config file.toml``: flat ``key = value`` pairs named like the fields, lists as arrays),
+and explicit ``--option`` flags (lists comma-separated). Values are checked against the field
+types; unknown keys are an error naming them.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import inspect
 import json
 import math
 import sys
@@ -21,6 +22,9 @@ import typing
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
+
+from ._options import Options, coerce_option
+from ._result import Result
 
 REGISTRY: dict[str, "Experiment"] = {}
 
@@ -35,46 +39,47 @@ class Experiment:
     Attributes:
         name: the command-line name.
         summary: one line for ``transformer-pde list``.
-        config: a frozen dataclass type; its fields (int, float, str, bool) are the options.
-        compute: ``compute(config, progress: bool) -> dict[str, np.ndarray]``. Optional
-            capability: a ``compute`` that also accepts ``checkpoint=`` is *resumable*; the
-            runner passes it a :class:`transformer_pde.checkpoint.Checkpoint` to hand to
-            :func:`transformer_pde.checkpoint.solve_checkpointed`.
-        figures: ``figures(results, config, out_dir: Path) -> list[Path]`` (PNG files).
+        config: a frozen dataclass type; its fields are the options (bool, int, float, str,
+            ``Literal[...]`` variants, and lists ``tuple[X, ...]``; see :mod:`._options`).
+        compute: ``compute(config, progress: bool) -> Result``; with ``resumable=True``,
+            ``compute(config, progress, checkpoint=...)``.
+        figures: ``figures(result: Result, config, out_dir: Path) -> list[Path]``: draws from
+            the result alone (``transformer-pde plot`` calls it on a loaded result).
         tiny: option overrides that make a fast run for the test suite.
+        resumable: ``compute`` takes ``checkpoint=`` (a
+            :class:`transformer_pde.solvers.Checkpoint` to hand to
+            :func:`transformer_pde.solvers.checkpoint.solve_checkpointed`), so a killed run
+            resumes from its last chunk (``transformer-pde run --resume DIR``).
     """
 
     name: str
     summary: str
     config: type
-    compute: Callable[..., dict]
-    figures: Callable[[dict, Any, Path], list]
+    compute: Callable[..., Result]
+    figures: Callable[[Result, Any, Path], list]
     tiny: dict = dataclasses.field(default_factory=dict)
+    resumable: bool = False
 
     def __post_init__(self):
         if not isinstance(self.name, str) or not self.name or any(c.isspace() for c in self.name):
             raise ValueError(f"experiment name must be a non-empty string without spaces, got "
                              f"{self.name!r}")
-        if not (dataclasses.is_dataclass(self.config) and isinstance(self.config, type)):
-            raise ValueError(f"experiment '{self.name}': config must be a dataclass type, got "
-                             f"{self.config!r}")
+        if not (isinstance(self.config, type) and issubclass(self.config, Options)
+                and dataclasses.is_dataclass(self.config)):
+            raise ValueError(f"experiment '{self.name}': config must be a dataclass deriving from "
+                             f"Options, got {self.config!r}")
         if not callable(self.compute) or not callable(self.figures):
             raise ValueError(f"experiment '{self.name}': compute and figures must be callables")
+        if not isinstance(self.resumable, bool):
+            raise ValueError(f"experiment '{self.name}': resumable must be True or False")
         unknown = sorted(set(self.tiny) - self.option_names)
         if unknown:
             raise ValueError(f"experiment '{self.name}': tiny overrides {unknown} are not options")
+        self.make_config(**self.tiny)  # the defaults and the tiny size are valid configs
 
     @property
     def option_names(self) -> set[str]:
         return {f.name for f in dataclasses.fields(self.config)}
-
-    @property
-    def resumable(self) -> bool:
-        """True when ``compute`` accepts ``checkpoint=`` (runs can be killed and resumed)."""
-        try:
-            return "checkpoint" in inspect.signature(self.compute).parameters
-        except (TypeError, ValueError):  # pragma: no cover - builtins without signatures
-            return False
 
     def option_types(self) -> dict[str, Any]:
         return typing.get_type_hints(self.config)
@@ -107,32 +112,6 @@ class Experiment:
             raise ValueError(f"{source}: unknown key(s) {unknown} for experiment '{self.name}'; "
                              f"valid keys: {sorted(self.option_names)}")
         return self.make_config(**{**opts, **overrides})
-
-
-def coerce_option(exp_name: str, key: str, typ, value):
-    """Check one option value against its field type (ints are accepted for floats)."""
-    where = f"experiment '{exp_name}': option {key}"
-    if typ is bool:
-        if not isinstance(value, bool):
-            raise ValueError(f"{where} must be true or false, got {value!r}")
-        return value
-    if typ is int:
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise ValueError(f"{where} must be an integer, got {value!r}")
-        if key == "seed" and not 0 <= value < 2**32:
-            raise ValueError(f"{where} must be an integer in [0, 2**32), got {value}")
-        return value
-    if typ is float:
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise ValueError(f"{where} must be a number, got {value!r}")
-        if math.isnan(value):
-            raise ValueError(f"{where} must not be NaN")
-        return float(value)
-    if typ is str:
-        if not isinstance(value, str):
-            raise ValueError(f"{where} must be a string, got {value!r}")
-        return value
-    return value  # other annotated types: the config's own __post_init__ validates
 
 
 def load_toml(path) -> dict:

@@ -11,17 +11,6 @@ def circle_angles(x):
     return jnp.arctan2(x[..., 1], x[..., 0])
 
 
-def parse_floats(text: str, name: str) -> np.ndarray:
-    """'1,4,9' -> array([1., 4., 9.]) with a clear error (config fields are CLI strings)."""
-    try:
-        vals = [float(v) for v in str(text).split(",") if v.strip()]
-    except ValueError:
-        raise ValueError(f"{name} must be comma-separated numbers, got {text!r}") from None
-    if not vals:
-        raise ValueError(f"{name} must list at least one number, got {text!r}")
-    return np.asarray(vals)
-
-
 def pid(rtol: float, dtype, atol_ratio: float = 1e-2):
     """A PID controller whose tolerance is reachable in ``dtype`` (float32 runs use at least
     100 machine epsilons: a smaller rtol only exhausts max_steps)."""

@@ -7,8 +7,9 @@ Layout of an output directory::
     config.json     the resolved options (JSON)
     config.toml     the same, loadable with ``--config`` to rerun
     checkpoints/    chunk files of a resumable run in progress (removed once complete)
-    data.npz        the arrays returned by ``compute`` (only once complete)
-    *.png           figures
+    data.npz        the arrays of the :class:`~._result.Result` of ``compute`` (once complete)
+    results.nc      its labelled grids (netCDF-4, one group each), for experiments that have them
+    *.png           figures (``transformer-pde plot DIR`` redraws them from the saved result)
 
 Every file is written to a temporary file in the same directory and renamed into place, so
 a run killed at any instant (SIGKILL included) leaves each file either absent, or old, or
@@ -19,26 +20,21 @@ command and seed give byte-identical data files.
 from __future__ import annotations
 
 import dataclasses
-import io
 import json
-import os
 import platform
 import shutil
 import subprocess
 import sys
-import tempfile
 import time
-import zipfile
 from importlib import metadata as importlib_metadata
 from pathlib import Path
 
-import numpy as np
-
-from .._io import FILE_MODE, atomic_write_bytes, npz_bytes, save_json, save_npz  # noqa: F401
-from ._base import Experiment, config_to_toml
+from .._io import atomic_write_bytes, npz_bytes, save_json  # noqa: F401  (npz_bytes: re-exported)
+from ._base import Experiment, config_to_toml, get
+from ._result import DATA_FILE, GRIDS_FILE, Result
 
 _PACKAGES = ("transformer_pde", "jax", "jaxlib", "equinox", "diffrax", "ott-jax", "optax",
-             "numpy", "matplotlib")
+             "numpy", "matplotlib", "xarray", "h5netcdf")
 
 STATUS_RUNNING, STATUS_INTERRUPTED, STATUS_FAILED, STATUS_COMPLETE = (
     "running", "interrupted", "failed", "complete")
@@ -124,7 +120,8 @@ def run_experiment(exp: Experiment, config, out_dir: Path, *, progress: bool = T
             passes that run's saved config; see the CLI's ``--resume``).
 
     A directory holding an unfinished run is never silently restarted: pass ``resume=True``,
-    or remove it. Returns ``{"data", "metadata", "figures", "results"}``.
+    or remove it. Returns ``{"data", "metadata", "figures", "results", "grids"}``
+    (``results``: the :class:`~._result.Result`; ``grids``: the ``results.nc`` path or None).
     """
     from ..solvers import DEFAULT_EVERY, Checkpoint
 
@@ -170,17 +167,17 @@ def run_experiment(exp: Experiment, config, out_dir: Path, *, progress: bool = T
     save_json(meta_path, {**meta, "status": STATUS_RUNNING})
 
     start = time.perf_counter()
-    data_path = out_dir / "data.npz"
+    data_path = out_dir / DATA_FILE
     try:
-        if checkpoint is not None:
+        if exp.resumable:
             results = exp.compute(config, progress, checkpoint=checkpoint)
         else:
             results = exp.compute(config, progress)
         wall = time.perf_counter() - start
-        if not isinstance(results, dict):
-            raise ValueError(f"experiment '{exp.name}': compute must return a dict of arrays, got "
+        if not isinstance(results, Result):
+            raise ValueError(f"experiment '{exp.name}': compute must return a Result, got "
                              f"{type(results).__name__}")
-        save_npz(data_path, results)
+        written = results.save(out_dir)
         figures = [str(p) for p in exp.figures(results, config, out_dir)]
     except (KeyboardInterrupt, RunInterrupted):
         save_json(meta_path, {**meta, "status": STATUS_INTERRUPTED,
@@ -192,7 +189,35 @@ def run_experiment(exp: Experiment, config, out_dir: Path, *, progress: bool = T
         raise
     meta.update({"status": STATUS_COMPLETE, "wall_time_s": wall, "figures": figures,
                  "data": str(data_path), "finished": time.strftime("%Y-%m-%dT%H:%M:%S%z")})
+    if out_dir / GRIDS_FILE in written:
+        meta["grids"] = str(out_dir / GRIDS_FILE)
     save_json(meta_path, meta)
     if ckpt_dir.exists():
         shutil.rmtree(ckpt_dir)  # the data file now holds everything the checkpoints did
-    return {"data": data_path, "metadata": meta_path, "figures": figures, "results": results}
+    return {"data": data_path, "metadata": meta_path, "figures": figures, "results": results,
+            "grids": meta.get("grids")}
+
+
+def load_run(run_dir: Path):
+    """``(experiment, config, result)`` of the complete run saved in ``run_dir``."""
+    run_dir = Path(run_dir)
+    meta = read_metadata(run_dir)
+    if meta is None:
+        raise ValueError(f"{str(run_dir)!r} holds no run (metadata.json is missing)")
+    if meta.get("status") != STATUS_COMPLETE:
+        raise ValueError(f"the run in {str(run_dir)!r} is not complete (status "
+                         f"{meta.get('status')!r}); finish it with --resume {run_dir}")
+    exp = get(meta.get("experiment"))
+    config = exp.config_from_mapping(meta.get("config", {}), source=f"{run_dir}/metadata.json")
+    return exp, config, Result.load(run_dir)
+
+
+def redraw(run_dir: Path, out_dir: Path | None = None) -> list[str]:
+    """Draw the figures of the complete run in ``run_dir`` again, from its saved result (no
+    recomputation), into ``out_dir`` (default: ``run_dir``). Returns the figure paths."""
+    exp, config, result = load_run(run_dir)
+    out_dir = Path(run_dir if out_dir is None else out_dir)
+    if out_dir.exists() and not out_dir.is_dir():
+        raise ValueError(f"output path {str(out_dir)!r} exists and is not a directory")
+    out_dir.mkdir(parents=True, exist_ok=True)
+    return [str(p) for p in exp.figures(result, config, out_dir)]

@@ -19,19 +19,20 @@ import jax.numpy as jnp
 import numpy as np
 
 from .. import plot
-from ..theory import causal
 from ..diagnostics import cluster_count
-from ..solvers import solve
 from ..models import SoftmaxAttention, Sphere, uniform_sphere
+from ..solvers import solve
+from ..theory import causal
 from ._base import Experiment, register
-from ._common import parse_floats
+from ._options import Options, require_above, require_at_least
+from ._result import Result, grid
 
 
 @dataclasses.dataclass(frozen=True)
-class CausalClusteringConfig:
+class CausalClusteringConfig(Options):
     n: int = 128
     d: int = 2
-    betas: str = "4,9,16,36,64"
+    betas: tuple[float, ...] = (4.0, 9.0, 16.0, 36.0, 64.0)
     seeds: int = 4
     t1: float = 200.0
     """time at which metastable clusters are counted"""
@@ -44,19 +45,13 @@ class CausalClusteringConfig:
     t_long: float = 100.0
     """a run long enough to reach the limit x_1(0) (small β)"""
 
-    def __post_init__(self):
-        if self.n < 2 or self.d < 2 or self.seeds < 1:
-            raise ValueError(f"need n >= 2, d >= 2, seeds >= 1; got n={self.n}, d={self.d}, "
-                             f"seeds={self.seeds}")
-        b = parse_floats(self.betas, "betas")
-        if (b <= 0).any():
-            raise ValueError(f"betas must be positive, got {self.betas!r}")
-        if not (self.t1 > 0 and self.dt > 0 and self.t_long > 0):
-            raise ValueError("t1, t_long and dt must be positive")
+    def validate(self):
+        require_at_least(self, n=2, d=2, seeds=1)
+        require_above(self, betas=0, t1=0, dt=0, t_long=0)
 
 
-def compute(cfg: CausalClusteringConfig, progress: bool = False) -> dict:
-    betas = parse_floats(cfg.betas, "betas")
+def compute(cfg: CausalClusteringConfig, progress: bool = False) -> Result:
+    betas = np.asarray(cfg.betas)
     keys = jax.random.split(jax.random.key(0), cfg.seeds)
     x0s = [uniform_sphere(k, cfg.n, cfg.d) for k in keys]
     counts = np.zeros((len(betas), cfg.seeds), dtype=int)
@@ -82,7 +77,7 @@ def compute(cfg: CausalClusteringConfig, progress: bool = False) -> dict:
         sol = solve(dyn, x0, t1=cfg.t_long, dt0=cfg.dt, solver=diffrax.Tsit5(),
                     saveat=jnp.linspace(0, cfg.t_long, 51))
         dist.append(np.asarray(jnp.max(jnp.linalg.norm(sol.xs - x0[0], axis=-1), axis=-1)))
-    return {
+    arrays = {
         "betas": betas, "counts": counts, "mean_count": mean,
         "renyi_low": renyi_low, "renyi_high": renyi_high,
         "expected_renyi_low": expected_low, "expected_renyi_high": expected_high,
@@ -90,9 +85,17 @@ def compute(cfg: CausalClusteringConfig, progress: bool = False) -> dict:
         "long_ts": np.linspace(0, cfg.t_long, 51), "long_dist": np.stack(dist),
         "long_final_dist": np.asarray(np.stack(dist)[:, -1].max()),
     }
+    seeds = np.arange(cfg.seeds)
+    grids = {"clusters": grid({"beta": betas, "seed": seeds}, count=(("beta", "seed"), counts),
+                              renyi_low=(("beta", "seed"), renyi_low),
+                              renyi_high=(("beta", "seed"), renyi_high),
+                              expected_renyi_low=(("beta",), expected_low),
+                              expected_renyi_high=(("beta",), expected_high)),
+             "long_run": grid({"seed": seeds, "t": arrays["long_ts"]}, dist=(("seed", "t"), arrays["long_dist"]))}
+    return Result(arrays, grids)
 
 
-def figures(res: dict, cfg: CausalClusteringConfig, out_dir) -> list:
+def figures(res: Result, cfg: CausalClusteringConfig, out_dir) -> list:
     import matplotlib.pyplot as plt
 
     fig, axes = plt.subplots(1, 2, figsize=(11, 4))
@@ -131,5 +134,5 @@ register(Experiment(
     config=CausalClusteringConfig,
     compute=compute,
     figures=figures,
-    tiny={"n": 32, "betas": "4,36", "seeds": 2, "t1": 40.0, "dt": 0.25, "t_long": 40.0},
+    tiny={"n": 32, "betas": (4.0, 36.0), "seeds": 2, "t1": 40.0, "dt": 0.25, "t_long": 40.0},
 ))

@@ -15,24 +15,26 @@ over time, and an animated GIF of the tokens.
 from __future__ import annotations
 
 import dataclasses
+from typing import Literal
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
 from .. import plot
-from ..models import SoftmaxAttention, UnnormalizedAttention
-from ..solvers.checkpoint import solve_checkpointed
-from ..diagnostics import cluster_count, normalized_energy
-from ..models import Sphere, uniform_sphere
-from ._base import Experiment, register
 from .._io import save_gif
+from ..diagnostics import cluster_count, normalized_energy
+from ..models import SoftmaxAttention, Sphere, UnnormalizedAttention, uniform_sphere
+from ..solvers.checkpoint import solve_checkpointed
+from ._base import Experiment, register
+from ._options import Options, require_above, require_at_least
+from ._result import Result
 
 MODELS = ("SA", "USA")
 
 
 @dataclasses.dataclass(frozen=True)
-class ClusteringConfig:
+class ClusteringConfig(Options):
     n: int = 256
     d: int = 3
     beta: float = 1.0
@@ -40,8 +42,8 @@ class ClusteringConfig:
     dt: float = 0.1
     """Step of SA; USA uses dt / max(sqrt(β) e^{β−1/2}, 1) (the authors' rule)."""
     seed: int = 0
-    models: str = "SA,USA"
-    """Comma-separated subset of SA (softmax) and USA (unnormalized, GLPR's 1/n)."""
+    models: tuple[Literal["SA", "USA"], ...] = MODELS
+    """Models to run: SA (softmax) and/or USA (unnormalized, GLPR's 1/n)."""
     num_saves: int = 61
     threshold: float = 0.999
     animate: bool = True
@@ -49,22 +51,9 @@ class ClusteringConfig:
     frames: int = 31
     """Animation frames (at most num_saves), spread evenly over the saves."""
 
-    def __post_init__(self):
-        if self.n < 1 or self.d < 2:
-            raise ValueError(f"clustering needs n >= 1 and d >= 2, got n={self.n}, d={self.d}")
-        if not self.model_list or any(m not in MODELS for m in self.model_list):
-            raise ValueError(f"models must be a comma-separated subset of {MODELS}, got {self.models!r}")
-        if not self.t1 > 0 or not self.dt > 0 or self.num_saves < 2:
-            raise ValueError(f"need t1 > 0, dt > 0, num_saves >= 2; got t1={self.t1}, dt={self.dt}, "
-                             f"num_saves={self.num_saves}")
-        if self.beta < 0:
-            raise ValueError(f"beta must be >= 0, got {self.beta}")
-        if self.frames < 2:
-            raise ValueError(f"frames must be >= 2, got {self.frames}")
-
-    @property
-    def model_list(self) -> list[str]:
-        return [m.strip() for m in self.models.split(",") if m.strip()]
+    def validate(self):
+        require_at_least(self, n=1, d=2, num_saves=2, frames=2, beta=0)
+        require_above(self, t1=0, dt=0)
 
 
 def model_dynamics(model: str, d: int, beta) -> Sphere:
@@ -79,13 +68,13 @@ def usa_step(dt: float, beta: float) -> float:
     return dt / max(np.sqrt(beta) * np.exp(beta - 0.5), 1.0)
 
 
-def compute(cfg: ClusteringConfig, progress: bool = False, checkpoint=None) -> dict:
+def compute(cfg: ClusteringConfig, progress: bool = False, checkpoint=None) -> Result:
     """Resumable: integrated in fixed chunks of save intervals (``checkpoint.every``), each
-    checkpointed when the runner passes a :class:`~transformer_pde.checkpoint.Checkpoint`."""
+    checkpointed when the runner passes a :class:`~transformer_pde.solvers.Checkpoint`."""
     x0 = uniform_sphere(jax.random.key(cfg.seed), cfg.n, cfg.d)
     ts = jnp.linspace(0.0, cfg.t1, cfg.num_saves)
     out = {"ts": np.asarray(ts)}
-    for model in cfg.model_list:
+    for model in cfg.models:
         dt = cfg.dt if model == "SA" else usa_step(cfg.dt, cfg.beta)
         sol = solve_checkpointed(model_dynamics(model, cfg.d, cfg.beta), x0, t1=cfg.t1, dt0=dt,
                                  saveat=ts, progress=progress,
@@ -93,7 +82,7 @@ def compute(cfg: ClusteringConfig, progress: bool = False, checkpoint=None) -> d
         out[f"xs_{model}"] = np.asarray(sol.xs)
         out[f"clusters_{model}"] = np.asarray(jax.vmap(lambda x: cluster_count(x, cfg.threshold))(sol.xs))
         out[f"energy_{model}"] = np.asarray(jax.vmap(lambda x: normalized_energy(x, cfg.beta))(sol.xs))
-    return out
+    return Result(out)
 
 
 def _draw_tokens(ax, x, d, title):
@@ -108,11 +97,11 @@ def _draw_tokens(ax, x, d, title):
         ax.set_title(title)
 
 
-def figures(res: dict, cfg: ClusteringConfig, out_dir) -> list:
+def figures(res: Result, cfg: ClusteringConfig, out_dir) -> list:
     import matplotlib.pyplot as plt
 
     ts = res["ts"]
-    models = cfg.model_list
+    models = cfg.models
     T = len(ts)
     picks = sorted({0, T // 8, T // 4, T - 1})
     draw = cfg.d in (2, 3)
@@ -145,12 +134,12 @@ def figures(res: dict, cfg: ClusteringConfig, out_dir) -> list:
     return paths
 
 
-def animation(res: dict, cfg: ClusteringConfig, path):
+def animation(res: Result, cfg: ClusteringConfig, path):
     """Tokens over time, one panel per model, as a GIF (small frames: a few seconds to write)."""
     import matplotlib.pyplot as plt
     from matplotlib.animation import FuncAnimation
 
-    ts, models = res["ts"], cfg.model_list
+    ts, models = res["ts"], cfg.models
     idx = np.unique(np.linspace(0, len(ts) - 1, min(cfg.frames, len(ts))).round().astype(int))
     fig = plt.figure(figsize=(2.6 * len(models), 2.8))
     arts = []
@@ -191,4 +180,5 @@ register(Experiment(
     compute=compute,
     figures=figures,
     tiny={"n": 32, "t1": 15.0, "dt": 0.2, "num_saves": 7, "frames": 4},
+    resumable=True,
 ))

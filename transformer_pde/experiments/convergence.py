@@ -14,13 +14,14 @@ from __future__ import annotations
 
 import dataclasses
 import io
+from typing import Literal
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
 from .. import plot
-from ..models import SoftmaxAttention
+from .._io import atomic_write_bytes
 from ..convergence import (
     METRICS,
     convergence_study,
@@ -29,8 +30,11 @@ from ..convergence import (
     reference_rates,
 )
 from ..measures import Gaussian
-from ..models import Sphere, uniform_sphere
+from ..models import SoftmaxAttention, Sphere, uniform_sphere
 from ._base import Experiment, register
+from ._options import Options, require_above, require_at_least
+from ._progress import progress_bar
+from ._result import Result, grid
 
 _LABELS = {
     "mean": "|mean − α|",
@@ -43,8 +47,8 @@ _LABELS = {
 
 
 @dataclasses.dataclass(frozen=True)
-class ConvergenceConfig:
-    model: str = "gaussian"
+class ConvergenceConfig(Options):
+    model: Literal["gaussian", "sphere"] = "gaussian"
     """'gaussian' (softmax on R^d, Gaussian closure reference) or 'sphere' (SA on S^{d-1},
     uniform data, large-n reference)."""
     d: int = 3
@@ -64,21 +68,12 @@ class ConvergenceConfig:
     seed: int = 0
     """seed of the random attention matrices."""
 
-    def __post_init__(self):
-        if self.model not in ("gaussian", "sphere"):
-            raise ValueError(f"model must be 'gaussian' or 'sphere', got {self.model!r}")
-        if self.d < 1 or (self.model == "sphere" and self.d < 2):
-            raise ValueError(f"d must be >= 1 (>= 2 on the sphere), got {self.d}")
-        if not 1 <= self.log2_n_min < self.log2_n_max:
-            raise ValueError(f"need 1 <= log2_n_min < log2_n_max, got {self.log2_n_min}, "
-                             f"{self.log2_n_max}")
-        if self.log2_n_step < 1:
-            raise ValueError(f"log2_n_step must be >= 1, got {self.log2_n_step}")
-        if self.seeds < 2:
-            raise ValueError(f"need seeds >= 2 for confidence bands, got {self.seeds}")
-        if not self.t1 > 0 or not self.dt > 0 or self.num_times < 2:
-            raise ValueError(f"need t1 > 0, dt > 0, num_times >= 2; got t1={self.t1}, dt={self.dt}, "
-                             f"num_times={self.num_times}")
+    def validate(self):
+        require_at_least(self, d=2 if self.model == "sphere" else 1, log2_n_min=1, log2_n_step=1,
+                         seeds=2, num_times=2)  # seeds >= 2: confidence bands
+        if not self.log2_n_min < self.log2_n_max:
+            raise ValueError(f"need log2_n_min < log2_n_max, got {self.log2_n_min}, {self.log2_n_max}")
+        require_above(self, t1=0, dt=0)
 
 
 def setup(cfg: ConvergenceConfig):
@@ -97,13 +92,18 @@ def setup(cfg: ConvergenceConfig):
     return dyn, Gaussian(mean, cov)
 
 
-def compute(cfg: ConvergenceConfig, progress: bool = False) -> dict:
+def compute(cfg: ConvergenceConfig, progress: bool = False) -> Result:
     dyn, law = setup(cfg)
     ns = geometric_ns(cfg.log2_n_min, cfg.log2_n_max, cfg.log2_n_step)
     ts = np.linspace(0.0, cfg.t1, cfg.num_times)
-    res = convergence_study(dyn, law, ns, t1=cfg.t1, dt0=cfg.dt, ts=ts, seeds=range(cfg.seeds),
-                            n_ref=2**cfg.log2_n_ref, w2_epsilon=cfg.w2_epsilon,
-                            w2_max_n=2**cfg.log2_w2_max, progress=print if progress else None)
+    with progress_bar(progress, total=len(ns), desc="convergence (n)") as bar:
+        def report(line):
+            bar.update()
+            bar.note(line)
+
+        res = convergence_study(dyn, law, ns, t1=cfg.t1, dt0=cfg.dt, ts=ts, seeds=range(cfg.seeds),
+                                n_ref=2**cfg.log2_n_ref, w2_epsilon=cfg.w2_epsilon,
+                                w2_max_n=2**cfg.log2_w2_max, progress=report)
     out = {"ns": res.ns, "ts": res.ts, "seeds": res.seeds}
     slopes = np.full((len(METRICS), ts.size, 3), np.nan)  # (metric, time, [slope, low, high])
     for m_i, k in enumerate(METRICS):
@@ -119,10 +119,14 @@ def compute(cfg: ConvergenceConfig, progress: bool = False) -> dict:
     rr = reference_rates(res.dim)
     out["rate_monte_carlo"] = np.asarray(rr["monte_carlo"])
     out["rate_empirical_w2"] = np.asarray(rr["empirical_w2"])
-    return out
+    errors = grid({"metric": out["metrics"], "n": out["ns"], "seed": out["seeds"], "t": out["ts"]},
+                  error=(("metric", "n", "seed", "t"), np.stack([out[f"err_{k}"] for k in METRICS])),
+                  slope=(("metric", "t"), slopes[..., 0]), slope_low=(("metric", "t"), slopes[..., 1]),
+                  slope_high=(("metric", "t"), slopes[..., 2]))
+    return Result(out, {"errors": errors})
 
 
-def rate_rows(res: dict) -> list[dict]:
+def rate_rows(res: Result) -> list[dict]:
     rows = []
     for m_i, k in enumerate(res["metrics"]):
         for t_i, t in enumerate(res["ts"]):
@@ -132,10 +136,8 @@ def rate_rows(res: dict) -> list[dict]:
     return rows
 
 
-def figures(res: dict, cfg: ConvergenceConfig, out_dir) -> list:
+def figures(res: Result, cfg: ConvergenceConfig, out_dir) -> list:
     import matplotlib.pyplot as plt
-
-    from ._runner import atomic_write_bytes
 
     ns, ts = res["ns"], res["ts"]
     d = cfg.d

@@ -33,23 +33,24 @@ import jax.numpy as jnp
 import numpy as np
 
 from .. import plot
-from ..models import SoftmaxAttention
 from ..diagnostics import cluster_labels, cluster_masses, interaction_energy
+from ..models import SoftmaxAttention, Sphere, uniform_sphere
 from ..solvers import solve
-from ..models import Sphere, uniform_sphere
 from ._base import Experiment, register
-from ._common import parse_floats, pid
+from ._common import pid
+from ._options import Options, require_above, require_at_least, require_between
+from ._result import Result
 
 
 @dataclasses.dataclass(frozen=True)
-class EnergyFlowConfig:
+class EnergyFlowConfig(Options):
     n: int = 8
     beta: float = 1.0
     t1: float = 300.0
     num_saves: int = 60
     rtol: float = 1e-7
     threshold: float = 0.9999
-    indefinite_d2: str = "0.2,1"
+    indefinite_d2: tuple[float, ...] = (0.2, 1.0)
     """d₂ values of the indefinite cases D = diag(−1, d₂)."""
     four_d1: float = 1.0
     four_d2: float = 2.0
@@ -57,20 +58,14 @@ class EnergyFlowConfig:
     """Start of the four-particle descent: (±x1, ±sqrt(1 − x1²))."""
     seed: int = 0
 
-    def __post_init__(self):
-        if self.n < 2 or not self.beta > 0 or not self.t1 > 0 or self.num_saves < 2:
-            raise ValueError(f"need n >= 2, beta > 0, t1 > 0, num_saves >= 2; got n={self.n}, "
-                             f"beta={self.beta}, t1={self.t1}, num_saves={self.num_saves}")
-        if not (self.four_d1 > 0 and self.four_d2 > 0):
-            raise ValueError(f"the four-particle state needs d1, d2 > 0, got {self.four_d1}, "
-                             f"{self.four_d2}")
-        if not 0 < self.four_x1 < 1:
-            raise ValueError(f"four_x1 must lie in (0, 1), got {self.four_x1}")
-        parse_floats(self.indefinite_d2, "indefinite_d2")
+    def validate(self):
+        require_at_least(self, n=2, num_saves=2)
+        require_above(self, beta=0, t1=0, four_d1=0, four_d2=0)  # four particles: d1, d2 > 0
+        require_between(self, "four_x1", 0, 1, closed="()")
 
     def cases(self) -> dict[str, np.ndarray]:
         out = {"identity": np.eye(2), "posdef": np.diag([1.0, 3.0, 4.0]), "negdef": -np.eye(3)}
-        for d2 in parse_floats(self.indefinite_d2, "indefinite_d2"):
+        for d2 in np.asarray(self.indefinite_d2):
             out[f"indefinite_{d2:g}"] = np.diag([-1.0, d2])
         return out
 
@@ -123,7 +118,7 @@ def _run(dyn, x0, cfg, ts):
     return solve(dyn, x0, t1=cfg.t1, dt0=1e-2, saveat=ts, stepsize_controller=pid(cfg.rtol, x0.dtype))
 
 
-def compute(cfg: EnergyFlowConfig, progress: bool = False) -> dict:
+def compute(cfg: EnergyFlowConfig, progress: bool = False) -> Result:
     ts = jnp.concatenate([jnp.zeros(1), jnp.geomspace(1e-2, cfg.t1, cfg.num_saves - 1)])
     out = {"ts": np.asarray(ts)}
     for name, D in cfg.cases().items():
@@ -156,10 +151,10 @@ def compute(cfg: EnergyFlowConfig, progress: bool = False) -> dict:
     xstar = jnp.asarray([[r[0], r[1]], [-r[0], r[1]], [r[0], -r[1]], [-r[0], -r[1]]])
     out["four_root_speed"] = np.asarray(
         jnp.max(jnp.linalg.norm(energy_flow(D4, cfg.beta, -1).velocity(xstar), axis=1)))
-    return out
+    return Result(out)
 
 
-def summary(res: dict, cfg: EnergyFlowConfig) -> dict:
+def summary(res: Result, cfg: EnergyFlowConfig) -> dict:
     """{case_direction: (measure name, final energy)} for reports and the notebook."""
     out = {}
     for name in cfg.cases():
@@ -169,7 +164,7 @@ def summary(res: dict, cfg: EnergyFlowConfig) -> dict:
     return out
 
 
-def figures(res: dict, cfg: EnergyFlowConfig, out_dir) -> list:
+def figures(res: Result, cfg: EnergyFlowConfig, out_dir) -> list:
     import matplotlib.pyplot as plt
 
     cases = cfg.cases()

@@ -27,15 +27,17 @@ from .. import plot
 from ..solvers import solve
 from ..theory.equiangular import equiangular_start, reduced_gap
 from ._base import Experiment, register
-from ._common import parse_floats, pid
+from ._common import pid
+from ._options import Options, require_above, require_at_least
+from ._result import Result
 from .clustering import MODELS, model_dynamics
 
 
 @dataclasses.dataclass(frozen=True)
-class EquiangularConfig:
+class EquiangularConfig(Options):
     n: int = 16
     d: int = 16
-    betas: str = "0.5,1,4"
+    betas: tuple[float, ...] = (0.5, 1.0, 4.0)
     rho0: float = 0.0
     """Common initial inner product, in [−1/(n−1), 1); 0 = orthogonal tokens."""
     t1: float = 10.0
@@ -44,21 +46,14 @@ class EquiangularConfig:
     """Relative tolerance of both adaptive solves (Tsit5 with a PID controller)."""
     seed: int = 0
 
-    def __post_init__(self):
+    def validate(self):
         if self.n < 2 or self.d < self.n:
             raise ValueError(f"equiangular starts need n >= 2 and d >= n, got n={self.n}, d={self.d}")
         if not -1.0 / (self.n - 1) - 1e-12 <= self.rho0 < 1:
             raise ValueError(f"rho0 must lie in [-1/(n-1), 1) = [{-1 / (self.n - 1):.4g}, 1), "
                              f"got {self.rho0}")
-        if any(b < 0 for b in self.beta_list):
-            raise ValueError(f"betas must be >= 0, got {self.betas!r}")
-        if not self.t1 > 0 or self.num_saves < 2 or not self.rtol > 0:
-            raise ValueError(f"need t1 > 0, num_saves >= 2, rtol > 0; got {self.t1}, "
-                             f"{self.num_saves}, {self.rtol}")
-
-    @property
-    def beta_list(self):
-        return parse_floats(self.betas, "betas")
+        require_at_least(self, betas=0, num_saves=2)
+        require_above(self, t1=0, rtol=0)
 
 
 def _controller(cfg, dtype):
@@ -68,17 +63,18 @@ def _controller(cfg, dtype):
 _FINE = 20  # the reduced ODE is saved on a grid _FINE times finer, to resolve fast rates
 
 
-def compute(cfg: EquiangularConfig, progress: bool = False) -> dict:
+def compute(cfg: EquiangularConfig, progress: bool = False) -> Result:
     x0 = equiangular_start(jax.random.key(cfg.seed), cfg.n, cfg.d, cfg.rho0)
     ts = jnp.linspace(0.0, cfg.t1, cfg.num_saves)
     off = ~np.eye(cfg.n, dtype=bool)
-    out = {"ts": np.asarray(ts), "betas": np.asarray(cfg.beta_list)}
+    betas = np.asarray(cfg.betas)
+    out = {"ts": np.asarray(ts), "betas": betas}
     for model in MODELS:
         rho_sim, rho_ode, gaps, dev, rate = [], [], [], [], []
-        for beta in cfg.beta_list:
-            sol = solve(model_dynamics(model, cfg.d, beta), x0, t1=cfg.t1, dt0=1e-3, saveat=diffrax.SaveAt(ts=ts, fn=lambda t, x, args: x @ x.T),
-                        stepsize_controller=_controller(cfg, x0.dtype),
-                        progress=progress)
+        for beta in betas:
+            sol = solve(model_dynamics(model, cfg.d, beta), x0, t1=cfg.t1, dt0=1e-3,
+                        saveat=diffrax.SaveAt(ts=ts, fn=lambda t, x, args: x @ x.T),
+                        stepsize_controller=_controller(cfg, x0.dtype), progress=progress)
             gram = np.asarray(sol.stats)[:, off]  # (T, n(n-1)) pairwise inner products
             fine = jnp.linspace(0.0, cfg.t1, (cfg.num_saves - 1) * _FINE + 1)
             gap = np.asarray(reduced_gap(model, cfg.n, jnp.asarray(beta, x0.dtype),
@@ -95,9 +91,9 @@ def compute(cfg: EquiangularConfig, progress: bool = False) -> dict:
         out[f"gap_ode_{model}"] = np.stack(gaps)
         out[f"max_deviation_{model}"] = np.asarray(dev)
         out[f"rate_{model}"] = np.asarray(rate)
-        out[f"predicted_rate_{model}"] = (2.0 * np.ones(len(cfg.beta_list)) if model == "SA"
-                                          else 2.0 * np.exp(np.asarray(cfg.beta_list)))
-    return out
+        out[f"predicted_rate_{model}"] = (2.0 * np.ones(len(betas)) if model == "SA"
+                                          else 2.0 * np.exp(betas))
+    return Result(out)
 
 
 def decay_rate(ts, rho, lo=1e-12, hi=1e-4):
@@ -109,7 +105,7 @@ def decay_rate(ts, rho, lo=1e-12, hi=1e-4):
     return -np.polyfit(ts[m], np.log(gap[m]), 1)[0]
 
 
-def figures(res: dict, cfg: EquiangularConfig, out_dir) -> list:
+def figures(res: Result, cfg: EquiangularConfig, out_dir) -> list:
     import matplotlib.pyplot as plt
 
     ts, betas = res["ts"], res["betas"]
@@ -143,5 +139,5 @@ register(Experiment(
     config=EquiangularConfig,
     compute=compute,
     figures=figures,
-    tiny={"n": 6, "d": 6, "betas": "1,3", "t1": 8.0, "num_saves": 33},
+    tiny={"n": 6, "d": 6, "betas": (1.0, 3.0), "t1": 8.0, "num_saves": 33},
 ))

@@ -18,11 +18,15 @@ generator with their seeds, A = KᵀQ/√d for softmax and ℓ², A_h = K_hᵀQ_
 Diverging runs are drawn after normalization Σ/tr Σ in the disk (u/v, w/v). Unlike the
 authors' projected Euler scheme, the moment ODEs are integrated with adaptive Tsit5 and the
 solve stops when tr Σ exceeds ``tol_high`` (a diffrax event).
+
+The runs are saved labelled too (``results.nc``, one group per regime: dims variant × start ×
+save × row × col, with the save times per variant and the outcome codes).
 """
 
 from __future__ import annotations
 
 import dataclasses
+from typing import Literal
 
 import diffrax
 import jax
@@ -30,6 +34,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from .. import plot
+from ..measures import Gaussian
 from ..models import (
     L2Attention,
     MultiHeadAttention,
@@ -37,18 +42,22 @@ from ..models import (
     SoftmaxAttention,
 )
 from ..solvers import solve
-from ..measures import Gaussian
 from ._base import Experiment, register
+from ._options import Options, require_above, require_at_least
+from ._progress import progress_bar
+from ._result import Result, grid
 
 REGIMES = ("zero", "line", "two-lines", "blowup", "mixed")
 VARIANTS = ("softmax", "l2", "multihead", "sinkhorn")
+Regime = Literal["zero", "line", "two-lines", "blowup", "mixed"]
+Variant = Literal["softmax", "l2", "multihead", "sinkhorn"]
 RICCATI = ("softmax", "multihead")  # quadratic closures: finite-time blow-up possible
 OUTCOMES = ("to zero", "rank one", "full rank", "blow-up", "unbounded", "unfinished")
 """Outcome codes: index into this tuple."""
 
 
 @dataclasses.dataclass(frozen=True)
-class AnisotropyConfig:
+class AnisotropyConfig(Options):
     grid: int = 10
     """Grid points per axis for ``zero`` and ``line``; ``two-lines``, ``mixed`` and ``blowup``
     use 2×, 3× and 4× as many (the authors' 10/20/30/40)."""
@@ -64,21 +73,12 @@ class AnisotropyConfig:
     """The solve stops when tr Σ exceeds this (the authors' ``tol_high``)."""
     rtol: float = 1e-7
     num_saves: int = 120
-    regimes: str = ",".join(REGIMES)
-    variants: str = ",".join(VARIANTS)
+    regimes: tuple[Regime, ...] = REGIMES
+    variants: tuple[Variant, ...] = VARIANTS
 
-    def __post_init__(self):
-        if self.grid < 2 or self.num_saves < 3:
-            raise ValueError(f"need grid >= 2 and num_saves >= 3, got {self.grid}, {self.num_saves}")
-        if not (min(self.t_long, self.t_two_lines, self.t_mixed) > 0 and self.tol_high > 1
-                and self.rtol > 0 and self.max_steps >= 1):
-            raise ValueError(f"need positive horizons, tol_high > 1, rtol > 0, max_steps >= 1; got "
-                             f"{self.t_long}, {self.t_two_lines}, {self.t_mixed}, {self.tol_high}, "
-                             f"{self.rtol}, {self.max_steps}")
-        for name, allowed in (("regimes", REGIMES), ("variants", VARIANTS)):
-            bad = [r for r in getattr(self, name).split(",") if r not in allowed]
-            if bad:
-                raise ValueError(f"unknown {name} {bad}; choose from {', '.join(allowed)}")
+    def validate(self):
+        require_at_least(self, grid=2, num_saves=3, max_steps=1)
+        require_above(self, t_long=0, t_two_lines=0, t_mixed=0, tol_high=1, rtol=0)
 
 
 def to_cone(covs):
@@ -191,10 +191,11 @@ def _solve_batch(attns, covs0, t1s, tss, cfg):
     return [np.asarray(o) for o in out]
 
 
-def compute(cfg: AnisotropyConfig, progress: bool = False) -> dict:
+def compute(cfg: AnisotropyConfig, progress: bool = False) -> Result:
     out = {"outcome_names": np.asarray(OUTCOMES)}
-    regimes, variants = cfg.regimes.split(","), cfg.variants.split(",")
-    with jax.enable_x64(True):
+    regimes, variants = list(cfg.regimes), list(cfg.variants)
+    bar = progress_bar(progress, total=len(variants), desc="gaussian-anisotropy (variants)")
+    with jax.enable_x64(True), bar:
         setups = {}
         for regime in regimes:
             Q, K, V, mult, limit = regime_parameters(regime)
@@ -229,11 +230,35 @@ def compute(cfg: AnisotropyConfig, progress: bool = False) -> dict:
                 out[f"{key}__outcome"] = np.asarray(
                     [classify(c0, f, np.isfinite(tb), variant, ok)
                      for c0, f, tb, ok in zip(covs0, final[sl], tblow[sl], done[sl])])
-                if progress:
-                    counts = np.bincount(out[f"{key}__outcome"], minlength=len(OUTCOMES))
-                    summary = ", ".join(f"{OUTCOMES[i]}: {c}" for i, c in enumerate(counts) if c)
-                    print(f"{regime:>9} {variant:>9}: {summary}", flush=True)
-    return out
+                counts = np.bincount(out[f"{key}__outcome"], minlength=len(OUTCOMES))
+                summary = ", ".join(f"{OUTCOMES[i]}: {c}" for i, c in enumerate(counts) if c)
+                bar.note(f"{regime:>9} {variant:>9}: {summary}")
+            bar.update()
+    return Result(out, {_group(regime): regime_grid(out, regime, variants) for regime in regimes})
+
+
+def _group(regime: str) -> str:
+    return regime.replace("-", "_")
+
+
+def regime_grid(res, regime: str, variants):
+    """The runs of one regime, labelled: variant × start × save (× row × col)."""
+    keys = [f"{regime}__{v}" for v in variants]
+    stack = lambda name: np.stack([res[f"{k}__{name}"] for k in keys])  # noqa: E731
+    covs0 = res[f"{regime}__covs0"]
+    ds = grid({"variant": np.asarray(variants), "start": np.arange(len(covs0))},
+              covs0=(("start", "row", "col"), covs0),
+              ts=(("variant", "save"), stack("ts")),
+              covs=(("variant", "start", "save", "row", "col"), stack("covs")),
+              final_cov=(("variant", "start", "row", "col"), stack("final_cov")),
+              final_time=(("variant", "start"), stack("final_time")),
+              blowup_time=(("variant", "start"), stack("blowup_time")),
+              outcome=(("variant", "start"), stack("outcome")),
+              Q=(("row", "col"), res[f"{regime}__Q"]), K=(("row", "col"), res[f"{regime}__K"]),
+              V=(("row", "col"), res[f"{regime}__V"]))
+    ds["outcome"].attrs["flag_meanings"] = " ".join(o.replace(" ", "_") for o in OUTCOMES)
+    ds["outcome"].attrs["flag_values"] = np.arange(len(OUTCOMES))
+    return ds
 
 
 def _trajectory(covs, final_cov):
@@ -242,14 +267,14 @@ def _trajectory(covs, final_cov):
     return np.concatenate([covs[ok], final_cov[None]])
 
 
-def figures(res: dict, cfg: AnisotropyConfig, out_dir) -> list:
+def figures(res: Result, cfg: AnisotropyConfig, out_dir) -> list:
     import matplotlib.pyplot as plt
     from matplotlib import colormaps
 
     cmap = colormaps["viridis"]
     paths = []
-    variants = cfg.variants.split(",")
-    for regime in cfg.regimes.split(","):
+    variants = list(cfg.variants)
+    for regime in cfg.regimes:
         normalized = regime in ("blowup", "mixed")
         fig = plt.figure(figsize=(3.6 * len(variants), 3.8))
         covs0 = res[f"{regime}__covs0"]
@@ -315,5 +340,5 @@ register(Experiment(
     # one compilation per variant dominates the cost: the tiny run keeps one Riccati closure
     # (softmax) and one with bounded growth (Sinkhorn)
     tiny={"grid": 2, "t_long": 3000.0, "t_two_lines": 300.0, "t_mixed": 100.0, "num_saves": 20,
-          "rtol": 1e-6, "variants": "softmax,sinkhorn"},
+          "rtol": 1e-6, "variants": ("softmax", "sinkhorn")},
 ))

@@ -10,6 +10,7 @@ through the solver; the figure shows inputs, outputs and targets, and the loss c
 from __future__ import annotations
 
 import dataclasses
+from typing import Literal
 
 import diffrax
 import jax
@@ -22,12 +23,14 @@ from ..fitting import fit, flow, interpolation_loss
 from ..measures import cap_sample
 from ..models import AttentionPerceptron, Sphere
 from ._base import Experiment, register
+from ._options import Options, require_above, require_at_least
+from ._result import Result
 
 _SOLVERS = {"euler": diffrax.Euler, "heun": diffrax.Heun, "tsit5": diffrax.Tsit5}
 
 
 @dataclasses.dataclass(frozen=True)
-class InterpolationConfig:
+class InterpolationConfig(Options):
     num_measures: int = 3
     n: int = 48
     layers: int = 6
@@ -35,7 +38,7 @@ class InterpolationConfig:
     t1: float = 3.0
     substeps: int = 2
     """solver steps per layer."""
-    solver: str = "heun"
+    solver: Literal["euler", "heun", "tsit5"] = "heun"
     """'euler' (the discrete layer-normalized Transformer), 'heun' or 'tsit5'."""
     epsilon: float = 0.01
     steps: int = 300
@@ -43,18 +46,9 @@ class InterpolationConfig:
     spread: float = 0.15
     seed: int = 0
 
-    def __post_init__(self):
-        if self.num_measures < 1 or self.n < 2 or self.layers < 1 or self.width < 1:
-            raise ValueError(f"need num_measures >= 1, n >= 2, layers >= 1, width >= 1; got "
-                             f"{self.num_measures}, {self.n}, {self.layers}, {self.width}")
-        if not self.t1 > 0 or self.substeps < 1 or self.steps < 1:
-            raise ValueError(f"need t1 > 0, substeps >= 1, steps >= 1; got {self.t1}, "
-                             f"{self.substeps}, {self.steps}")
-        if self.solver not in _SOLVERS:
-            raise ValueError(f"solver must be one of {sorted(_SOLVERS)}, got {self.solver!r}")
-        if not self.epsilon > 0 or not self.learning_rate > 0 or not self.spread > 0:
-            raise ValueError(f"epsilon, learning_rate and spread must be > 0, got {self.epsilon}, "
-                             f"{self.learning_rate}, {self.spread}")
+    def validate(self):
+        require_at_least(self, num_measures=1, n=2, layers=1, width=1, substeps=1, steps=1)
+        require_above(self, t1=0, epsilon=0, learning_rate=0, spread=0)
 
 
 def problem(cfg: InterpolationConfig, d: int = 3):
@@ -70,7 +64,7 @@ def problem(cfg: InterpolationConfig, d: int = 3):
     return inputs, targets, model
 
 
-def compute(cfg: InterpolationConfig, progress: bool = False) -> dict:
+def compute(cfg: InterpolationConfig, progress: bool = False) -> Result:
     inputs, targets, model = problem(cfg)
     dt0 = cfg.t1 / (cfg.layers * cfg.substeps)
     solver = _SOLVERS[cfg.solver]()
@@ -83,15 +77,15 @@ def compute(cfg: InterpolationConfig, progress: bool = False) -> dict:
     trained, losses, final = fit(model, loss, optimizer=optax.adam(cfg.learning_rate), steps=cfg.steps,
                                  progress=progress)
     after = flow(trained, inputs, t1=cfg.t1, dt0=dt0, solver=solver)
-    return {
+    return Result({
         "inputs": np.asarray(inputs), "targets": np.asarray(targets),
         "outputs_before": np.asarray(before), "outputs": np.asarray(after),
         "losses": np.concatenate([losses, [final]]),
         "loss_ratio": np.asarray(losses[0] / final),
-    }
+    })
 
 
-def figures(res: dict, cfg: InterpolationConfig, out_dir) -> list:
+def figures(res: Result, cfg: InterpolationConfig, out_dir) -> list:
     import matplotlib.pyplot as plt
 
     def lonlat(x):

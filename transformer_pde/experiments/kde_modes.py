@@ -17,22 +17,23 @@ import numpy as np
 from .. import plot
 from ..diagnostics import gap_clusters
 from ..models import MeanShift
-from ..theory import kde
 from ..solvers import solve
+from ..theory import kde
 from ._base import Experiment, register
-from ._common import parse_floats
+from ._options import Options, require_above, require_at_least
+from ._result import Result, grid
 
 
 @dataclasses.dataclass(frozen=True)
-class KDEModesConfig:
+class KDEModesConfig(Options):
     n: int = 10000
-    betas: str = "1000,3000,10000"
+    betas: tuple[float, ...] = (1000.0, 3000.0, 10000.0)
     """β from n^0.75 to n: at n = 10^4 the ratio count/√(β log β) is 0.21, 0.33 at β = 100, 300
     (pre-asymptotic), 0.49, 0.49, 0.45 at β = 10^3, 3·10^3, 10^4, and 0.40 at 3·10^4 ≳ n, where
     the count starts to saturate; the window where the law holds is narrow at this n."""
     runs: int = 16
     n_dynamics: int = 2000
-    betas_dynamics: str = "30,100,300,1000"
+    betas_dynamics: tuple[float, ...] = (30.0, 100.0, 300.0, 1000.0)
     t_dynamics: float = 20.0
     """time at which the mean-shift clusters are counted (a plateau: counts are flat on [10, 40])"""
     dt: float = 0.1
@@ -40,18 +41,14 @@ class KDEModesConfig:
     """points farther apart than cluster_gap·β^{-1/2} are in different clusters"""
     seed: int = 0
 
-    def __post_init__(self):
-        if self.n < 2 or self.runs < 1 or self.n_dynamics < 2:
-            raise ValueError(f"need n >= 2, runs >= 1, n_dynamics >= 2; got {self.n}, {self.runs}, "
-                             f"{self.n_dynamics}")
-        for name in ("betas", "betas_dynamics"):
-            if (parse_floats(getattr(self, name), name) <= 1).any():
-                raise ValueError(f"{name} must be > 1 (log β > 0), got {getattr(self, name)!r}")
+    def validate(self):
+        require_at_least(self, n=2, runs=1, n_dynamics=2)
+        require_above(self, betas=1, betas_dynamics=1)  # log β > 0
 
 
-def compute(cfg: KDEModesConfig, progress: bool = False) -> dict:
+def compute(cfg: KDEModesConfig, progress: bool = False) -> Result:
     rng = np.random.default_rng(cfg.seed)
-    betas = parse_floats(cfg.betas, "betas")
+    betas = np.asarray(cfg.betas)
     modes = np.zeros((len(betas), cfg.runs), dtype=int)
     minima = np.zeros_like(modes)
     for r in range(cfg.runs):
@@ -60,7 +57,7 @@ def compute(cfg: KDEModesConfig, progress: bool = False) -> dict:
             modes[a, r], minima[a, r] = kde.kde_critical_points(X, b)
     fit = kde.kde_mode_fit(betas, modes.mean(1))
     # metastable clusters of the 1-D attention dynamics, against the modes of the same samples
-    bd = parse_floats(cfg.betas_dynamics, "betas_dynamics")
+    bd = np.asarray(cfg.betas_dynamics)
     X = rng.standard_normal(cfg.n_dynamics)
     ts = jnp.array([0.0, 0.5 * cfg.t_dynamics, cfg.t_dynamics, 2 * cfg.t_dynamics])
     clusters = np.zeros((len(bd), len(ts)), dtype=int)
@@ -71,7 +68,7 @@ def compute(cfg: KDEModesConfig, progress: bool = False) -> dict:
                     solver=diffrax.Euler(), saveat=ts)
         clusters[a] = [gap_clusters(x, cfg.cluster_gap / np.sqrt(b)) for x in np.asarray(sol.xs)]
     fit_clusters = kde.kde_mode_fit(bd, clusters[:, 2])
-    return {
+    arrays = {
         "betas": betas, "modes": modes, "minima": minima, "mean_modes": modes.mean(1),
         "slope_beta": np.asarray(fit["slope_beta"]),
         "slope_beta_log_beta": np.asarray(fit["slope_beta_log_beta"]),
@@ -80,9 +77,14 @@ def compute(cfg: KDEModesConfig, progress: bool = False) -> dict:
         "modes_dynamics": modes_dyn,
         "cluster_slope_beta_log_beta": np.asarray(fit_clusters["slope_beta_log_beta"]),
     }
+    grids = {"modes": grid({"beta": betas, "run": np.arange(cfg.runs)}, modes=(("beta", "run"), modes),
+                           minima=(("beta", "run"), minima)),
+             "dynamics": grid({"beta": bd, "t": arrays["ts_dynamics"]}, clusters=(("beta", "t"), clusters),
+                              modes=(("beta",), modes_dyn))}
+    return Result(arrays, grids)
 
 
-def figures(res: dict, cfg: KDEModesConfig, out_dir) -> list:
+def figures(res: Result, cfg: KDEModesConfig, out_dir) -> list:
     import matplotlib.pyplot as plt
 
     fig, axes = plt.subplots(1, 2, figsize=(11, 4))
@@ -122,6 +124,6 @@ register(Experiment(
     config=KDEModesConfig,
     compute=compute,
     figures=figures,
-    tiny={"n": 2000, "betas": "300,1000,3000", "runs": 2, "n_dynamics": 400,
-          "betas_dynamics": "100,300", "t_dynamics": 10.0, "dt": 0.25},
+    tiny={"n": 2000, "betas": (300.0, 1000.0, 3000.0), "runs": 2, "n_dynamics": 400,
+          "betas_dynamics": (100.0, 300.0), "t_dynamics": 10.0, "dt": 0.25},
 ))

@@ -28,15 +28,17 @@ import jax.numpy as jnp
 import numpy as np
 
 from .. import plot
-from ..models import LitMCircle
-from ..theory import causal
 from ..diagnostics import cluster_count
+from ..models import LitMCircle
 from ..solvers import solve
+from ..theory import causal
 from ._base import Experiment, register
+from ._options import Options, require_above, require_at_least
+from ._result import Result
 
 
 @dataclasses.dataclass(frozen=True)
-class LitMConfig:
+class LitMConfig(Options):
     n: int = 64
     beta: float = 1.0
     lam: float = 1.0
@@ -52,12 +54,11 @@ class LitMConfig:
     bins: int = 16
     seed: int = 0
 
-    def __post_init__(self):
-        if self.n < 4 or self.bins < 2 or (self.n - 1) < self.bins:
-            raise ValueError(f"need n >= 4 and 2 <= bins <= n - 1, got n={self.n}, bins={self.bins}")
-        if not (self.t > 0 and self.dt > 0 and self.beta >= 0 and self.lam >= 0):
-            raise ValueError(f"need t, dt > 0 and beta, lam >= 0; got t={self.t}, dt={self.dt}, "
-                             f"beta={self.beta}, lam={self.lam}")
+    def validate(self):
+        require_at_least(self, n=4, bins=2, beta=0, lam=0)
+        if self.bins > self.n - 1:
+            raise ValueError(f"need bins <= n - 1, got n={self.n}, bins={self.bins}")
+        require_above(self, t=0, dt=0)
         if self.num_runs % self.chunk:
             raise ValueError(f"num_runs={self.num_runs} must be a multiple of chunk={self.chunk}")
 
@@ -83,7 +84,7 @@ def alibi_demo(dt: float = 0.01):
     return np.asarray(ts), th, counts
 
 
-def compute(cfg: LitMConfig, progress: bool = False) -> dict:
+def compute(cfg: LitMConfig, progress: bool = False) -> Result:
     sigma_fine = np.linspace(0.005, 0.995, 199)
     times = np.array([0.5, 1.0, 1.5, 2.0, 2.2, cfg.t])
     closed_fine = np.stack([np.asarray(causal.retrieval_profile(s, sigma_fine, cfg.beta, cfg.lam,
@@ -103,7 +104,7 @@ def compute(cfg: LitMConfig, progress: bool = False) -> dict:
     shape = causal.u_shape(closed_fine[-1])
     demo_ts, demo_theta, demo_counts = alibi_demo()
     spread = np.abs(np.angle(np.exp(1j * (demo_theta[-1] - demo_theta[0, 0])))).max()
-    return {
+    return Result({
         "demo_ts": demo_ts, "demo_theta": demo_theta, "demo_counts": demo_counts,
         "demo_final_spread": np.asarray(spread),
         "sigma_fine": sigma_fine, "times": times, "closed_fine": closed_fine,
@@ -115,10 +116,10 @@ def compute(cfg: LitMConfig, progress: bool = False) -> dict:
         "primacy": np.asarray(shape["primacy"]), "recency": np.asarray(shape["recency"]),
         "unique_min": np.asarray(shape["unique_min"]),
         "argmin_sigma": np.asarray(sigma_fine[shape["argmin"]]),
-    }
+    })
 
 
-def figures(res: dict, cfg: LitMConfig, out_dir) -> list:
+def figures(res: Result, cfg: LitMConfig, out_dir) -> list:
     import matplotlib.pyplot as plt
 
     fig, axes = plt.subplots(1, 3, figsize=(16, 4))

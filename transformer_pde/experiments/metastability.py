@@ -35,12 +35,13 @@ import jax.numpy as jnp
 import numpy as np
 
 from .. import plot
-from ..models import SoftmaxAttention
 from ..diagnostics import cluster_labels, cluster_masses, normalized_energy
+from ..models import SoftmaxAttention, Sphere
 from ..solvers import solve
-from ..models import Sphere
 from ._base import Experiment, register
-from ._common import parse_floats, pid
+from ._common import pid
+from ._options import Options, require_above, require_at_least, require_between
+from ._result import Result, grid
 
 # sphere.md §10.3 (authors' code rerun): plateau values and collapse times in rescaled time.
 PUBLISHED_PLATEAUS = np.array([0.28, 0.44, 0.52, 1.0])
@@ -48,9 +49,9 @@ PUBLISHED_COLLAPSE = {500.0: 0.12, 2000.0: 0.10, 4000.0: 0.092}
 
 
 @dataclasses.dataclass(frozen=True)
-class MetastabilityConfig:
+class MetastabilityConfig(Options):
     # Part 1: caps.
-    cap_betas: str = "2,3,4,5,6,7,8"
+    cap_betas: tuple[float, ...] = (2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0)
     num_caps: int = 2
     per_cap: int = 4
     cap_angle: float = 1.5707963267948966
@@ -58,34 +59,27 @@ class MetastabilityConfig:
     eps: float = 0.05
     rtol: float = 1e-6
     # Part 2: staircase.
-    stair_betas: str = "500,1000,1500,2000,3000,4000"
-    theta0: str = "0,0.5,2,4,7"
+    stair_betas: tuple[float, ...] = (500.0, 1000.0, 1500.0, 2000.0, 3000.0, 4000.0)
+    theta0: tuple[float, ...] = (0.0, 0.5, 2.0, 4.0, 7.0)
     """Start θ_i = ½ · theta0_i · log β₀ / sqrt(β₀), β₀ = theta_beta (the authors' start)."""
     theta_beta: float = 2000.0
     step: float = 1e-5
     tau_max: float = 0.2
     save_every: int = 100
 
-    def __post_init__(self):
-        if any(b <= 0 for b in self.cap_beta_list) or any(b <= 1 for b in self.stair_beta_list):
-            raise ValueError(f"need cap_betas > 0 and stair_betas > 1, got {self.cap_betas!r}, "
-                             f"{self.stair_betas!r}")
-        if self.num_caps < 2 or self.per_cap < 1:
-            raise ValueError(f"need num_caps >= 2 and per_cap >= 1, got {self.num_caps}, {self.per_cap}")
-        if not 0 < self.eps < 1 / 16:
-            raise ValueError(f"eps must lie in (0, 1/16) (sphere.md §2), got {self.eps}")
+    def validate(self):
+        require_above(self, cap_betas=0, stair_betas=1)
+        require_at_least(self, num_caps=2, per_cap=1)
+        require_between(self, "eps", 0, 1 / 16, closed="()", why="sphere.md §2")
         if not 2 * np.arccos(1 - 2 * self.eps) < self.cap_angle <= 2 * np.pi / self.num_caps:
             raise ValueError(f"cap_angle={self.cap_angle} must separate the 2ε-caps and fit "
                              f"{self.num_caps} caps on the circle")
-        if len(self.theta_list) < 2:
-            raise ValueError(f"theta0 must list >= 2 angles, got {self.theta0!r}")
+        if len(self.theta0) < 2:
+            raise ValueError(f"theta0 must list >= 2 angles, got {self.theta0}")
         if not (self.step > 0 and self.tau_max > self.step and self.save_every >= 1):
             raise ValueError(f"need step > 0, tau_max > step, save_every >= 1; got {self.step}, "
                              f"{self.tau_max}, {self.save_every}")
 
-    cap_beta_list = property(lambda self: parse_floats(self.cap_betas, "cap_betas"))
-    stair_beta_list = property(lambda self: parse_floats(self.stair_betas, "stair_betas"))
-    theta_list = property(lambda self: parse_floats(self.theta0, "theta0"))
 
 
 def _circle(theta):
@@ -112,16 +106,18 @@ def exit_times(cfg: MetastabilityConfig):
     """First save time at which some token has left its cap S_q(2ε), for each β."""
     x0, W, q = cap_start(cfg)
     Wq = W[jnp.asarray(q)]
-    grid = jnp.concatenate([jnp.zeros(1), jnp.geomspace(1e-3, 1.0, 400)])
+    fractions = jnp.concatenate([jnp.zeros(1), jnp.geomspace(1e-3, 1.0, 400)])  # of the horizon
     out, t1s = [], []
-    for beta in cfg.cap_beta_list:
+    for beta in np.asarray(cfg.cap_betas):
         # the exit is expected near e^{(1 - cos θ0) β}; look 50x beyond
         t1 = 50.0 * np.exp(beta * (1 - np.cos(cfg.cap_angle))) + 10.0
-        sol = solve(Sphere(SoftmaxAttention.identity(2, beta)), x0, t1=t1, dt0=1e-2, stepsize_controller=pid(cfg.rtol, x0.dtype), max_steps=2_000_000,
-                    saveat=diffrax.SaveAt(ts=grid * t1, fn=lambda t, x, args: jnp.min(jnp.sum(x * Wq, axis=1))))
+        sol = solve(Sphere(SoftmaxAttention.identity(2, beta)), x0, t1=t1, dt0=1e-2,
+                    stepsize_controller=pid(cfg.rtol, x0.dtype), max_steps=2_000_000,
+                    saveat=diffrax.SaveAt(ts=fractions * t1,
+                                          fn=lambda t, x, args: jnp.min(jnp.sum(x * Wq, axis=1))))
         inner = np.asarray(sol.stats)
         left = np.nonzero(inner < 1 - 2 * cfg.eps)[0]
-        out.append(float(grid[left[0]] * t1) if left.size else np.inf)
+        out.append(float(fractions[left[0]] * t1) if left.size else np.inf)
         t1s.append(t1)
     return np.asarray(out), np.asarray(t1s)
 
@@ -129,7 +125,7 @@ def exit_times(cfg: MetastabilityConfig):
 # ----------------------------------------------------------------------------- part 2
 def staircase_start(cfg: MetastabilityConfig):
     b0 = cfg.theta_beta
-    return 0.5 * np.asarray(cfg.theta_list) * np.log(b0) / np.sqrt(b0)
+    return 0.5 * np.asarray(cfg.theta0) * np.log(b0) / np.sqrt(b0)
 
 
 def _staircase(theta0, beta, h, num_chunks, every):
@@ -165,7 +161,7 @@ def _staircase(theta0, beta, h, num_chunks, every):
 
 def staircase(cfg: MetastabilityConfig):
     theta0 = jnp.asarray(staircase_start(cfg))
-    betas = jnp.asarray(cfg.stair_beta_list, dtype=theta0.dtype)
+    betas = jnp.asarray(np.asarray(cfg.stair_betas), dtype=theta0.dtype)
     num_chunks = int(round(cfg.tau_max / (cfg.step * cfg.save_every)))
     run = jax.jit(jax.vmap(_staircase, in_axes=(None, 0, None, None, None)), static_argnums=(3, 4))
     phi, masses, theta = run(theta0, betas, cfg.step, num_chunks, cfg.save_every)
@@ -198,30 +194,38 @@ def predicted_exit_time(betas, cfg: MetastabilityConfig):
     return np.exp(b * (1 - np.cos(th))) / (2 * b * np.sin(th) ** 2)
 
 
-def compute(cfg: MetastabilityConfig, progress: bool = False) -> dict:
+def compute(cfg: MetastabilityConfig, progress: bool = False) -> Result:
     exits, t1s = exit_times(cfg)
-    betas = np.asarray(cfg.cap_beta_list)
+    betas = np.asarray(cfg.cap_betas)
     n_cap = cfg.num_caps * cfg.per_cap
     alpha = cap_alpha(cfg.eps, cfg.cap_angle)
     ok = np.isfinite(exits)
     # log(β T) is linear in β with slope 1 − cos θ0 (see predicted_exit_time)
     slope = np.polyfit(betas[ok], np.log(betas[ok] * exits[ok]), 1)[0] if ok.sum() >= 2 else np.nan
     taus, phi, masses, theta = staircase(cfg)
-    return {
+    arrays = {
         "cap_betas": betas, "exit_times": exits, "cap_horizons": t1s,
         "theorem_T2": cfg.eps / n_cap * np.exp((1 - alpha) * betas),
         "alpha": np.asarray(alpha), "predicted_exit": predicted_exit_time(betas, cfg),
         "exit_slope": np.asarray(slope),
         "predicted_slope": np.asarray(1 - np.cos(cfg.cap_angle)),
-        "stair_betas": np.asarray(cfg.stair_beta_list), "taus": taus, "phi": phi,
+        "stair_betas": np.asarray(cfg.stair_betas), "taus": taus, "phi": phi,
         "masses": masses, "thetas": theta, "theta_start": staircase_start(cfg),
-        "plateau_prediction": plateau_values(len(cfg.theta_list), masses),
+        "plateau_prediction": plateau_values(len(cfg.theta0), masses),
         "collapse_times": collapse_times(taus, phi),
         "published_plateaus": PUBLISHED_PLATEAUS,
     }
+    staircase_grid = grid({"beta": arrays["stair_betas"], "tau": taus},
+                          phi=(("beta", "tau"), phi), masses=(("beta", "tau", "token"), masses),
+                          theta=(("beta", "tau", "token"), theta),
+                          collapse_time=(("beta",), arrays["collapse_times"]))
+    caps_grid = grid({"beta": betas}, exit_time=(("beta",), exits), horizon=(("beta",), t1s),
+                     theorem_T2=(("beta",), arrays["theorem_T2"]),
+                     predicted_exit=(("beta",), arrays["predicted_exit"]))
+    return Result(arrays, {"caps": caps_grid, "staircase": staircase_grid})
 
 
-def figures(res: dict, cfg: MetastabilityConfig, out_dir) -> list:
+def figures(res: Result, cfg: MetastabilityConfig, out_dir) -> list:
     import matplotlib.pyplot as plt
 
     fig, axs = plt.subplots(1, 3, figsize=(16, 4.4), layout="constrained",
@@ -271,5 +275,5 @@ register(Experiment(
     config=MetastabilityConfig,
     compute=compute,
     figures=figures,
-    tiny={"cap_betas": "2,4,6", "stair_betas": "2000,4000", "tau_max": 0.12},
+    tiny={"cap_betas": (2.0, 4.0, 6.0), "stair_betas": (2000.0, 4000.0), "tau_max": 0.12},
 ))

@@ -20,31 +20,32 @@ import numpy as np
 from .. import plot
 from ..diagnostics import atoms, perceptron_energy
 from ..models import PerceptronBlock
-from ..theory.perceptron import stationarity_residual
 from ..solvers import solve
+from ..theory.perceptron import stationarity_residual
 from ._base import Experiment, register
-from ._common import parse_floats
+from ._options import Options, format_value, require_above, require_at_least
+from ._result import Result
 
 
 @dataclasses.dataclass(frozen=True)
-class PerceptronConfig:
+class PerceptronConfig(Options):
     beta: float = 3.0
-    angles: str = "0.3,2.0,4.0"
+    angles: tuple[float, ...] = (0.3, 2.0, 4.0)
     """directions a_j = (cos, sin) of the hidden units"""
-    omegas: str = "20,-15,10"
-    ns: str = "64,256"
+    omegas: tuple[float, ...] = (20.0, -15.0, 10.0)
+    ns: tuple[int, ...] = (64, 256)
     t1: float = 10.0
     """the flows settle by t ≈ 2 at these parameters"""
     rtol: float = 1e-6
     atom_threshold: float = 0.9999
     num_saves: int = 101
 
-    def __post_init__(self):
-        if len(parse_floats(self.angles, "angles")) != len(parse_floats(self.omegas, "omegas")):
-            raise ValueError(f"angles and omegas must have the same length, got {self.angles!r} and "
-                             f"{self.omegas!r}")
-        if (parse_floats(self.ns, "ns") < 2).any() or not self.t1 > 0 or self.beta <= 0:
-            raise ValueError("need ns >= 2, t1 > 0, beta > 0")
+    def validate(self):
+        if len(self.angles) != len(self.omegas):
+            raise ValueError(f"angles and omegas must have the same length, got {self.angles} and "
+                             f"{self.omegas}")
+        require_at_least(self, ns=2)
+        require_above(self, t1=0, beta=0)
 
 
 def _uniform_circle(n):
@@ -52,11 +53,11 @@ def _uniform_circle(n):
     return jnp.asarray(np.stack([np.cos(th), np.sin(th)], 1))
 
 
-def compute(cfg: PerceptronConfig, progress: bool = False) -> dict:
-    ang = parse_floats(cfg.angles, "angles")
+def compute(cfg: PerceptronConfig, progress: bool = False) -> Result:
+    ang = np.asarray(cfg.angles)
     a = np.stack([np.cos(ang), np.sin(ang)], 1)
-    omega = parse_floats(cfg.omegas, "omegas")
-    ns = parse_floats(cfg.ns, "ns").astype(int)
+    omega = np.asarray(cfg.omegas)
+    ns = np.asarray(cfg.ns)
     ts = jnp.linspace(0.0, cfg.t1, cfg.num_saves)
     ctrl = diffrax.PIDController(rtol=cfg.rtol, atol=cfg.rtol * 1e-2)
     out: dict = {"ts": np.asarray(ts), "ns": ns, "a": a, "omega": omega}
@@ -78,10 +79,10 @@ def compute(cfg: PerceptronConfig, progress: bool = False) -> dict:
             if act == "relu":
                 E = np.array([float(perceptron_energy(blk, x)) for x in sol.xs])
                 out[f"{key}_energy"] = E
-    return out
+    return Result(out)
 
 
-def figures(res: dict, cfg: PerceptronConfig, out_dir) -> list:
+def figures(res: Result, cfg: PerceptronConfig, out_dir) -> list:
     import matplotlib.pyplot as plt
 
     n = int(res["ns"][0])
@@ -103,7 +104,8 @@ def figures(res: dict, cfg: PerceptronConfig, out_dir) -> list:
     ax.set_title("E_{β,ϑ} along the flows (ReLU)")
     ax.legend(fontsize=8)
     ax.grid(alpha=0.3)
-    fig.suptitle(f"perceptron block on S^1, β={cfg.beta:g}, ω=({cfg.omegas}), a at θ=({cfg.angles})")
+    fig.suptitle(f"perceptron block on S^1, β={cfg.beta:g}, ω=({format_value(cfg.omegas)}), "
+                 f"a at θ=({format_value(cfg.angles)})")
     return [plot.save_figure(fig, out_dir / "perceptron.png")]
 
 
@@ -113,5 +115,5 @@ register(Experiment(
     config=PerceptronConfig,
     compute=compute,
     figures=figures,
-    tiny={"ns": "24,72", "t1": 10.0, "rtol": 1e-5, "num_saves": 11},
+    tiny={"ns": (24, 72), "t1": 10.0, "rtol": 1e-5, "num_saves": 11},
 ))

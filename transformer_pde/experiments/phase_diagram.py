@@ -10,12 +10,15 @@ of β (vmapped: one compiled program for the whole grid and batch) and times t. 
 Small β: one cluster by t ≈ 10; large β: long-lived metastable clusters, so the fraction at
 t = 30 falls with β. The default size matches the authors' run of sphere.md §10.4
 (batch 256, step 0.1, their discretization x ← N(x + h Γ(x))); the published fractions are
-saved alongside ours (``published_*``) and drawn on the figure.
+saved alongside ours (``published_*``) and drawn on the figure. The (β, t) grids are saved
+labelled (``results.nc``: group ``grid`` with dims beta × t, group ``histograms`` with the token
+angles, dims beta × t × token).
 """
 
 from __future__ import annotations
 
 import dataclasses
+from typing import Literal
 
 import diffrax
 import jax
@@ -23,12 +26,13 @@ import jax.numpy as jnp
 import numpy as np
 
 from .. import plot
-from ..models import SoftmaxAttention
 from ..diagnostics import cluster_count, clustered_pair_fraction
+from ..models import PostLN, SoftmaxAttention, Sphere, uniform_sphere
 from ..solvers import solve
-from ..models import PostLN, Sphere, uniform_sphere
 from ._base import Experiment, register
 from ._common import circle_angles
+from ._options import Options, require_above, require_at_least
+from ._result import Result, grid
 
 # sphere.md §10.4: fraction of clustered pairs, rows β, columns t = 7.5 and 30.
 PUBLISHED_BETAS = np.array([1.0, 11 / 3, 19 / 3, 9.0])
@@ -37,7 +41,7 @@ PUBLISHED_FRACTION = np.array([[0.50, 1.00], [0.39, 0.53], [0.31, 0.41], [0.28, 
 
 
 @dataclasses.dataclass(frozen=True)
-class PhaseDiagramConfig:
+class PhaseDiagramConfig(Options):
     n: int = 32
     d: int = 2
     batch: int = 256
@@ -49,22 +53,16 @@ class PhaseDiagramConfig:
     dt: float = 0.1
     num_saves: int = 61
     threshold: float = 0.999
-    step: str = "residual"
+    step: Literal["residual", "projected"] = "residual"
     """'residual': x ← N(x + h Γ(x)) (the authors' code, sphere.md §9); 'projected':
     x ← N(x + h P⊥Γ(x)) (explicit Euler for tp.Sphere)."""
     seed: int = 0
 
-    def __post_init__(self):
-        if self.n < 2 or self.d < 2 or self.batch < 1 or self.num_betas < 1:
-            raise ValueError(f"need n >= 2, d >= 2, batch >= 1, num_betas >= 1; got n={self.n}, "
-                             f"d={self.d}, batch={self.batch}, num_betas={self.num_betas}")
+    def validate(self):
+        require_at_least(self, n=2, d=2, batch=1, num_betas=1, num_saves=2)
         if not 0 <= self.beta_min <= self.beta_max:
             raise ValueError(f"need 0 <= beta_min <= beta_max, got {self.beta_min}, {self.beta_max}")
-        if not self.t1 > 0 or not self.dt > 0 or self.num_saves < 2:
-            raise ValueError(f"need t1 > 0, dt > 0, num_saves >= 2; got t1={self.t1}, dt={self.dt}, "
-                             f"num_saves={self.num_saves}")
-        if self.step not in ("residual", "projected"):
-            raise ValueError(f"step must be 'residual' or 'projected', got {self.step!r}")
+        require_above(self, t1=0, dt=0)
 
 
 def _dynamics(cfg, beta):
@@ -84,7 +82,7 @@ def run_grid(cfg: PhaseDiagramConfig, betas, ts, stats, keys):
     return jax.jit(jax.vmap(lambda b: jax.vmap(lambda k: one(b, k))(keys)))(betas)
 
 
-def compute(cfg: PhaseDiagramConfig, progress: bool = False) -> dict:
+def compute(cfg: PhaseDiagramConfig, progress: bool = False) -> Result:
     betas = jnp.linspace(cfg.beta_min, cfg.beta_max, cfg.num_betas)
     ts = jnp.linspace(0.0, cfg.t1, cfg.num_saves)
     keys = jax.random.split(jax.random.key(cfg.seed), cfg.batch)
@@ -98,7 +96,7 @@ def compute(cfg: PhaseDiagramConfig, progress: bool = False) -> dict:
     hist_betas = jnp.asarray(np.unique(np.clip(PUBLISHED_BETAS, cfg.beta_min, cfg.beta_max)))
     hist_ts = jnp.asarray([0.0, min(7.5, cfg.t1), cfg.t1])
     states = run_grid(cfg, hist_betas, hist_ts, lambda t, x: x, keys[:1])[:, 0]
-    return {
+    arrays = {
         "betas": np.asarray(betas), "ts": np.asarray(ts),
         "fraction": np.asarray(frac.mean(axis=1)), "fraction_sem": np.asarray(
             frac.std(axis=1) / np.sqrt(cfg.batch)),
@@ -110,6 +108,14 @@ def compute(cfg: PhaseDiagramConfig, progress: bool = False) -> dict:
         "measured_at_published": published_comparison(np.asarray(betas), np.asarray(ts),
                                                       np.asarray(frac.mean(axis=1))),
     }
+    grids = {"grid": grid({"beta": arrays["betas"], "t": arrays["ts"]},
+                          fraction=(("beta", "t"), arrays["fraction"]),
+                          fraction_sem=(("beta", "t"), arrays["fraction_sem"]),
+                          clusters=(("beta", "t"), arrays["clusters"]))}
+    if cfg.d == 2:
+        grids["histograms"] = grid({"beta": arrays["hist_betas"], "t": arrays["hist_ts"]},
+                                   angle=(("beta", "t", "token"), arrays["hist_angles"]))
+    return Result(arrays, grids)
 
 
 def published_comparison(betas, ts, fraction):
@@ -126,7 +132,7 @@ def published_comparison(betas, ts, fraction):
     return out
 
 
-def figures(res: dict, cfg: PhaseDiagramConfig, out_dir) -> list:
+def figures(res: Result, cfg: PhaseDiagramConfig, out_dir) -> list:
     import matplotlib.pyplot as plt
 
     betas, ts = res["betas"], res["ts"]

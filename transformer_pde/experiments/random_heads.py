@@ -19,60 +19,61 @@ import numpy as np
 
 from .. import plot
 from ..diagnostics import mean_overlap
+from ..models import uniform_sphere
 from ..models.random_heads import GaussianHeads, expected_head
 from ..solvers.random_heads import diffusive_chain, sde
 from ..theory.random_heads import logistic
-from ..models import uniform_sphere
 from ._base import Experiment, register
-from ._common import parse_floats
+from ._options import Options, require_at_least
+from ._progress import progress_bar
+from ._result import Result, grid
 
 
 @dataclasses.dataclass(frozen=True)
-class RandomHeadsConfig:
+class RandomHeadsConfig(Options):
     n: int = 6
     d: int = 3
     beta: float = 1.0
     num_heads: int = 1
     s1: float = 2.0
-    depths: str = "1,2,4,8,16,32"
+    depths: tuple[int, ...] = (1, 2, 4, 8, 16, 32)
     chain_paths: int = 32768
     sde_paths: int = 16384
     sde_steps: int = 64
     sde_nodes: int = 16
     drift_samples: int = 20000
     logistic_n: int = 8
-    logistic_dims: str = "8,32"
+    logistic_dims: tuple[int, ...] = (8, 32)
     logistic_beta: float = 0.5
     logistic_s1: float = 4.0
     logistic_layers: int = 100
     logistic_paths: int = 256
     seed: int = 0
 
-    def __post_init__(self):
-        if self.n < 2 or self.d < 2 or self.num_heads < 1 or self.logistic_n < 2:
-            raise ValueError("need n, d, logistic_n >= 2 and num_heads >= 1")
-        if (parse_floats(self.depths, "depths") < 1).any() or \
-                (parse_floats(self.logistic_dims, "logistic_dims") < 3).any():
-            raise ValueError("depths must be >= 1 and logistic_dims >= 3")
+    def validate(self):
+        require_at_least(self, n=2, d=2, logistic_n=2, num_heads=1, depths=1, logistic_dims=3)
         if self.logistic_layers % 10:
             raise ValueError(f"logistic_layers must be a multiple of 10, got {self.logistic_layers}")
 
 
-def compute(cfg: RandomHeadsConfig, progress: bool = False) -> dict:
+def compute(cfg: RandomHeadsConfig, progress: bool = False) -> Result:
     key = jax.random.key(cfg.seed)
     k_x, k_b, k_sde, k_chain, k_log = jax.random.split(key, 5)
     x0 = uniform_sphere(k_x, cfg.n, cfg.d)
     heads = GaussianHeads(cfg.d, beta=cfg.beta)
+    bar = progress_bar(progress, total=3 + len(cfg.depths) + len(cfg.logistic_dims), desc="random-heads")
     # 1. drift
     b, b_se = expected_head(k_b, heads, x0, cfg.drift_samples)
     b1, b1_se = expected_head(k_b, GaussianHeads(cfg.d, beta=cfg.beta, v_mean=1.0), x0,
                                  cfg.drift_samples)
+    bar.update(2)
     # 2. weak error, chain vs SDE at s1
     sde_x = jax.lax.map(lambda k: sde(k, heads, x0, cfg.s1, cfg.s1 / cfg.sde_steps,
                                          num_nodes=cfg.sde_nodes)[-1],
                         jax.random.split(k_sde, cfg.sde_paths), batch_size=256)
     m_sde = np.asarray(mean_overlap(sde_x))
-    depths = parse_floats(cfg.depths, "depths").astype(int)
+    bar.update()
+    depths = np.asarray(cfg.depths)
     m_chain, se_chain = [], []
     for i, L in enumerate(depths):
         keys = jax.random.split(jax.random.fold_in(k_chain, i), cfg.chain_paths)
@@ -81,6 +82,7 @@ def compute(cfg: RandomHeadsConfig, progress: bool = False) -> dict:
         m = np.asarray(mean_overlap(xs))
         m_chain.append(m.mean())
         se_chain.append(m.std(ddof=1) / np.sqrt(len(m)))
+        bar.update()
     m_chain, se_chain = np.array(m_chain), np.array(se_chain)
     se_sde = m_sde.std(ddof=1) / np.sqrt(len(m_sde))
     err = m_chain - m_sde.mean()
@@ -89,7 +91,7 @@ def compute(cfg: RandomHeadsConfig, progress: bool = False) -> dict:
     slope = (np.polyfit(np.log(depths[resolved]), np.log(np.abs(err[resolved])), 1)[0]
              if resolved.sum() >= 2 else np.nan)
     # 3. logistic overlaps
-    dims = parse_floats(cfg.logistic_dims, "logistic_dims").astype(int)
+    dims = np.asarray(cfg.logistic_dims)
     s_grid = np.linspace(0, cfg.logistic_s1, 11)
     m_log, u_log, se_log = [], [], []
     for i, d in enumerate(dims):
@@ -102,8 +104,10 @@ def compute(cfg: RandomHeadsConfig, progress: bool = False) -> dict:
         m_log.append(m.mean(0))
         se_log.append(m.std(0, ddof=1) / np.sqrt(m.shape[0]))
         u_log.append(logistic(float(m[0, 0]), s_grid))
+        bar.update()
+    bar.close()
     m_log, u_log, se_log = np.stack(m_log), np.stack(u_log), np.stack(se_log)
-    return {
+    arrays = {
         "b_gauss": np.asarray(b), "b_gauss_se": np.asarray(b_se),
         "b_gauss_z": np.asarray(np.max(np.abs(b) / b_se)),
         "b_shift": np.asarray(b1), "b_shift_z": np.asarray(np.max(np.abs(b1) / b1_se)),
@@ -114,9 +118,16 @@ def compute(cfg: RandomHeadsConfig, progress: bool = False) -> dict:
         "logistic_dims": dims, "logistic_s": s_grid, "logistic_m": m_log, "logistic_se": se_log,
         "logistic_u": u_log, "logistic_err": np.abs(m_log - u_log).max(1),
     }
+    grids = {
+        "weak_error": grid({"depth": depths}, m_chain=(("depth",), m_chain), se_chain=(("depth",), se_chain),
+                           weak_error=(("depth",), err), weak_error_se=(("depth",), se_err)),
+        "logistic": grid({"d": dims, "s": s_grid}, m=(("d", "s"), m_log), se=(("d", "s"), se_log),
+                         u=(("d", "s"), u_log)),
+    }
+    return Result(arrays, grids)
 
 
-def figures(res: dict, cfg: RandomHeadsConfig, out_dir) -> list:
+def figures(res: Result, cfg: RandomHeadsConfig, out_dir) -> list:
     import matplotlib.pyplot as plt
 
     fig, axes = plt.subplots(1, 3, figsize=(16, 4))
@@ -158,6 +169,6 @@ register(Experiment(
     config=RandomHeadsConfig,
     compute=compute,
     figures=figures,
-    tiny={"depths": "1,16", "chain_paths": 2048, "sde_paths": 512, "sde_steps": 8,
+    tiny={"depths": (1, 16), "chain_paths": 2048, "sde_paths": 512, "sde_steps": 8,
           "sde_nodes": 8, "drift_samples": 2000, "logistic_layers": 20, "logistic_paths": 64},
 ))

@@ -19,24 +19,28 @@ persisting one): no absolute threshold, which would miscount limits with a small
 from __future__ import annotations
 
 import dataclasses
+from typing import Literal
 
 import diffrax
 import jax
 import numpy as np
 
 from .. import plot
+from ..measures import Gaussian
 from ..models import L2Attention, SoftmaxAttention
 from ..solvers import solve
-from ..measures import Gaussian
 from ._base import Experiment, register
+from ._options import Options, require_above, require_at_least, require_between
+from ._progress import progress_bar
+from ._result import Result
 
 VARIANTS = ("softmax", "l2")
 VALUES = ("identity", "spd")
 
 
 @dataclasses.dataclass(frozen=True)
-class RankConfig:
-    dims: str = "3,4,5"
+class RankConfig(Options):
+    dims: tuple[int, ...] = (3, 4, 5)
     runs: int = 100
     """Initial covariances (and parameter draws) per dimension."""
     t_long: float = 1e5
@@ -45,18 +49,12 @@ class RankConfig:
     max_steps: int = 50_000
     """Step budget per run; runs that exhaust it are reported with rank -1 ('unfinished')."""
     seed: int = 40
-    variants: str = ",".join(VARIANTS)
+    variants: tuple[Literal["softmax", "l2"], ...] = VARIANTS
 
-    def __post_init__(self):
-        dims = [int(s) for s in self.dims.split(",")]
-        if any(d < 2 for d in dims) or self.runs < 1:
-            raise ValueError(f"need dims >= 2 and runs >= 1, got dims={self.dims}, runs={self.runs}")
-        if not (self.t_long > 0 and 0 < self.keep_ratio < 1 and self.rtol > 0):
-            raise ValueError(f"need t_long > 0, 0 < keep_ratio < 1, rtol > 0; got {self.t_long}, "
-                             f"{self.keep_ratio}, {self.rtol}")
-        bad = [v for v in self.variants.split(",") if v not in VARIANTS]
-        if bad:
-            raise ValueError(f"unknown variants {bad}; choose from {', '.join(VARIANTS)}")
+    def validate(self):
+        require_at_least(self, dims=2, runs=1)
+        require_above(self, t_long=0, rtol=0)
+        require_between(self, "keep_ratio", 0, 1, closed="()")
 
 
 def draw(d: int, runs: int, seed: int):
@@ -81,15 +79,16 @@ def limit_ranks(mid_covs, final_covs, keep_ratio):
     return np.sum((lam_end > keep_ratio * lam_mid) & (lam_end > floor), axis=-1)
 
 
-def compute(cfg: RankConfig, progress: bool = False) -> dict:
+def compute(cfg: RankConfig, progress: bool = False) -> Result:
     out = {}
-    dims = [int(s) for s in cfg.dims.split(",")]
+    dims = list(cfg.dims)
     pid = diffrax.PIDController(rtol=cfg.rtol, atol=1e-3 * cfg.rtol)
-    with jax.enable_x64(True):
+    bar = progress_bar(progress, total=len(dims) * len(cfg.variants), desc="rank-histograms")
+    with jax.enable_x64(True), bar:
         for d in dims:
             Q, S0, Vspd = draw(d, cfg.runs, cfg.seed)
             out[f"d{d}__cov0"] = S0
-            for variant in cfg.variants.split(","):
+            for variant in cfg.variants:
                 # a plain loop, not vmap: runs need from ~100 to a few thousand adaptive steps,
                 # and a vmapped solve would step every run until the slowest is done. The
                 # compiled solve is reused (same shapes), so there is one compilation.
@@ -116,19 +115,18 @@ def compute(cfg: RankConfig, progress: bool = False) -> dict:
                     out[f"{key}__ranks"] = ranks[sl]
                     out[f"{key}__final_cov"] = final[sl]
                     out[f"{key}__blowup_time"] = tblow[sl]
-                    if progress:
-                        hist = np.bincount(ranks[sl][ranks[sl] >= 0], minlength=d + 1)
-                        print(f"d={d} {variant:>7} V={vname:<8}: rank counts {hist.tolist()} "
-                              f"(bound ⌈d/2⌉ = {(d + 1) // 2}), unfinished "
-                              f"{int(np.sum(ranks[sl] < 0))}", flush=True)
-    return out
+                    hist = np.bincount(ranks[sl][ranks[sl] >= 0], minlength=d + 1)
+                    bar.note(f"d={d} {variant:>7} V={vname:<8}: rank counts {hist.tolist()} "
+                             f"(bound ⌈d/2⌉ = {(d + 1) // 2}), unfinished {int(np.sum(ranks[sl] < 0))}")
+                bar.update()
+    return Result(out)
 
 
-def figures(res: dict, cfg: RankConfig, out_dir) -> list:
+def figures(res: Result, cfg: RankConfig, out_dir) -> list:
     import matplotlib.pyplot as plt
 
-    dims = [int(s) for s in cfg.dims.split(",")]
-    variants = cfg.variants.split(",")
+    dims = list(cfg.dims)
+    variants = list(cfg.variants)
     fig, axes = plt.subplots(len(VALUES), len(variants), figsize=(4.2 * len(variants), 6.0),
                              squeeze=False)
     width = 0.8 / len(dims)
@@ -157,5 +155,5 @@ register(Experiment(
     config=RankConfig,
     compute=compute,
     figures=figures,
-    tiny={"dims": "3,4", "runs": 4, "t_long": 1e4, "rtol": 1e-6, "variants": "softmax"},
+    tiny={"dims": (3, 4), "runs": 4, "t_long": 1e4, "rtol": 1e-6, "variants": ("softmax",)},
 ))

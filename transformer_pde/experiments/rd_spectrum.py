@@ -29,12 +29,14 @@ import jax.numpy as jnp
 import numpy as np
 
 from .. import plot
-from ..models import SoftmaxAttention
 from ..diagnostics import attention_matrix, cluster_labels, numerical_rank
+from ..models import SoftmaxAttention
 from ..models.rescaled import RescaledSoftmax
 from ..solvers import solve
 from ._base import Experiment, register
 from ._common import pid
+from ._options import Options, require_above, require_at_least, require_between
+from ._result import Result
 
 
 def convex_hull_vertices(p) -> np.ndarray:
@@ -64,7 +66,7 @@ def distinct_values(v, tol) -> int:
 
 
 @dataclasses.dataclass(frozen=True)
-class RdSpectrumConfig:
+class RdSpectrumConfig(Options):
     n: int = 20
     d: int = 2
     box: float = 5.0
@@ -81,24 +83,20 @@ class RdSpectrumConfig:
     """Distance at which a token counts as at a hull vertex / on a hyperplane."""
     seed: int = 0
 
-    def __post_init__(self):
+    def validate(self):
         if self.n < 3 or self.d != 2:
             raise ValueError(f"rd-spectrum uses d = 2 (hull vertices in the plane) and n >= 3, "
                              f"got n={self.n}, d={self.d}")
-        if not self.box > 0 or not self.t1 > 0 or not self.t1_1d > 0 or self.num_saves < 2:
-            raise ValueError(f"need box, t1, t1_1d > 0 and num_saves >= 2, got {self.box}, {self.t1}, "
-                             f"{self.t1_1d}, {self.num_saves}")
-        if not 0 <= self.top_ratio < 1:
-            raise ValueError(f"top_ratio must lie in [0, 1) (simple top eigenvalue), got {self.top_ratio}")
-        if self.n1d < 2:
-            raise ValueError(f"n1d must be >= 2, got {self.n1d}")
+        require_above(self, box=0, t1=0, t1_1d=0)
+        require_at_least(self, num_saves=2, n1d=2)
+        require_between(self, "top_ratio", 0, 1, closed="[)", why="simple top eigenvalue")
 
 
 def _solve(dyn, z0, t1, ts, cfg):
     return solve(dyn, z0, t1=t1, dt0=1e-3, saveat=ts, stepsize_controller=pid(cfg.rtol, z0.dtype))
 
 
-def compute(cfg: RdSpectrumConfig, progress: bool = False) -> dict:
+def compute(cfg: RdSpectrumConfig, progress: bool = False) -> Result:
     k1, k2 = jax.random.split(jax.random.key(cfg.seed))
     z0 = jax.random.uniform(k1, (cfg.n, cfg.d), minval=-cfg.box, maxval=cfg.box)
     eye = jnp.eye(cfg.d)
@@ -145,7 +143,7 @@ def compute(cfg: RdSpectrumConfig, progress: bool = False) -> dict:
     out.update(ts_1d=np.asarray(ts1), leaders_zs=np.asarray(zs1[..., 0]), leaders_P=np.asarray(P),
                leaders_rank=np.asarray(jax.vmap(lambda p: numerical_rank(p, cfg.rank_rtol))(P)),
                leaders=np.asarray([int(jnp.argmin(z1[:, 0])), int(jnp.argmax(z1[:, 0]))]))
-    return out
+    return Result(out)
 
 
 def boolean_rows(P, tol=1e-3) -> int:
@@ -154,7 +152,7 @@ def boolean_rows(P, tol=1e-3) -> int:
     return int(np.sum(np.abs(P.max(axis=1) - 1) < tol))
 
 
-def figures(res: dict, cfg: RdSpectrumConfig, out_dir) -> list:
+def figures(res: Result, cfg: RdSpectrumConfig, out_dir) -> list:
     import matplotlib.pyplot as plt
 
     ts, z0 = res["ts"], res["z0"]

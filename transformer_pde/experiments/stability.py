@@ -14,18 +14,13 @@ W₂(μ_t, ν_t)/W₂(μ_0, ν_0) is the measured amplification; the theory's bo
 from __future__ import annotations
 
 import dataclasses
+from typing import Literal
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
 from .. import plot
-from ..models import (
-    L2Attention,
-    MultiHeadAttention,
-    SinkhornAttention,
-    SoftmaxAttention,
-)
 from ..diagnostics import (
     exact_wasserstein,
     stability_bound,
@@ -33,14 +28,23 @@ from ..diagnostics import (
     support_radius,
     support_radius_bound,
 )
+from ..models import (
+    L2Attention,
+    MultiHeadAttention,
+    SinkhornAttention,
+    SoftmaxAttention,
+)
 from ..solvers import solve
 from ._base import Experiment, register
+from ._options import Options, require_above, require_at_least
+from ._progress import progress_bar
+from ._result import Result, grid
 
 VARIANTS = ("softmax", "l2", "multihead", "sinkhorn")
 
 
 @dataclasses.dataclass(frozen=True)
-class StabilityConfig:
+class StabilityConfig(Options):
     n: int = 128
     d: int = 2
     t1: float = 2.0
@@ -50,23 +54,15 @@ class StabilityConfig:
     beta: float = 1.0
     scale: float = 0.7
     """Entries of Q, K, V are scale · N(0, 1)."""
-    deltas: str = "0.001,0.01,0.1"
+    deltas: tuple[float, ...] = (0.001, 0.01, 0.1)
     seed: int = 0
-    variants: str = ",".join(VARIANTS)
+    variants: tuple[Literal["softmax", "l2", "multihead", "sinkhorn"], ...] = VARIANTS
     """Variants whose support radius is tracked (multi-head needs an even d)."""
 
-    def __post_init__(self):
-        if self.n < 2 or self.d < 1 or self.num_saves < 2:
-            raise ValueError(f"need n >= 2, d >= 1, num_saves >= 2; got {self.n}, {self.d}, "
-                             f"{self.num_saves}")
-        if not (self.t1 > 0 and self.dt > 0 and self.radius > 0):
-            raise ValueError(f"need t1, dt, radius > 0; got {self.t1}, {self.dt}, {self.radius}")
-        if any(float(s) <= 0 for s in self.deltas.split(",")):
-            raise ValueError(f"deltas must be positive, got {self.deltas}")
-        bad = [v for v in self.variants.split(",") if v not in VARIANTS]
-        if bad:
-            raise ValueError(f"unknown variants {bad}; choose from {', '.join(VARIANTS)}")
-        if "multihead" in self.variants.split(",") and self.d % 2:
+    def validate(self):
+        require_at_least(self, n=2, d=1, num_saves=2)
+        require_above(self, t1=0, dt=0, radius=0, deltas=0)
+        if "multihead" in self.variants and self.d % 2:
             raise ValueError(f"multihead splits d into 2 heads: needs an even d, got d={self.d}")
 
 
@@ -79,7 +75,7 @@ def make_attentions(cfg: StabilityConfig):
         "multihead": lambda: MultiHeadAttention.split(Q, K, V, 2, cfg.beta),
         "sinkhorn": lambda: SinkhornAttention(Q, K, V, cfg.beta, epsilon=1.0),
     }
-    return {v: make[v]() for v in cfg.variants.split(",")}
+    return {v: make[v]() for v in cfg.variants}
 
 
 def initial_tokens(cfg: StabilityConfig):
@@ -91,8 +87,9 @@ def initial_tokens(cfg: StabilityConfig):
     return x.at[0].set(x[0] / jnp.linalg.norm(x[0]) * cfg.radius)
 
 
-def compute(cfg: StabilityConfig, progress: bool = False) -> dict:
-    with jax.enable_x64(True):
+def compute(cfg: StabilityConfig, progress: bool = False) -> Result:
+    bar = progress_bar(progress, total=len(cfg.variants) + 1 + len(cfg.deltas), desc="stability")
+    with jax.enable_x64(True), bar:
         ts = jnp.linspace(0.0, cfg.t1, cfg.num_saves)
         x0 = initial_tokens(cfg)
         out = {"ts": np.asarray(ts), "x0": np.asarray(x0)}
@@ -101,21 +98,22 @@ def compute(cfg: StabilityConfig, progress: bool = False) -> dict:
             sol = solve(attn, x0, t1=cfg.t1, dt0=cfg.dt, saveat=ts)
             out[f"{name}__radius"] = np.asarray(support_radius(sol.xs))
             out[f"{name}__radius_bound"] = np.asarray(support_radius_bound(attn, cfg.radius, ts))
-            if progress:
-                print(f"{name:>9}: R(t1) = {out[f'{name}__radius'][-1]:.4g} <= "
-                      f"{out[f'{name}__radius_bound'][-1]:.4g}", flush=True)
-        softmax = make_attentions(dataclasses.replace(cfg, variants="softmax"))["softmax"]
+            bar.note(f"{name:>9}: R(t1) = {out[f'{name}__radius'][-1]:.4g} <= "
+                     f"{out[f'{name}__radius_bound'][-1]:.4g}")
+            bar.update()
+        softmax = make_attentions(dataclasses.replace(cfg, variants=("softmax",)))["softmax"]
         xs = solve(softmax, x0, t1=cfg.t1, dt0=cfg.dt, saveat=ts).xs
+        bar.update()
         xi = jax.random.normal(jax.random.key(cfg.seed + 1), x0.shape)
-        deltas = [float(s) for s in cfg.deltas.split(",")]
+        deltas = list(cfg.deltas)
         ratios, w0 = [], []
         for delta in deltas:
             y0 = x0 + delta * xi
             ys = solve(softmax, y0, t1=cfg.t1, dt0=cfg.dt, saveat=ts).xs
             ratios.append(stability_ratio(xs, ys))
             w0.append(exact_wasserstein(x0, y0))
-            if progress:
-                print(f"delta={delta:g}: W2 ratio at t1 = {ratios[-1][-1]:.4g}", flush=True)
+            bar.note(f"delta={delta:g}: W2 ratio at t1 = {ratios[-1][-1]:.4g}")
+            bar.update()
         R0 = float(max(support_radius(x0), max(support_radius(x0 + d * xi) for d in deltas)))
         out["deltas"] = np.asarray(deltas)
         out["w2_initial"] = np.asarray(w0)
@@ -123,10 +121,15 @@ def compute(cfg: StabilityConfig, progress: bool = False) -> dict:
         out["stability_R0"] = np.asarray(R0)
         out["stability_bound"] = np.concatenate(
             [[1.0], np.asarray(stability_bound(softmax, R0, ts[1:]))])
-    return out
+    radius = grid({"variant": np.asarray(list(attns)), "t": out["ts"]},
+                  radius=(("variant", "t"), np.stack([out[f"{v}__radius"] for v in attns])),
+                  radius_bound=(("variant", "t"), np.stack([out[f"{v}__radius_bound"] for v in attns])))
+    w2 = grid({"delta": out["deltas"], "t": out["ts"]}, w2_ratio=(("delta", "t"), out["w2_ratio"]),
+              w2_initial=(("delta",), out["w2_initial"]), stability_bound=(("t",), out["stability_bound"]))
+    return Result(out, {"radius": radius, "w2": w2})
 
 
-def figures(res: dict, cfg: StabilityConfig, out_dir) -> list:
+def figures(res: Result, cfg: StabilityConfig, out_dir) -> list:
     import matplotlib.pyplot as plt
 
     ts = res["ts"]
@@ -167,6 +170,6 @@ register(Experiment(
     config=StabilityConfig,
     compute=compute,
     figures=figures,
-    tiny={"n": 16, "t1": 0.5, "dt": 0.05, "num_saves": 6, "deltas": "0.01,0.1",
-          "variants": "softmax,multihead"},
+    tiny={"n": 16, "t1": 0.5, "dt": 0.05, "num_saves": 6, "deltas": (0.01, 0.1),
+          "variants": ("softmax", "multihead")},
 ))

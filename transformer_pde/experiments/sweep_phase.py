@@ -6,6 +6,7 @@ with β, because tokens first gather in metastable clusters (sphere.md §2, GKPR
 several clusters can persist. The time to one cluster (single linkage, ⟨x_i, x_j⟩ > threshold,
 as in sphere.md §10) is read from the cluster count saved along each run; runs still split at
 t1 are censored (shown blank). All (β, seed) points of a dimension run in one ``tp.sweep`` call.
+The grids are saved labelled (``results.nc``, group ``sweep``: dims d × beta × seed × t).
 """
 
 from __future__ import annotations
@@ -18,27 +19,21 @@ import jax.numpy as jnp
 import numpy as np
 
 from .. import plot
-from ..models import SoftmaxAttention
 from ..diagnostics import cluster_count
+from ..models import SoftmaxAttention, Sphere, uniform_sphere
 from ..solvers import solve
-from ..models import Sphere, uniform_sphere
-from ..sweeps import LabeledArray, first_time, heatmap, sweep
+from ..sweeps import first_time, heatmap, sweep
 from ._base import Experiment, register
-
-
-def _int_list(text: str) -> list[int]:
-    try:
-        values = [int(v) for v in str(text).split(",") if v.strip()]
-    except ValueError as e:
-        raise ValueError(f"dims must be comma-separated integers, got {text!r}") from e
-    return values
+from ._options import Options, require_above, require_at_least
+from ._progress import progress_bar
+from ._result import Result, grid
 
 
 @dataclasses.dataclass(frozen=True)
-class SweepPhaseConfig:
+class SweepPhaseConfig(Options):
     n: int = 32
-    dims: str = "2,3,4,8"
-    """comma-separated dimensions d (one compiled sweep each)."""
+    dims: tuple[int, ...] = (2, 3, 4, 8)
+    """dimensions d (one compiled sweep each)."""
     beta_min: float = 0.5
     beta_max: float = 12.0
     num_beta: int = 16
@@ -50,23 +45,14 @@ class SweepPhaseConfig:
     chunk_size: int = 0
     """points per vmapped chunk (0: all points of a dimension in one chunk)."""
 
-    def __post_init__(self):
-        dims = _int_list(self.dims)
-        if not dims or min(dims) < 2:
-            raise ValueError(f"dims must list dimensions >= 2, got {self.dims!r}")
-        if self.n < 2 or self.num_beta < 1 or self.seeds < 1:
-            raise ValueError(f"need n >= 2, num_beta >= 1, seeds >= 1; got n={self.n}, "
-                             f"num_beta={self.num_beta}, seeds={self.seeds}")
+    def validate(self):
+        require_at_least(self, dims=2, n=2, num_beta=1, seeds=1, num_saves=2, chunk_size=0)
         if not 0 <= self.beta_min <= self.beta_max:
             raise ValueError(f"need 0 <= beta_min <= beta_max, got {self.beta_min}, {self.beta_max}")
-        if not self.t1 > 0 or not self.dt > 0 or self.num_saves < 2:
-            raise ValueError(f"need t1 > 0, dt > 0, num_saves >= 2; got t1={self.t1}, dt={self.dt}, "
-                             f"num_saves={self.num_saves}")
-        if self.chunk_size < 0:
-            raise ValueError(f"chunk_size must be >= 0, got {self.chunk_size}")
+        require_above(self, t1=0, dt=0)
 
 
-def compute(cfg: SweepPhaseConfig, progress: bool = False) -> dict:
+def compute(cfg: SweepPhaseConfig, progress: bool = False) -> Result:
     ts = jnp.linspace(0.0, cfg.t1, cfg.num_saves)
 
     def run(beta, seed, d):
@@ -78,33 +64,50 @@ def compute(cfg: SweepPhaseConfig, progress: bool = False) -> dict:
         return {"clusters": sol.stats, "t_one": first_time(ts, sol.stats == 1)}
 
     betas = np.linspace(cfg.beta_min, cfg.beta_max, cfg.num_beta)
-    out = sweep(run, {"beta": betas, "seed": np.arange(cfg.seeds)}, static={"d": _int_list(cfg.dims)},
-                chunk_size=cfg.chunk_size or None, progress=print if progress else None)
+    with progress_bar(progress, total=len(cfg.dims), desc="sweep-phase (dimensions)") as bar:
+        def report(line):
+            bar.update()
+            bar.note(line)
+
+        out = sweep(run, {"beta": betas, "seed": np.arange(cfg.seeds)}, static={"d": list(cfg.dims)},
+                    chunk_size=cfg.chunk_size or None, progress=report)
     t_one = out["t_one"]
-    return {
-        "betas": betas, "dims": np.asarray(_int_list(cfg.dims)), "ts": np.asarray(ts),
+    arrays = {
+        "betas": betas, "dims": np.asarray(list(cfg.dims)), "ts": np.asarray(ts),
         "t_one": t_one.values,                      # (d, beta, seed), inf when censored
         "clusters": out["clusters"].values,         # (d, beta, seed, time)
         "median_t_one": t_one.reduce(np.median, "seed").values,
         "fraction_one": (np.isfinite(t_one.values)).mean(axis=-1),
         "final_clusters": out["clusters"].values[..., -1],
     }
+    labelled = grid(
+        {"d": arrays["dims"], "beta": betas, "seed": np.arange(cfg.seeds), "t": arrays["ts"]},
+        t_one=(("d", "beta", "seed"), arrays["t_one"]),
+        clusters=(("d", "beta", "seed", "t"), arrays["clusters"]),
+        median_t_one=(("d", "beta"), arrays["median_t_one"]),
+        fraction_one=(("d", "beta"), arrays["fraction_one"]),
+    )
+    return Result(arrays, {"sweep": labelled})
 
 
-def figures(res: dict, cfg: SweepPhaseConfig, out_dir) -> list:
+def figures(res: Result, cfg: SweepPhaseConfig, out_dir) -> list:
     import matplotlib.pyplot as plt
+    import xarray as xr
 
     coords = {"d": res["dims"], "beta": res["betas"]}
+
+    def labelled(values, name):
+        return xr.DataArray(values, coords=coords, dims=("d", "beta"), name=name)
+
     med = np.where(np.isfinite(res["median_t_one"]), res["median_t_one"], np.nan)
     fig, axes = plt.subplots(1, 3, figsize=(16, 4.4), layout="constrained")
-    heatmap(LabeledArray(med, ("d", "beta"), coords, "median time to one cluster"), "beta", "d",
-            ax=axes[0], log_color=True)
+    heatmap(labelled(med, "median time to one cluster"), "beta", "d", ax=axes[0], log_color=True)
     axes[0].set_title(f"median time to one cluster (blank: > t1 = {cfg.t1:g})")
-    heatmap(LabeledArray(res["fraction_one"], ("d", "beta"), coords, "fraction in one cluster by t1"),
+    heatmap(labelled(res["fraction_one"], "fraction in one cluster by t1"),
             "beta", "d", ax=axes[1], cmap="magma", vmin=0, vmax=1)
     axes[1].set_title(f"fraction of {cfg.seeds} seeds in one cluster by t1")
     mean_final = res["final_clusters"].mean(axis=-1)
-    heatmap(LabeledArray(mean_final, ("d", "beta"), coords, "clusters at t1 (mean)"), "beta", "d",
+    heatmap(labelled(mean_final, "clusters at t1 (mean)"), "beta", "d",
             ax=axes[2], cmap="cividis", annotate=True, fmt="{:.1f}")
     axes[2].set_title("clusters at t1 (seed mean)")
     for ax in axes:
@@ -121,6 +124,6 @@ register(Experiment(
     config=SweepPhaseConfig,
     compute=compute,
     figures=figures,
-    tiny={"n": 12, "dims": "2,3", "num_beta": 16, "seeds": 4, "beta_max": 9.0, "t1": 12.0, "dt": 0.25,
+    tiny={"n": 12, "dims": (2, 3), "num_beta": 16, "seeds": 4, "beta_max": 9.0, "t1": 12.0, "dt": 0.25,
           "num_saves": 25},
 ))
