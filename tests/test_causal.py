@@ -6,10 +6,10 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 import scipy.special
+from _runs import tiny_run
 
 import transformer_pde as tp
 from transformer_pde.theory import causal
-from transformer_pde.experiments import _base
 
 
 def test_bessel_matches_scipy():
@@ -121,22 +121,23 @@ def test_renyi_expected_count(d):
     assert abs(frac - causal.cap_measure(delta, d)) < 4 * np.sqrt(frac / 100000)
 
 
-def test_cap_measure_general_d_formula():
-    from transformer_pde.theory.causal import cap_measure
+@pytest.mark.parametrize("d", [4, 5, 8])
+def test_cap_measure_general_d_against_monte_carlo(d):
+    """The incomplete-beta branch (d >= 4), both halves (δ below and above π/2), against the
+    fraction of uniform points within geodesic distance δ of a pole (Gaussian directions, NumPy)."""
+    m = 200_000
+    z = np.random.default_rng(d).standard_normal((m, d))
+    angle = np.arccos(np.clip(z[:, 0] / np.linalg.norm(z, axis=1), -1, 1))
+    for delta in (0.3, 1.2, np.pi / 2, 2.0, 2.9):
+        frac = np.mean(angle <= delta)
+        p = causal.cap_measure(delta, d)
+        assert abs(frac - p) < 5 * np.sqrt(max(p * (1 - p), 1 / m) / m), (d, delta, frac, p)
+    assert causal.cap_measure(np.pi, d) == pytest.approx(1.0, abs=1e-12)
+    assert causal.cap_measure(0.0, d) == 0.0
 
-    for delta in (0.3, 1.2, 2.5):
-        # the incomplete-beta branch (d > 3) reproduces d = 3 when forced
-        from scipy.special import betainc
 
-        half = betainc(1.0, 0.5, np.sin(min(delta, np.pi / 2)) ** 2) / 2
-        ref = half if delta <= np.pi / 2 else 1 - betainc(1.0, 0.5, np.sin(np.pi - delta) ** 2) / 2
-        np.testing.assert_allclose(ref, cap_measure(delta, 3), rtol=1e-12)
-
-
-def test_experiment_causal_clustering_tiny():
-    exp = _base.get("causal-clustering")
-    cfg = exp.make_config(**exp.tiny)
-    res = exp.compute(cfg, False)
+def test_experiment_causal_clustering_tiny(tmp_path_factory):
+    res, cfg, _ = tiny_run("causal-clustering", tmp_path_factory)
     assert float(res["long_final_dist"]) < 1e-3  # everything at x_1(0)
     # metastable counts grow with β, within the Rényi band (±2 for small n), slope near 1/2
     m = res["mean_count"]
@@ -145,10 +146,8 @@ def test_experiment_causal_clustering_tiny():
     assert abs(float(res["slope"]) - 0.5) < 0.2
 
 
-def test_experiment_lost_in_the_middle_tiny():
-    exp = _base.get("lost-in-the-middle")
-    cfg = exp.make_config(**exp.tiny)
-    res = exp.compute(cfg, False)
+def test_experiment_lost_in_the_middle_tiny(tmp_path_factory):
+    res, cfg, _ = tiny_run("lost-in-the-middle", tmp_path_factory)
     assert res["smallness"] and res["primacy"] and res["recency"] and res["unique_min"]
     # the published particle demo (sphere.md §10.6), reproduced exactly
     np.testing.assert_array_equal(res["demo_counts"], [39, 29, 22, 14, 1])

@@ -1,12 +1,14 @@
-"""The command line end to end: the main job at small size, list, and errors."""
+"""The command line end to end: the main job at small size, list, plot, and errors."""
 
 import json
 import subprocess
 import sys
 
+import jax
 import numpy as np
 import pytest
 
+import transformer_pde as tp
 from transformer_pde.cli import main
 
 
@@ -19,20 +21,38 @@ def test_list_names_the_experiments(capsys):
 def test_run_clustering_end_to_end(tmp_path, capsys):
     out = tmp_path / "run"
     code = main(["run", "clustering", "--out", str(out), "--n", "24", "--t1", "8", "--dt", "0.2",
-                 "--num-saves", "5", "--seed", "3", "--no-progress"])
+                 "--num-saves", "5", "--seed", "3", "--models", "SA,USA", "--no-progress"])
     assert code == 0
     data = np.load(out / "data.npz")
+    x0 = np.asarray(tp.uniform_sphere(jax.random.key(3), 24, 3))  # --seed 3 reached the start
     for model in ("SA", "USA"):
         assert data[f"xs_{model}"].shape == (5, 24, 3)
-        np.testing.assert_allclose(np.linalg.norm(data[f"xs_{model}"], axis=-1), 1.0, atol=1e-5)
+        np.testing.assert_allclose(data[f"xs_{model}"][0], x0, rtol=0, atol=1e-15)
         clusters = data[f"clusters_{model}"]
         assert clusters[0] == 24 and clusters[-1] == 1  # d = 3: one cluster
     meta = json.loads((out / "metadata.json").read_text())
     assert meta["config"]["n"] == 24 and meta["config"]["seed"] == 3
+    assert meta["config"]["models"] == ["SA", "USA"]
     assert meta["wall_time_s"] > 0 and meta["versions"]["jax"]
     assert (out / "clustering.png").stat().st_size > 10_000
     assert (out / "clustering.gif").stat().st_size > 10_000
-    assert "figure:" in capsys.readouterr().out
+    printed = capsys.readouterr().out
+    assert "figure:" in printed and "grids:" not in printed  # clustering has no grids
+
+    # plot redraws the figures in place from the saved data
+    png = (out / "clustering.png").read_bytes()
+    (out / "clustering.png").unlink()
+    assert main(["plot", str(out)]) == 0
+    assert (out / "clustering.png").read_bytes() == png
+    assert f"figure:   {out / 'clustering.png'}" in capsys.readouterr().out
+
+
+def test_run_help_shows_list_options(capsys):
+    with pytest.raises(SystemExit) as e:
+        main(["run", "equiangular", "--help"])
+    assert e.value.code == 0
+    out = capsys.readouterr().out
+    assert "--betas FLOAT,..." in out and "(default 0.5,1.0,4.0)" in out
 
 
 def test_unknown_experiment_is_named(capsys):

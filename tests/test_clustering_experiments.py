@@ -1,66 +1,63 @@
 """Every clustering experiment (issue 5) run at its ``tiny`` size, its outcome asserted.
 
-One session fixture runs each experiment once through the runner (data, metadata, figures
-written to a temporary directory); the tests check the outcomes against independent
-references (closed forms, SciPy, theorems), and the tour notebook reuses those runs.
+The runs are the session's shared tiny runs (``tests/_runs.py``: each experiment once, through
+the runner, read back from disk); the tests check the outcomes against independent references
+(closed forms, SciPy, theorems), and the tour notebook reuses those runs.
 """
 
-import json
 from pathlib import Path
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from _runs import runs_root, tiny_run
 
 import transformer_pde as tp
 from transformer_pde.experiments import get
-from transformer_pde.experiments._runner import run_experiment
 
 NAMES = ["clustering", "phase-diagram", "equiangular", "metastability", "energy-flow", "rd-spectrum"]
 
 
 @pytest.fixture(scope="session")
 def runs(tmp_path_factory):
-    root = tmp_path_factory.mktemp("clustering_runs")
-    cache = {}
-
     def get_run(name):
-        if name not in cache:
-            exp = get(name)
-            out = run_experiment(exp, exp.make_config(**exp.tiny), root / name, progress=False)
-            cache[name] = (out, exp.make_config(**exp.tiny), root / name)
-        return cache[name]
+        return tiny_run(name, tmp_path_factory)
 
-    get_run.root = root
+    get_run.root = runs_root(tmp_path_factory)
     return get_run
 
 
-def _check_files(out, out_dir, figures):
-    meta = json.loads(Path(out["metadata"]).read_text())
-    assert Path(out["data"]).exists() and meta["config"]
-    for f in figures:
-        assert (out_dir / f).stat().st_size > 1000, f
-    data = np.load(out["data"])
-    return data, meta
+def _numpy_single_linkage(x, threshold):
+    """Clusters of ⟨x_i, x_j⟩ > threshold by SciPy's connected components (not tp.diagnostics)."""
+    from scipy.sparse.csgraph import connected_components
+
+    return connected_components(np.asarray(x) @ np.asarray(x).T > threshold, directed=False)[0]
 
 
 def test_clustering_one_cluster_sa_and_usa(runs):
-    out, cfg, d = runs("clustering")
-    data, _ = _check_files(out, d, ["clustering.png", "clustering.gif"])
+    data, cfg, d = runs("clustering")
     assert (d / "clustering.gif").read_bytes()[:4] == b"GIF8"
-    for model in ("SA", "USA"):
+    x0 = np.asarray(tp.uniform_sphere(jax.random.key(cfg.seed), cfg.n, cfg.d))
+    for model in cfg.models:
         assert int(data[f"clusters_{model}"][-1]) == 1  # d >= 3: one cluster (sphere.md §1)
         assert data[f"clusters_{model}"][0] > 10
         e = data[f"energy_{model}"]
         assert np.all(np.diff(e) > -1e-9) and abs(e[-1] - 1) < 1e-6
         xs = data[f"xs_{model}"]
-        np.testing.assert_allclose(np.linalg.norm(xs, axis=-1), 1, atol=1e-9)
+        np.testing.assert_allclose(xs[0], x0, rtol=0, atol=1e-15)  # the start: uniform_sphere(key(seed))
+        # the saved counts are those of the saved states, by an independent single linkage
+        np.testing.assert_array_equal(data[f"clusters_{model}"],
+                                      [_numpy_single_linkage(x, cfg.threshold) for x in xs])
+        # and the saved energy is φ = (1/n²) Σ e^{β(⟨x_i,x_j⟩ − 1)} of them, written out again
+        phi = [np.mean(np.exp(cfg.beta * (x @ x.T - 1))) for x in xs]
+        np.testing.assert_allclose(e, phi, rtol=1e-12)
 
 
 def test_phase_diagram_matches_published(runs):
-    out, cfg, d = runs("phase-diagram")
-    data, _ = _check_files(out, d, ["phase_diagram.png", "angle_histograms.png"])
+    data, cfg, d = runs("phase-diagram")
+    assert (d / "angle_histograms.png").exists()
+    np.testing.assert_array_equal(data.grids["grid"]["fraction"].sel(beta=1.0).values, data["fraction"][0])
     ours, pub = data["measured_at_published"], data["published_fraction"]
     assert np.isfinite(ours).all()  # the tiny grid holds all (β, t) of sphere.md §10.4
     # batch 48: standard errors up to 0.035 (fraction_sem); 0.1 is about 3 of them
@@ -82,10 +79,9 @@ def test_equiangular_against_scipy(runs):
 
     from transformer_pde.experiments.equiangular import equiangular_start
 
-    out, cfg, d = runs("equiangular")
-    data, _ = _check_files(out, d, ["equiangular.png"])
+    data, cfg, d = runs("equiangular")
     n, ts = cfg.n, data["ts"]
-    for k, beta in enumerate(cfg.beta_list):
+    for k, beta in enumerate(cfg.betas):
         rhs = {  # sphere.md §1, written out again here
             "SA": lambda t, r: 2 * np.exp(beta * r) * (1 - r) * ((n - 1) * r + 1)
             / (np.exp(beta) + (n - 1) * np.exp(beta * r)),
@@ -111,16 +107,15 @@ def test_equiangular_against_scipy(runs):
 
 
 def test_metastability_caps_and_staircase(runs):
-    out, cfg, d = runs("metastability")
-    data, _ = _check_files(out, d, ["metastability.png"])
+    data, cfg, d = runs("metastability")
     ex, pred = data["exit_times"], data["predicted_exit"]
     assert np.all(ex >= data["theorem_T2"])  # GKPR's T₂ lower bound
     np.testing.assert_allclose(ex[1:], pred[1:], rtol=0.1)  # e^{β(1−cos θ0)}/(2β sin²θ0)
     assert abs(float(data["exit_slope"]) - float(data["predicted_slope"])) < 0.1
     # staircase: plateaus at Σ(m_k/n)² with sizes (2,1,1,1) → (3,1,1) → (3,2) → (5)
     taus, phi, masses = data["taus"], data["phi"], data["masses"]
-    n = len(cfg.theta_list)
-    for k, beta in enumerate(cfg.stair_beta_list):
+    n = len(cfg.theta0)
+    for k, beta in enumerate(cfg.stair_betas):
         sizes = np.rint(masses[k] * n).astype(int)
         change = np.nonzero(np.any(np.diff(sizes, axis=0) != 0, axis=1))[0] + 1
         bounds = np.concatenate([[0], change, [len(taus)]])
@@ -132,7 +127,7 @@ def test_metastability_caps_and_staircase(runs):
             assert abs(phi[k, mid] - np.sum(masses[k, mid] ** 2)) < 0.01
         assert phi[k, -1] > 0.999
     published = {2000.0: 0.10, 4000.0: 0.092, 500.0: 0.12}  # sphere.md §10.3
-    for k, beta in enumerate(cfg.stair_beta_list):
+    for k, beta in enumerate(cfg.stair_betas):
         if beta in published:
             assert abs(data["collapse_times"][k] / published[beta] - 1) < 0.05
 
@@ -140,8 +135,7 @@ def test_metastability_caps_and_staircase(runs):
 def test_energy_flow_extremal_measures(runs):
     from transformer_pde.experiments.energy_flow import classify, ngon_energy
 
-    out, cfg, d = runs("energy-flow")
-    data, _ = _check_files(out, d, ["energy_flow.png"])
+    data, cfg, d = runs("energy-flow")
     beta, n = cfg.beta, cfg.n
     for name in cfg.cases():
         e_up, e_down = data[f"{name}_ascent_energy"], data[f"{name}_descent_energy"]
@@ -181,8 +175,7 @@ def test_energy_flow_extremal_measures(runs):
 
 
 def test_rd_spectrum_limits(runs):
-    out, cfg, d = runs("rd-spectrum")
-    data, _ = _check_files(out, d, ["rd_spectrum.png"])
+    data, cfg, d = runs("rd-spectrum")
     assert bool(data["identity_limits_are_vertices"])
     assert data["identity_fraction_at_vertex"] >= 0.5
     assert data["identity_rank"][-1] < data["identity_rank"][0]
@@ -200,7 +193,8 @@ def test_rescaled_model_matches_unscaled():
     """z = e^{−tV}x: the rescaled ODE reproduces the plain R^d attention dynamics."""
     import diffrax
 
-    from transformer_pde.experiments.rd_spectrum import RescaledSoftmax, convex_hull_vertices
+    from transformer_pde.experiments.rd_spectrum import convex_hull_vertices
+    from transformer_pde.models.rescaled import RescaledSoftmax
 
     V = jnp.diag(jnp.asarray([1.0, 0.5]))
     eye = jnp.eye(2)
@@ -218,7 +212,7 @@ def test_rescaled_model_matches_unscaled():
 
 def test_configs_reject_bad_values():
     with pytest.raises(ValueError, match="models"):
-        get("clustering").make_config(models="SA,XYZ")
+        get("clustering").make_config(models=("SA", "XYZ"))
     with pytest.raises(ValueError, match="d >= n"):
         get("equiangular").make_config(n=8, d=4)
     with pytest.raises(ValueError, match="rho0"):
@@ -229,8 +223,10 @@ def test_configs_reject_bad_values():
         get("phase-diagram").make_config(step="rk4")
     with pytest.raises(ValueError, match="top_ratio"):
         get("rd-spectrum").make_config(top_ratio=1.5)
-    with pytest.raises(ValueError, match="comma-separated"):
-        get("energy-flow").make_config(indefinite_d2="a,b")
+    with pytest.raises(ValueError, match=r"option indefinite_d2: item 0 \('a'\) must be a number"):
+        get("energy-flow").make_config(indefinite_d2=("a", "b"))
+    with pytest.raises(ValueError, match="option indefinite_d2 must be a list of float"):
+        get("energy-flow").make_config(indefinite_d2="0.2,1")
 
 
 def test_tour_notebook(runs, monkeypatch):
@@ -264,7 +260,7 @@ def test_published_sizes_rd_and_staircase():
         fractions.append(float(res["identity_fraction_at_vertex"]))
     assert np.mean(fractions) >= 0.85 and np.median(fractions) >= 0.9, fractions
     exp = get("metastability")
-    res = exp.compute(exp.make_config(cap_betas="2,3"), False)
+    res = exp.compute(exp.make_config(cap_betas=(2.0, 3.0)), False)
     times = dict(zip(res["stair_betas"], res["collapse_times"]))
     for beta, tc in {500.0: 0.12, 2000.0: 0.10, 4000.0: 0.092}.items():
         assert abs(times[beta] / tc - 1) < 0.07, (beta, times[beta])

@@ -1,33 +1,31 @@
-"""The Gaussian-closure and stability experiments at their tiny sizes, with asserted outcomes."""
-
-import json
+"""The Gaussian-closure and stability experiments at their tiny sizes, with asserted outcomes
+(the session's shared tiny runs, ``tests/_runs.py``, read back from disk)."""
 
 import numpy as np
 import pytest
+from _runs import tiny_run
 
 from transformer_pde import experiments
 from transformer_pde.experiments import gaussian_anisotropy as ga
-from transformer_pde.experiments._runner import run_experiment
 from transformer_pde.theory.gaussian import identity_value_blowup_time
 
 
-def _run(name, tmp_path):
-    exp = experiments.get(name)
-    out = run_experiment(exp, exp.make_config(**exp.tiny), tmp_path, progress=False)
-    for fig in out["figures"]:
-        assert (tmp_path / fig.split("/")[-1]).stat().st_size > 5000
-    meta = json.loads((tmp_path / "metadata.json").read_text())
-    assert meta["experiment"] == name
-    return out["results"]
+def _run(name, tmp_path_factory):
+    return tiny_run(name, tmp_path_factory)[0]
 
 
-def test_gaussian_anisotropy_tiny(tmp_path):
-    res = _run("gaussian-anisotropy", tmp_path)
+def test_gaussian_anisotropy_tiny(tmp_path_factory):
+    res, cfg, _ = tiny_run("gaussian-anisotropy", tmp_path_factory)
     code = {name: i for i, name in enumerate(ga.OUTCOMES)}
     outcome = lambda regime, v: res[f"{regime}__{v}__outcome"]
+    # the labelled grid of a regime holds the same runs (variant × start × save)
+    two = res.grids["two_lines"]
+    assert two["covs"].dims == ("variant", "start", "save", "row", "col")
+    np.testing.assert_array_equal(two["outcome"].sel(variant="sinkhorn").values,
+                                  outcome("two-lines", "sinkhorn"))
     # convergence to 0 for every variant with V = GGᵀ, K = −Q (euclidean.md §8); for softmax
     # tr(V⁻¹Σ) is non-increasing along the way (§5.2)
-    variants = experiments.get("gaussian-anisotropy").tiny["variants"].split(",")
+    variants = cfg.variants
     for v in variants:
         assert np.all(outcome("zero", v) == code["to zero"]), v
     Vinv = np.linalg.inv(res["zero__V"])
@@ -76,10 +74,10 @@ def test_gaussian_anisotropy_tiny(tmp_path):
         assert np.all(res[f"blowup__{v}__blowup_time"] >= np.log(1e4 / 2) / (2 * rate)), v
 
 
-def test_rank_histograms_tiny(tmp_path):
-    res = _run("rank-histograms", tmp_path)
+def test_rank_histograms_tiny(tmp_path_factory):
+    res = _run("rank-histograms", tmp_path_factory)
     for d in (3, 4):
-        for v in experiments.get("rank-histograms").tiny["variants"].split(","):
+        for v in experiments.get("rank-histograms").tiny["variants"]:
             for vname in ("identity", "spd"):
                 ranks = res[f"d{d}__{v}__{vname}__ranks"]
                 assert np.all((0 <= ranks) & (ranks <= (d + 1) // 2)), (d, v, vname, ranks)
@@ -88,9 +86,9 @@ def test_rank_histograms_tiny(tmp_path):
             assert np.all(res[f"d{d}__{v}__identity__ranks"] == (d + 1) // 2)
 
 
-def test_stability_tiny(tmp_path):
-    res = _run("stability", tmp_path)
-    for v in experiments.get("stability").tiny["variants"].split(","):
+def test_stability_tiny(tmp_path_factory):
+    res = _run("stability", tmp_path_factory)
+    for v in experiments.get("stability").tiny["variants"]:
         R, bound = res[f"{v}__radius"], res[f"{v}__radius_bound"]
         np.testing.assert_allclose(R[0], 1.0)
         assert np.all(R <= bound * (1 + 1e-12)), v
@@ -103,12 +101,12 @@ def test_stability_tiny(tmp_path):
 
 
 def test_experiment_configs_reject_bad_options():
-    with pytest.raises(ValueError, match="regimes"):
-        experiments.get("gaussian-anisotropy").make_config(regimes="zero,nope")
-    with pytest.raises(ValueError, match="dims"):
-        experiments.get("rank-histograms").make_config(dims="1")
-    with pytest.raises(ValueError, match="deltas"):
-        experiments.get("stability").make_config(deltas="0.1,-1")
+    with pytest.raises(ValueError, match=r"option regimes: item 1 \('nope'\) must be one of zero, line"):
+        experiments.get("gaussian-anisotropy").make_config(regimes=("zero", "nope"))
+    with pytest.raises(ValueError, match="need dims >= 2"):
+        experiments.get("rank-histograms").make_config(dims=(1,))
+    with pytest.raises(ValueError, match="need .*deltas > 0"):
+        experiments.get("stability").make_config(deltas=(0.1, -1.0))
 
 
 def test_gaussian_closure_notebook(monkeypatch):

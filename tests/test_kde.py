@@ -3,18 +3,26 @@
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from _runs import tiny_run
 
 import transformer_pde as tp
 from transformer_pde.models import MeanShift
 from transformer_pde.theory import kde
-from transformer_pde.experiments import _base
+
+
+def _extrema_numpy(x, beta, h, chunk=2048):
+    """Plain NumPy reference: (local maxima, local minima) of P̂ itself (not of the sign of P̂')
+    on a grid of step h, evaluated in chunks of grid points."""
+    x = np.asarray(x)
+    t = np.arange(x.min() - 5 / np.sqrt(beta), x.max() + 5 / np.sqrt(beta), h)
+    p = np.concatenate([np.exp(-beta * (t[i:i + chunk, None] - x[None, :]) ** 2 / 2).sum(1)
+                        for i in range(0, len(t), chunk)])
+    mid, left, right = p[1:-1], p[:-2], p[2:]
+    return int(np.sum((mid > left) & (mid >= right))), int(np.sum((mid < left) & (mid <= right)))
 
 
 def _modes_numpy(x, beta, h):
-    """Plain NumPy reference: local maxima of P̂ itself (not of the sign of P̂') on a fine grid."""
-    t = np.arange(x.min() - 5 / np.sqrt(beta), x.max() + 5 / np.sqrt(beta), h)
-    p = np.exp(-beta * (t[:, None] - x[None, :]) ** 2 / 2).sum(1)
-    return int(np.sum((p[1:-1] > p[:-2]) & (p[1:-1] >= p[2:])))
+    return _extrema_numpy(x, beta, h)[0]
 
 
 def test_two_samples_bimodal_iff_separation_exceeds_two_bandwidths():
@@ -26,11 +34,11 @@ def test_two_samples_bimodal_iff_separation_exceeds_two_bandwidths():
 
 
 @pytest.mark.parametrize("beta", [30.0, 300.0])
-def test_modes_match_numpy_reference_and_minima_are_one_fewer(beta):
+def test_modes_and_minima_match_numpy_reference(beta):
     x = np.random.default_rng(1).standard_normal(300)
     modes, minima = kde.kde_critical_points(x, beta)
-    assert modes == minima + 1  # the authors' code counts minima: one fewer
-    assert modes == _modes_numpy(x, beta, 0.01 / np.sqrt(beta))
+    # both counts against local extrema of P̂ on a fine grid (the authors' code counts minima)
+    assert (modes, minima) == _extrema_numpy(x, beta, 0.01 / np.sqrt(beta))
     assert kde.kde_critical_points(x, beta, resolution=0.025) == (modes, minima)
 
 
@@ -62,11 +70,13 @@ def test_mean_shift_float32():
     assert sol.final.dtype == jnp.float32 and bool(jnp.all(jnp.isfinite(sol.final)))
 
 
-def test_experiment_kde_modes_tiny():
-    exp = _base.get("kde-modes")
-    cfg = exp.make_config(**exp.tiny)
-    res = exp.compute(cfg, False)
-    assert np.all(res["modes"] == res["minima"] + 1)
+def test_experiment_kde_modes_tiny(tmp_path_factory):
+    res, cfg, _ = tiny_run("kde-modes", tmp_path_factory)
+    # the counts of the first run's samples (the experiment's generator, redrawn) against NumPy
+    X = np.random.default_rng(cfg.seed).standard_normal(cfg.n)
+    for a, b in enumerate(cfg.betas[:2]):
+        assert (res["modes"][a, 0], res["minima"][a, 0]) == _extrema_numpy(X, b, 0.02 / np.sqrt(b))
+    assert res.grids["modes"]["modes"].dims == ("beta", "run")
     # √(β log β): slope 1/2 against β log β (β between n^0.75 and n^1.05 here), steeper against β
     assert abs(float(res["slope_beta_log_beta"]) - 0.5) < 0.12
     assert float(res["slope_beta"]) > float(res["slope_beta_log_beta"])

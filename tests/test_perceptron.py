@@ -5,12 +5,12 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from _runs import tiny_run
 
 import transformer_pde as tp
 from transformer_pde.diagnostics import perceptron_energy
 from transformer_pde.models import PerceptronBlock
 from transformer_pde.theory.perceptron import stationarity_residual
-from transformer_pde.experiments import _base
 
 
 def _block(sign=1.0, beta=1.5, d=3):
@@ -66,10 +66,8 @@ def test_stationarity_residual_and_validation():
         PerceptronBlock(1.0, np.eye(2), np.ones(3))
 
 
-def test_experiment_perceptron_tiny():
-    exp = _base.get("perceptron")
-    cfg = exp.make_config(**exp.tiny)
-    res = exp.compute(cfg, False)
+def test_experiment_perceptron_tiny(tmp_path_factory):
+    res, cfg, _ = tiny_run("perceptron", tmp_path_factory)
     n1, n2 = (int(n) for n in res["ns"])
     for mode in ("descent", "ascent"):
         k1, k2 = int(res[f"{mode}_n{n1}_num_atoms"]), int(res[f"{mode}_n{n2}_num_atoms"])

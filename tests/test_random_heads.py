@@ -4,11 +4,11 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from _runs import tiny_run
 
 import transformer_pde as tp
 from transformer_pde.models import random_heads as rh
 from transformer_pde.solvers import random_heads as rh_runs
-from transformer_pde.experiments import _base
 
 
 def test_head_field_matches_numpy_and_is_odd_in_V():
@@ -73,10 +73,8 @@ def test_chain_float32():
     assert xs.shape == (3, 4, 3) and xs.dtype == jnp.float32
 
 
-def test_experiment_random_heads_tiny():
-    exp = _base.get("random-heads")
-    cfg = exp.make_config(**exp.tiny)
-    res = exp.compute(cfg, False)
+def test_experiment_random_heads_tiny(tmp_path_factory):
+    res, cfg, _ = tiny_run("random-heads", tmp_path_factory)
     assert float(np.mean((res["b_gauss"] / res["b_gauss_se"]) ** 2)) < 2.5
     assert float(res["b_shift_z"]) > 10
     # the deep chain agrees with the common-noise SDE (its weak limit) within Monte Carlo error;

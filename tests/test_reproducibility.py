@@ -53,12 +53,12 @@ def test_same_command_and_seed_give_identical_files(tmp_path):
 
 def test_toml_config_resolution_and_round_trip(tmp_path):
     cfg = tmp_path / "opts.toml"
-    cfg.write_text("# options\nseed = 5\nbeta = 2\nmodels = \"USA\"\n")
+    cfg.write_text("# options\nseed = 5\nbeta = 2\nmodels = [\"USA\"]\n")
     out = _run(tmp_path / "t", "--config", str(cfg), "--beta", "3.5")
     resolved = load_toml(out / "config.toml")
     # defaults < TOML < flags; ints accepted for floats
     assert resolved == {"experiment": "clustering", "n": 16, "d": 2, "beta": 3.5, "t1": 2.0,
-                        "dt": 0.1, "seed": 5, "models": "USA", "num_saves": 5, "threshold": 0.999,
+                        "dt": 0.1, "seed": 5, "models": ["USA"], "num_saves": 5, "threshold": 0.999,
                         "animate": False, "frames": 31}
     assert json.loads((out / "config.json").read_text()) == {
         k: v for k, v in resolved.items() if k != "experiment"}
@@ -80,6 +80,10 @@ def test_config_from_mapping_rejects_unknown_and_ill_typed():
     with pytest.raises(ValueError, match=r"top-level 'key = value' pairs; found table\(s\) \['x'\]"):
         exp.config_from_mapping({"x": {"n": 3}})
     assert exp.config_from_mapping({"beta": 2}).beta == 2.0
+    # lists are TOML arrays, not comma-separated strings
+    assert exp.config_from_mapping({"models": ["USA"]}).models == ("USA",)
+    with pytest.raises(ValueError, match=r"option models must be a list of SA\|USA .*got 'USA'"):
+        exp.config_from_mapping({"models": "USA"})
 
 
 def test_npz_bytes_are_deterministic_and_loadable(tmp_path):

@@ -185,7 +185,8 @@ def test_interrupted_runner_leaves_consistent_directory(tmp_path):
     from transformer_pde.experiments._runner import run_experiment
 
     exp = get("clustering")
-    cfg = exp.make_config(n=16, d=2, t1=2.0, dt=0.1, num_saves=21, models="SA", animate=False)  # chunks of 10, 10, 1
+    # chunks of 10, 10, 1 save intervals
+    cfg = exp.make_config(n=16, d=2, t1=2.0, dt=0.1, num_saves=21, models=("SA",), animate=False)
     real = Checkpoint.write_chunk
 
     def interrupt(self, name, index, arrays, manifest):

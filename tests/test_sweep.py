@@ -1,4 +1,4 @@
-"""Sweeps: labelled arrays, chunked vmapped grids, sharding, and the (β, d) phase experiment."""
+"""Sweeps: labelled (xarray) grids, chunked vmapped grids, sharding, and the (β, d) phase experiment."""
 
 import os
 import subprocess
@@ -9,28 +9,37 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+import xarray as xr
+from _runs import tiny_run
 
 import transformer_pde as tp
-from transformer_pde.experiments import get
-from transformer_pde.experiments._runner import run_experiment
 from transformer_pde.sweeps import first_time
 
 
-def test_labeled_array_selection_and_reduction():
-    v = np.arange(24.0).reshape(2, 3, 4)
-    la = tp.LabeledArray(v, ("d", "beta", "seed"), {"d": [2, 3], "beta": [0.5, 1.0, 2.0]}, "x")
-    np.testing.assert_array_equal(la.coords["seed"], np.arange(4))
-    np.testing.assert_array_equal(la.sel(beta=0.9, d=3).values, v[1, 1])
-    assert la.sel(beta=0.9, d=3).dims == ("seed",)
-    np.testing.assert_array_equal(la.mean("seed").values, v.mean(-1))
-    np.testing.assert_array_equal(la.reduce(np.max, "d").values, v.max(0))
-    t = la.transpose("seed", "d", "beta")
-    np.testing.assert_array_equal(t.values, v.transpose(2, 0, 1))
-    assert set(la.to_dict()) == {"x", "x__d", "x__beta", "x__seed"}
-    with pytest.raises(ValueError, match="not a dimension"):
-        la.mean("n")
-    with pytest.raises(ValueError, match="coordinate 'd'"):
-        tp.LabeledArray(v, ("d", "beta", "seed"), {"d": [1, 2, 3]})
+def test_sweep_returns_labelled_xarray():
+    out = tp.sweep(lambda beta, seed, d: {"x": beta * seed * jnp.ones(2) + d},
+                   {"beta": np.array([0.5, 1.0, 2.0]), "seed": np.arange(4)}, static={"d": [2, 3]})
+    x = out["x"]
+    assert isinstance(x, xr.DataArray) and x.name == "x"
+    assert x.dims == ("d", "beta", "seed", "dim_0") and x.shape == (2, 3, 4, 2)
+    np.testing.assert_array_equal(x["d"].values, [2, 3])
+    np.testing.assert_array_equal(x["beta"].values, [0.5, 1.0, 2.0])
+    assert "dim_0" not in x.coords  # the output's own dims are not swept: no coordinates
+    v = 0.5 * np.arange(4)[:, None] * np.ones(2) + 3  # beta = 0.5, d = 3
+    np.testing.assert_array_equal(x.sel(beta=0.5, d=3).values, v)
+    np.testing.assert_array_equal(x.sel(beta=0.9, d=3, method="nearest").values, x.sel(beta=1.0, d=3).values)
+    np.testing.assert_array_equal(x.mean("seed").values, x.values.mean(axis=2))
+    np.testing.assert_array_equal(x.reduce(np.max, "d").values, x.values.max(0))
+    # module and function names do not shadow each other
+    assert tp.sweeps.first_time is first_time and callable(tp.sweep)
+
+
+def test_labeled_array_is_a_deprecated_dataarray():
+    v = np.arange(6.0).reshape(2, 3)
+    with pytest.warns(DeprecationWarning, match="xarray.DataArray"):
+        la = tp.LabeledArray(v, ("d", "beta"), {"beta": [0.5, 1.0, 2.0]}, "x")
+    assert isinstance(la, xr.DataArray) and la.name == "x" and la.dims == ("d", "beta")
+    np.testing.assert_array_equal(la.sel(beta=1.0).values, v[:, 1])
 
 
 def test_sweep_matches_numpy_with_padding_and_static_axes():
@@ -45,6 +54,7 @@ def test_sweep_matches_numpy_with_padding_and_static_axes():
     assert len(traces) == 2  # one trace per static value, every grid point vmapped
     traces.clear()
     assert out["s"].dims == ("k", "a", "b") and out["v"].dims == ("k", "a", "b", "dim_0")
+    np.testing.assert_array_equal(out["s"]["a"].values, a)
     A, B = np.meshgrid(a, b, indexing="ij")
     for i, k in enumerate([1, 2]):
         np.testing.assert_allclose(out["s"].values[i], A * B + np.sin(A) * k, rtol=1e-14)
@@ -98,10 +108,16 @@ def test_first_time():
 def test_heatmap():
     import matplotlib.pyplot as plt
 
-    la = tp.LabeledArray(np.array([[1.0, np.nan], [3.0, 4.0]]), ("d", "beta"), {"beta": [1.0, 2.0]})
+    la = xr.DataArray(np.array([[1.0, np.nan], [3.0, 4.0]]), coords={"beta": [1.0, 2.0]}, dims=("d", "beta"),
+                      name="z")
     fig, ax = plt.subplots()
     mesh = tp.heatmap(la, "beta", "d", ax=ax, log_color=True, annotate=True)
     assert mesh.get_array().shape == (2, 2) and np.ma.is_masked(mesh.get_array())
+    # rows are d (no coordinates: 0, 1), columns beta; cells centred on the coordinates
+    np.testing.assert_allclose(mesh.get_coordinates()[0, :, 0], [0.5, 1.5, 2.5])
+    np.testing.assert_allclose(mesh.get_coordinates()[:, 0, 1], [-0.5, 0.5, 1.5])
+    assert np.ma.getdata(mesh.get_array())[1, 0] == 3.0
+    assert fig.axes[-1].get_ylabel() == "z"  # the colorbar names the values
     with pytest.raises(ValueError, match="2-D array"):
         tp.heatmap(la, "beta", "seed", ax=ax)
     plt.close(fig)
@@ -124,11 +140,9 @@ def test_sweep_shards_over_two_devices():
     assert res.returncode == 0 and "ok" in res.stdout, res.stderr[-2000:]
 
 
-def test_sweep_phase_experiment_tiny(tmp_path):
-    exp = get("sweep-phase")
-    cfg = exp.make_config(**exp.tiny)
-    res = run_experiment(exp, cfg, tmp_path, progress=False)["results"]
-    assert (tmp_path / "sweep-phase.png").exists()
+def test_sweep_phase_experiment_tiny(tmp_path_factory):
+    res, cfg, run_dir = tiny_run("sweep-phase", tmp_path_factory)
+    assert (run_dir / "sweep-phase.png").exists()
     D, B, S = len(res["dims"]), cfg.num_beta, cfg.seeds
     assert B * S >= 64 and res["t_one"].shape == (D, B, S)
     t_one, clusters = res["t_one"], res["clusters"]
