@@ -42,6 +42,7 @@ from .normalization import (
     polar_velocity,
 )
 from .perceptron import PerceptronBlock
+from .random_batch import RandomBatch
 from .random_heads import CommonNoiseSDE, GaussianHeads, RandomHeadsField
 from .rescaled import RescaledSoftmax
 from .sharding import Sharded
@@ -72,6 +73,7 @@ __all__ = [
     "PeriLN",
     "PostLN",
     "PreLN",
+    "RandomBatch",
     "RandomHeadsField",
     "RescaledSoftmax",
     "Sharded",
