@@ -9,6 +9,7 @@ values alike. Layer index l is 0-based; t_l = l h.
 import math
 
 import diffrax
+import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
@@ -435,3 +436,14 @@ def test_cluster_count_does_not_retrace():
         y = np_normalize(rng.standard_normal((37, 3)))
         assert int(tp.diagnostics.cluster_count(jnp.asarray(y), thresh)) == np_clusters(y, thresh)
     assert (clusters_module._cluster_count._cache_size(), clusters_module._cluster_labels._cache_size()) == sizes
+
+
+def test_post_ln_integrated_by_a_high_order_solver_is_the_sphere_flow():
+    """PostLN's field is the 1-homogeneous extension |x|Γ(x/|x|): Euler + N is the layer, and any
+    solver integrates θ' = P⊥Γ(θ) to its own order (the unextended field is off by O(h))."""
+    x0 = tp.uniform_sphere(jax.random.key(5), 12, 3)
+    attn = tp.SoftmaxAttention.identity(3, 3.0)
+    ctrl = diffrax.PIDController(rtol=1e-11, atol=1e-13)
+    post = tp.solve(tp.PostLN(attn), x0, t1=2.0, dt0=0.01, stepsize_controller=ctrl).final
+    proj = tp.solve(tp.Sphere(attn), x0, t1=2.0, dt0=0.01, stepsize_controller=ctrl).final
+    np.testing.assert_allclose(post, proj, atol=1e-8)
