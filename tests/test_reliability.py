@@ -187,3 +187,17 @@ def test_unconverged_sinkhorn_is_reported_not_returned():
 def test_sinkhorn_weights_are_validated(a, match):
     with pytest.raises(ValueError, match=match):
         tp.diagnostics.sinkhorn_wasserstein(X0, X0, a, epsilon=0.1)
+
+
+# --- 9. a float32 Gaussian closure near its blow-up reports the blow-up -------------------------
+
+
+@pytest.mark.parametrize("throw", [True, False])
+def test_float32_gaussian_blowup_is_reported_with_adaptive_steps(throw):
+    attn = tp.SoftmaxAttention.identity(2, 1.0)  # V = I: t* = 1/λmax(A + Aᵀ) = 1/2 from Σ0 = I
+    g = tp.Gaussian(jnp.zeros(2, jnp.float32), jnp.eye(2, dtype=jnp.float32))
+    sol = tp.solve(attn, g, t1=1.0, dt0=0.01, throw=throw,
+                   stepsize_controller=diffrax.PIDController(rtol=1e-6, atol=1e-8))
+    assert bool(sol.blew_up)
+    # Σ(t) = Σ0/(1 − 2t): tr Σ crosses 8.4e3·tr Σ0 at t = t*(1 − 1.2e-4)
+    assert abs(float(sol.blowup_time) - 0.5) < 1e-4

@@ -21,6 +21,14 @@ from ..models.base import AbstractDynamics
 from .core import as_time, check_times, default_max_steps, integrate, parse_saveat
 
 DEFAULT_BLOWUP_FACTOR = 1e10
+
+
+def default_blowup_factor(dtype) -> float:
+    """tr Σ / tr Σ0 that counts as a blow-up: 1e10 in float64; in lower precision the largest
+    growth the time grid can still resolve, 1e-3/eps (8.4e3 in float32). Near a Riccati pole
+    Σ ~ 1/(t* − t), and t* − t cannot go below eps·t*: a larger threshold is never reached, the
+    adaptive steps shrink to nothing and the solve ends on max_steps instead of the blow-up."""
+    return float(min(DEFAULT_BLOWUP_FACTOR, 1e-3 / float(jnp.finfo(dtype).eps)))
 """Default threshold: the solve stops once tr Σ > 1e10 · tr Σ0."""
 
 
@@ -75,7 +83,8 @@ def solve_gaussian(dynamics, g0: Gaussian, *, t1, t0=0.0, dt0=None, saveat=None,
     """Integrate the moment ODEs of the Gaussian closure from N(mean0, cov0) (euclidean.md §4).
 
     ``tp.solve(attn, tp.Gaussian(mean, cov), ...)`` calls this; call it directly to set
-    ``blowup_threshold`` (absolute threshold on tr Σ; default ``1e10 · tr Σ0``).
+    ``blowup_threshold`` (absolute threshold on tr Σ; default ``1e10 · tr Σ0`` in float64,
+    :func:`default_blowup_factor` in lower precision).
     The other arguments are those of :func:`transformer_pde.solve`. For an accurate
     blow-up time pass an adaptive ``stepsize_controller=diffrax.PIDController(...)``: the
     steps then shrink towards the pole.
@@ -112,7 +121,7 @@ def solve_gaussian(dynamics, g0: Gaussian, *, t1, t0=0.0, dt0=None, saveat=None,
     if max_steps is None:
         max_steps = default_max_steps(t0, t1, dt0, controller)
     if blowup_threshold is None:
-        threshold = DEFAULT_BLOWUP_FACTOR * jnp.trace(g0.cov)
+        threshold = default_blowup_factor(dtype) * jnp.trace(g0.cov)
     else:
         check_scalar(blowup_threshold, "blowup_threshold", positive=True)
         threshold = jnp.asarray(blowup_threshold, dtype)
