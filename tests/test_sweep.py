@@ -34,14 +34,6 @@ def test_sweep_returns_labelled_xarray():
     assert tp.sweeps.first_time is first_time and callable(tp.sweep)
 
 
-def test_labeled_array_is_a_deprecated_dataarray():
-    v = np.arange(6.0).reshape(2, 3)
-    with pytest.warns(DeprecationWarning, match="xarray.DataArray"):
-        la = tp.LabeledArray(v, ("d", "beta"), {"beta": [0.5, 1.0, 2.0]}, "x")
-    assert isinstance(la, xr.DataArray) and la.name == "x" and la.dims == ("d", "beta")
-    np.testing.assert_array_equal(la.sel(beta=1.0).values, v[:, 1])
-
-
 def test_sweep_matches_numpy_with_padding_and_static_axes():
     traces = []
 

@@ -56,7 +56,7 @@ from .models import (
 )
 from .params import PiecewiseConstant
 from .solvers import Checkpoint, GaussianSolution, Retracted, Solution, layers, solve
-from .sweeps import LabeledArray, heatmap, sweep
+from .sweeps import heatmap, sweep
 
 __version__ = "0.1.0"
 
@@ -77,7 +77,6 @@ __all__ = [
     "GaussianSolution",
     "L2Attention",
     "LNScaling",
-    "LabeledArray",
     "LitMCircle",
     "MLP",
     "MeanShift",

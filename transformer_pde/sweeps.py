@@ -31,18 +31,6 @@ if TYPE_CHECKING:  # imported when a sweep returns (importing the package stays 
     import xarray as xr
 
 
-def LabeledArray(values, dims, coords=None, name: str = "value") -> xr.DataArray:
-    """Deprecated: build an :class:`xarray.DataArray` directly (``xr.DataArray(values, coords,
-    dims, name=name)``). Kept so ``tp.LabeledArray(values, dims, coords, name)`` still works;
-    it returns a DataArray."""
-    import warnings
-
-    import xarray as xr
-
-    warnings.warn("tp.LabeledArray is replaced by xarray.DataArray", DeprecationWarning, stacklevel=2)
-    return xr.DataArray(np.asarray(values), coords=dict(coords or {}), dims=tuple(dims), name=name)
-
-
 def _flatten_grid(axes: Mapping[str, Sequence]):
     names = list(axes)
     coords = {k: np.asarray(v) for k, v in axes.items()}
