@@ -393,12 +393,14 @@ class FastSumInfo(eqx.Module):
             (``inf`` where ``η ρ_i >= 1`` or outside the box).
         avg_bound: bound on ``max_e |avg_ie - exact avg_ie|``: ``2 V η ρ_i`` plus rounding, V the
             half-range of the values (``inf`` where ``η ρ_i >= 1`` or outside the box).
+        value_half_range: V, the largest half-range over the value columns (live keys only).
     """
 
     in_box: Bool[Array, ""]
     mass_ratio: Float[Array, " m"]
     lse_bound: Float[Array, " m"]
     avg_bound: Float[Array, " m"]
+    value_half_range: Float[Array, ""]
 
     def reliable(self, atol: Real) -> Bool[Array, " m"]:
         """Queries whose average and lse are both certified to within ``atol`` (and in the box):
@@ -445,11 +447,20 @@ def fast_lse_average_with_info(
     plan: GaussianSumPlan,
     *,
     throw: bool = True,
+    axis_name: str | None = None,
 ) -> tuple[Float[Array, "m e"], Float[Array, " m"], FastSumInfo]:
     """:func:`fast_lse_average` plus its a-posteriori bounds (:class:`FastSumInfo`).
 
     With ``throw=False`` a state outside the planned box does not raise; ``info.in_box`` is then
     ``False`` and the results carry no guarantee.
+
+    ``axis_name``: inside ``shard_map`` (or ``pmap``) over that axis, ``a`` holds this device's
+    queries and ``b, v, bias`` this device's keys; the sum runs over every device's keys. Each
+    device spreads its own keys (type 1), the mode arrays are summed across devices (one
+    ``psum`` of ``ceil((1+e)/2) N^k`` complex numbers, independent of n) together with four
+    scalars per value column (the weight shift, the value range, the total mass, the box flag),
+    and each device evaluates its own queries (type 2). Same numbers as one device up to the
+    order of the floating-point sums.
     """
     if nufft1 is None:  # pragma: no cover
         raise ImportError("the fast kernel needs jax-finufft: pip install jax-finufft")
@@ -473,10 +484,16 @@ def fast_lse_average_with_info(
     sg = jax.lax.stop_gradient
     tiny_round = 4.0 * float(np.finfo(plan.dtype).eps)
 
+    def across(op, x):  # reduce over devices (identity on one device)
+        if axis_name is None:
+            return x
+        return {"max": jax.lax.pmax, "min": jax.lax.pmin, "sum": jax.lax.psum}[op](x, axis_name)
+
     # --- the box (only keys with non-zero weight matter) -------------------------------------
     live = jnp.isfinite(bias)
     in_box = (jnp.all(jnp.abs(sg(a)) <= R)
               & jnp.all(jnp.where(live[:, None], jnp.abs(sg(b)), 0.0) <= R))
+    in_box = across("min", in_box.astype(jnp.int32)) > 0
     if throw:
         if not any(isinstance(x, jax.core.Tracer) for x in (a, b, bias)):
             _raise_outside_box(np.asarray(a), np.asarray(b), np.asarray(bias), R)
@@ -487,15 +504,15 @@ def fast_lse_average_with_info(
 
     # --- weights u_j = exp(bias_j + γ|b_j|²/2), shifted by their maximum ----------------------
     log_u = bias + 0.5 * gamma * jnp.sum(b * b, axis=-1)
-    c = sg(jnp.max(log_u))
+    c = across("max", sg(jnp.max(log_u)))
     c = jnp.where(jnp.isfinite(c), c, 0.0)
     u = jnp.exp(log_u - c)  # in [0, 1]; 0 for removed keys
-    total = jnp.sum(u)
+    total = across("sum", jnp.sum(u))
 
     # --- values centred at their mid-range (over live keys) -----------------------------------
     vs = sg(v)
-    vmax = jnp.max(jnp.where(live[:, None], vs, -jnp.inf), axis=0)
-    vmin = jnp.min(jnp.where(live[:, None], vs, jnp.inf), axis=0)
+    vmax = across("max", jnp.max(jnp.where(live[:, None], vs, -jnp.inf), axis=0))
+    vmin = across("min", jnp.min(jnp.where(live[:, None], vs, jnp.inf), axis=0))
     centre = jnp.where(jnp.isfinite(vmax), 0.5 * (vmax + vmin), 0.0)
     half_range = jnp.max(jnp.where(jnp.isfinite(vmax), 0.5 * (vmax - vmin), 0.0))
 
@@ -517,6 +534,7 @@ def fast_lse_average_with_info(
     xa = [fold(a[:, d]) for d in range(k)]
     opts = _Opts(nthreads=plan.nthreads) if plan.nthreads else None
     modes = _transform(nufft1, (N,) * k, strengths, *xb, eps=plan.nufft_eps, iflag=-1, opts=opts)
+    modes = across("sum", modes)
 
     # --- multiply by the Gaussian's Fourier coefficients ĝ(ω_ℓ)/P, one factor per dimension ---
     omega = jnp.asarray(2.0 * np.pi / P * np.arange(-(N // 2), N // 2 + 1), dtype)
@@ -553,7 +571,8 @@ def fast_lse_average_with_info(
     empty = total_a == 0  # every key removed: the exact answer (average 0, lse -inf)
     lse_bound = jnp.where(empty, 0.0, lse_bound)
     avg_bound = jnp.where(empty, 0.0, avg_bound)
-    info = FastSumInfo(in_box=in_box, mass_ratio=ratio, lse_bound=lse_bound, avg_bound=avg_bound)
+    info = FastSumInfo(in_box=in_box, mass_ratio=ratio, lse_bound=lse_bound, avg_bound=avg_bound,
+                       value_half_range=half_range)
     return avg, lse, info
 
 
