@@ -1,11 +1,16 @@
 """Pair reductions behind every attention variant (the kernels floor of the house).
 
 - :mod:`.exact`: dense and exact streaming (blocked, flash-style) log-sum-exp reductions.
+- :mod:`.fast`: the NUFFT Gaussian sum, O(n + M log M) for scores in R^k, k <= 3.
+- :mod:`.backends`: the strategies an attention takes as ``backend=``: :class:`Exact`,
+  :class:`Fast`, :class:`Auto` (with :class:`KernelReport`, the choice and its reason).
 - :mod:`.ott`: ott-jax point clouds whose Sinkhorn kernel streams through :mod:`.exact`.
 - :mod:`.random_batch`: the random batch method (interactions inside random batches).
 """
 
 from . import exact, random_batch
+from . import backends, fast
+from .backends import Auto, Exact, Fast, KernelReport, ScoreBox
 from .exact import (
     DENSE_MAX_PAIRS,
     choose_path,
@@ -16,6 +21,13 @@ from .exact import (
 )
 
 __all__ = [
+    "Auto",
+    "Exact",
+    "Fast",
+    "KernelReport",
+    "ScoreBox",
+    "backends",
+    "fast",
     "DENSE_MAX_PAIRS",
     "choose_path",
     "exact",

@@ -1,15 +1,19 @@
-"""ott-jax point clouds whose log-sum-exp kernel streams through :func:`.exact.lse_average`.
+"""ott-jax point clouds whose log-sum-exp kernel streams through :func:`.exact.lse_average`, or
+runs on the NUFFT Gaussian sum (:class:`FastDotCloud`).
 
 Sinkhorn attention (the dot cost) and the Sinkhorn divergences of the diagnostics (the squared
-Euclidean cost) never form an n x n cost matrix: O(n · block) memory.
+Euclidean cost) never form an n x n cost matrix: O(n · block) memory. With scores in R^k,
+k <= 3, each Sinkhorn half-iteration of Sinkhorn attention is a Gaussian sum:
+:class:`FastDotCloud`, O(n + M log M) per half-iteration.
 """
 
 from __future__ import annotations
 
 import jax
 import jax.numpy as jnp
-from ott.geometry import pointcloud
+from ott.geometry import costs, pointcloud
 
+from .backends import fast_lse_average_checked
 from .exact import lse_average
 
 
@@ -59,4 +63,57 @@ class StreamingSqEuclideanCloud(_StreamingCloud):
         return 2.0 * s, -s * jnp.sum(a * a, axis=1), -s * jnp.sum(b * b, axis=1)
 
 
-__all__ = ["StreamingDotCloud", "StreamingSqEuclideanCloud"]
+@jax.tree_util.register_pytree_node_class
+class FastDotCloud(_StreamingCloud):
+    r"""Point cloud for the cost c(a, b) = −γ⟨a, b⟩ whose log-sum-exp kernel is the NUFFT
+    Gaussian sum (:func:`.backends.fast_lse_average_checked`).
+
+    ott's log-domain Sinkhorn touches the cost only through ``apply_lse_kernel``: with potential
+    h, ``eps·log Σ_j exp((h_j + γ⟨a_i, b_j⟩)/eps)`` is the log-normalizer of logits
+    (γ/eps)⟨a_i, b_j⟩ + h_j/eps, a Gaussian sum in R^k for a = Qx, b = Kx in the plan's box. The
+    backend's checks apply (``Fast`` raises outside the box, ``Auto`` recomputes unreliable rows
+    exactly). Applications to a vector (``vec``, ott's implicit differentiation) run on the exact
+    streaming kernel (blocks of ``batch_size`` keys).
+
+    Args:
+        x, y: a = Qx and b = Kx, rows in the plan's box.
+        gamma: γ (a JAX scalar, traced under ``jit``; γ/ε must lie in the plan's window).
+        backend: a bound ``Fast`` or ``Auto`` backend; plan: its plan for this dtype.
+        batch_size, epsilon: as in ott's ``PointCloud``.
+    """
+
+    def __init__(self, x, y, gamma, *, backend, plan, batch_size=None, epsilon=None, **kwargs):
+        kwargs.pop("cost_fn", None)
+        super().__init__(x, y, cost_fn=costs.NegDotProduct(), batch_size=batch_size,
+                         epsilon=epsilon, **kwargs)
+        self.gamma, self.backend, self.plan = gamma, backend, plan
+
+    @property
+    def inv_scale_cost(self):
+        return self.gamma
+
+    def _split(self, a, b):
+        return self.gamma, 0.0, 0.0
+
+    def apply_lse_kernel(self, f, g, eps, vec=None, axis=0):
+        if vec is not None:
+            return super().apply_lse_kernel(f, g, eps, vec, axis)
+        a, b, h = (self.x, self.y, g) if axis == 1 else (self.y, self.x, f)
+        ones = jnp.ones((b.shape[0], 1), a.dtype)
+        _, lse = fast_lse_average_checked(self.backend, self.plan, a, b, ones, h / eps,
+                                          self.gamma / eps)
+        return eps * lse, jnp.ones_like(lse)
+
+    def tree_flatten(self):
+        children, aux = super().tree_flatten()
+        aux = dict(aux, backend=self.backend, plan=self.plan)
+        aux.pop("scale_cost", None)
+        return (*children, self.gamma), aux
+
+    @classmethod
+    def tree_unflatten(cls, aux_data, children):
+        x, y, epsilon, _, gamma = children
+        return cls(x, y, gamma, epsilon=epsilon, **aux_data)
+
+
+__all__ = ["FastDotCloud", "StreamingDotCloud", "StreamingSqEuclideanCloud"]

@@ -1,0 +1,471 @@
+r"""Kernel backends: how an attention reduces its query-key pairs, as strategy values.
+
+An attention whose field is made of softmax reductions of logits $\gamma\langle a_i,b_j\rangle
++\mathrm{bias}_j$ (softmax, multi-head per head, ℓ², USA, Sinkhorn; $a=Qx$, $b=Ky$ in $\mathbb
+R^k$) takes ``backend=``, one of
+
+* :class:`Exact` (the default): the dense / exact streaming kernel of :mod:`.exact`, any k, causal
+  included. ``Exact(block_size=...)`` sets its blocks.
+* :class:`Fast`: the NUFFT Gaussian sum of :mod:`.fast`, forced (k <= 3, non-causal). Its error
+  is planned a priori (``tol`` relative to the total mass, see below); a state outside the box
+  it was planned for, or a β outside its window, raises.
+* :class:`Auto`: the fast kernel where it is predicted cheaper and accurate, the exact one
+  otherwise, with the choice and its reason inspectable (:class:`KernelReport`,
+  ``attn.kernel_report(x)``), and a run-time fallback to the exact kernel for every query whose
+  a-posteriori bound misses ``tol``: it never returns an answer whose bound exceeds ``tol``.
+
+**What a plan needs before tracing.** The NUFFT's mode count fixes array shapes, so the plan is
+static: it needs a box $|a|_\infty,|b|_\infty\le R$ and a window for γ before ``jit`` traces the
+model (inside ``tp.solve`` the parameters are tracers). The attention works both out *when it is
+built*, from its concrete parameters and the backend's declarations (:class:`ScoreBox`):
+
+* ``radius`` declares $|x|_2\le r$ for every token and query over the whole run (1 under
+  ``tp.Sphere``, the default). Then $|(Qx)_r|=|\langle Q_r,x\rangle|\le|Q_r|\,r$, so
+  $R=r\max(\max_r|Q_r|,\max_r|K_r|)$ (rows of every head and every layer of a
+  ``PiecewiseConstant``); ``score_radius=R`` declares R directly (needed for a callable Q, K, or
+  one traced at construction).
+* γ is β (softmax, multi-head, USA), 2β (ℓ², whose kernel is $e^{-\beta|Qx-Ky|^2}$) or β/ε
+  (Sinkhorn). A concrete β at construction gives the window [γ, γ]; ``beta=(lo, hi)`` declares a
+  window when β moves (a fit, a sweep that builds the model under ``vmap``): the plan then holds
+  for every β in it (aliasing is planned at the smallest γ, truncation at the largest).
+
+A box or window that the run leaves is detected, never silently wrong: :class:`Fast` raises
+(``eqx.error_if``, naming R and where it came from); :class:`Auto` recomputes those queries
+exactly.
+
+**Errors.** With $\eta$ = ``plan.eta`` and $\rho_i=U/D_i$ the inverse share of the (shifted)
+mass seen by query i (:mod:`.fast`), each average is within $2V\eta\rho_i$ of the exact one ($V$
+the half-range of the averaged values) and each log-normalizer within $-\log(1-\eta\rho_i)$.
+:class:`Fast` plans $\eta=$ ``tol``. :class:`Auto` plans $\eta=\mathrm{tol}/(2\rho_\star)$ for a
+budget $\rho_\star$ (``mass_ratio``, default $4(1+\gamma R^2)$, about twice the $\rho$ of tokens
+spread uniformly over a sphere of radius R in score space), so that a query with $\rho_i\le\rho_\star$
+meets ``tol``; every query whose computed bound (:class:`~.fast.FastSumInfo`) exceeds ``tol``
+(the average's in units of $\max(1,V)$) is recomputed with the exact kernel: up to
+``PATCH_ROWS`` such rows alone, more by the exact kernel for all rows (``jax.lax.switch``; under
+``vmap`` every branch runs, so prefer :class:`Fast` inside ``vmap``).
+"""
+
+from __future__ import annotations
+
+import abc
+import dataclasses
+import functools
+import math
+import warnings
+from numbers import Real
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from . import exact
+from .fast import GaussianSumPlan, fast_lse_average_with_info, plan_gaussian_sum
+
+__all__ = [
+    "AbstractBackend",
+    "Auto",
+    "Exact",
+    "Fast",
+    "KernelReport",
+    "PATCH_ROWS",
+    "ScoreBox",
+    "exact_lse_average",
+    "fast_lse_average_checked",
+]
+
+# Queries recomputed one by one (an exact m' x n reduction) before Auto recomputes all of them.
+PATCH_ROWS = 1024
+# Auto takes the fast kernel only when its predicted flop count is this many times below the
+# exact kernel's: the flop model counts spreading as arithmetic, but on a CPU it is bound by
+# scattered memory access (measured ratio of predicted to real speedup ~5 at n = 1e4-1e6,
+# d = 2-3; benchmarks/README.md, "Fast kernel").
+MIN_SPEEDUP = 10.0
+# Below this many points (queries + keys) FINUFFT runs on one thread unless ``nthreads`` is
+# set: its OpenMP start-up and barriers cost ~0.1-0.2 s per transform on a loaded 2-core
+# machine, against milliseconds of work (measured at n = 300-3000).
+SMALL_PROBLEM = 100_000
+_MAX_K = 3
+
+
+class ScoreBox(eqx.Module):
+    """What a Gaussian-sum plan needs before tracing, worked out by the attention when built.
+
+    Attributes:
+        k: dimension of the score space (rows of Q and K).
+        radius: R with ``|Qx|_∞, |Kx|_∞ <= R`` over the run, or None (unknown: no fast plan).
+        gamma: the window ``(lo, hi)`` of γ, or None (β traced at construction, no declared
+            window: no fast plan).
+        note: where R and γ came from, or why they are unknown (in reports and error messages).
+    """
+
+    k: int = eqx.field(static=True)
+    radius: float | None = eqx.field(static=True)
+    gamma: tuple[float, float] | None = eqx.field(static=True)
+    note: str = eqx.field(static=True)
+
+    @property
+    def known(self) -> bool:
+        return self.radius is not None and self.gamma is not None
+
+
+class KernelReport(eqx.Module):
+    """The kernel an attention uses for a problem size, and why (``attn.kernel_report(x)``).
+
+    Attributes:
+        path: ``"fast"`` (NUFFT Gaussian sum) or ``"exact"`` (dense / streaming).
+        reason: why, in words.
+        backend: the backend's class name.
+        plan: the :class:`~.fast.GaussianSumPlan` (fast path), else None.
+        predicted_speedup: exact flops / fast flops (a flop ratio; measured times are in
+            benchmarks/README.md), where a plan exists.
+        predicted_error: the a-priori bound on one query's error (the average's in units of
+            max(1, V); the log-normalizer's) for queries with ρ_i <= ``mass_ratio``: 2 ρ⋆ η.
+        mass_ratio: ρ⋆, the share of the mass the plan budgets for (module docstring).
+        max_avg_bound, max_lse_bound: a-posteriori, from running the fast kernel on the given
+            tokens (``kernel_report(x)``, fast path only): the largest per-query bounds.
+        fallback_rows: queries whose a-posteriori bound misses ``tol`` (Auto recomputes them
+            with the exact kernel; Fast returns them as they are).
+    """
+
+    path: str = eqx.field(static=True)
+    reason: str = eqx.field(static=True)
+    backend: str = eqx.field(static=True)
+    plan: GaussianSumPlan | None = None
+    predicted_speedup: float | None = eqx.field(static=True, default=None)
+    predicted_error: float | None = eqx.field(static=True, default=None)
+    mass_ratio: float | None = eqx.field(static=True, default=None)
+    max_avg_bound: float | None = eqx.field(static=True, default=None)
+    max_lse_bound: float | None = eqx.field(static=True, default=None)
+    fallback_rows: int | None = eqx.field(static=True, default=None)
+
+    @property
+    def fast(self) -> bool:
+        return self.path == "fast"
+
+
+class AbstractBackend(eqx.Module):
+    """How an attention computes its softmax reductions (a strategy value, all fields static)."""
+
+    @property
+    @abc.abstractmethod
+    def block_size(self):
+        """Blocks of the exact kernel (``None``: automatic), where this backend uses it."""
+
+    @abc.abstractmethod
+    def choose(self, *, m: int, n: int, e: int, dtype, causal: bool) -> KernelReport:
+        """The path for an m-query, n-key reduction with e value columns (static)."""
+
+    def bind(self, box: ScoreBox, *, causal: bool, owner: str) -> AbstractBackend:
+        """This backend with the attention's score box filled in (called when it is built)."""
+        return self
+
+
+class Exact(AbstractBackend):
+    """The exact kernel (:func:`.exact.lse_average`): dense up to ``DENSE_MAX_PAIRS`` pairs,
+    exact streaming above; any score dimension, causal included. The default.
+
+    Args:
+        block_size: see :func:`.exact.choose_path` (None: automatic).
+    """
+
+    block_size: int | tuple[int, int] | None = eqx.field(static=True, default=None)
+
+    def __check_init__(self):
+        exact.choose_path(1, 1, self.block_size)  # validates
+
+    def choose(self, *, m, n, e, dtype, causal):
+        return KernelReport(path="exact", reason="Exact backend", backend="Exact")
+
+
+# ---------------------------------------------------------------------------------------------
+# the Gaussian-sum backends
+
+
+@functools.lru_cache(maxsize=256)
+def _plan(gamma: tuple[float, float], radius: float, k: int, tol: float, dtype: str,
+          nthreads: int) -> tuple[GaussianSumPlan, bool]:
+    """(plan, reached): ``reached`` is False where ``tol`` is below what ``dtype`` reaches."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        plan = plan_gaussian_sum(gamma, radius, k, tol, dtype, nthreads=nthreads)
+    return plan, not caught
+
+
+def _default_mass_ratio(box: ScoreBox) -> float:
+    return 4.0 * (1.0 + box.gamma[1] * box.radius**2)
+
+
+class _AbstractGaussianBackend(AbstractBackend):
+    """Shared by :class:`Fast` and :class:`Auto` (their fields are documented there)."""
+
+    tol: eqx.AbstractVar[float]
+    radius: eqx.AbstractVar[float]
+    score_radius: eqx.AbstractVar[float | None]
+    beta: eqx.AbstractVar[tuple[float, float] | None]
+    mass_ratio: eqx.AbstractVar[float | None]
+    nthreads: eqx.AbstractVar[int]
+    box: eqx.AbstractVar[ScoreBox | None]
+
+    def _check_fields(self):
+        name = type(self).__name__
+        if not (isinstance(self.tol, Real) and 0 < self.tol < 1):
+            raise ValueError(f"{name}.tol must lie in (0, 1), got {self.tol!r}")
+        if not (isinstance(self.radius, Real) and self.radius > 0):
+            raise ValueError(f"{name}.radius must be a positive bound on |x|, got {self.radius!r}")
+        if self.score_radius is not None and not (isinstance(self.score_radius, Real)
+                                                  and self.score_radius > 0):
+            raise ValueError(f"{name}.score_radius must be None or positive, got {self.score_radius!r}")
+        if self.beta is not None:
+            lo, hi = self.beta
+            if not 0 < lo <= hi < math.inf:
+                raise ValueError(f"{name}.beta must be a window (lo, hi) with 0 < lo <= hi, got "
+                                 f"{self.beta!r}")
+        if self.mass_ratio is not None and not self.mass_ratio >= 1:
+            raise ValueError(f"{name}.mass_ratio must be None or >= 1, got {self.mass_ratio!r}")
+
+    def bind(self, box, *, causal, owner):
+        return dataclasses.replace(self, box=box)
+
+    def _rho(self) -> float:
+        return float(self.mass_ratio) if self.mass_ratio is not None else _default_mass_ratio(self.box)
+
+    def _target(self) -> float:
+        """The η the plan is asked for."""
+        raise NotImplementedError
+
+    def plan_for(self, dtype, points: int | None = None) -> tuple[GaussianSumPlan, bool]:
+        """The plan for ``dtype``; ``points`` (queries + keys) picks FINUFFT's threads when
+        ``nthreads=0`` (one thread below ``SMALL_PROBLEM`` points, all cores above)."""
+        box = self.box
+        threads = int(self.nthreads)
+        if threads == 0 and points is not None and points < SMALL_PROBLEM:
+            threads = 1
+        return _plan(tuple(box.gamma), float(box.radius), int(box.k), self._target(),
+                     np.dtype(dtype).name, threads)
+
+    def _fast_report(self, plan, m, n, e, reason) -> KernelReport:
+        rho = self._rho()
+        return KernelReport(path="fast", reason=reason, backend=type(self).__name__, plan=plan,
+                            predicted_speedup=plan.predicted_speedup(n, m, e),
+                            predicted_error=2.0 * rho * plan.eta, mass_ratio=rho)
+
+
+class Fast(_AbstractGaussianBackend):
+    r"""The NUFFT Gaussian sum (:mod:`.fast`), forced: O(n + M log M) instead of O(n m k).
+
+    Needs a score space of dimension k <= 3 (Q, K of shape (k, d)) and a non-causal attention
+    (checked when the attention is built). The plan has η = ``tol``: every kernel sum is within
+    ``tol`` of the total mass, so a query's average is within 2Vρ_i·tol and its log-normalizer
+    within about ρ_i·tol (module docstring; ``attn.kernel_report(x)`` gives the per-query bounds).
+    No fallback: where that is not enough, use :class:`Auto`.
+
+    Args:
+        tol: the plan's η (relative to the total mass).
+        radius: bound on |x|_2 of every token and query over the run (1: unit tokens, the sphere).
+        score_radius: bound R on |Qx|_∞, |Kx|_∞ directly (overrides ``radius``; needed when Q or
+            K is a callable or traced when the attention is built).
+        beta: window (lo, hi) of β when β is traced when the attention is built or moves during
+            a fit; None: the concrete β.
+        mass_ratio: ρ⋆ for the report's predicted error (default 4(1 + γR²)).
+        nthreads: FINUFFT threads (0: all cores).
+        box: filled in by the attention (:class:`ScoreBox`); do not pass it.
+
+    A token outside the planned box, or β outside the window, raises (``eqx.error_if``).
+    """
+
+    tol: float = eqx.field(static=True, default=1e-8)
+    radius: float = eqx.field(static=True, default=1.0)
+    score_radius: float | None = eqx.field(static=True, default=None)
+    beta: tuple[float, float] | None = eqx.field(static=True, default=None)
+    mass_ratio: float | None = eqx.field(static=True, default=None)
+    nthreads: int = eqx.field(static=True, default=0)
+    box: ScoreBox | None = eqx.field(static=True, default=None)
+
+    def __check_init__(self):
+        self._check_fields()
+
+    @property
+    def block_size(self):
+        return None
+
+    def _target(self):
+        return float(self.tol)
+
+    def bind(self, box, *, causal, owner):
+        if causal:
+            raise ValueError(f"{owner}: backend=Fast needs a non-causal attention (a causal mask is "
+                             "not a convolution); use Exact, or Auto (which takes the exact kernel)")
+        if box.k > _MAX_K:
+            raise ValueError(f"{owner}: backend=Fast needs scores in R^k with k <= 3 (Q, K of shape "
+                             f"(k, d)), got k={box.k}; use Exact, or Auto")
+        if not box.known:
+            raise ValueError(f"{owner}: backend=Fast cannot be planned before tracing: {box.note}")
+        return super().bind(box, causal=causal, owner=owner)
+
+    def choose(self, *, m, n, e, dtype, causal):
+        plan, reached = self.plan_for(dtype, m + n)
+        reason = "Fast backend (forced)"
+        if not reached:
+            reason += (f"; tol={self.tol:g} is below what {np.dtype(dtype).name} reaches, "
+                       f"achieved eta={plan.eta:.2g}")
+        return self._fast_report(plan, m, n, e, reason)
+
+
+class Auto(_AbstractGaussianBackend):
+    r"""The fast kernel where it is predicted cheaper and accurate, the exact one otherwise.
+
+    The choice is static (shapes, dtype, the plan) and inspectable (``attn.kernel_report(x)``):
+    exact for a causal attention, for k > 3, where no box or γ window is known before tracing,
+    where ``tol`` is below what the dtype reaches, or where the predicted flop ratio is below
+    ``min_speedup``; fast otherwise. On the fast path every query whose a-posteriori bound misses
+    ``tol`` (outside the box or the β window included) is recomputed with the exact kernel, so the
+    returned averages are within ``tol·max(1, V)`` and the log-normalizers within ``tol`` of the
+    exact ones (module docstring).
+
+    Args:
+        tol: the target error per query (see above).
+        radius, score_radius, beta, nthreads: as in :class:`Fast`.
+        mass_ratio: ρ⋆, the share of the mass the plan budgets for (η = tol / (2ρ⋆); default
+            4(1 + γR²)); queries with ρ_i beyond it are likely to be recomputed exactly.
+        min_speedup: least predicted flop ratio for the fast path (default ``MIN_SPEEDUP``).
+        block_size: blocks of the exact kernel.
+        box: filled in by the attention; do not pass it.
+    """
+
+    tol: float = eqx.field(static=True, default=1e-8)
+    radius: float = eqx.field(static=True, default=1.0)
+    score_radius: float | None = eqx.field(static=True, default=None)
+    beta: tuple[float, float] | None = eqx.field(static=True, default=None)
+    mass_ratio: float | None = eqx.field(static=True, default=None)
+    min_speedup: float = eqx.field(static=True, default=MIN_SPEEDUP)
+    nthreads: int = eqx.field(static=True, default=0)
+    exact_block_size: int | tuple[int, int] | None = eqx.field(static=True, default=None)
+    box: ScoreBox | None = eqx.field(static=True, default=None)
+
+    def __check_init__(self):
+        self._check_fields()
+        exact.choose_path(1, 1, self.exact_block_size)
+
+    @property
+    def block_size(self):
+        return self.exact_block_size
+
+    def _target(self):
+        return float(self.tol) / (2.0 * self._rho())
+
+    def choose(self, *, m, n, e, dtype, causal):
+        def exact_because(why, plan=None, **kw):
+            return KernelReport(path="exact", reason=why, backend="Auto", plan=plan, **kw)
+
+        if causal:
+            return exact_because("causal attention: a causal mask is not a convolution")
+        box = self.box
+        if box is None:
+            return exact_because("no score box (the backend was not bound to an attention)")
+        if box.k > _MAX_K:
+            return exact_because(f"scores in R^{box.k}: the fast kernel needs k <= 3")
+        if not box.known:
+            return exact_because(f"no plan before tracing: {box.note}")
+        plan, reached = self.plan_for(dtype, m + n)
+        rho = self._rho()
+        kw = dict(predicted_speedup=plan.predicted_speedup(n, m, e),
+                  predicted_error=2.0 * rho * plan.eta, mass_ratio=rho)
+        if not reached:
+            return exact_because(f"tol={self.tol:g} is out of reach in {np.dtype(dtype).name}: the "
+                                 f"plan's bound is {2 * rho * plan.eta:.2g} at rho={rho:.3g}", **kw)
+        if kw["predicted_speedup"] < self.min_speedup:
+            return exact_because(f"predicted {kw['predicted_speedup']:.3g}x fewer flops, below "
+                                 f"min_speedup={self.min_speedup:g} (n={n}, m={m})", **kw)
+        return self._fast_report(plan, m, n, e, (
+            f"predicted {kw['predicted_speedup']:.3g}x fewer flops, a-priori error "
+            f"{kw['predicted_error']:.2g} <= tol={self.tol:g} for queries with rho <= {rho:.3g}; "
+            "others recomputed exactly"))
+
+
+# ---------------------------------------------------------------------------------------------
+# the reductions
+
+
+def _gather(axis_name, *arrays):
+    if axis_name is None:
+        return arrays
+    return tuple(jax.lax.all_gather(a, axis_name, tiled=True) for a in arrays)
+
+
+def exact_lse_average(q, k, v, bias, *, causal=False, query_offset=0, block_size=None,
+                      axis_name=None):
+    """:func:`.exact.lse_average`; with ``axis_name`` (inside ``shard_map``), ``k, v, bias`` are
+    this device's keys and are all-gathered first (every device then holds every key)."""
+    k, v, bias = _gather(axis_name, k, v, bias)
+    return exact.lse_average(q, k, v, bias, causal=causal, query_offset=query_offset,
+                             block_size=block_size)
+
+
+def _box_message(backend, plan) -> str:
+    box = backend.box
+    return (f"{type(backend).__name__}: a token left the box the fast kernel was planned for: "
+            f"|Qx|_inf or |Kx|_inf > R = {plan.radius:.6g} ({box.note}). Declare a larger "
+            f"{type(backend).__name__}(radius=...) (a bound on |x| over the whole run) or "
+            "score_radius=, or use tp.kernels.Auto, which falls back to the exact kernel")
+
+
+def _window_message(backend, plan) -> str:
+    return (f"{type(backend).__name__}: gamma left the window [{plan.gamma_min:.6g}, "
+            f"{plan.gamma_max:.6g}] the fast kernel was planned for ({backend.box.note}); "
+            f"declare {type(backend).__name__}(beta=(lo, hi)) covering every beta of the run")
+
+
+def _in_window(gamma, plan):
+    return (gamma >= plan.gamma_min * (1 - 1e-9)) & (gamma <= plan.gamma_max * (1 + 1e-9))
+
+
+@eqx.filter_jit
+def fast_lse_average_checked(backend: _AbstractGaussianBackend, plan: GaussianSumPlan, a, b, v,
+                             bias, gamma, *, axis_name=None):
+    """(avg, lse) of the logits ``gamma a_i·b_j + bias_j`` through the fast kernel, checked.
+
+    :class:`Fast`: a token outside the box or γ outside the window raises. :class:`Auto`: every
+    query whose a-posteriori bound misses ``tol`` is recomputed exactly (module docstring); with
+    ``axis_name`` the decision is taken jointly by all devices (the exact branches gather keys).
+    Compiled once per plan and shapes (``eqx.filter_jit``), so eager calls are not op by op.
+    """
+    gamma = jnp.asarray(gamma, jnp.result_type(a))
+    in_window = _in_window(gamma, plan)
+    # outside the window the kernel runs at the nearest planned γ (its own check never fires):
+    # Fast raises below, Auto recomputes every row exactly
+    g_run = jnp.where(in_window, gamma, jnp.clip(gamma, plan.gamma_min, plan.gamma_max))
+    avg, lse, info = fast_lse_average_with_info(a, b, v, bias, g_run, plan, throw=False,
+                                                axis_name=axis_name)
+    if isinstance(backend, Fast):
+        avg = eqx.error_if(avg, ~info.in_box, _box_message(backend, plan))
+        avg = eqx.error_if(avg, ~in_window, _window_message(backend, plan))
+        return avg, lse
+
+    tol = float(backend.tol)
+    ok = (info.in_box & in_window & (info.lse_bound <= tol)
+          & (info.avg_bound <= tol * jnp.maximum(1.0, info.value_half_range)))
+    m = a.shape[0]
+    cap = min(m, PATCH_ROWS)
+    nbad = jnp.sum(~ok)
+    branch = jnp.where(nbad == 0, 0, jnp.where(nbad <= cap, 1, 2)).astype(jnp.int32)
+    if axis_name is not None:
+        branch = jax.lax.pmax(branch, axis_name)
+    block = backend.block_size
+
+    def keep(avg, lse):
+        return avg, lse
+
+    def patch(avg, lse):
+        rows = jnp.nonzero(~ok, size=cap, fill_value=m)[0]  # m: out of range, dropped below
+        q = gamma * a.at[rows].get(mode="fill", fill_value=0.0)
+        ex_avg, ex_lse = exact_lse_average(q, b, v, bias, block_size=block, axis_name=axis_name)
+        return (avg.at[rows].set(ex_avg.astype(avg.dtype), mode="drop"),
+                lse.at[rows].set(ex_lse.astype(lse.dtype), mode="drop"))
+
+    def redo(avg, lse):
+        ex_avg, ex_lse = exact_lse_average(gamma * a, b, v, bias, block_size=block,
+                                           axis_name=axis_name)
+        return ex_avg.astype(avg.dtype), ex_lse.astype(lse.dtype)
+
+    return jax.lax.switch(branch, [keep, patch, redo], avg, lse)
