@@ -9,6 +9,13 @@ same as on one device up to the order of floating-point sums inside a tile (bit-
 when the kernel's blocks fall the same way). Everything else in a solve (the diffrax step,
 retractions, statistics) is elementwise over tokens and stays sharded.
 
+With the fast kernel (an attention with ``backend=tp.kernels.Fast(...)``, or ``Auto`` where it
+picks the fast path) nothing of size n is gathered: each device spreads its own tokens onto the
+Fourier modes (a type-1 NUFFT), the mode arrays are summed across devices (one all-reduce of M
+numbers, independent of n, plus a few scalars), and each device evaluates the modes at its own
+tokens (type 2); :func:`transformer_pde.kernels.fast.fast_lse_average_with_info` (``axis_name``).
+Same numbers as one device up to the order of the sums.
+
 Multi-host: the same code runs under JAX's multi-controller runtime. Call
 ``jax.distributed.initialize(...)`` in every process, build the mesh over ``jax.devices()``
 (all hosts' devices) and the token array with :func:`shard_tokens`; see
@@ -23,7 +30,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
-from .attention.base import AbstractAttention
+from .attention.base import AbstractAttention, AbstractKernelAttention
 from .base import AbstractDynamics
 
 TOKENS = "tokens"
@@ -102,8 +109,14 @@ class Sharded(AbstractDynamics):
         arrays, static = eqx.partition(self.dynamics, eqx.is_array)
         tok, rep = PartitionSpec(self.axis), PartitionSpec()
 
+        n_all = x.shape[0]
+
         def local(arrays, t, x_local, w_local):
             dyn = eqx.combine(arrays, static)
+            if (isinstance(dyn, AbstractKernelAttention)
+                    and dyn._shards_keys(x_local.shape[0], n_all, x_local.dtype)):
+                # fast path: keys stay on their device; only the Fourier modes are summed
+                return dyn._field(x_local, x_local, w_local, t, axis_name=self.axis)
             keys = jax.lax.all_gather(x_local, self.axis, tiled=True)
             w = jax.lax.all_gather(w_local, self.axis, tiled=True)
             if not dyn.causal:

@@ -7,18 +7,23 @@ import jax
 import jax.numpy as jnp
 
 from ..._types import Param
-from ...kernels import softmax_average
+from ...kernels.backends import AbstractBackend, exact_lse_average, fast_lse_average_checked
 from ...params import evaluate
 from .base import (
     AbstractBilinearAttention,
     AbstractGaussianClosure,
+    AbstractKernelAttention,
     AbstractNormalizedAttention,
+    GaussianSum,
     bilinear_fields,
+    bind_backend,
     log_weights,
 )
+from .softmax import global_keys
 
 
-class L2Attention(AbstractBilinearAttention, AbstractNormalizedAttention, AbstractGaussianClosure):
+class L2Attention(AbstractBilinearAttention, AbstractKernelAttention, AbstractNormalizedAttention,
+                  AbstractGaussianClosure):
     r"""ℓ² attention, kernel $e^{-\beta|Qx-Ky|^2}$ (euclidean.md §2c):
 
     $$\Gamma_\mu(x)=\frac{\int e^{-\beta|Qx-Ky|^2}\,Vy\,d\mu(y)}{\int e^{-\beta|Qx-Ky|^2}\,d\mu(y)}.$$
@@ -26,6 +31,9 @@ class L2Attention(AbstractBilinearAttention, AbstractNormalizedAttention, Abstra
     The factor $e^{-\beta|Qx|^2}$ cancels, so this is softmax attention with logits
     β(2⟨Qx, Ky⟩ − |Ky|²): a key-dependent bias (euclidean.md §7). No factor ½, Q and K
     not tied: the normalization fixed by the authors' Gaussian right-hand side.
+
+    ``block_size`` and ``backend`` as in :class:`SoftmaxAttention`; on the fast path the kernel
+    is the Gaussian $e^{-\beta|a-b|^2}$ itself (γ = 2β), with no weight range to widen the bound.
     """
 
     Q: Param
@@ -33,19 +41,37 @@ class L2Attention(AbstractBilinearAttention, AbstractNormalizedAttention, Abstra
     V: Param
     beta: jax.Array
     causal: bool = eqx.field(static=True)
-    block_size: int | None = eqx.field(static=True)
+    backend: AbstractBackend = eqx.field(static=True)
 
-    def __init__(self, Q, K, V, beta=1.0, *, causal: bool = False, block_size: int | None = None):
-        self.Q, self.K, self.V, self.beta, self.causal, self.block_size = bilinear_fields(
-            type(self).__name__, Q, K, V, beta, causal, block_size)
+    def __init__(self, Q, K, V, beta=1.0, *, causal: bool = False, block_size: int | None = None,
+                 backend: AbstractBackend | None = None):
+        name = type(self).__name__
+        self.Q, self.K, self.V, self.beta, self.causal, block_size = bilinear_fields(
+            name, Q, K, V, beta, causal, block_size)
+        self.backend = bind_backend(backend, name, Q=self.Q, K=self.K, beta=self.beta,
+                                    gamma_factor=2.0, causal=self.causal, block_size=block_size)
 
-    def _field(self, queries, x, weights, t, query_offset=0):
-        Q, K, V = evaluate(self.Q, t), evaluate(self.K, t), evaluate(self.V, t)
+    def _value_width(self):
+        return self.dim
+
+    def _sums(self, queries, x, weights, t):
+        Q, K = evaluate(self.Q, t), evaluate(self.K, t)
         kx = x @ K.T
         bias = log_weights(weights) - self.beta * jnp.sum(kx * kx, axis=-1)
-        q = 2.0 * self.beta * (queries @ Q.T)
-        return softmax_average(q, kx, x @ V.T, bias, causal=self.causal, query_offset=query_offset,
-                               block_size=self.block_size)
+        return [GaussianSum(queries @ Q.T, kx, x, bias, 2.0 * self.beta, x.dtype)]
+
+    def _field(self, queries, x, weights, t, query_offset=0, axis_name=None):
+        V = evaluate(self.V, t)
+        (s,) = self._sums(queries, x, weights, t)
+        choice = self.kernel_choice(queries.shape[0], global_keys(x.shape[0], axis_name), x.dtype)
+        if choice.fast:
+            avg, _ = fast_lse_average_checked(self.backend, choice.plan, s.a, s.b, s.v, s.bias,
+                                              s.gamma, axis_name=axis_name)
+        else:
+            avg, _ = exact_lse_average(s.gamma * s.a, s.b, s.v, s.bias, causal=self.causal,
+                                       query_offset=query_offset, block_size=self.block_size,
+                                       axis_name=axis_name)
+        return avg @ V.T
 
     def _affine_field(self, mean, cov, t):
         r"""ℓ² attention (euclidean.md §4c) with kernel e^{-β|Qx-Ky|²}. The key law tilted by

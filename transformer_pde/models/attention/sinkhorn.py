@@ -9,16 +9,20 @@ from ott.geometry import costs, geometry
 from ott.problems.linear import linear_problem
 from ott.solvers.linear import sinkhorn
 
-from ..._checks import check_int, check_points, check_scalar, check_weights
+from ..._checks import check_int, check_points, check_scalar, check_weights, is_concrete
 from ..._linalg import sqrtm_psd, symmetrize
 from ..._types import Param
-from ...kernels import choose_path, softmax_average
-from ...kernels.ott import StreamingDotCloud
+from ...kernels import choose_path
+from ...kernels.backends import AbstractBackend, exact_lse_average, fast_lse_average_checked
+from ...kernels.ott import FastDotCloud, StreamingDotCloud
 from ...params import evaluate
 from .base import (
     AbstractBilinearAttention,
     AbstractGaussianClosure,
+    AbstractKernelAttention,
     AbstractNormalizedAttention,
+    GaussianSum,
+    bind_backend,
     check_qkv,
     scalar_param,
 )
@@ -35,7 +39,8 @@ class SinkhornPotentials(eqx.Module):
     """Last marginal error reported by ott-jax."""
 
 
-class SinkhornAttention(AbstractBilinearAttention, AbstractNormalizedAttention, AbstractGaussianClosure):
+class SinkhornAttention(AbstractBilinearAttention, AbstractKernelAttention, AbstractNormalizedAttention,
+                        AbstractGaussianClosure):
     r"""Doubly stochastic attention (euclidean.md §2d).
 
     With Ã = βA/ε (A = KᵀQ), let π(dx,dy) = e^{f(x)+g(y)+yᵀÃx} μ(dx)μ(dy) be the
@@ -60,6 +65,9 @@ class SinkhornAttention(AbstractBilinearAttention, AbstractNormalizedAttention, 
             streaming path the n x n cost is never stored: ott-jax's Sinkhorn runs on a
             ``PointCloud(βQx, Kx, NegDotProduct())`` whose log-sum-exp kernel streams
             (:class:`transformer_pde.kernels.ott.StreamingDotCloud`), and the attention average streams too.
+        backend: as in :class:`SoftmaxAttention` (γ = β/ε, ε concrete when built). On the fast
+            path every Sinkhorn half-iteration is a Gaussian sum
+            (:class:`transformer_pde.kernels.ott.FastDotCloud`) and so is the attention average.
     """
 
     Q: Param
@@ -70,13 +78,14 @@ class SinkhornAttention(AbstractBilinearAttention, AbstractNormalizedAttention, 
     threshold: float = eqx.field(static=True)
     max_iterations: int = eqx.field(static=True)
     throw: bool = eqx.field(static=True)
-    block_size: int | tuple[int, int] | None = eqx.field(static=True)
+    backend: AbstractBackend = eqx.field(static=True)
     causal: bool = eqx.field(static=True)
     """Always False: the self-coupling is of the whole measure."""
 
     def __init__(self, Q, K, V, beta=1.0, *, epsilon=1.0, threshold: float = 1e-6,
                  max_iterations: int = 2000, throw: bool = True,
-                 block_size: int | tuple[int, int] | None = None):
+                 block_size: int | tuple[int, int] | None = None,
+                 backend: AbstractBackend | None = None):
         name = type(self).__name__
         self.Q, self.K, self.V = check_qkv(name, Q, K, V, beta)
         check_scalar(epsilon, f"{name}.epsilon", positive=True)
@@ -89,13 +98,25 @@ class SinkhornAttention(AbstractBilinearAttention, AbstractNormalizedAttention, 
         self.max_iterations = int(max_iterations)
         self.throw = bool(throw)
         choose_path(1, 1, block_size)  # validates block_size
-        self.block_size = block_size
         self.causal = False
+        factor = 1.0 / float(self.epsilon) if is_concrete(self.epsilon) else None
+        self.backend = bind_backend(backend, name, Q=self.Q, K=self.K, beta=self.beta,
+                                    gamma_factor=factor, block_size=block_size)
+
+    def _value_width(self):
+        return self.dim
 
     def _potentials(self, x, weights, t) -> SinkhornPotentials:
         Q, K = evaluate(self.Q, t), evaluate(self.K, t)
         path = choose_path(x.shape[0], x.shape[0], self.block_size)
-        if path == 0:
+        choice = self.kernel_choice(x.shape[0], x.shape[0], x.dtype)
+        if choice.fast:
+            # c_ij = -β<Q x_i, K x_j>: each half-iteration a Gaussian sum of bandwidth β/ε
+            geom = FastDotCloud((x @ Q.T).astype(x.dtype), (x @ K.T).astype(x.dtype),
+                                self.beta.astype(x.dtype), backend=self.backend,
+                                plan=choice.plan, batch_size=path[1] if path else None,
+                                epsilon=self.epsilon)
+        elif path == 0:
             scores = (x @ Q.T) @ (x @ K.T).T  # s_ij = <Q x_i, K x_j>, row i = query
             cost = -self.beta * scores
             geom = geometry.Geometry(cost_matrix=cost, epsilon=self.epsilon)
@@ -118,7 +139,16 @@ class SinkhornAttention(AbstractBilinearAttention, AbstractNormalizedAttention, 
         w = check_weights(weights, x.shape[0], x.dtype)
         return self._potentials(x, w, jnp.asarray(t, x.dtype))
 
-    def _field(self, queries, x, weights, t, query_offset=0):
+    def _sums(self, queries, x, weights, t):
+        Q, K, V = evaluate(self.Q, t), evaluate(self.K, t), evaluate(self.V, t)
+        g = self._potentials(x, weights, t).g
+        return [GaussianSum(queries @ Q.T, x @ K.T, x @ V.T, g, self.beta / self.epsilon,
+                            x.dtype)]
+
+    def _shards_keys(self, m, n, dtype):
+        return False  # the potentials need every key: Sharded all-gathers them
+
+    def _field(self, queries, x, weights, t, query_offset=0, axis_name=None):
         pot = self._potentials(x, weights, t)
         g = pot.g
         if self.throw:
@@ -128,8 +158,15 @@ class SinkhornAttention(AbstractBilinearAttention, AbstractNormalizedAttention, 
                              "max_iterations or epsilon, or pass throw=False and inspect "
                              "SinkhornAttention.potentials(x)")
         Q, K, V = evaluate(self.Q, t), evaluate(self.K, t), evaluate(self.V, t)
+        choice = self.kernel_choice(queries.shape[0], x.shape[0], x.dtype)
+        if choice.fast:
+            s = GaussianSum(queries @ Q.T, x @ K.T, x @ V.T, g, self.beta / self.epsilon, x.dtype)
+            avg, _ = fast_lse_average_checked(self.backend, choice.plan, s.a, s.b, s.v, s.bias,
+                                              s.gamma)
+            return avg
         q = (self.beta / self.epsilon) * (queries @ Q.T)
-        return softmax_average(q, x @ K.T, x @ V.T, g, block_size=self.block_size)
+        avg, _ = exact_lse_average(q, x @ K.T, x @ V.T, g, block_size=self.block_size)
+        return avg
 
     def _affine_field(self, mean, cov, t):
         r"""Sinkhorn attention (euclidean.md §4d) with Ã = βKᵀQ/ε: y | x ~ N(α + PÃ(x − α), P)

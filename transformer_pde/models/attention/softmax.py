@@ -8,19 +8,28 @@ import jax.numpy as jnp
 
 from ..._checks import as_float_array, check_block_size, check_scalar, is_concrete
 from ..._types import Param
-from ...kernels import softmax_average
+from ...kernels.backends import AbstractBackend, exact_lse_average, fast_lse_average_checked
 from ...params import as_param, evaluate, param_shape
 from .base import (
     AbstractBilinearAttention,
     AbstractGaussianClosure,
+    AbstractKernelAttention,
     AbstractNormalizedAttention,
+    GaussianSum,
     bilinear_fields,
+    bind_backend,
     log_weights,
     scalar_param,
 )
 
 
-class SoftmaxAttention(AbstractBilinearAttention, AbstractNormalizedAttention, AbstractGaussianClosure):
+def global_keys(n: int, axis_name) -> int:
+    """Number of keys over every device (``n`` per device inside ``shard_map``)."""
+    return n if axis_name is None else n * jax.lax.axis_size(axis_name)
+
+
+class SoftmaxAttention(AbstractBilinearAttention, AbstractKernelAttention, AbstractNormalizedAttention,
+                       AbstractGaussianClosure):
     r"""Softmax self-attention (euclidean.md §2a):
 
     $$\Gamma_\mu(x)=\frac{\int e^{\beta\langle Qx,Ky\rangle}\,Vy\,d\mu(y)}
@@ -37,7 +46,11 @@ class SoftmaxAttention(AbstractBilinearAttention, AbstractNormalizedAttention, A
             Needs ``causal=True``.
         include_self: with ``causal=True``, False masks j < i (the LitM model): the first
             token then sees no key and does not move.
-        block_size: kernel path, see :func:`transformer_pde.kernels.lse_average`.
+        block_size: blocks of the exact kernel, see :func:`transformer_pde.kernels.lse_average`
+            (shorthand for ``backend=tp.kernels.Exact(block_size)``).
+        backend: how the reduction is computed (:mod:`transformer_pde.kernels.backends`):
+            ``tp.kernels.Exact()`` (default), ``Fast(tol, radius)`` or ``Auto(tol, radius)``, the
+            NUFFT Gaussian sum for Q, K of shape (k, d) with k <= 3, non-causal.
 
     Many papers use A = KᵀQ/√d: pass ``Q / sqrt(d)`` (sphere.md §9). Token weights are the
     masses of the causal measure too (uniform: the authors' CSA).
@@ -50,13 +63,15 @@ class SoftmaxAttention(AbstractBilinearAttention, AbstractNormalizedAttention, A
     alibi: jax.Array
     causal: bool = eqx.field(static=True)
     include_self: bool = eqx.field(static=True)
-    block_size: int | None = eqx.field(static=True)
+    backend: AbstractBackend = eqx.field(static=True)
 
     def __init__(self, Q, K, V, beta=1.0, *, causal: bool = False, alibi=0.0, include_self: bool = True,
-                 block_size: int | None = None):
+                 block_size: int | None = None, backend: AbstractBackend | None = None):
         name = type(self).__name__
-        self.Q, self.K, self.V, self.beta, self.causal, self.block_size = bilinear_fields(
+        self.Q, self.K, self.V, self.beta, self.causal, block_size = bilinear_fields(
             name, Q, K, V, beta, causal, block_size)
+        self.backend = bind_backend(backend, name, Q=self.Q, K=self.K, beta=self.beta,
+                                    causal=self.causal, block_size=block_size)
         check_scalar(alibi, f"{name}.alibi", nonnegative=True)
         if not self.causal and (not include_self or is_concrete(alibi) and float(alibi) != 0):
             raise ValueError(f"{name}: alibi={alibi} and include_self={include_self} are position "
@@ -64,8 +79,21 @@ class SoftmaxAttention(AbstractBilinearAttention, AbstractNormalizedAttention, A
         self.alibi = scalar_param(alibi)
         self.include_self = bool(include_self)
 
-    def _field(self, queries, x, weights, t, query_offset=0):
+    def _value_width(self):
+        return self.dim
+
+    def _sums(self, queries, x, weights, t):
+        Q, K = evaluate(self.Q, t), evaluate(self.K, t)
+        return [GaussianSum(queries @ Q.T, x @ K.T, x, log_weights(weights), self.beta, x.dtype)]
+
+    def _field(self, queries, x, weights, t, query_offset=0, axis_name=None):
         Q, K, V = evaluate(self.Q, t), evaluate(self.K, t), evaluate(self.V, t)
+        choice = self.kernel_choice(queries.shape[0], global_keys(x.shape[0], axis_name), x.dtype)
+        if choice.fast:
+            (s,) = self._sums(queries, x, weights, t)
+            avg, _ = fast_lse_average_checked(self.backend, choice.plan, s.a, s.b, s.v, s.bias,
+                                              s.gamma, axis_name=axis_name)
+            return avg @ V.T
         # Average the tokens and apply V after: Σ p_ij V x_j = V Σ p_ij x_j. With Q, K of
         # full rank (k >= d), fold them too: β⟨Q q_i, K x_j⟩ = ⟨q_i, β QᵀK x_j⟩. Only one
         # (n, d) projection is then held next to the output, instead of three.
@@ -79,8 +107,8 @@ class SoftmaxAttention(AbstractBilinearAttention, AbstractNormalizedAttention, A
             bias = bias + self.alibi * jnp.arange(x.shape[0], dtype=x.dtype) / x.shape[0]
             if not self.include_self:
                 query_offset = query_offset - 1  # query i sees keys j <= i - 1
-        avg = softmax_average(q, k, x, bias, causal=self.causal, query_offset=query_offset,
-                              block_size=self.block_size)
+        avg, _ = exact_lse_average(q, k, x, bias, causal=self.causal, query_offset=query_offset,
+                                   block_size=self.block_size, axis_name=axis_name)
         return avg @ V.T
 
     def _affine_field(self, mean, cov, t):
@@ -92,7 +120,7 @@ class SoftmaxAttention(AbstractBilinearAttention, AbstractNormalizedAttention, A
         return V @ cov @ self.score_matrix(t), V @ mean
 
 
-class MultiHeadAttention(AbstractNormalizedAttention, AbstractGaussianClosure):
+class MultiHeadAttention(AbstractKernelAttention, AbstractNormalizedAttention, AbstractGaussianClosure):
     r"""Multi-head attention (euclidean.md §2b):
 
     $$\Gamma_\mu(x)=\sum_{h=1}^H W_h\,\frac{\int e^{\beta\langle Q_hx,K_hy\rangle}\,V_hy\,d\mu(y)}
@@ -104,6 +132,8 @@ class MultiHeadAttention(AbstractNormalizedAttention, AbstractGaussianClosure):
         W: shape ``(H, d, k)`` (output maps W_h: R^k -> R^d).
         beta: inverse temperature.
         causal: causal masking, as in :class:`SoftmaxAttention`.
+        block_size, backend: as in :class:`SoftmaxAttention`; the fast kernel runs per head
+            (scores in R^k, k <= 3), with one plan for every head (R over all heads' rows).
     """
 
     Q: Param
@@ -112,9 +142,10 @@ class MultiHeadAttention(AbstractNormalizedAttention, AbstractGaussianClosure):
     W: Param
     beta: jax.Array
     causal: bool = eqx.field(static=True)
-    block_size: int | None = eqx.field(static=True)
+    backend: AbstractBackend = eqx.field(static=True)
 
-    def __init__(self, Q, K, V, W, beta=1.0, *, causal: bool = False, block_size: int | None = None):
+    def __init__(self, Q, K, V, W, beta=1.0, *, causal: bool = False, block_size: int | None = None,
+                 backend: AbstractBackend | None = None):
         name = type(self).__name__
         self.Q, self.K = as_param(Q, f"{name}.Q"), as_param(K, f"{name}.K")
         self.V, self.W = as_param(V, f"{name}.V"), as_param(W, f"{name}.W")
@@ -129,7 +160,9 @@ class MultiHeadAttention(AbstractNormalizedAttention, AbstractGaussianClosure):
         check_scalar(beta, f"{name}.beta")
         self.beta = scalar_param(beta)
         self.causal = bool(causal)
-        self.block_size = check_block_size(block_size, f"{type(self).__name__}.block_size")
+        block_size = check_block_size(block_size, f"{type(self).__name__}.block_size")
+        self.backend = bind_backend(backend, name, Q=self.Q, K=self.K, beta=self.beta,
+                                    causal=self.causal, block_size=block_size)
 
     @classmethod
     def split(cls, Q, K, V, num_heads: int, beta=1.0, **kwargs):
@@ -156,14 +189,33 @@ class MultiHeadAttention(AbstractNormalizedAttention, AbstractGaussianClosure):
     def dim(self):
         return param_shape(self.Q)[-1]
 
-    def _field(self, queries, x, weights, t, query_offset=0):
+    def _value_width(self):
+        return param_shape(self.V)[1]
+
+    def _sums(self, queries, x, weights, t):
+        Q, K, V = (evaluate(p, t) for p in (self.Q, self.K, self.V))
+        logw = log_weights(weights)
+        return [GaussianSum(queries @ Q[h].T, x @ K[h].T, x @ V[h].T, logw, self.beta,
+                            x.dtype) for h in range(self.num_heads)]
+
+    def _field(self, queries, x, weights, t, query_offset=0, axis_name=None):
         Q, K, V, W = (evaluate(p, t) for p in (self.Q, self.K, self.V, self.W))
         logw = log_weights(weights)
+        choice = self.kernel_choice(queries.shape[0], global_keys(x.shape[0], axis_name), x.dtype)
+        if choice.fast:
+            # one head at a time (not vmap: Auto's fallback is a lax.switch, which vmap would
+            # turn into running every branch)
+            out = 0.0
+            for h, s in enumerate(self._sums(queries, x, weights, t)):
+                avg, _ = fast_lse_average_checked(self.backend, choice.plan, s.a, s.b, s.v, s.bias,
+                                                  s.gamma, axis_name=axis_name)
+                out = out + avg @ W[h].T
+            return out
 
         def head(Qh, Kh, Vh, Wh):
-            avg = softmax_average(self.beta * (queries @ Qh.T), x @ Kh.T, x @ Vh.T, logw,
-                                  causal=self.causal, query_offset=query_offset,
-                                  block_size=self.block_size)
+            avg, _ = exact_lse_average(self.beta * (queries @ Qh.T), x @ Kh.T, x @ Vh.T, logw,
+                                       causal=self.causal, query_offset=query_offset,
+                                       block_size=self.block_size, axis_name=axis_name)
             return avg @ Wh.T
 
         return jnp.sum(jax.vmap(head)(Q, K, V, W), axis=0)

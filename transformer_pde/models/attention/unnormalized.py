@@ -8,14 +8,20 @@ import jax.numpy as jnp
 
 from ..._checks import check_scalar
 from ..._types import Param
-from ...kernels import exp_kernel_sum, sigmoid_kernel_sum
+from ...kernels import sigmoid_kernel_sum
+from ...kernels.backends import AbstractBackend, exact_lse_average, fast_lse_average_checked
+from ...params import evaluate
 from .base import (
     AbstractBilinearAttention,
+    AbstractKernelAttention,
+    GaussianSum,
     bilinear_fields,
+    bind_backend,
     log_weights,
     qkv_features,
     scalar_param,
 )
+from .softmax import global_keys
 
 
 class SigmoidAttention(AbstractBilinearAttention):
@@ -52,7 +58,7 @@ class SigmoidAttention(AbstractBilinearAttention):
                                   block_size=self.block_size)
 
 
-class UnnormalizedAttention(AbstractBilinearAttention):
+class UnnormalizedAttention(AbstractBilinearAttention, AbstractKernelAttention):
     r"""Unnormalized self-attention, USA (sphere.md §1):
 
     $$\Gamma_\mu(x)=e^{-\beta c}\int e^{\beta\langle Qx,Ky\rangle}\,Vy\,d\mu(y)
@@ -60,8 +66,11 @@ class UnnormalizedAttention(AbstractBilinearAttention):
 
     ``shift`` = c sets the normalization across papers (sphere.md §9): c = 0 is GLPR's USA
     (1/n, the default), c = 1 is GKPR's e^{β(⟨x,y⟩−1)}/n, which stays finite on the sphere
-    for any β. The sum is computed in the log domain; it overflows only when its true value
-    exceeds the dtype's range.
+    for any β. The sum is computed in the log domain, as e^{lse}·average; it overflows only
+    when its true value exceeds the dtype's range.
+
+    ``block_size`` and ``backend`` as in :class:`SoftmaxAttention`; on the fast path the
+    tolerance applies to the log-normalizer (so relatively to the sum) and to the average.
     """
 
     Q: Param
@@ -70,17 +79,35 @@ class UnnormalizedAttention(AbstractBilinearAttention):
     beta: jax.Array
     shift: jax.Array
     causal: bool = eqx.field(static=True)
-    block_size: int | None = eqx.field(static=True)
+    backend: AbstractBackend = eqx.field(static=True)
 
     def __init__(self, Q, K, V, beta=1.0, *, shift=0.0, causal: bool = False,
-                 block_size: int | None = None):
-        self.Q, self.K, self.V, self.beta, self.causal, self.block_size = bilinear_fields(
-            type(self).__name__, Q, K, V, beta, causal, block_size)
-        check_scalar(shift, f"{type(self).__name__}.shift")
+                 block_size: int | None = None, backend: AbstractBackend | None = None):
+        name = type(self).__name__
+        self.Q, self.K, self.V, self.beta, self.causal, block_size = bilinear_fields(
+            name, Q, K, V, beta, causal, block_size)
+        check_scalar(shift, f"{name}.shift")
         self.shift = scalar_param(shift)
+        self.backend = bind_backend(backend, name, Q=self.Q, K=self.K, beta=self.beta,
+                                    causal=self.causal, block_size=block_size)
 
-    def _field(self, queries, x, weights, t, query_offset=0):
+    def _value_width(self):
+        return self.dim
+
+    def _sums(self, queries, x, weights, t):
+        Q, K = evaluate(self.Q, t), evaluate(self.K, t)
+        bias = log_weights(weights) - self.beta * self.shift
+        return [GaussianSum(queries @ Q.T, x @ K.T, x, bias, self.beta, x.dtype)]
+
+    def _field(self, queries, x, weights, t, query_offset=0, axis_name=None):
+        choice = self.kernel_choice(queries.shape[0], global_keys(x.shape[0], axis_name), x.dtype)
+        if choice.fast:
+            (s,) = self._sums(queries, x, weights, t)
+            avg, lse = fast_lse_average_checked(self.backend, choice.plan, s.a, s.b, s.v, s.bias,
+                                                s.gamma, axis_name=axis_name)
+            return jnp.exp(lse)[:, None] * (avg @ evaluate(self.V, t).T)
         q, k, v = qkv_features(self, queries, x, t)
         bias = log_weights(weights) - self.beta * self.shift
-        return exp_kernel_sum(q, k, v, bias, causal=self.causal, query_offset=query_offset,
-                              block_size=self.block_size)
+        avg, lse = exact_lse_average(q, k, v, bias, causal=self.causal, query_offset=query_offset,
+                                     block_size=self.block_size, axis_name=axis_name)
+        return jnp.exp(lse)[:, None] * avg
