@@ -26,6 +26,7 @@ from .attention import (
     SoftmaxAttention,
     UnnormalizedAttention,
 )
+from .attention.base import AbstractKernelAttention
 from .base import AbstractDynamics, AbstractManifoldDynamics
 from .causal import LitMCircle
 from .mean_shift import MeanShift
@@ -49,6 +50,7 @@ from .sharding import Sharded
 from .sphere import PostLN, Sphere, UnitSphere, normalize, tangent_projection, uniform_sphere
 
 __all__ = [
+    "AbstractKernelAttention",
     "AbstractAttention",
     "AbstractBilinearAttention",
     "AbstractDynamics",
