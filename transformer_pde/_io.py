@@ -1,15 +1,24 @@
 """Atomic file output (the bottom floor): every file is written to a temporary file in the same
 directory and renamed into place, so a process killed at any instant leaves each file either
-absent, old, or complete."""
+absent, old, or complete. :func:`lock_directory` gives one process at a time a directory."""
 
 from __future__ import annotations
 
+import contextlib
 import io
 import json
 import os
+import socket
+import sys
 import tempfile
+import time
 import zipfile
 from pathlib import Path
+
+try:
+    import fcntl
+except ImportError:  # pragma: no cover - not POSIX (Windows): directories are not locked
+    fcntl = None
 
 import numpy as np
 
@@ -82,3 +91,103 @@ def save_gif(anim, path: Path, fps: int) -> Path:
         if os.path.exists(tmp):
             os.unlink(tmp)
     return path
+
+
+# ----------------------------------------------------------------------------- directory lock
+
+LOCK_FILE = ".lock"
+"""The lock file of an output directory (kept: removing it would let two processes lock two
+different files of the same name)."""
+
+
+class DirectoryBusyError(RuntimeError):
+    """Another process holds the lock of a directory.
+
+    Attributes:
+        directory: the directory.
+        holder: what the holder wrote into the lock file (``pid``, ``host``, ``started``,
+            ``command``), or None when it could not be read (it is still writing it).
+    """
+
+    def __init__(self, directory, holder: dict | None):
+        self.directory = Path(directory)
+        self.holder = holder
+        super().__init__(f"{str(self.directory)!r} is in use by another run ({describe_holder(holder)}); "
+                         f"wait for it to end, or choose another directory")
+
+
+def describe_holder(holder: dict | None) -> str:
+    """``pid 1234 on host, since 2025-01-01T12:00:00, `transformer-pde run clustering ...```."""
+    if not isinstance(holder, dict):
+        return "pid unknown"
+    parts = [f"pid {holder.get('pid', '?')}"]
+    if holder.get("host") and holder.get("host") != socket.gethostname():
+        parts[0] += f" on {holder['host']}"
+    if holder.get("started"):
+        parts.append(f"since {holder['started']}")
+    command = holder.get("command")
+    if isinstance(command, list) and command:
+        name = Path(str(command[0])).name
+        text = " ".join(["transformer-pde" if name in ("cli.py", "transformer-pde") else name]
+                        + [str(c) for c in command[1:]])
+        parts.append(f"`{text[:200]}`")
+    return ", ".join(parts)
+
+
+def _read_holder(fd: int) -> dict | None:
+    try:
+        holder = json.loads(os.pread(fd, 65536, 0).decode())
+    except (OSError, ValueError):  # empty or partly written: the holder is writing it now
+        return None
+    return holder if isinstance(holder, dict) else None
+
+
+@contextlib.contextmanager
+def lock_directory(directory):
+    """Hold an exclusive lock on ``directory`` (which must exist) for the ``with`` block.
+
+    The lock is ``fcntl.flock`` on ``directory/.lock``, held through an open file for the
+    whole block; the file records the holder (pid, host, start time, command) for the error
+    of whoever finds it taken. The kernel releases the lock when its process ends, however
+    it ends (SIGKILL included), so a lock left by a dead process is free for the next one: no
+    stale-lock cleanup is needed. Never waits: a taken lock raises :class:`DirectoryBusyError`
+    at once. Locks are per open file, so a second ``lock_directory`` of the same directory in
+    the same process is refused too.
+
+    Raises:
+        DirectoryBusyError: another process (or another open of this one) holds the lock.
+        OSError: the lock file cannot be created (a read-only directory, ...).
+    """
+    directory = Path(directory)
+    path = directory / LOCK_FILE
+    if fcntl is None:  # pragma: no cover
+        yield
+        return
+    while True:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, FILE_MODE)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except (BlockingIOError, PermissionError):
+            holder = _read_holder(fd)
+            os.close(fd)
+            raise DirectoryBusyError(directory, holder) from None
+        except BaseException:
+            os.close(fd)
+            raise
+        # the file may have been removed or replaced between open and flock: lock the one there
+        try:
+            st, now = os.fstat(fd), os.stat(path)
+            same = (st.st_dev, st.st_ino) == (now.st_dev, now.st_ino)
+        except FileNotFoundError:
+            same = False
+        if same:
+            break
+        os.close(fd)
+    try:
+        record = {"pid": os.getpid(), "host": socket.gethostname(),
+                  "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "command": list(sys.argv)}
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, json.dumps(record).encode(), 0)
+        yield
+    finally:
+        os.close(fd)  # releases the lock
