@@ -128,8 +128,10 @@ def load_toml(path) -> dict:
         raise ValueError(f"config file {str(path)!r} does not exist") from None
     except IsADirectoryError:
         raise ValueError(f"config file {str(path)!r} is a directory") from None
-    except tomllib.TOMLDecodeError as e:
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as e:
         raise ValueError(f"config file {str(path)!r} is not valid TOML: {e}") from None
+    except OSError as e:
+        raise ValueError(f"config file {str(path)!r} is unreadable: {e.strerror or e}") from None
 
 
 def _toml_value(v) -> str:

@@ -10,7 +10,8 @@ A config is a frozen dataclass whose fields are the options. A field is one of
 Values arrive in two forms and are checked in one place (:func:`coerce_option`): native
 values (Python defaults, TOML arrays such as ``betas = [0.5, 1, 4]``, JSON lists of a saved
 run) and command-line text, parsed once by :func:`parse_option_text` (``--betas 0.5,1,4``).
-Errors name the option and, for a list, the bad item. Float items must be finite.
+Errors name the option and, for a list, the bad item. Floats (options and list items)
+must be finite: NaN and inf are refused wherever they come from.
 
 Configs derive from :class:`Options`: constructing one checks every field against its type
 (so a config built in Python is checked like one from the command line), then runs its
@@ -65,7 +66,7 @@ def format_value(value) -> str:
 # ----------------------------------------------------------------------------- checking values
 
 
-def _coerce_scalar(where: str, typ, value, *, item: bool = False):
+def _coerce_scalar(where: str, typ, value):
     """One scalar (or one list item) against its type; ints are accepted for floats."""
     choices = _literal_choices(typ)
     if choices is not None:
@@ -79,15 +80,19 @@ def _coerce_scalar(where: str, typ, value, *, item: bool = False):
     if typ is int:
         if isinstance(value, bool) or not isinstance(value, int):
             raise ValueError(f"{where} must be an integer, got {value!r}")
-        return value
+        return value  # its range: coerce_option
     if typ is float:
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             raise ValueError(f"{where} must be a number, got {value!r}")
-        if math.isnan(value):
+        try:
+            out = float(value)
+        except OverflowError:  # an int beyond the float range
+            raise ValueError(f"{where} must be a finite number, got {value!r}") from None
+        if math.isnan(out):
             raise ValueError(f"{where} must not be NaN")
-        if item and math.isinf(value):
+        if math.isinf(out):
             raise ValueError(f"{where} must be finite, got {value!r}")
-        return float(value)
+        return out
     if typ is str:
         if not isinstance(value, str):
             raise ValueError(f"{where} must be a string, got {value!r}")
@@ -107,14 +112,30 @@ def coerce_option(exp_name: str | None, key: str, typ, value):
         out = _coerce_scalar(where, typ, value)
         if key == "seed" and not 0 <= out < 2**32:
             raise ValueError(f"{where} must be an integer in [0, 2**32), got {out}")
+        if typ is int and key != "seed":
+            _check_int_range(where, out)
         return out
     if isinstance(value, str) or not isinstance(value, (list, tuple)):
         raise ValueError(f"{where} must be a list of {type_name(item_type)} (a TOML array such as "
                          f"{key} = [...], or {key} = a,b,... on the command line), got {value!r}")
     if not value:
         raise ValueError(f"{where} must list at least one value, got an empty list")
-    return tuple(_coerce_scalar(f"{where}: item {i} ({v!r})", item_type, v, item=True)
-                 for i, v in enumerate(value))
+    items = tuple(_coerce_scalar(f"{where}: item {i} ({v!r})", item_type, v)
+                  for i, v in enumerate(value))
+    if item_type is int:
+        for i, v in enumerate(items):
+            _check_int_range(f"{where}: item {i} ({v!r})", v)
+    return items
+
+
+INT_LIMIT = 2**31
+"""Integer options (counts, sizes, steps; seeds apart) lie in [-2**31, 2**31): JAX counts in
+int32, and a larger count could not be allocated or stepped through anyway."""
+
+
+def _check_int_range(where: str, value: int) -> None:
+    if not -INT_LIMIT <= value < INT_LIMIT:
+        raise ValueError(f"{where} must lie in [-2**31, 2**31), got {value}")
 
 
 def parse_option_text(exp_name: str, key: str, typ, text: str):
