@@ -10,24 +10,57 @@ TOML (``betas = [0.5, 1, 4]``); each item is checked, and an error names the opt
 saved ``data.npz`` / ``results.nc``, without recomputing.
 
 Long runs of resumable experiments checkpoint every ``--checkpoint-every`` save intervals;
-``transformer-pde run --resume DIR`` continues a killed or interrupted run from its last
-checkpoint, with the options saved in ``DIR``, and ends bitwise equal to an uninterrupted
-run. SIGINT and SIGTERM stop a run between chunks, marking it "interrupted" in
-``DIR/metadata.json``; every file is written atomically, so even SIGKILL leaves a
-consistent directory.
+``transformer-pde run --resume DIR`` continues a killed, interrupted or failed run from its
+last good checkpoint, with the options saved in ``DIR``, and ends bitwise equal to an
+uninterrupted run. Running the same command again into a directory whose run is unfinished
+continues it the same way; a run with other options there is refused, naming them. One run
+at a time holds a directory (a lock; a second run there stops at once, naming the first).
+SIGINT and SIGTERM stop a run, marking it "interrupted" in ``DIR/metadata.json``; every file
+is written atomically, so even SIGKILL leaves a consistent directory.
+
+Errors are one line on stderr, never a traceback (``--debug``, or the environment variable
+``TRANSFORMER_PDE_DEBUG=1``, prints it too). Exit status: 0 done; 2 bad input: a bad option,
+file or directory, a run that cannot be continued, a directory in use (nothing was run), or
+a value the computation itself refused (ValueError; the run is marked "failed"); 1 the run
+failed otherwise (non-finite state, I/O error, JAX runtime error, damaged file; it is marked
+"failed", and once the cause is fixed ``--resume`` retries it from its last good
+checkpoint), or an internal error; 128 + N interrupted by signal N.
 """
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
+import os
+import re
 import signal
 import sys
+import traceback
 from pathlib import Path
 
 _RUN_USAGE = ("transformer-pde run NAME [--config FILE.toml] [--option VALUE ...] [--out DIR]\n"
               "       transformer-pde run --resume DIR")
 _PLOT_USAGE = "transformer-pde plot RUN_DIR [--out DIR]"
+_DEBUG_ENV = "TRANSFORMER_PDE_DEBUG"
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse with one-line errors (no usage block): ``prog: error: message (see prog --help)``."""
+
+    def error(self, message):
+        self.exit(2, f"{self.prog}: error: {one_line(message)} (see {self.prog} --help)\n")
+
+
+def one_line(text, limit: int = 1000) -> str:
+    """A message on one line: whitespace runs (newlines included) become one space, an
+    Equinox runtime error is cut to its own message, and very long text is shortened."""
+    text = str(text)
+    m = re.search(r"EquinoxRuntimeError: ([^\n]+)", text)
+    if m:
+        text = m.group(1)
+    lines = [ln.strip() for ln in text.splitlines()]
+    text = " ".join(ln for ln in lines if ln and not re.fullmatch(r"[-=_*~]{3,}", ln))
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def _positive_int(text: str) -> int:
@@ -67,8 +100,8 @@ def _text_parser(exp, key: str, typ):
 def _option_parser(exp) -> argparse.ArgumentParser:
     from .experiments._options import format_value, list_item_type, type_name
 
-    p = argparse.ArgumentParser(prog=f"transformer-pde run {exp.name}", description=exp.summary,
-                                argument_default=argparse.SUPPRESS)
+    p = _Parser(prog=f"transformer-pde run {exp.name}", description=exp.summary,
+                argument_default=argparse.SUPPRESS)
     _common_options(p)
     hints = exp.option_types()
     for f in dataclasses.fields(exp.config):
@@ -87,30 +120,74 @@ def _option_parser(exp) -> argparse.ArgumentParser:
     return p
 
 
-def _install_signal_handlers():
-    """SIGTERM (and SIGINT) raise RunInterrupted, so the runner can mark the run and exit."""
+def _explain(e: BaseException) -> tuple[int, str]:
+    """Exit status and the one-line message of an exception that ends a command."""
+    import zipfile
+    import zlib
+
+    from ._io import DirectoryBusyError
     from .experiments._runner import RunInterrupted
 
-    def handler(signum, frame):
-        raise RunInterrupted(signum)
-
-    previous = {}
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        try:
-            previous[sig] = signal.signal(sig, handler)
-        except ValueError:  # not in the main thread (e.g. called from a test thread)
-            pass
-    return previous
+    if isinstance(e, (KeyboardInterrupt, RunInterrupted)):
+        signum = int(getattr(e, "signum", signal.SIGINT))
+        return 128 + signum, f"interrupted ({signal.Signals(signum).name})"
+    failed = getattr(e, "failed_run", None)
+    if isinstance(e, (ValueError, DirectoryBusyError)):
+        code, text = 2, one_line(e)
+    elif isinstance(e, OSError):
+        where = f" ({e.filename})" if getattr(e, "filename", None) else ""
+        code, text = 1, f"{type(e).__name__}: {one_line(e.strerror or e)}{where}"
+    elif isinstance(e, (ArithmeticError, MemoryError, RuntimeError, EOFError, zipfile.BadZipFile,
+                        zlib.error)):
+        code, text = 1, f"{type(e).__name__}: {one_line(e)}"
+    else:
+        code, text = 1, (f"internal error, {type(e).__name__}: {one_line(e)} (please report it, "
+                         f"with the traceback that --debug prints)")
+    if failed is not None:
+        if code == 2:
+            text += (f" (the run in {failed} is marked failed; write a run with other options "
+                     f"elsewhere, or remove the directory)")
+        else:
+            text += (f" (the run in {failed} is marked failed; once the cause is fixed, "
+                     f"transformer-pde run --resume {failed} retries it from its last good "
+                     f"checkpoint)")
+    return code, text
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Run the command line; returns 0, or raises SystemExit with the status (see the module
+    docstring) after one line on stderr."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    debug = "--debug" in argv or os.environ.get(_DEBUG_ENV, "").strip() not in ("", "0")
+    argv = [a for a in argv if a != "--debug"]
+    try:
+        return _main(argv)
+    except SystemExit:
+        raise
+    except BaseException as e:
+        code, message = _explain(e)
+        if debug:
+            traceback.print_exception(e)
+        print(f"transformer-pde: error: {message}", file=sys.stderr)
+        raise SystemExit(code) from None
+
+
+def _main(argv: list[str]) -> int:
     from . import experiments
     from .experiments._base import load_toml
-    from .experiments._runner import RunInterrupted, read_metadata, redraw, run_experiment
+    from .experiments._runner import (
+        RunInterrupted,
+        pending_signal,
+        read_metadata,
+        redraw,
+        run_experiment,
+        stop_on_signals,
+    )
 
-    argv = list(sys.argv[1:] if argv is None else argv)
-    top = argparse.ArgumentParser(prog="transformer-pde",
-                                  description="Simulate self-attention dynamics and the Transformer PDE.")
+    top = _Parser(prog="transformer-pde",
+                  description="Simulate self-attention dynamics and the Transformer PDE.")
+    top.add_argument("--debug", action="store_true",
+                     help=f"on an error, print the traceback too (or set {_DEBUG_ENV}=1)")
     sub = top.add_subparsers(dest="command", required=True)
     sub.add_parser("list", help="name the experiments")
     run_p = sub.add_parser("run", help="run an experiment: transformer-pde run NAME [--option value]",
@@ -130,11 +207,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "plot":
         if rest:
             plot_p.error(f"unrecognized arguments: {' '.join(rest)}")
-        try:
-            figures = redraw(args.run_dir, args.out)
-        except ValueError as e:
-            plot_p.error(str(e))
-        for fig in figures:
+        for fig in redraw(args.run_dir, args.out):
             print(f"figure:   {fig}")
         return 0
 
@@ -146,41 +219,35 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{name:<{width}}  {experiments.REGISTRY[name].summary}")
         return 0
 
+    available = ", ".join(sorted(experiments.REGISTRY))
     name = args.name
     resume_dir = None
     if name is None:
-        pre = argparse.ArgumentParser(prog="transformer-pde run", usage=_RUN_USAGE, add_help=False)
+        pre = _Parser(prog="transformer-pde run", usage=_RUN_USAGE, add_help=False)
         pre.add_argument("--resume", type=Path, default=None)
         pre.add_argument("--config", type=Path, default=None)
         pre.add_argument("-h", "--help", action="store_true")
         known, _ = pre.parse_known_args(rest)
         if known.help:
-            print(f"usage: {_RUN_USAGE}\n\nexperiments: {', '.join(sorted(experiments.REGISTRY))}")
+            print(f"usage: {_RUN_USAGE}\n\nexperiments: {available}")
             return 0
         if known.resume is not None:
             resume_dir = known.resume
-            try:
-                meta = read_metadata(resume_dir)
-            except ValueError as e:
-                top.error(str(e))
+            meta = read_metadata(resume_dir)
             if meta is None:
-                top.error(f"--resume {resume_dir}: no run there (metadata.json is missing)")
-            name = meta.get("experiment")
+                raise ValueError(f"--resume {resume_dir}: no run there (metadata.json is missing)")
+            name = meta["experiment"]
         elif known.config is not None:
-            try:
-                name = load_toml(known.config).get("experiment")
-            except ValueError as e:
-                top.error(str(e))
+            name = load_toml(known.config).get("experiment")
             if name is None:
-                top.error(f"{known.config} names no experiment; use transformer-pde run NAME "
-                          f"--config {known.config}")
+                raise ValueError(f"{known.config} names no experiment; use transformer-pde run NAME "
+                                 f"--config {known.config}")
         else:
-            top.error(f"run needs an experiment NAME or --resume DIR; available: "
-                      f"{', '.join(sorted(experiments.REGISTRY))}")
+            raise ValueError(f"run needs an experiment NAME or --resume DIR; available: {available}")
 
-    if name not in experiments.REGISTRY:
-        top.error(f"unknown experiment '{name}'; available: "
-                  f"{', '.join(sorted(experiments.REGISTRY))} (see 'transformer-pde list')")
+    if not isinstance(name, str) or name not in experiments.REGISTRY:
+        raise ValueError(f"unknown experiment {name!r}; available: {available} "
+                         f"(see 'transformer-pde list')")
     exp = experiments.REGISTRY[name]
     opts = vars(_option_parser(exp).parse_args(rest))
     control = {k: opts.pop(k, None) for k in ("out", "no_progress", "config", "checkpoint_every",
@@ -200,9 +267,9 @@ def main(argv: list[str] | None = None) -> int:
             meta = read_metadata(resume_dir)
             if meta is None:
                 raise ValueError(f"--resume {resume_dir}: no run there (metadata.json is missing)")
-            if meta.get("experiment") != exp.name:
+            if meta["experiment"] != exp.name:
                 raise ValueError(f"--resume {resume_dir}: that directory holds a run of "
-                                 f"{meta.get('experiment')!r}, not {exp.name!r}")
+                                 f"{meta['experiment']!r}, not {exp.name!r}")
             if meta.get("status") == "complete":
                 print(f"{resume_dir}: this run is already complete; nothing to do")
                 print(f"data:     {Path(resume_dir) / 'data.npz'}")
@@ -218,23 +285,30 @@ def main(argv: list[str] | None = None) -> int:
                                              **opts)
             out = control["out"] or Path("runs") / exp.name
     except ValueError as e:
-        top.error(f"{exp.name}: {e}")
+        raise ValueError(f"{exp.name}: {e}") from None
 
-    previous = _install_signal_handlers()
-    try:
-        out_info = run_experiment(exp, config, out, progress=not control["no_progress"],
-                                  checkpoint_every=control["checkpoint_every"],
-                                  resume=resume_dir is not None)
-    except ValueError as e:
-        top.error(f"{exp.name}: {e}")
-    except (KeyboardInterrupt, RunInterrupted) as e:
-        signum = getattr(e, "signum", signal.SIGINT)
-        print(f"\ninterrupted ({signal.Signals(signum).name}); the output directory is consistent. "
-              f"Continue with: transformer-pde run --resume {out}", file=sys.stderr)
-        return 128 + int(signum)
-    finally:
-        for sig, h in previous.items():
-            signal.signal(sig, h)
+    with stop_on_signals():
+        try:
+            out_info = run_experiment(exp, config, out, progress=not control["no_progress"],
+                                      checkpoint_every=control["checkpoint_every"],
+                                      resume=resume_dir is not None)
+        except (KeyboardInterrupt, RunInterrupted) as e:
+            signum = int(getattr(e, "signum", signal.SIGINT))
+            name = signal.Signals(signum).name
+            if getattr(e, "failed_run", None) is not None:
+                print(f"interrupted ({name}); the output directory is consistent. Continue with: "
+                      f"transformer-pde run --resume {out}", file=sys.stderr)
+            else:
+                print(f"interrupted ({name}) before the run started", file=sys.stderr)
+            raise SystemExit(128 + signum) from None
+        except ValueError as e:
+            named = ValueError(f"{exp.name}: {e}")
+            named.failed_run = getattr(e, "failed_run", None)
+            raise named from e
+        late = pending_signal()
+    if late is not None:
+        print(f"note: {signal.Signals(late).name} arrived as the run completed; the run is "
+              f"complete", file=sys.stderr)
     print(f"data:     {out_info['data']}")
     if out_info.get("grids"):
         print(f"grids:    {out_info['grids']}")
