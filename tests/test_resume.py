@@ -7,6 +7,7 @@ byte-identical ``data.npz`` (same machine). Library-level tests check the same p
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import signal
@@ -67,25 +68,40 @@ def _start(args):
                             stderr=subprocess.PIPE, text=True)
 
 
-def _signal_after_checkpoint(proc, out: Path, sig: int, after: int) -> int:
-    """Send ``sig`` once the manifest reports more than ``after`` complete chunks."""
+def _signal_when(proc, ready, sig: int, *, may_finish: bool = False) -> tuple[int, str]:
+    """Send ``sig`` once ``ready()`` holds; ``(returncode, stderr)``. With ``may_finish`` the
+    run may complete before that (a signal meant for its very end)."""
     deadline = time.monotonic() + 240
-    while (_manifest(out) or {}).get("completed", 0) <= after:
+    while not ready():
         if proc.poll() is not None or time.monotonic() > deadline:
+            if may_finish and proc.poll() is not None:
+                break
             proc.kill()
-            raise AssertionError(f"run ended before checkpoint {after + 1}: {proc.communicate()}")
+            raise AssertionError(f"run ended before the moment to signal: {proc.communicate()}")
         time.sleep(0.005)
     proc.send_signal(sig)
-    proc.communicate(timeout=120)
-    return proc.returncode
+    _, err = proc.communicate(timeout=120)
+    return proc.returncode, err
 
 
-def _assert_consistent_unfinished(out: Path, status: str) -> int:
+def _signal_after_checkpoint(proc, out: Path, sig: int, after: int, **kw) -> tuple[int, str]:
+    """Send ``sig`` once the manifest reports more than ``after`` complete chunks."""
+    return _signal_when(proc, lambda: (_manifest(out) or {}).get("completed", 0) > after, sig, **kw)
+
+
+def _status(out: Path):
+    try:
+        return json.loads((out / "metadata.json").read_text())["status"]
+    except (OSError, ValueError):
+        return None
+
+
+def _assert_consistent_unfinished(out: Path, status: str, at_least: int = 1) -> int:
     meta = json.loads((out / "metadata.json").read_text())  # parses: never half-written
     assert meta["status"] == status
     assert not (out / "data.npz").exists()
-    man = _manifest(out)
-    assert 1 <= man["completed"] < NUM_CHUNKS, f"the signal did not land mid-run: {man}"
+    man = _manifest(out) or {"completed": 0}
+    assert at_least <= man["completed"] < NUM_CHUNKS, f"the signal did not land mid-run: {man}"
     for j in range(man["completed"]):  # every declared chunk is complete and loadable
         with np.load(out / "checkpoints" / "trajectory_SA" / f"chunk_{j:06d}.npz") as f:
             assert np.isfinite(f["state"]).all()
@@ -93,24 +109,43 @@ def _assert_consistent_unfinished(out: Path, status: str) -> int:
 
 
 def test_kill_resume_interrupt_resume_is_bitwise_identical(reference, tmp_path):
-    """SIGKILL mid-run, resume, SIGTERM mid-resume, resume again: same bytes as no kill."""
+    """Signals at several moments of one run and its resumptions: SIGTERM as it starts (in the
+    compilation), SIGKILL mid-run (its lock is left to a dead process and taken over), SIGTERM
+    mid-run, SIGTERM after the last checkpoint (while the data and figures are written). Each
+    leaves a consistent directory whose status says what happened, and the end result has the
+    same bytes as a run never stopped."""
     out = tmp_path / "run"
     proc = _start(["run", "clustering", "--out", str(out), *OPTIONS])
-    assert _signal_after_checkpoint(proc, out, signal.SIGKILL, after=0) == -signal.SIGKILL
-    done = _assert_consistent_unfinished(out, "running")
+    rc, err = _signal_when(proc, lambda: _status(out) == "running", signal.SIGTERM)
+    assert rc == 128 + signal.SIGTERM, err
+    assert err.strip().splitlines() == [f"interrupted (SIGTERM); the output directory is consistent. "
+                                        f"Continue with: transformer-pde run --resume {out}"]
+    done = _assert_consistent_unfinished(out, "interrupted", at_least=0)
 
     proc = _start(["run", "--resume", str(out), "--no-progress"])
-    rc = _signal_after_checkpoint(proc, out, signal.SIGTERM, after=done)
+    rc, _ = _signal_after_checkpoint(proc, out, signal.SIGKILL, after=done)
+    assert rc == -signal.SIGKILL
+    done = _assert_consistent_unfinished(out, "running")  # killed: no chance to say so
+    assert json.loads((out / ".lock").read_text())["pid"] == proc.pid  # a dead holder's lock
+
+    proc = _start(["run", "--resume", str(out), "--no-progress"])
+    rc, _ = _signal_after_checkpoint(proc, out, signal.SIGTERM, after=done)
     assert rc == 128 + signal.SIGTERM
     assert _assert_consistent_unfinished(out, "interrupted") > done
-    assert json.loads((out / "metadata.json").read_text())["resumed"] == 1
+    assert json.loads((out / "metadata.json").read_text())["resumed"] == 2
 
-    res = _run(["run", "clustering", "--resume", str(out), "--no-progress"])
-    assert res.returncode == 0, res.stderr
+    proc = _start(["run", "--resume", str(out), "--no-progress"])
+    rc, err = _signal_after_checkpoint(proc, out, signal.SIGTERM, after=NUM_CHUNKS - 1, may_finish=True)
+    status = _status(out)
+    assert (rc, status) in ((128 + signal.SIGTERM, "interrupted"), (0, "complete")), (rc, status, err)
+    assert (out / "data.npz").exists() or status == "interrupted"
+    if status == "interrupted":  # all chunks are checkpointed: the resume only writes the outputs
+        res = _run(["run", "clustering", "--resume", str(out), "--no-progress"])
+        assert res.returncode == 0, res.stderr
     assert (out / "data.npz").read_bytes() == (reference / "data.npz").read_bytes()
     assert (out / "config.toml").read_bytes() == (reference / "config.toml").read_bytes()
     meta = json.loads((out / "metadata.json").read_text())
-    assert meta["status"] == "complete" and meta["resumed"] == 2
+    assert meta["status"] == "complete" and meta["resumed"] == (4 if status == "interrupted" else 3)
     assert not (out / "checkpoints").exists()
     assert not list(out.glob(".*.tmp"))
 
@@ -171,7 +206,7 @@ def test_checkpoint_refuses_a_different_run(tmp_path):
     dyn, x0, ts = _problem()
     ckpt = Checkpoint(tmp_path, every=4)
     solve_checkpointed(dyn, x0, t1=2.0, dt0=0.05, solver=EULER, saveat=ts, checkpoint=ckpt.stage("a"))
-    with pytest.raises(ValueError, match=r"different run \(mismatch in \['x0_sum'\]\)"):
+    with pytest.raises(ValueError, match=r"different run \(mismatch in \['run', 'x0_sum'\]\)"):
         solve_checkpointed(dyn, tp.normalize(x0[::-1] + 0.1), t1=2.0, dt0=0.05, solver=EULER, saveat=ts,
                            checkpoint=ckpt.stage("a"))
     with pytest.raises(ValueError, match="every=2 differs"):
@@ -202,9 +237,18 @@ def test_interrupted_runner_leaves_consistent_directory(tmp_path):
         Checkpoint.write_chunk = real
     meta = json.loads((tmp_path / "metadata.json").read_text())
     assert meta["status"] == "interrupted" and not (tmp_path / "data.npz").exists()
-    with pytest.raises(ValueError, match="unfinished run"):
-        run_experiment(exp, cfg, tmp_path, progress=False)
-    out = run_experiment(exp, cfg, tmp_path, progress=False, resume=True)
+    # only this run continues there: other options are refused, naming the difference
+    with pytest.raises(ValueError, match=r"holds an unfinished run \(interrupted\) with other options "
+                                         r"\(n=16 there, 17 here\)"):
+        run_experiment(exp, dataclasses.replace(cfg, n=17), tmp_path, progress=False)
+    with pytest.raises(ValueError, match=r"cannot resume the run in .* with other options \(beta=1.0 there, "
+                                         r"2.0 here\)"):
+        run_experiment(exp, dataclasses.replace(cfg, beta=2.0), tmp_path, progress=False, resume=True)
+    with pytest.raises(ValueError, match=r"other options \(checkpoint_every=10 there, 3 here\)"):
+        run_experiment(exp, cfg, tmp_path, progress=False, checkpoint_every=3)
+    # the same run again continues from its checkpoint (as resume=True would)
+    out = run_experiment(exp, cfg, tmp_path, progress=False)
+    assert out["continued"] and json.loads((tmp_path / "metadata.json").read_text())["resumed"] == 1
     # without a checkpoint, compute integrates in the same chunks (DEFAULT_EVERY): same bits
     direct = exp.compute(cfg, False)
     np.testing.assert_array_equal(out["results"]["xs_SA"], direct["xs_SA"])

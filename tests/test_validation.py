@@ -22,6 +22,8 @@ import pytest
 
 import transformer_pde as tp
 from transformer_pde import cli
+from transformer_pde._io import lock_directory
+from transformer_pde.experiments import get as get_experiment
 from transformer_pde.solvers.checkpoint import Checkpoint, solve_checkpointed
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -205,10 +207,28 @@ BAD_INPUTS = [
          r"checkpoint every must be an integer >= 1 .*got 0"),
     Case("ckpt-saveat", "a checkpointed solve without save times",
          lambda: solve_checkpointed(SA, X, t1=1.0, dt0=0.1, saveat=None), r"needs explicit save times"),
+    # --- experiment configs built in Python (checked like the command line's) -------------
+    Case("config-list-nan", "NaN inside a list option of a config built in Python",
+         lambda: get_experiment("metastability").config(theta0=(float("nan"), 1.0)),
+         r"option theta0: item 0 \(nan\) must not be NaN"),
+    Case("config-list-inf", "inf inside a list option (make_config)",
+         lambda: get_experiment("metastability").make_config(theta0=(1.0, float("inf"))),
+         r"option theta0: item 1 \(inf\) must be finite"),
+    Case("config-inf", "inf for a float option of a config built in Python",
+         lambda: get_experiment("clustering").config(t1=float("inf")), r"option t1 must be finite, got inf"),
+    Case("config-int-range", "an integer option beyond int32",
+         lambda: get_experiment("clustering").make_config(n=2**40),
+         r"option n must lie in \[-2\*\*31, 2\*\*31\), got 1099511627776"),
 ]
 
-# --- experiments and the command line (SystemExit(2) with the message on stderr) -----------
+# --- experiments and the command line (SystemExit(2), one line on stderr, no traceback) -----
+# "{tmp}" is the directory the cli_dir fixture fills: TOML_FILES, and the run directories of
+# RUN_DIRS (a "complete" clustering run there has metadata and whatever data.npz it lists).
 CLI_BAD_INPUTS = [
+    Case("cli-no-command", "no command at all", [], r"the following arguments are required: command"),
+    Case("cli-run-no-name", "run without an experiment", ["run"],
+         r"run needs an experiment NAME or --resume DIR; available: .*clustering"),
+    Case("cli-list-extra", "an argument list does not take", ["list", "extra"], r"unrecognized arguments: extra"),
     Case("cli-unknown-experiment", "an experiment that does not exist", ["run", "nope"],
          r"unknown experiment 'nope'; available: .*clustering"),
     Case("cli-unknown-option", "an option the experiment does not have", ["run", "clustering", "--nope", "1"],
@@ -219,6 +239,18 @@ CLI_BAD_INPUTS = [
          ["run", "clustering", "--models", "XYZ"], r"models must be a comma-separated subset of .*got 'XYZ'"),
     Case("cli-option-nan", "NaN for a float option", ["run", "clustering", "--beta", "nan"],
          r"option beta must not be NaN"),
+    Case("cli-option-inf", "inf for a float option", ["run", "clustering", "--t1", "inf"],
+         r"option t1 must be finite, got inf"),
+    Case("cli-option-overflow", "a float that overflows to inf", ["run", "clustering", "--beta", "1e999"],
+         r"option beta must be finite, got inf"),
+    Case("cli-int-range", "an integer option beyond int32 (a size no run could allocate)",
+         ["run", "clustering", "--n", "3000000000"], r"option n must lie in \[-2\*\*31, 2\*\*31\), got 3000000000"),
+    Case("cli-list-nan", "NaN inside a list option", ["run", "metastability", "--theta0", "nan,1"],
+         r"option theta0: item 0 \(nan\) must not be NaN"),
+    Case("cli-list-inf", "inf inside a list option", ["run", "metastability", "--theta0", "1,inf"],
+         r"option theta0: item 1 \(inf\) must be finite"),
+    Case("cli-list-empty-item", "an empty item in a list option", ["run", "metastability", "--theta0", "1,,2"],
+         r"option theta0 must be a comma-separated list of float, got '1,,2'"),
     Case("cli-seed", "a negative seed", ["run", "clustering", "--seed", "-1"],
          r"option seed must be an integer in \[0, 2\*\*32\), got -1"),
     Case("cli-checkpoint-every", "--checkpoint-every 0", ["run", "clustering", "--checkpoint-every", "0"],
@@ -226,22 +258,88 @@ CLI_BAD_INPUTS = [
     Case("toml-missing", "a config file that does not exist",
          ["run", "clustering", "--config", "{tmp}/missing.toml"],
          r"config file .*missing.toml' does not exist"),
+    Case("toml-directory", "a directory given as the config file",
+         ["run", "clustering", "--config", "{tmp}"], r"config file .* is a directory"),
     Case("toml-syntax", "a config file that is not TOML",
          ["run", "clustering", "--config", "{tmp}/syntax.toml"], r"is not valid TOML"),
+    Case("toml-binary", "a binary file (not UTF-8) given as the config file",
+         ["run", "clustering", "--config", "{tmp}/binary.toml"], r"binary.toml' is not valid TOML"),
     Case("toml-unknown-key", "unknown keys in a config file",
          ["run", "clustering", "--config", "{tmp}/unknown.toml"], r"unknown key\(s\) \['betta', 'nn'\]"),
     Case("toml-type", "a string where the config expects an integer",
          ["run", "clustering", "--config", "{tmp}/type.toml"], r"option n must be an integer, got '12'"),
+    Case("toml-inf", "inf for a float option in a config file",
+         ["run", "clustering", "--config", "{tmp}/inf.toml"], r"option beta must be finite, got inf"),
+    Case("toml-list-nan", "NaN inside a list option in a config file",
+         ["run", "metastability", "--config", "{tmp}/list_nan.toml"],
+         r"option theta0: item 0 \(nan\) must not be NaN"),
     Case("toml-experiment", "a config file written for another experiment",
          ["run", "clustering", "--config", "{tmp}/other.toml"],
          r"is for experiment 'other', not 'clustering'"),
+    Case("toml-no-experiment", "run --config FILE whose file names no experiment",
+         ["run", "--config", "{tmp}/type.toml"], r"names no experiment; use transformer-pde run NAME"),
+    # --- output directories --------------------------------------------------------------------
+    Case("out-is-file", "--out naming a file", ["run", "clustering", "--out", "{tmp}/a_file"],
+         r"output path .*a_file' exists and is not a directory"),
+    Case("out-under-file", "--out below a file (the directory cannot be created)",
+         ["run", "clustering", "--out", "{tmp}/a_file/run"],
+         r"cannot create the output directory .*a_file/run' \(Not a directory\)"),
+    Case("out-unwritable", "--out where the lock file cannot be written",
+         ["run", "clustering", "--out", "{tmp}/unwritable"],
+         r"cannot write in the output directory .*unwritable' \(Is a directory\)"),
+    Case("out-busy", "--out that another run holds", ["run", "clustering", "--out", "{tmp}/busy"],
+         r"busy' is in use by another run \(pid \d+.*\); wait for it to end, or choose another"),
+    Case("run-over-unfinished", "a fresh run with other options into a directory holding an unfinished run",
+         ["run", "clustering", "--seed", "5", "--out", "{tmp}/unfinished"],
+         r"holds an unfinished run \(killed while running\) with other options \(seed=0 there, 5 here\); "
+         r"continue it with --resume"),
+    Case("run-over-failed-other-experiment", "a run of another experiment into a failed run's directory",
+         ["run", "kde-modes", "--out", "{tmp}/failed"],
+         r"holds an unfinished run \(failed\) with other options \(it is a run of 'clustering', not 'kde-modes'\)"),
+    Case("run-other-chunking", "the same run into an unfinished run's directory with another chunk length",
+         ["run", "clustering", "--checkpoint-every", "3", "--out", "{tmp}/failed"],
+         r"with other options \(checkpoint_every=10 there, 3 here\)"),
+    # --- resume ----------------------------------------------------------------------------
     Case("resume-missing", "--resume of a directory without a run", ["run", "--resume", "{tmp}/none"],
          r"no run there \(metadata.json is missing\)"),
+    Case("resume-file", "--resume of a file", ["run", "--resume", "{tmp}/a_file"], r"a_file' is not a directory"),
     Case("resume-options", "--resume with changed options",
          ["run", "--resume", "{tmp}/unfinished", "--n", "3"],
          r"--resume continues a run with its saved options; remove --n"),
-    Case("run-over-unfinished", "a fresh run into a directory holding an unfinished run",
-         ["run", "clustering", "--out", "{tmp}/unfinished"], r"holds an unfinished run .*--resume"),
+    Case("resume-truncated-metadata", "--resume of a run whose metadata.json is cut short",
+         ["run", "--resume", "{tmp}/truncated_meta"], r"metadata.json is unreadable \(JSONDecodeError"),
+    Case("resume-metadata-not-object", "--resume of a run whose metadata.json is not an object",
+         ["run", "--resume", "{tmp}/list_meta"],
+         r"metadata.json is not the metadata of a run: a JSON object was expected, found list"),
+    Case("resume-metadata-experiment", "--resume of a run whose metadata names an unknown experiment",
+         ["run", "--resume", "{tmp}/unknown_meta"], r"unknown experiment 'nope'"),
+    Case("resume-metadata-status", "--resume of a run whose metadata has an unknown status",
+         ["run", "--resume", "{tmp}/status_meta"], r"unknown status 'paused'"),
+    Case("resume-other-checkpoints", "--resume whose checkpoints another run wrote (metadata edited)",
+         ["run", "--resume", "{tmp}/edited"],
+         r"checkpoints in .* were written by another run \(seed=1 there, 0 here\)"),
+    # --- plot --------------------------------------------------------------------------------
+    Case("plot-missing", "plot of a directory that does not exist", ["plot", "{tmp}/none"],
+         r"none' holds no run \(metadata.json is missing; the directory does not exist\)"),
+    Case("plot-no-run", "plot of a directory without a run", ["plot", "{tmp}/empty"],
+         r"holds no run \(metadata.json is missing\)"),
+    Case("plot-unfinished", "plot of an unfinished run", ["plot", "{tmp}/unfinished"],
+         r"is not complete \(status 'running'\); finish it with --resume"),
+    Case("plot-no-data", "plot of a complete run whose data.npz is gone", ["plot", "{tmp}/no_data"],
+         r"holds no data.npz, though its metadata says the run is complete"),
+    Case("plot-truncated-data", "plot of a run whose data.npz is cut short", ["plot", "{tmp}/truncated"],
+         r"truncated/data.npz is unreadable \(BadZipFile"),
+    Case("plot-garbage-data", "plot of a run whose data.npz is not an archive", ["plot", "{tmp}/garbage"],
+         r"garbage/data.npz is unreadable \(ValueError: not an archive of arrays"),
+    Case("plot-corrupt-member", "plot of a run whose data.npz has a damaged member",
+         ["plot", "{tmp}/bitflip"], r"bitflip/data.npz is unreadable \((BadZipFile: Bad CRC-32|error: Error)"),
+    Case("plot-missing-array", "plot of a run whose data.npz lacks an array the figures need",
+         ["plot", "{tmp}/missing_array"],
+         r"cannot draw the figures of .*missing_array' from its saved data.npz \(KeyError: 'xs_SA'\)"),
+    Case("plot-out-file", "plot --out naming a file", ["plot", "{tmp}/missing_array", "--out", "{tmp}/a_file"],
+         r"output path .*a_file' exists and is not a directory"),
+    Case("plot-extra", "plot with an extra argument", ["plot", "{tmp}/none", "extra"],
+         r"unrecognized arguments: extra"),
 ]
 
 TOML_FILES = {
@@ -249,6 +347,48 @@ TOML_FILES = {
     "unknown.toml": "nn = 3\nbetta = 2.0\nbeta = 1.0\n",
     "type.toml": 'n = "12"\n',
     "other.toml": 'experiment = "other"\nn = 12\n',
+    "inf.toml": "beta = inf\n",
+    "list_nan.toml": "theta0 = [nan, 1.0]\n",
+}
+
+
+def _npz(arrays) -> bytes:
+    from transformer_pde._io import npz_bytes
+
+    return npz_bytes(arrays)
+
+
+def _bitflipped_npz() -> bytes:
+    data = bytearray(_npz({"ts": np.linspace(0.0, 1.0, 4000)}))
+    data[len(data) // 2] ^= 0xFF  # inside the compressed member
+    return bytes(data)
+
+
+def _meta(status, **extra) -> str:
+    import json
+
+    return json.dumps({"experiment": "clustering", "status": status, "config": {}, **extra})
+
+
+# run directories: file name -> content (str or bytes); a directory is created for each
+RUN_DIRS = {
+    "unfinished": {"metadata.json": _meta("running")},
+    "failed": {"metadata.json": _meta("failed", checkpoint_every=10)},
+    "truncated_meta": {"metadata.json": _meta("failed")[:25]},
+    "list_meta": {"metadata.json": "[1, 2]"},
+    "unknown_meta": {"metadata.json": '{"experiment": "nope", "status": "failed", "config": {}}'},
+    "status_meta": {"metadata.json": _meta("paused")},
+    "edited": {"metadata.json": _meta("interrupted", checkpoint_every=10),
+               "checkpoints/run.json": '{"experiment": "clustering", "config": {"seed": 1}, '
+                                       '"checkpoint_every": 10}'},
+    "no_data": {"metadata.json": _meta("complete")},
+    "truncated": {"metadata.json": _meta("complete"), "data.npz": lambda: _npz({"ts": np.zeros(100)})[:-30]},
+    "garbage": {"metadata.json": _meta("complete"), "data.npz": b"not an archive at all"},
+    "bitflip": {"metadata.json": _meta("complete"), "data.npz": _bitflipped_npz},
+    "missing_array": {"metadata.json": _meta("complete"), "data.npz": lambda: _npz({"ts": np.zeros(3)})},
+    "empty": {},
+    "unwritable": {".lock/x": ""},  # the lock file's name is taken by a directory
+    "busy": {},
 }
 
 
@@ -262,11 +402,25 @@ def test_bad_input_raises_clear_error(case):
 def cli_dir(tmp_path):
     for name, text in TOML_FILES.items():
         (tmp_path / name).write_text(text)
-    unfinished = tmp_path / "unfinished"
-    unfinished.mkdir()
-    (unfinished / "metadata.json").write_text(
-        '{"experiment": "clustering", "status": "running", "config": {}}')
-    return tmp_path
+    (tmp_path / "binary.toml").write_bytes(b"n = 3\n\xff\xfe\x00beta")
+    (tmp_path / "a_file").write_text("a file, not a directory\n")
+    for run, files in RUN_DIRS.items():
+        (tmp_path / run).mkdir()
+        for name, content in files.items():
+            path = tmp_path / run / name
+            path.parent.mkdir(parents=True, exist_ok=True)
+            content = content() if callable(content) else content
+            (path.write_bytes if isinstance(content, bytes) else path.write_text)(content)
+    with lock_directory(tmp_path / "busy"):  # held for the whole test, as by another run
+        yield tmp_path
+
+
+def assert_one_line_error(err: str, match: str) -> None:
+    """What the command line prints for a refused command: one line, the cause, no traceback."""
+    lines = err.strip().splitlines()
+    assert len(lines) == 1, f"expected one line on stderr, got:\n{err}"
+    assert "Traceback" not in err
+    assert re.search(match, lines[0]), lines[0]
 
 
 @pytest.mark.parametrize("case", CLI_BAD_INPUTS, ids=[c.id for c in CLI_BAD_INPUTS])
@@ -274,8 +428,9 @@ def test_cli_bad_input_exits_with_clear_message(case, cli_dir, capsys):
     with pytest.raises(SystemExit) as info:
         _cli_error(case.thunk, cli_dir)()
     assert info.value.code == 2
-    err = capsys.readouterr().err
-    assert re.search(case.match, err), err
+    assert_one_line_error(capsys.readouterr().err, case.match)
+    # nothing ran: no run directory appeared beside the fixture's
+    assert not (cli_dir / "runs").exists()
 
 
 def test_documented_list_is_complete():
@@ -294,8 +449,11 @@ def render_doc() -> str:
              "naming the value and what was expected; inside `jit` the same checks become "
              "`eqx.error_if`; a NaN/inf produced during a run raises `NonFiniteStateError` "
              "naming the time it appeared (or, with `throw=False`, is reported in "
-             "`Solution.nonfinite_time` and `Solution.result`). Command-line mistakes exit with "
-             "status 2 and the message on stderr.", "",
+             "`Solution.nonfinite_time` and `Solution.result`). Command-line mistakes (options, "
+             "config files, output and run directories, damaged files) exit with status 2 and "
+             "one line on stderr, never a traceback (`--debug` adds it), and nothing is run. A "
+             "run that fails once started exits 1 with one line naming the cause, and its "
+             "directory is marked \"failed\" for `--resume` (`tests/test_cli_reliability.py`).", "",
              "| id | bad input | error (regular expression the message matches) |",
              "|---|---|---|"]
     for c in BAD_INPUTS + CLI_BAD_INPUTS:
