@@ -73,13 +73,16 @@ def test_bures_wasserstein_closed_forms():
 
 
 def test_sinkhorn_w2_of_a_translation_is_the_shift():
-    """S_ε(μ, τ_a μ) = |a|² for every ε: the cross terms of |x − y − a|² are separable."""
+    """S_ε(μ, τ_a μ) = |a|² for every ε: the cross terms of |x − y − a|² are separable. At
+    ε = 0.05 the cross problem does not reach the marginal threshold 1e-7 in 2000 iterations
+    (it would raise), but its value already equals the closed form: throw=False asks for it."""
     x = jax.random.normal(jax.random.key(0), (40, 3))
     a = jnp.array([0.3, -0.4, 0.1])
-    np.testing.assert_allclose(dg.sinkhorn_wasserstein(x, x + a, epsilon=0.05, threshold=1e-7), jnp.linalg.norm(a),
+    np.testing.assert_allclose(dg.sinkhorn_wasserstein(x, x + a, epsilon=0.05, threshold=1e-7, throw=False), jnp.linalg.norm(a),
                                rtol=1e-4)
     # the streamed cost (blocks of 16 points, never the 40 x 40 matrix) gives the same number
-    np.testing.assert_allclose(dg.sinkhorn_wasserstein(x, x + a, epsilon=0.05, threshold=1e-7, batch_size=16),
+    np.testing.assert_allclose(dg.sinkhorn_wasserstein(x, x + a, epsilon=0.05, threshold=1e-7, batch_size=16,
+                                                       throw=False),
                                jnp.linalg.norm(a), rtol=1e-4)
 
 
