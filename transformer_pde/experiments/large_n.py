@@ -1,0 +1,114 @@
+r"""A million tokens on S² to one cluster (issue 13; sphere.md §1).
+
+SA on the sphere, Q = K = V = I, β = 1, n = 10⁶ uniform tokens: the theorem for d ≥ 3 says the
+tokens collapse to one cluster. Pair interactions at this n (10¹² per velocity) are out of reach
+of the exact kernel on a workstation (~280 s per velocity on 2 cores); the fast NUFFT kernel
+(``tp.kernels.Fast``: scores in R³, a Gaussian sum through jax-finufft) makes one velocity a few
+seconds, and the residual Transformer (Euler with step ``dt``, one layer per step) reaches t = 30
+in minutes. Every save keeps O(n) statistics only:
+
+* the mean overlap |x̄|² = n⁻²Σ_ij⟨x_i, x_j⟩ (→ 1 exactly when all tokens meet),
+* the spread 1 − |x̄| and the largest angle of a token from the mean direction,
+* a fixed random subsample of ``num_plotted`` tokens (for the figure and a cluster count).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Literal
+
+import diffrax
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from .. import plot
+from ..diagnostics import cluster_count
+from ..kernels import Auto, Exact, Fast
+from ..models import SoftmaxAttention, Sphere, uniform_sphere
+from ..solvers import solve
+from ._base import Experiment, register
+from ._options import Options, require_above, require_at_least
+from ._result import Result, grid
+
+BACKENDS = {"exact": lambda tol: Exact(), "fast": lambda tol: Fast(tol=tol),
+            "auto": lambda tol: Auto(tol=tol)}
+
+
+@dataclasses.dataclass(frozen=True)
+class LargeNConfig(Options):
+    n: int = 1_000_000
+    beta: float = 1.0
+    t1: float = 30.0
+    dt: float = 0.2
+    """layer step: one Euler step is one residual attention layer + normalization."""
+    num_saves: int = 16
+    backend: Literal["fast", "auto", "exact"] = "fast"
+    tol: float = 1e-8
+    """the fast kernel's planned error, relative to the total mass (kernels/backends.py)."""
+    num_plotted: int = 3000
+    threshold: float = 0.999
+    seed: int = 0
+
+    def validate(self):
+        require_at_least(self, n=2, num_saves=2, num_plotted=1)
+        require_above(self, t1=0, dt=0, tol=0)
+
+
+def compute(cfg: LargeNConfig, progress: bool = False) -> Result:
+    key_x, key_s = jax.random.split(jax.random.key(cfg.seed))
+    x0 = uniform_sphere(key_x, cfg.n, 3)
+    sample = jax.random.choice(key_s, cfg.n, (min(cfg.num_plotted, cfg.n),), replace=False)
+    attn = SoftmaxAttention.identity(3, cfg.beta, backend=BACKENDS[cfg.backend](cfg.tol))
+    ts = jnp.linspace(0.0, cfg.t1, cfg.num_saves)
+
+    def stats(t, x, args):
+        mean = jnp.mean(x, axis=0)
+        direction = mean / jnp.linalg.norm(mean)
+        return {"overlap": jnp.sum(mean**2), "max_angle": jnp.arccos(jnp.clip(jnp.min(x @ direction), -1, 1)),
+                "sample": x[sample]}
+
+    sol = solve(Sphere(attn), x0, t1=cfg.t1, dt0=cfg.dt, solver=diffrax.Euler(),
+                saveat=diffrax.SaveAt(ts=ts, fn=stats), progress=progress)
+    samples = np.asarray(sol.stats["sample"])
+    arrays = {
+        "ts": np.asarray(ts), "overlap": np.asarray(sol.stats["overlap"]),
+        "max_angle": np.asarray(sol.stats["max_angle"]), "sample": samples,
+        "sample_clusters": np.asarray(jax.vmap(lambda x: cluster_count(x, cfg.threshold))(
+            jnp.asarray(samples))),
+        "fast_kernel": np.asarray(attn.kernel_choice(cfg.n, cfg.n, x0.dtype).fast),
+    }
+    labelled = grid({"t": arrays["ts"]}, overlap=(("t",), arrays["overlap"]),
+                    max_angle=(("t",), arrays["max_angle"]),
+                    sample_clusters=(("t",), arrays["sample_clusters"]))
+    return Result(arrays, {"trajectory": labelled})
+
+
+def figures(res: Result, cfg: LargeNConfig, out_dir) -> list:
+    import matplotlib.pyplot as plt
+
+    ts, xs = res["ts"], res["sample"]
+    picks = np.unique(np.linspace(0, len(ts) - 1, 4).round().astype(int))
+    fig = plt.figure(figsize=(4.2 * (len(picks) + 1), 4.2), layout="constrained")
+    for i, k in enumerate(picks):
+        ax = fig.add_subplot(1, len(picks) + 1, i + 1, projection="3d")
+        plot.sphere_points(ax, xs[k], size=2, title=f"t = {ts[k]:.3g}")
+    ax = fig.add_subplot(1, len(picks) + 1, len(picks) + 1)
+    ax.semilogy(ts, np.maximum(1 - res["overlap"], 1e-16), label="1 − |x̄|²")
+    ax.semilogy(ts, np.maximum(res["max_angle"], 1e-16), label="largest angle to the mean (rad)")
+    ax.set_xlabel("t (depth)")
+    ax.legend()
+    ax.set_title("one cluster: both go to 0")
+    fig.suptitle(f"SA on S², n = {cfg.n:,} tokens (β = {cfg.beta:g}, {cfg.backend} kernel, "
+                 f"{len(xs[0])} plotted)")
+    return [plot.save_figure(fig, out_dir / "large-n.png")]
+
+
+register(Experiment(
+    name="large-n",
+    summary="10^6 tokens on S^2 collapse to one cluster (fast NUFFT kernel, residual layers)",
+    config=LargeNConfig,
+    compute=compute,
+    figures=figures,
+    tiny=dict(n=2048, t1=16.0, dt=0.5, num_saves=5, num_plotted=200),
+))
