@@ -1,4 +1,4 @@
-"""Helpers shared by the clustering experiments (not experiments themselves)."""
+"""Helpers shared by the experiments (not experiments themselves)."""
 
 from __future__ import annotations
 
@@ -18,3 +18,12 @@ def pid(rtol: float, dtype, atol_ratio: float = 1e-2):
 
     rtol = max(float(rtol), 100 * float(np.finfo(np.dtype(dtype)).eps))
     return diffrax.PIDController(rtol=rtol, atol=rtol * atol_ratio)
+
+
+def kernel_backend(name: str, tol: float):
+    """The kernel backend object an experiment's ``backend`` option names (mapped once, here):
+    ``exact`` (dense / exact streaming), ``fast`` (NUFFT, planned error ``tol``), ``auto``
+    (fast where predicted cheaper and accurate, exact fallback; kernels/backends.py)."""
+    from ..kernels import Auto, Exact, Fast
+
+    return {"exact": lambda: Exact(), "fast": lambda: Fast(tol=tol), "auto": lambda: Auto(tol=tol)}[name]()

@@ -32,6 +32,7 @@ from ..convergence import (
 from ..measures import Gaussian
 from ..models import SoftmaxAttention, Sphere, uniform_sphere
 from ._base import Experiment, register
+from ._common import kernel_backend
 from ._options import Options, require_above, require_at_least
 from ._progress import progress_bar
 from ._result import Result, grid
@@ -67,8 +68,17 @@ class ConvergenceConfig(Options):
     """compute the Sinkhorn W_2 only up to n = 2^this (O(n²) per Sinkhorn iteration)."""
     seed: int = 0
     """seed of the random attention matrices."""
+    backend: Literal["exact", "fast", "auto"] = "exact"
+    """kernel of the particle and reference runs (model='sphere' only: the fast kernel plans for
+    bounded tokens): 'fast' takes n = 2^22 on a workstation (issue 13)."""
+    tol: float = 1e-8
+    """planned error of the fast kernel, relative to the total mass."""
 
     def validate(self):
+        if self.backend != "exact" and self.model != "sphere":
+            raise ValueError(f"backend={self.backend!r} needs bounded tokens: use model='sphere' "
+                             "(Gaussian data on R^d are unbounded)")
+        require_above(self, tol=0)
         require_at_least(self, d=2 if self.model == "sphere" else 1, log2_n_min=1, log2_n_step=1,
                          seeds=2, num_times=2)  # seeds >= 2: confidence bands
         if not self.log2_n_min < self.log2_n_max:
@@ -80,7 +90,7 @@ def setup(cfg: ConvergenceConfig):
     """The dynamics and the initial law of the study."""
     d = cfg.d
     if cfg.model == "sphere":
-        dyn = Sphere(SoftmaxAttention.identity(d, cfg.beta))
+        dyn = Sphere(SoftmaxAttention.identity(d, cfg.beta, backend=kernel_backend(cfg.backend, cfg.tol)))
         return dyn, lambda key, n: uniform_sphere(key, n, d)
     kq, kg = jax.random.split(jax.random.key(cfg.seed))
     # euclidean.md §8: K = −Q and V = G Gᵀ make the covariance contract (no blow-up)

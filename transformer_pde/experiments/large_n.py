@@ -24,15 +24,12 @@ import numpy as np
 
 from .. import plot
 from ..diagnostics import cluster_count
-from ..kernels import Auto, Exact, Fast
 from ..models import SoftmaxAttention, Sphere, uniform_sphere
 from ..solvers import solve
 from ._base import Experiment, register
+from ._common import kernel_backend
 from ._options import Options, require_above, require_at_least
 from ._result import Result, grid
-
-BACKENDS = {"exact": lambda tol: Exact(), "fast": lambda tol: Fast(tol=tol),
-            "auto": lambda tol: Auto(tol=tol)}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -59,7 +56,7 @@ def compute(cfg: LargeNConfig, progress: bool = False) -> Result:
     key_x, key_s = jax.random.split(jax.random.key(cfg.seed))
     x0 = uniform_sphere(key_x, cfg.n, 3)
     sample = jax.random.choice(key_s, cfg.n, (min(cfg.num_plotted, cfg.n),), replace=False)
-    attn = SoftmaxAttention.identity(3, cfg.beta, backend=BACKENDS[cfg.backend](cfg.tol))
+    attn = SoftmaxAttention.identity(3, cfg.beta, backend=kernel_backend(cfg.backend, cfg.tol))
     ts = jnp.linspace(0.0, cfg.t1, cfg.num_saves)
 
     def stats(t, x, args):
