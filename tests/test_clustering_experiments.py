@@ -219,8 +219,8 @@ def test_configs_reject_bad_values():
         get("equiangular").make_config(rho0=-0.9)
     with pytest.raises(ValueError, match="eps"):
         get("metastability").make_config(eps=0.1)
-    with pytest.raises(ValueError, match="step"):
-        get("phase-diagram").make_config(step="rk4")
+    with pytest.raises(ValueError, match="scheme"):
+        get("phase-diagram").make_config(scheme="rk4")
     with pytest.raises(ValueError, match="top_ratio"):
         get("rd-spectrum").make_config(top_ratio=1.5)
     with pytest.raises(ValueError, match=r"option indefinite_d2: item 0 \('a'\) must be a number"):

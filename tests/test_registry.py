@@ -150,7 +150,7 @@ def test_list_options_parse_once_on_the_command_line(capsys):
         ("perceptron", ["--ns", "24,7.5"], r"option ns: item 1 \('7.5'\) must be an integer"),
         ("clustering", ["--models", "SA,XYZ"],
          r"option models must be a comma-separated subset of \(SA, USA\), got 'SA,XYZ': 'XYZ' is not one"),
-        ("phase-diagram", ["--step", "rk4"], r"option step must be one of residual, projected, got 'rk4'"),
+        ("phase-diagram", ["--scheme", "rk4"], r"option scheme must be one of post-ln, projected, got 'rk4'"),
     ]
     import re
 

@@ -10,6 +10,25 @@ For d >= 3 almost every start ends in one cluster, for every β and both models 
 (sphere.md §2), so reaching one cluster can take very long. Outputs: tokens at chosen
 times, the cluster count (single linkage, ⟨x_i,x_j⟩ > threshold) and the normalized energy
 over time, and an animated GIF of the tokens.
+
+**Layer scheme and solver.** ``scheme`` names the layer normalization, mapped once to a
+dynamics (:data:`SCHEMES`): ``projected`` is ``tp.Sphere`` (GLPR's projected flow, whose Euler
+step is x ← N(x + hP⊥_xΓ(x))), ``post-ln`` is ``tp.PostLN``, the authors' post-LN layer
+x ← N(x + hΓ(x)) (sphere.md §9; GLPR ``sphere.py``, GKPR ``kinetic.py``). ``solver = "tsit5"``
+(default) integrates the flow, where the two schemes agree to the solver's order;
+``solver = "euler"`` runs the discrete layers with step ``dt`` (a residual Transformer), where
+they differ at O(h²) per layer (NOTES.md §1: post-LN is the projected layer with the per-token
+step h/(1 + h⟨x, Γ⟩)). The published runs are layers of the authors' scheme:
+
+* the five-token circle movie (GKPR ``kinetic.py``): ``start = "kinetic"`` (their fixed z0,
+  normalized), n = 5, d = 2, β = 4, ``models = SA``, ``scheme = post-ln``, ``solver = euler``,
+  dt = 0.1, t1 = 400 (4000 layers): final angle 105.52°, last merge at t = 364.1 (the projected
+  layer: 105.44°, 329.8);
+* 64 tokens on S², USA, β = 4, dt = 0.1, t1 = 15 (150 layers), ``usa_step = raw``: the authors'
+  post-LN leaves 1–2 clusters, the projected layer 7–24 (NOTES.md §9).
+
+Both are reproduced to round-off against a plain NumPy loop in
+``tests/test_normalization_experiments.py``.
 """
 
 from __future__ import annotations
@@ -17,6 +36,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Literal
 
+import diffrax
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -24,13 +44,23 @@ import numpy as np
 from .. import plot
 from .._io import save_gif
 from ..diagnostics import cluster_count, normalized_energy
-from ..models import SoftmaxAttention, Sphere, UnnormalizedAttention, uniform_sphere
+from ..models import PostLN, SoftmaxAttention, Sphere, UnnormalizedAttention, normalize, uniform_sphere
 from ..solvers.checkpoint import solve_checkpointed
 from ._base import Experiment, register
 from ._options import Options, require_above, require_at_least
 from ._result import Result
 
 MODELS = ("SA", "USA")
+SCHEMES = {"projected": Sphere, "post-ln": PostLN}
+"""The layer schemes on the sphere, by option name: the projected flow and the authors' post-LN."""
+# GKPR kinetic.py's fixed start of the five-token circle movie (unit to 1e-8; normalized on use)
+KINETIC_Z0 = np.array([
+    [0.99806638, 0.06215705],
+    [0.97712061, 0.21268594],
+    [-0.24578194, 0.96932515],
+    [-0.97354734, 0.2284854],
+    [-0.99892629, -0.04632772],
+])
 
 
 @dataclasses.dataclass(frozen=True)
@@ -50,19 +80,53 @@ class ClusteringConfig(Options):
     """Write clustering.gif (tokens over time; d = 2 or 3)."""
     frames: int = 31
     """Animation frames (at most num_saves), spread evenly over the saves."""
+    scheme: Literal["projected", "post-ln"] = "projected"
+    """Layer normalization: 'projected' x ← N(x + h P⊥Γ(x)) (tp.Sphere, GLPR's flow) or 'post-ln'
+    x ← N(x + h Γ(x)) (tp.PostLN, the authors' code)."""
+    solver: Literal["tsit5", "euler"] = "tsit5"
+    """'tsit5': the continuous flow (steps dt); 'euler': the discrete layers of step dt (saves
+    must fall on layers)."""
+    usa_step: Literal["rescaled", "raw"] = "rescaled"
+    """USA's step: 'rescaled' dt / max(√β e^{β−1/2}, 1) (the authors' phase-diagram rule) or 'raw' dt."""
+    start: Literal["uniform", "kinetic"] = "uniform"
+    """'uniform': i.i.d. uniform on S^{d-1} (seed); 'kinetic': GKPR kinetic.py's five tokens on
+    the circle (n = 5, d = 2)."""
 
     def validate(self):
         require_at_least(self, n=1, d=2, num_saves=2, frames=2, beta=0)
         require_above(self, t1=0, dt=0)
+        if self.start == "kinetic" and (self.n, self.d) != (5, 2):
+            raise ValueError(f"start='kinetic' is kinetic.py's five tokens on the circle: needs n=5, "
+                             f"d=2, got n={self.n}, d={self.d}")
+        if self.solver == "euler":
+            interval = self.t1 / (self.num_saves - 1)
+            for model in self.models:
+                k = interval / self.step_of(model)
+                if not abs(k - round(k)) < 1e-9 * max(k, 1):
+                    raise ValueError(f"solver='euler' runs layers: the saves every {interval:g} must fall on "
+                                     f"layers of {model}'s step {self.step_of(model):g} (choose t1, num_saves"
+                                     f"{', usa_step=raw' if model == 'USA' else ''})")
+
+    def step_of(self, model: str) -> float:
+        """The step of ``model``: dt, or USA's rescaled step unless ``usa_step='raw'``."""
+        return self.dt if model == "SA" or self.usa_step == "raw" else rescaled_usa_step(self.dt, self.beta)
 
 
-def model_dynamics(model: str, d: int, beta) -> Sphere:
-    """Sphere(SA) or Sphere(USA) with Q = K = V = I (sphere.md §1)."""
+def model_dynamics(model: str, d: int, beta, scheme: str = "projected"):
+    """SA or USA with Q = K = V = I (sphere.md §1), in the layer scheme ``scheme`` (:data:`SCHEMES`):
+    Sphere(attention) by default, PostLN(attention) for the authors' post-LN layer."""
     cls = SoftmaxAttention if model == "SA" else UnnormalizedAttention
-    return Sphere(cls.identity(d, beta))
+    return SCHEMES[scheme](cls.identity(d, beta))
 
 
-def usa_step(dt: float, beta: float) -> float:
+def initial_tokens(cfg: "ClusteringConfig"):
+    """The start: uniform on S^{d-1} from ``key(seed)``, or kinetic.py's z0 (normalized)."""
+    if cfg.start == "kinetic":
+        return normalize(jnp.asarray(KINETIC_Z0, dtype=jnp.asarray(1.0).dtype))
+    return uniform_sphere(jax.random.key(cfg.seed), cfg.n, cfg.d)
+
+
+def rescaled_usa_step(dt: float, beta: float) -> float:
     """USA moves e^β times faster than SA near clusters; the authors' step rule (sphere.md §2,
     phase-diagram defaults): dt / max(sqrt(β) e^{β − 1/2}, 1)."""
     return dt / max(np.sqrt(beta) * np.exp(beta - 0.5), 1.0)
@@ -71,13 +135,13 @@ def usa_step(dt: float, beta: float) -> float:
 def compute(cfg: ClusteringConfig, progress: bool = False, checkpoint=None) -> Result:
     """Resumable: integrated in fixed chunks of save intervals (``checkpoint.every``), each
     checkpointed when the runner passes a :class:`~transformer_pde.solvers.Checkpoint`."""
-    x0 = uniform_sphere(jax.random.key(cfg.seed), cfg.n, cfg.d)
+    x0 = initial_tokens(cfg)
     ts = jnp.linspace(0.0, cfg.t1, cfg.num_saves)
     out = {"ts": np.asarray(ts)}
+    solver = diffrax.Euler() if cfg.solver == "euler" else None  # None: solve's Tsit5
     for model in cfg.models:
-        dt = cfg.dt if model == "SA" else usa_step(cfg.dt, cfg.beta)
-        sol = solve_checkpointed(model_dynamics(model, cfg.d, cfg.beta), x0, t1=cfg.t1, dt0=dt,
-                                 saveat=ts, progress=progress,
+        sol = solve_checkpointed(model_dynamics(model, cfg.d, cfg.beta, cfg.scheme), x0, t1=cfg.t1,
+                                 dt0=cfg.step_of(model), saveat=ts, progress=progress, solver=solver,
                                  checkpoint=None if checkpoint is None else checkpoint.stage(f"trajectory_{model}"))
         out[f"xs_{model}"] = np.asarray(sol.xs)
         out[f"clusters_{model}"] = np.asarray(jax.vmap(lambda x: cluster_count(x, cfg.threshold))(sol.xs))

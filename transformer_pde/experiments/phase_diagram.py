@@ -9,7 +9,8 @@ of β (vmapped: one compiled program for the whole grid and batch) and times t. 
 
 Small β: one cluster by t ≈ 10; large β: long-lived metastable clusters, so the fraction at
 t = 30 falls with β. The default size matches the authors' run of sphere.md §10.4
-(batch 256, step 0.1, their discretization x ← N(x + h Γ(x))); the published fractions are
+(batch 256, step 0.1, their post-LN layer x ← N(x + h Γ(x)), ``scheme = "post-ln"``; the
+projected layer x ← N(x + h P⊥Γ(x)) is ``scheme = "projected"``); the published fractions are
 saved alongside ours (``published_*``) and drawn on the figure. The (β, t) grids are saved
 labelled (``results.nc``: group ``grid`` with dims beta × t, group ``histograms`` with the token
 angles, dims beta × t × token).
@@ -27,12 +28,13 @@ import numpy as np
 
 from .. import plot
 from ..diagnostics import cluster_count, clustered_pair_fraction
-from ..models import PostLN, SoftmaxAttention, Sphere, uniform_sphere
+from ..models import uniform_sphere
 from ..solvers import solve
 from ._base import Experiment, register
 from ._common import circle_angles
 from ._options import Options, require_above, require_at_least
 from ._result import Result, grid
+from .clustering import model_dynamics
 
 # sphere.md §10.4: fraction of clustered pairs, rows β, columns t = 7.5 and 30.
 PUBLISHED_BETAS = np.array([1.0, 11 / 3, 19 / 3, 9.0])
@@ -53,9 +55,9 @@ class PhaseDiagramConfig(Options):
     dt: float = 0.1
     num_saves: int = 61
     threshold: float = 0.999
-    step: Literal["residual", "projected"] = "residual"
-    """'residual': x ← N(x + h Γ(x)) (the authors' code, sphere.md §9); 'projected':
-    x ← N(x + h P⊥Γ(x)) (explicit Euler for tp.Sphere)."""
+    scheme: Literal["post-ln", "projected"] = "post-ln"
+    """The layer: 'post-ln' x ← N(x + h Γ(x)) (tp.PostLN, the authors' code, sphere.md §9);
+    'projected' x ← N(x + h P⊥Γ(x)) (explicit Euler for tp.Sphere). As in ``clustering``."""
     seed: int = 0
 
     def validate(self):
@@ -66,8 +68,7 @@ class PhaseDiagramConfig(Options):
 
 
 def _dynamics(cfg, beta):
-    attn = SoftmaxAttention.identity(cfg.d, beta)
-    return PostLN(attn) if cfg.step == "residual" else Sphere(attn)
+    return model_dynamics("SA", cfg.d, beta, cfg.scheme)
 
 
 def run_grid(cfg: PhaseDiagramConfig, betas, ts, stats, keys):
