@@ -459,7 +459,31 @@ def render_doc() -> str:
     for c in BAD_INPUTS + CLI_BAD_INPUTS:
         exc = "" if c.exc is ValueError else f"{c.exc.__name__}: "
         lines.append(f"| `{c.id}` | {c.what} | {exc}`{c.match.replace('|', chr(92) + '|')}` |")
+    lines += ["", "## Silent failures, by root cause (`tests/test_reliability.py`)", "",
+              "Cases where a value was once returned silently (NaN, inf, garbage, a mixed run), each "
+              "with several tests in `tests/test_reliability.py`:", ""] + [f"- {r}" for r in RELIABILITY]
     return "\n".join(lines) + "\n"
+
+
+RELIABILITY = [
+    "**Checks that vanish under jit / vmap / sweeps**: a run that turns non-finite raises whichever "
+    "output a jitted caller keeps (`.xs`, `.final`, `SaveAt(fn=)` statistics) and inside `tp.sweep` "
+    "(β = inf); the sphere's unit-norm check holds under jit.",
+    "**Values checked in one dtype, stored in another**: β = 1e39 is refused when it overflows float32; "
+    "finite tokens whose scores overflow the dtype raise (concrete and under jit) instead of giving NaN.",
+    "**Checkpoint identity**: a SHA-256 fingerprint of the dynamics (parameters to the bit, static "
+    "configuration), x0, weights, solver, controller, dt0 and saves: another β, a permuted x0, other "
+    "weights, solver, controller, dt0 or value matrix cannot resume a checkpoint.",
+    "**Diagnostics validate**: indefinite or non-finite covariances in `bures_wasserstein`; an "
+    "unconverged Sinkhorn divergence raises (`throw=False` to accept it); Sinkhorn weights "
+    "(negative, unnormalized, NaN).",
+    "**Integer arguments**: step counts beyond diffrax's int32 (dt0 = 1e-30, max_steps = 2**40); "
+    "non-integer num_layers, save_every, max_steps, Sinkhorn max_iterations.",
+    "**float32 Gaussian closure near its blow-up**: reported as a blow-up at t* (adaptive steps), "
+    "not as max_steps.",
+    "**Half precision**: float16/bfloat16 unit tokens are accepted by the sphere at a tolerance "
+    "fitted to the dtype; off-sphere ones are refused.",
+]
 
 
 # --- the traced layer and run-time failures --------------------------------------------------
