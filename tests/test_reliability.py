@@ -201,3 +201,22 @@ def test_float32_gaussian_blowup_is_reported_with_adaptive_steps(throw):
     assert bool(sol.blew_up)
     # Σ(t) = Σ0/(1 − 2t): tr Σ crosses 8.4e3·tr Σ0 at t = t*(1 − 1.2e-4)
     assert abs(float(sol.blowup_time) - 0.5) < 1e-4
+
+
+@pytest.mark.parametrize("call, match", [
+    (lambda x: tp.diagnostics.cluster_count(x), r"x must be finite, but x\[7, 1\] = nan"),
+    (lambda x: tp.diagnostics.cluster_labels(x), r"x must be finite"),
+    (lambda x: tp.diagnostics.clustered_pair_fraction(x), r"x must be finite"),
+    (lambda x: tp.diagnostics.cluster_count(jnp.nan_to_num(x), float("nan")), r"threshold must be finite"),
+    (lambda x: tp.diagnostics.cluster_masses(jnp.nan_to_num(x), weights=-jnp.ones(8) / 8),
+     r"weights must be non-negative"),
+    (lambda x: tp.diagnostics.cluster_masses(jnp.nan_to_num(x), weights=jnp.ones(8) / 4),
+     r"weights must sum to 1"),
+])
+def test_cluster_diagnostics_refuse_nan_tokens_and_bad_weights(call, match):
+    # 8 equal tokens with one NaN coordinate: once counted as 2 clusters
+    x = jnp.tile(jnp.array([[0.0, 1.0, 0.0]]), (8, 1)).at[7, 1].set(jnp.nan)
+    with pytest.raises(ValueError, match=match):
+        call(x)
+    with pytest.raises(RUNTIME_ERRORS, match="x must be finite"):
+        jax.block_until_ready(jax.jit(lambda y: tp.diagnostics.cluster_count(y))(x))

@@ -474,7 +474,9 @@ RELIABILITY = [
     "**Checkpoint identity**: a SHA-256 fingerprint of the dynamics (parameters to the bit, static "
     "configuration), x0, weights, solver, controller, dt0 and saves: another β, a permuted x0, other "
     "weights, solver, controller, dt0 or value matrix cannot resume a checkpoint.",
-    "**Diagnostics validate**: indefinite or non-finite covariances in `bures_wasserstein`; an "
+    "**Diagnostics validate**: NaN tokens and thresholds in the cluster counts (8 equal tokens with one "
+    "NaN coordinate were 2 clusters), cluster-mass weights; indefinite or non-finite covariances in "
+    "`bures_wasserstein`; an "
     "unconverged Sinkhorn divergence raises (`throw=False` to accept it); Sinkhorn weights "
     "(negative, unnormalized, NaN).",
     "**Integer arguments**: step counts beyond diffrax's int32 (dt0 = 1e-30, max_steps = 2**40); "

@@ -17,6 +17,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from .._checks import check_points, check_scalar, check_weights
 from .._types import PointsLike, WeightsLike
 
 
@@ -25,6 +26,13 @@ def _adjacency(x, threshold, metric):
         return (x @ x.T) > threshold
     sq = jnp.sum(x * x, axis=-1)  # metric == "euclidean" (checked by _check_metric)
     return (sq[:, None] + sq[None, :] - 2 * x @ x.T) < threshold**2
+
+
+def _checked(x, threshold):
+    """Finite tokens ``(n, d)`` (a NaN coordinate would silently split a cluster) and a finite
+    threshold; ValueError when concrete, ``eqx.error_if`` under jit."""
+    check_scalar(threshold, "threshold")
+    return check_points(x, "x"), threshold
 
 
 def _check_metric(metric):
@@ -43,6 +51,7 @@ def cluster_labels(x: PointsLike, threshold: float = 0.999, *, metric: str = "co
     Works under ``jit``: min-label propagation with pointer jumping, O(n²) per sweep and
     O(log n) sweeps for typical graphs (at most n).
     """
+    x, threshold = _checked(x, threshold)
     return _cluster_labels(x, threshold, _check_metric(metric))
 
 
@@ -65,6 +74,7 @@ def _cluster_labels(x, threshold, metric):
 
 def cluster_count(x: PointsLike, threshold: float = 0.999, *, metric: str = "cosine") -> jax.Array:
     """Number of clusters (connected components, see :func:`cluster_labels`)."""
+    x, threshold = _checked(x, threshold)
     return _cluster_count(x, threshold, _check_metric(metric))
 
 
@@ -82,6 +92,8 @@ def cluster_masses(x: PointsLike, threshold: float = 0.999, weights: WeightsLike
     ``jnp.sum(masses > 0)`` is :func:`cluster_count`. For well-separated point clusters the
     normalized energy is Σ_k m_k² (sphere.md §2, "Plateau values").
     """
+    x, threshold = _checked(x, threshold)
+    weights = None if weights is None else check_weights(weights, x.shape[0], x.dtype)
     return _cluster_masses(x, threshold, weights, _check_metric(metric))
 
 
@@ -98,6 +110,7 @@ def clustered_pair_fraction(x: PointsLike, threshold: float = 0.999) -> jax.Arra
     """Fraction of ordered pairs i ≠ j with ⟨x_i, x_j⟩ > threshold (the authors' "density"
     in their phase diagrams, sphere.md §2 and §10.4); 1 exactly when all tokens are one
     tight cluster. Needs n >= 2."""
+    x, threshold = _checked(x, threshold)
     n = x.shape[0]
     if n < 2:
         raise ValueError(f"clustered_pair_fraction needs n >= 2 tokens, got n={n}")
