@@ -47,6 +47,7 @@ from ..diagnostics import cluster_count, normalized_energy
 from ..models import PostLN, SoftmaxAttention, Sphere, UnnormalizedAttention, normalize, uniform_sphere
 from ..solvers.checkpoint import solve_checkpointed
 from ._base import Experiment, register
+from ._common import kernel_backend
 from ._options import Options, require_above, require_at_least
 from ._result import Result
 
@@ -88,6 +89,11 @@ class ClusteringConfig(Options):
     must fall on layers)."""
     usa_step: Literal["rescaled", "raw"] = "rescaled"
     """USA's step: 'rescaled' dt / max(√β e^{β−1/2}, 1) (the authors' phase-diagram rule) or 'raw' dt."""
+    backend: Literal["exact", "fast", "auto"] = "exact"
+    """pair kernel: 'exact' (dense / streaming), 'fast' (NUFFT Gaussian sums, d <= 3: n = 10^6 in
+    minutes), 'auto' (fast where predicted cheaper and accurate; kernels/backends.py)."""
+    tol: float = 1e-8
+    """planned error of the fast kernel, relative to the total mass."""
     start: Literal["uniform", "kinetic"] = "uniform"
     """'uniform': i.i.d. uniform on S^{d-1} (seed); 'kinetic': GKPR kinetic.py's five tokens on
     the circle (n = 5, d = 2)."""
@@ -112,11 +118,13 @@ class ClusteringConfig(Options):
         return self.dt if model == "SA" or self.usa_step == "raw" else rescaled_usa_step(self.dt, self.beta)
 
 
-def model_dynamics(model: str, d: int, beta, scheme: str = "projected"):
+def model_dynamics(model: str, d: int, beta, scheme: str = "projected", backend=None):
     """SA or USA with Q = K = V = I (sphere.md §1), in the layer scheme ``scheme`` (:data:`SCHEMES`):
-    Sphere(attention) by default, PostLN(attention) for the authors' post-LN layer."""
+    Sphere(attention) by default, PostLN(attention) for the authors' post-LN layer; ``backend``
+    a kernel backend object (default exact)."""
     cls = SoftmaxAttention if model == "SA" else UnnormalizedAttention
-    return SCHEMES[scheme](cls.identity(d, beta))
+    kwargs = {} if backend is None else {"backend": backend}
+    return SCHEMES[scheme](cls.identity(d, beta, **kwargs))
 
 
 def initial_tokens(cfg: "ClusteringConfig"):
@@ -140,7 +148,8 @@ def compute(cfg: ClusteringConfig, progress: bool = False, checkpoint=None) -> R
     out = {"ts": np.asarray(ts)}
     solver = diffrax.Euler() if cfg.solver == "euler" else None  # None: solve's Tsit5
     for model in cfg.models:
-        sol = solve_checkpointed(model_dynamics(model, cfg.d, cfg.beta, cfg.scheme), x0, t1=cfg.t1,
+        sol = solve_checkpointed(model_dynamics(model, cfg.d, cfg.beta, cfg.scheme,
+                                                kernel_backend(cfg.backend, cfg.tol)), x0, t1=cfg.t1,
                                  dt0=cfg.step_of(model), saveat=ts, progress=progress, solver=solver,
                                  checkpoint=None if checkpoint is None else checkpoint.stage(f"trajectory_{model}"))
         out[f"xs_{model}"] = np.asarray(sol.xs)
