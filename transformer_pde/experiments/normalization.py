@@ -1,0 +1,347 @@
+r"""Normalization schemes as speed regulation: clustering and token speed vs depth (sphere.md §11;
+Karagodin–Ge–Polyanskiy–Rigollet, "Normalization in Attention Dynamics", arXiv 2510.22026).
+
+The same multi-head softmax attention A (the set-up of the authors' code, ``nikitus20/simuformer``)
+inside the residual layer of each scheme of :mod:`transformer_pde.models.normalization`:
+
+| name | layer (step h) | library |
+|---|---|---|
+| ``post-ln`` | x ← N(x + hA(x)) (the authors' post-LN) | ``tp.PostLN`` |
+| ``projected`` | x ← N(x + hP⊥_x A(x)) (GLPR's projected flow, Euler) | ``tp.Sphere`` |
+| ``pre-ln`` | x ← x + hA(N(x)) | ``tp.PreLN`` |
+| ``peri-ln`` | x ← x + hN(A(N(x))) | ``tp.PeriLN`` |
+| ``ngpt`` | x ← N(x + αh(N(A(x)) − x)), α = ``ngpt_alpha`` | ``tp.NGPT`` |
+| ``mix-ln`` | post-LN for the first ⌊αL⌋ layers, then pre-LN (α = ``mix_fraction``) | ``tp.MixLN``, two runs |
+| ``ln-scaling`` | x ← x + hA(N(x)/√ℓ), ℓ = l + 1 | ``tp.LNScaling`` |
+
+with N(x) = x/|x| (unit sphere) and, per draw, H = ``heads`` heads averaged as in the authors'
+code (``M2 += A_head / n_heads``): ``tp.MultiHeadAttention`` with full-width heads Q_h, K_h, V_h
+of shape (d, d), V_h = I and output maps W_h = I/H, so A(x)_i = (1/H) Σ_h Σ_j softmax_j(β⟨Q_h x_i,
+K_h x_j⟩) x_j; optionally causal (token i attends to j ≤ i, their ``--sequential``).
+**Scaling of KᵀQ**: Q_h, K_h have i.i.d. N(0, d^{-1/2}) entries, so K_hᵀQ_h = G₁ᵀG₂/√d has
+entries of mean 0 and variance 1, the law of the authors' default ``randomKQ=1``
+(``BF1 @ BF2 / sqrt(d)``); the score of two unit tokens then has standard deviation about 1.
+Tokens start i.i.d. uniform on S^{d-1}; every (scheme, β, mask) sees the same draws of tokens and
+weights (seed by seed), so the schemes are compared on common random numbers.
+
+Measured at every layer l (t = lh), averaged over the ``seeds`` draws:
+
+* **P(clustered pair)**: the fraction of ordered pairs i ≠ j of directions θ = x/|x| with
+  ⟨θ_i, θ_j⟩ > ``threshold`` (``tp.diagnostics.clustered_pair_fraction``, the authors' "density");
+* **token speed**: (1/n) Σ_i |θ_i(l) − θ_i(l − 1)| / h, the distance a direction moves in layer l
+  per unit depth (NaN at l = 0);
+* **radius**: (1/n) Σ_i |x_i(l)| (1 for the schemes on the sphere; Pre-, Peri-LN, LN-scaling and the
+  Pre-LN part of Mix-LN let it grow, which slows θ: |θ̇| = |P⊥A|/r).
+
+Saved labelled (``results.nc``, group ``depth``: dims scheme × beta × causal × layer, coordinate
+t along layer).
+
+**Published numbers.** The public numbers of the authors' code for Pre-LN and Peri-LN
+(P(clustered pair) at t = 20: Pre-LN 0.42/0.29/0.20, Peri-LN 0.58/0.41/0.26 at β = 1/5/9) come
+from a radius update r ← r + h Σ_coordinates(rA), a coordinate sum instead of ⟨θ, A⟩ (sphere.md
+§11): they are **not** this model and not a target (saved as ``simuformer_*`` for reference). Post-LN
+does not use r: post-LN → 1.00 clustered at t = 20 (every β) is the check. Their nGPT layer
+θ ← N(θ + 0.2hÂ) is exactly the nGPT layer here, N(x + αh(Â − x)) = N(x + (αh/(1 − αh))Â), with
+αh/(1 − αh) = 0.2h: their 200 layers are the first 196 of ``ngpt`` at α = 0.2, h = 0.1 (α = 0.2/1.02
+would match layer for layer). At layer 196 this experiment gives 0.277/0.028/0.013 (± 0.012/0.005/0.002,
+32 draws) against their 0.28/0.03/0.01; the figure puts their point at that depth.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import typing
+from collections.abc import Callable
+from typing import Literal
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from .. import plot
+from ..diagnostics import clustered_pair_fraction
+from ..models import NGPT, LNScaling, MixLN, MultiHeadAttention, PeriLN, PostLN, PreLN, Sphere
+from ..solvers import layers
+from ._base import Experiment, register
+from ._options import Options, require_above, require_at_least, require_between
+from ._progress import progress_bar
+from ._result import Result, grid
+
+Scheme = Literal["post-ln", "projected", "pre-ln", "peri-ln", "ngpt", "mix-ln", "ln-scaling"]
+SCHEME_NAMES = typing.get_args(Scheme)
+MASKS = ("none", "causal")
+
+# The authors' code (simuformer), P(clustered pair) at t = 20, β = 1, 5, 9, no mask (sphere.md §11).
+# Pre-/Peri-LN there update the radius with a coordinate sum: not the model, not a target.
+SIMUFORMER_BETAS = np.array([1.0, 5.0, 9.0])
+SIMUFORMER_TIME = 20.0
+SIMUFORMER_SCHEMES = np.array(["post-ln", "pre-ln", "peri-ln", "ngpt"])
+SIMUFORMER_FRACTION = np.array([[1.00, 1.00, 1.00], [0.42, 0.29, 0.20], [0.58, 0.41, 0.26],
+                                [0.28, 0.03, 0.01]])
+SIMUFORMER_IS_MODEL = np.array([True, False, False, True])
+"""Which of the published rows test the model implemented here (post-LN, nGPT)."""
+SIMUFORMER_NGPT_STEP = 0.2
+"""Their nGPT layer θ ← N(θ + 0.2hÂ): a post-type step 0.2h of the unit field Â."""
+
+
+@dataclasses.dataclass(frozen=True)
+class NormalizationConfig(Options):
+    n: int = 64
+    d: int = 16
+    heads: int = 8
+    """Heads, averaged (W_h = I/H); each head is full width: Q_h, K_h, V_h are (d, d)."""
+    betas: tuple[float, ...] = (1.0, 5.0, 9.0)
+    masks: tuple[Literal["none", "causal"], ...] = MASKS
+    """'none': every token attends to all; 'causal': token i attends to j <= i."""
+    schemes: tuple[Scheme, ...] = SCHEME_NAMES
+    t1: float = 30.0
+    """Depth: t1/step layers."""
+    step: float = 0.1
+    """The layer step h (the authors' 0.1)."""
+    seeds: int = 32
+    """Independent draws (tokens and weights) averaged."""
+    seed: int = 0
+    threshold: float = 0.999
+    ngpt_alpha: float = 0.2
+    """nGPT's eigen learning rate α (scalar; the authors' code takes the step 0.2h, α = 0.2/(1 + 0.2h))."""
+    mix_fraction: float = 0.25
+    """Mix-LN: the fraction α of post-LN layers, ⌊αL⌋ (the Mix-LN scripts use 1/4)."""
+
+    def validate(self):
+        require_at_least(self, n=2, d=2, heads=1, seeds=1)
+        require_above(self, t1=0, step=0, ngpt_alpha=0)
+        require_at_least(self, betas=0)
+        require_between(self, "threshold", -1, 1, closed="()")
+        require_between(self, "mix_fraction", 0, 1, closed="(]")
+        if not abs(self.t1 / self.step - round(self.t1 / self.step)) < 1e-9 * self.t1 / self.step:
+            raise ValueError(f"t1 must be a whole number of layers of step {self.step}, got t1={self.t1}")
+        if self.ngpt_alpha * self.step > 1:
+            raise ValueError(f"nGPT needs ngpt_alpha * step <= 1 (its layer interpolates between x and "
+                             f"N(A(x))), got {self.ngpt_alpha} * {self.step}")
+        for name in ("schemes", "masks", "betas"):
+            values = getattr(self, name)
+            if len(set(values)) != len(values):
+                raise ValueError(f"{name} lists a value twice: {values}")
+
+    @property
+    def num_layers(self) -> int:
+        return int(round(self.t1 / self.step))
+
+
+# ----------------------------------------------------------------------------- the schemes
+
+
+@dataclasses.dataclass(frozen=True)
+class LayerScheme:
+    """A scheme that is one dynamics: its layers are ``tp.layers(wrap(attention), x0, L, h)``."""
+
+    name: str
+    label: str
+    wrap: Callable
+    """attention -> the scheme's dynamics (e.g. ``tp.PreLN``)."""
+
+    def states(self, attention, x0, num_layers: int, step: float):
+        """The L + 1 states (input included), shape ``(L + 1, n, d)``."""
+        return layers(self.wrap(attention), x0, num_layers, step).xs
+
+
+@dataclasses.dataclass(frozen=True)
+class MixScheme:
+    """Mix-LN: ⌊αL⌋ post-LN layers, then pre-LN layers, as two runs (``tp.MixLN``'s recipe)."""
+
+    name: str
+    label: str
+    fraction: float
+
+    def states(self, attention, x0, num_layers: int, step: float):
+        mix = MixLN(attention, self.fraction)
+        k = mix.num_post(num_layers)
+        if k == 0:
+            return layers(mix.pre, x0, num_layers, step).xs
+        first = layers(mix.post, x0, k, step).xs
+        if k == num_layers:
+            return first
+        second = layers(mix.pre, first[-1], num_layers - k, step, t0=k * step).xs
+        return jnp.concatenate([first, second[1:]], axis=0)
+
+
+def make_schemes(cfg: NormalizationConfig) -> tuple:
+    """The config's scheme names, each mapped once to the object that runs it."""
+    objects = {
+        "post-ln": LayerScheme("post-ln", "post-LN", PostLN),
+        "projected": LayerScheme("projected", "projected (Sphere)", Sphere),
+        "pre-ln": LayerScheme("pre-ln", "Pre-LN", PreLN),
+        "peri-ln": LayerScheme("peri-ln", "Peri-LN", PeriLN),
+        "ngpt": LayerScheme("ngpt", f"nGPT (α = {cfg.ngpt_alpha:g})",
+                            lambda attn: NGPT(attn, cfg.ngpt_alpha)),
+        "mix-ln": MixScheme("mix-ln", f"Mix-LN (α = {cfg.mix_fraction:g})", cfg.mix_fraction),
+        "ln-scaling": LayerScheme("ln-scaling", "LN-scaling", lambda attn: LNScaling(attn, cfg.step)),
+    }
+    return tuple(objects[name] for name in cfg.schemes)
+
+
+def draws(cfg: NormalizationConfig):
+    """Per seed: tokens uniform on S^{d-1} ``(S, n, d)`` and head weights Q, K ``(S, H, d, d)``
+    with i.i.d. N(0, d^{-1/2}) entries (K_hᵀQ_h has entries of variance 1). NumPy: no compilation."""
+    rng = np.random.default_rng([cfg.seed, cfg.n, cfg.d, cfg.heads])
+    x0 = rng.standard_normal((cfg.seeds, cfg.n, cfg.d))
+    x0 /= np.linalg.norm(x0, axis=-1, keepdims=True)
+    scale = cfg.d ** -0.25
+    Q = scale * rng.standard_normal((cfg.seeds, cfg.heads, cfg.d, cfg.d))
+    K = scale * rng.standard_normal((cfg.seeds, cfg.heads, cfg.d, cfg.d))
+    return x0, Q, K
+
+
+def attention(Q, K, beta, causal: bool):
+    """H heads averaged: V_h = I, W_h = I/H (the authors' ``M2 += A_head / n_heads``)."""
+    H, d = Q.shape[0], Q.shape[-1]
+    eye = jnp.broadcast_to(jnp.eye(d, dtype=Q.dtype), (H, d, d))
+    return MultiHeadAttention(Q, K, eye, eye / H, beta, causal=causal)
+
+
+@jax.jit
+def depth_statistics(xs, step, threshold):
+    """Per layer, for a batch of runs ``(S, L + 1, n, d)``: P(clustered pair) and mean |x|, and the
+    token speed mean_i |θ_i(l) − θ_i(l − 1)|/h (NaN at l = 0); each ``(S, L + 1)``. One compiled
+    program for every scheme (the schemes differ in their layers, not in their states' shape)."""
+    r = jnp.linalg.norm(xs, axis=-1)
+    theta = xs / r[..., None]
+    fraction = jax.vmap(jax.vmap(lambda y: clustered_pair_fraction(y, threshold)))(theta)
+    speed = jnp.mean(jnp.linalg.norm(jnp.diff(theta, axis=1), axis=-1), axis=-1) / step
+    speed = jnp.concatenate([jnp.full(speed.shape[:1] + (1,), jnp.nan, speed.dtype), speed], axis=1)
+    return fraction, speed, jnp.mean(r, axis=-1)
+
+
+def scheme_states(scheme, cfg: NormalizationConfig, causal: bool):
+    """``f(beta, x0, Q, K)``: the states ``(S, L + 1, n, d)`` of every draw under one scheme, compiled
+    once (β is an argument, not a constant)."""
+
+    def one(beta, x, q, k):
+        return scheme.states(attention(q, k, beta, causal), x, cfg.num_layers, cfg.step)
+
+    return jax.jit(jax.vmap(one, in_axes=(None, 0, 0, 0)))
+
+
+def compute(cfg: NormalizationConfig, progress: bool = False) -> Result:
+    schemes = make_schemes(cfg)
+    dtype = jnp.asarray(1.0).dtype
+    x0, Q, K = (jnp.asarray(a, dtype) for a in draws(cfg))
+    shape = (len(schemes), len(cfg.betas), len(cfg.masks), cfg.num_layers + 1)
+    stats = {k: np.empty(shape) for k in ("fraction", "fraction_sem", "speed", "speed_sem", "radius")}
+    sem = lambda a: a.std(axis=0) / np.sqrt(cfg.seeds)  # noqa: E731
+    bar = progress_bar(progress, total=len(schemes) * len(cfg.masks) * len(cfg.betas),
+                       desc="normalization")
+    with bar:
+        for c, mask in enumerate(cfg.masks):
+            for s, scheme in enumerate(schemes):
+                states = scheme_states(scheme, cfg, mask == "causal")
+                for b, beta in enumerate(cfg.betas):
+                    xs = states(jnp.asarray(beta, dtype), x0, Q, K)
+                    frac, speed, radius = (np.asarray(a, np.float64) for a in
+                                           depth_statistics(xs, cfg.step, cfg.threshold))
+                    stats["fraction"][s, b, c] = frac.mean(axis=0)
+                    stats["fraction_sem"][s, b, c] = sem(frac)
+                    stats["speed"][s, b, c] = speed.mean(axis=0)
+                    stats["speed_sem"][s, b, c] = sem(speed)
+                    stats["radius"][s, b, c] = radius.mean(axis=0)
+                    bar.update()
+                end = ", ".join(f"β={b:g}: {f:.3f}" for b, f in zip(cfg.betas, stats["fraction"][s, :, c, -1]))
+                bar.note(f"{scheme.name:>10} mask={mask:<6} P(clustered pair) at t={cfg.t1:g}: {end}")
+    ts = cfg.step * np.arange(cfg.num_layers + 1)
+    arrays = {
+        "schemes": np.array(cfg.schemes), "labels": np.array([s.label for s in schemes]),
+        "betas": np.array(cfg.betas), "causal": np.array([m == "causal" for m in cfg.masks]),
+        "ts": ts, **stats,
+        "simuformer_schemes": SIMUFORMER_SCHEMES, "simuformer_betas": SIMUFORMER_BETAS,
+        "simuformer_time": np.array(SIMUFORMER_TIME), "simuformer_fraction": SIMUFORMER_FRACTION,
+        "simuformer_is_model": SIMUFORMER_IS_MODEL,
+    }
+    dims = ("scheme", "beta", "causal", "layer")
+    depth = grid({"scheme": arrays["schemes"], "beta": arrays["betas"], "causal": arrays["causal"],
+                  "layer": np.arange(cfg.num_layers + 1)},
+                 **{k: (dims, v) for k, v in stats.items()})
+    return Result(arrays, {"depth": depth.assign_coords(t=("layer", ts))})
+
+
+# ----------------------------------------------------------------------------- figures
+
+
+ROWS = (("fraction", "P(clustered pair)"), ("speed", "token speed mean|Δθ|/h"),
+        ("radius", "mean radius |x|"))
+
+
+def figures(res: Result, cfg: NormalizationConfig, out_dir) -> list:
+    """One figure per mask: rows P(clustered pair), token speed (log) and radius vs depth, one
+    column per β, one line per scheme; ○: the authors' code where it is this model (post-LN,
+    nGPT), at the corresponding depth (:func:`simuformer_depth`)."""
+    import matplotlib.pyplot as plt
+
+    betas, ts = res["betas"], res["ts"]
+    published = published_setup(cfg)
+    paths = []
+    for c, is_causal in enumerate(res["causal"]):
+        fig, axs = plt.subplots(len(ROWS), len(betas), figsize=(4.0 * len(betas) + 1.5, 8.4),
+                                squeeze=False, sharex=True, sharey="row")
+        for b, beta in enumerate(betas):
+            for r, (key, ylabel) in enumerate(ROWS):
+                ax = axs[r, b]
+                first = 1 if key == "speed" else 0  # no speed before the first layer
+                for s, label in enumerate(res["labels"]):
+                    ax.plot(ts[first:], res[key][s, b, c, first:], color=f"C{s}", lw=1.2, label=str(label))
+                if key == "fraction" and published and not is_causal:
+                    _published(ax, res, cfg, beta)
+                ax.set_yscale("log" if key == "speed" else "linear")
+                ax.grid(alpha=0.3)
+                if b == 0:
+                    ax.set_ylabel(ylabel)
+            axs[0, b].set_title(f"β = {beta:g}")
+            axs[-1, b].set_xlabel("depth t = l h")
+        axs[0, -1].legend(fontsize=7, loc="center left", bbox_to_anchor=(1.02, 0.5))
+        mask = "causal" if is_causal else "none"
+        fig.suptitle(f"{'causal mask' if is_causal else 'no mask'}: d = {cfg.d}, n = {cfg.n}, {cfg.heads} heads "
+                     f"averaged, random KᵀQ, V = I, h = {cfg.step:g}, {cfg.seeds} draws"
+                     + (" (○ authors' code at their t = 20)" if published and not is_causal else ""))
+        fig.tight_layout()
+        paths.append(plot.save_figure(fig, out_dir / f"normalization_{mask}.png"))
+    return paths
+
+
+def published_setup(cfg: NormalizationConfig) -> bool:
+    """Whether the run has the set-up of the authors' published numbers (d = 16, n = 64, 8 heads,
+    h = 0.1, to t >= 20 and the 0.999 threshold)."""
+    return ((cfg.d, cfg.n, cfg.heads) == (16, 64, 8) and abs(cfg.step - 0.1) < 1e-12
+            and cfg.t1 >= SIMUFORMER_TIME and cfg.threshold == 0.999)
+
+
+def simuformer_depth(name: str, cfg: NormalizationConfig) -> float:
+    """The depth of this experiment's run of ``name`` that corresponds to the authors' t = 20:
+    t = 20 for post-LN; for nGPT our layer is N(θ + sÂ) with s = αh/(1 − αh) and theirs
+    N(θ + 0.2hÂ), the same map with another step, so their 200 layers of 0.2h end where ours
+    have taken the same total step, at depth 20 · 0.2h/s."""
+    if name != "ngpt":
+        return SIMUFORMER_TIME
+    ah = cfg.ngpt_alpha * cfg.step
+    return SIMUFORMER_TIME * SIMUFORMER_NGPT_STEP * cfg.step / (ah / (1 - ah))
+
+
+def _published(ax, res: Result, cfg: NormalizationConfig, beta) -> None:
+    """The authors' published P(clustered pair) for the schemes it tests (post-LN, nGPT), at the
+    depth of our run that corresponds to their t = 20 (:func:`simuformer_depth`)."""
+    k = np.nonzero(np.isclose(res["simuformer_betas"], beta))[0]
+    for p, name in enumerate(res["simuformer_schemes"]):
+        s = np.nonzero(res["schemes"] == name)[0]
+        if k.size and s.size and res["simuformer_is_model"][p]:
+            ax.plot(simuformer_depth(str(name), cfg), res["simuformer_fraction"][p, k[0]], "o", mfc="none",
+                    color=f"C{s[0]}", ms=7)
+
+
+register(Experiment(
+    name="normalization",
+    summary="post-LN, projected, Pre-/Peri-/Mix-LN, nGPT, LN-scaling: clustered pairs and token speed "
+            "vs depth (Karagodin et al.)",
+    config=NormalizationConfig,
+    compute=compute,
+    figures=figures,
+    tiny={"n": 12, "d": 4, "heads": 2, "betas": (1.0, 9.0), "masks": ("none",), "t1": 2.0,
+          "seeds": 3},
+))
