@@ -76,11 +76,12 @@ __all__ = [
 
 # Queries recomputed one by one (an exact m' x n reduction) before Auto recomputes all of them.
 PATCH_ROWS = 1024
-# Auto takes the fast kernel only when its predicted flop count is this many times below the
-# exact kernel's: the flop model counts spreading as arithmetic, but on a CPU it is bound by
-# scattered memory access (measured ratio of predicted to real speedup ~5 at n = 1e4-1e6,
-# d = 2-3; benchmarks/README.md, "Fast kernel").
-MIN_SPEEDUP = 10.0
+# Auto takes the fast kernel only when the plan's predicted flop ratio (exact / fast) reaches
+# this, per dtype. The flop model is a poor clock, in opposite directions per dtype (2-core CPU,
+# k = 2-3, n = 3e3-1e5, benchmarks/README.md "Fast kernel"): in float64 the exact kernel's
+# exp is ~8x slower than in float32, so measured speedups were 3-9x the predicted ratio; in
+# float32 they were 0.03-0.7x of it (spreading is memory-bound, the float32 exact kernel fast).
+MIN_SPEEDUP = {"float64": 1.0, "float32": 4.0}
 # Below this many points (queries + keys) FINUFFT runs on one thread unless ``nthreads`` is
 # set: its OpenMP start-up and barriers cost ~0.1-0.2 s per transform on a loaded 2-core
 # machine, against milliseconds of work (measured at n = 300-3000).
@@ -144,6 +145,19 @@ class KernelReport(eqx.Module):
         return self.path == "fast"
 
 
+def _window(beta):
+    """A declared β window as a hashable pair of floats (static fields are hashed by jit)."""
+    if beta is None:
+        return None
+    if isinstance(beta, Real) or len(beta) != 2:
+        raise ValueError(f"beta must be None or a window (lo, hi), got {beta!r}")
+    return (float(beta[0]), float(beta[1]))
+
+
+def _blocks(block_size):
+    return tuple(block_size) if isinstance(block_size, list) else block_size
+
+
 class AbstractBackend(eqx.Module):
     """How an attention computes its softmax reductions (a strategy value, all fields static)."""
 
@@ -169,7 +183,7 @@ class Exact(AbstractBackend):
         block_size: see :func:`.exact.choose_path` (None: automatic).
     """
 
-    block_size: int | tuple[int, int] | None = eqx.field(static=True, default=None)
+    block_size: int | tuple[int, int] | None = eqx.field(static=True, default=None, converter=_blocks)
 
     def __check_init__(self):
         exact.choose_path(1, 1, self.block_size)  # validates
@@ -277,7 +291,7 @@ class Fast(_AbstractGaussianBackend):
     tol: float = eqx.field(static=True, default=1e-8)
     radius: float = eqx.field(static=True, default=1.0)
     score_radius: float | None = eqx.field(static=True, default=None)
-    beta: tuple[float, float] | None = eqx.field(static=True, default=None)
+    beta: tuple[float, float] | None = eqx.field(static=True, default=None, converter=_window)
     mass_ratio: float | None = eqx.field(static=True, default=None)
     nthreads: int = eqx.field(static=True, default=0)
     box: ScoreBox | None = eqx.field(static=True, default=None)
@@ -328,7 +342,8 @@ class Auto(_AbstractGaussianBackend):
         radius, score_radius, beta, nthreads: as in :class:`Fast`.
         mass_ratio: ρ⋆, the share of the mass the plan budgets for (η = tol / (2ρ⋆); default
             4(1 + γR²)); queries with ρ_i beyond it are likely to be recomputed exactly.
-        min_speedup: least predicted flop ratio for the fast path (default ``MIN_SPEEDUP``).
+        min_speedup: least predicted flop ratio for the fast path (None: ``MIN_SPEEDUP`` of the
+            dtype, 1 in float64 and 4 in float32).
         block_size: blocks of the exact kernel.
         box: filled in by the attention; do not pass it.
     """
@@ -336,11 +351,12 @@ class Auto(_AbstractGaussianBackend):
     tol: float = eqx.field(static=True, default=1e-8)
     radius: float = eqx.field(static=True, default=1.0)
     score_radius: float | None = eqx.field(static=True, default=None)
-    beta: tuple[float, float] | None = eqx.field(static=True, default=None)
+    beta: tuple[float, float] | None = eqx.field(static=True, default=None, converter=_window)
     mass_ratio: float | None = eqx.field(static=True, default=None)
-    min_speedup: float = eqx.field(static=True, default=MIN_SPEEDUP)
+    min_speedup: float | None = eqx.field(static=True, default=None)
     nthreads: int = eqx.field(static=True, default=0)
-    exact_block_size: int | tuple[int, int] | None = eqx.field(static=True, default=None)
+    exact_block_size: int | tuple[int, int] | None = eqx.field(static=True, default=None,
+                                                               converter=_blocks)
     box: ScoreBox | None = eqx.field(static=True, default=None)
 
     def __check_init__(self):
@@ -374,9 +390,12 @@ class Auto(_AbstractGaussianBackend):
         if not reached:
             return exact_because(f"tol={self.tol:g} is out of reach in {np.dtype(dtype).name}: the "
                                  f"plan's bound is {2 * rho * plan.eta:.2g} at rho={rho:.3g}", **kw)
-        if kw["predicted_speedup"] < self.min_speedup:
+        least = self.min_speedup
+        if least is None:
+            least = MIN_SPEEDUP.get(np.dtype(dtype).name, max(MIN_SPEEDUP.values()))
+        if kw["predicted_speedup"] < least:
             return exact_because(f"predicted {kw['predicted_speedup']:.3g}x fewer flops, below "
-                                 f"min_speedup={self.min_speedup:g} (n={n}, m={m})", **kw)
+                                 f"min_speedup={least:g} (n={n}, m={m})", **kw)
         return self._fast_report(plan, m, n, e, (
             f"predicted {kw['predicted_speedup']:.3g}x fewer flops, a-priori error "
             f"{kw['predicted_error']:.2g} <= tol={self.tol:g} for queries with rho <= {rho:.3g}; "
