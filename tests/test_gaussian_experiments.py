@@ -75,15 +75,53 @@ def test_gaussian_anisotropy_tiny(tmp_path_factory):
 
 
 def test_rank_histograms_tiny(tmp_path_factory):
+    from transformer_pde.experiments.rank_histograms import UNCONVERGED
+
     res = _run("rank-histograms", tmp_path_factory)
     for d in (3, 4):
         for v in experiments.get("rank-histograms").tiny["variants"]:
             for vname in ("identity", "spd"):
                 ranks = res[f"d{d}__{v}__{vname}__ranks"]
-                assert np.all((0 <= ranks) & (ranks <= (d + 1) // 2)), (d, v, vname, ranks)
+                decided = ranks[ranks != UNCONVERGED]
+                assert np.all((0 <= decided) & (decided <= (d + 1) // 2)), (d, v, vname, ranks)
+                assert res[f"d{d}__{v}__{vname}__unconverged"] == np.sum(ranks == UNCONVERGED)
+                assert res[f"d{d}__{v}__{vname}__unconverged"] <= 1
                 assert not np.isfinite(res[f"d{d}__{v}__{vname}__blowup_time"]).any()
+                # a rank is read when the kept eigenvalues moved by < settle_tol over the last decade
+                t = res[f"d{d}__{v}__{vname}__decided_time"]
+                assert np.all(t >= 1e4) and np.all(np.log10(t) % 1 < 1e-9)
             # V = I: exactly dim ker(A + Aᵀ) = ⌈d/2⌉ (euclidean.md §5.1)
-            assert np.all(res[f"d{d}__{v}__identity__ranks"] == (d + 1) // 2)
+            ranks = res[f"d{d}__{v}__identity__ranks"]
+            assert np.all(ranks[ranks != UNCONVERGED] == (d + 1) // 2)
+
+
+def test_rank_histograms_no_longer_counts_a_shrinking_eigenvalue():
+    """d = 3, V = GᵀG, seed 40, run 58 of 100: its third eigenvalue decays like 1/(c + εt) with
+    εt ≪ c until t ~ 1e5 (4e-3, 3e-3, 2e-3 at t = 1e3, 1e4, 1e5; 6e-5 at 1e7). The earlier rule,
+    λ(t_long) > keep_ratio · λ(t_long/10), counted it: rank 3 > ⌈d/2⌉ = 2. Now its change grows from
+    decade to decade, so the run is integrated on, and decided at rank 2 once it has vanished."""
+    import diffrax
+    import jax
+
+    from transformer_pde.experiments import rank_histograms as rh
+
+    cfg = experiments.get("rank-histograms").make_config(t_max=1e7)
+    Q, S0, V = rh.draw(3, 100, cfg.seed)
+    pid = diffrax.PIDController(rtol=cfg.rtol, atol=1e-3 * cfg.rtol)
+    with jax.enable_x64(True):
+        out = rh.limit_rank(rh._attention("softmax", Q[58], V[58], 3), S0[58], cfg, pid)
+    assert out["rank"] == 2 and out["decided_time"] == 1e7, out
+    lam = out["eigenvalues"]
+    assert lam[0] < 1e-4 < 0.1 < lam[1]  # the vanishing one, and the two that persist
+    # at t_long = 1e5 the old rule counted 3; the new one is undecided (integrate on)
+    with jax.enable_x64(True):
+        sol = rh.solve(rh._attention("softmax", Q[58], V[58], 3), rh.Gaussian(np.zeros(3), S0[58]),
+                       t1=cfg.t_long, dt0=1e-3, solver=diffrax.Kvaerno5(), stepsize_controller=pid,
+                       max_steps=cfg.max_steps, throw=False, saveat=cfg.decades[:3])
+    covs = np.asarray(sol.covs)
+    _, old_mid, old_end = np.linalg.eigvalsh(covs)
+    assert np.sum(old_end > cfg.keep_ratio * old_mid) == 3
+    assert rh.decided_rank(covs, cfg.keep_ratio, cfg.settle_tol, 10 * cfg.rtol, 0.1 * cfg.rtol) is None
 
 
 def test_stability_tiny(tmp_path_factory):

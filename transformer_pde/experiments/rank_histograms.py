@@ -10,10 +10,29 @@ V = GᵀG, for softmax and ℓ² attention (the authors' ``histograms.py`` set-u
 
 The moment ODEs are integrated to ``t_long`` with an implicit solver (Kvaerno5, adaptive):
 with V ≠ I the approach to a low-rank limit is stiff, and explicit Runge–Kutta needs
-10⁵ steps for some draws. Vanishing eigenvalues decay
-like 1/t while the others converge, so the rank counts the eigenvalues λ_k with
-λ_k(t_long) / λ_k(t_long/10) > ``keep_ratio`` (about 0.1 for a vanishing one, about 1 for a
-persisting one): no absolute threshold, which would miscount limits with a small eigenvalue.
+10⁵ steps for some draws. The rank is read from the covariances at three decades t/100, t/10, t,
+with no absolute threshold (which would miscount limits with a small eigenvalue):
+
+* the candidate rank r is the number of directions that did not vanish over the last decade:
+  the generalized eigenvalues μ of (Σ(t), Σ(t/10)) with μ ≥ ``keep_ratio`` (a vanishing direction
+  ends up shrinking like 1/t, μ ≈ 0.1; counted by inertia, so a vanishing eigenvalue passing a
+  small persisting one is not mistaken for it);
+* r is the rank once the r largest eigenvalues have **settled**: each changed over the last decade
+  by less than ``settle_tol`` and either by less than the solver's accuracy or in the same
+  direction as over the decade before and at most half as much (a persisting eigenvalue converges
+  like λ∞ + a/t, its changes shrinking tenfold per decade).
+
+Otherwise the run is still moving. With V = GᵀG some eigenvalues decay like 1/(c + εt) with
+εt ≪ c up to t ≈ 10⁵ and beyond, changes that *grow* from decade to decade (d = 3, seed 40,
+run 58: λ₃ = 4e-3, 3e-3, 2e-3, 5e-4, 6e-5 at t = 10³ … 10⁷; d = 4, run 76: a plateau at 1.5e-4
+from 10⁵ to 10⁶ whose field Σ̇ still drives it to zero on a scale of 10⁸), and some persisting
+eigenvalues are still approaching their limit (d = 3, run 77: 0.039, 0.019, 0.017, 0.0167 at
+t = 10⁴ … 10⁷). Such a run is solved again to the next decade (with ``late_rtol``), up to
+``t_max``; one still moving there, or whose solver runs out of steps first, is reported
+**unconverged** (rank −2) and counted apart, like runs whose first solve failed (rank −1,
+"unfinished"), never as a rank. The earlier rule, λ_k(t_long) > ``keep_ratio`` · λ_k(t_long/10) on
+sorted eigenvalues alone, counted the slowly vanishing ones as rank ⌈d/2⌉ + 1 and the slowly
+settling ones (and a small persisting eigenvalue being passed) as ⌈d/2⌉ − 1.
 """
 
 from __future__ import annotations
@@ -36,6 +55,10 @@ from ._result import Result
 
 VARIANTS = ("softmax", "l2")
 VALUES = ("identity", "spd")
+UNFINISHED = -1
+"""Rank code of a run whose solver failed (step budget exhausted, or a blow-up)."""
+UNCONVERGED = -2
+"""Rank code of a run with an eigenvalue still shrinking, undecided at ``t_max``."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -44,17 +67,37 @@ class RankConfig(Options):
     runs: int = 100
     """Initial covariances (and parameter draws) per dimension."""
     t_long: float = 1e5
+    """Every run is integrated to t_long; the eigenvalues are read at t_long/100, /10 and 1."""
+    t_max: float = 1e8
+    """Runs undecided at t_long are integrated on to t_max (read at every decade); still
+    undecided there, they are 'unconverged' (rank -2)."""
     keep_ratio: float = 0.5
+    """An eigenvalue that fell below keep_ratio times its value a decade earlier has vanished."""
+    settle_tol: float = 0.1
+    """An eigenvalue whose relative change over the last decade is below settle_tol, and no
+    larger than over the decade before, has settled (it persists in the limit)."""
     rtol: float = 1e-7
+    late_rtol: float = 1e-6
+    """Tolerance of the longer solves of runs undecided at t_long: past t ≈ 1e5 Kvaerno5 at
+    rtol = 1e-7 stalls (rounding limits its steps: 80 000 steps short of t = 1e6 for some draws,
+    240 at 1e-6)."""
     max_steps: int = 50_000
-    """Step budget per run; runs that exhaust it are reported with rank -1 ('unfinished')."""
+    """Step budget per solve; runs that exhaust it are reported with rank -1 ('unfinished')."""
     seed: int = 40
     variants: tuple[Literal["softmax", "l2"], ...] = VARIANTS
 
     def validate(self):
         require_at_least(self, dims=2, runs=1)
-        require_above(self, t_long=0, rtol=0)
+        require_above(self, t_long=0, rtol=0, late_rtol=0, settle_tol=0)
         require_between(self, "keep_ratio", 0, 1, closed="()")
+        if not self.t_max >= self.t_long:
+            raise ValueError(f"need t_max >= t_long; got t_max={self.t_max}, t_long={self.t_long}")
+
+    @property
+    def decades(self) -> np.ndarray:
+        """The save times: t_long/100, t_long/10, t_long, then every decade up to t_max."""
+        extra = int(np.floor(np.log10(self.t_max / self.t_long) + 1e-9))
+        return self.t_long * 10.0 ** np.arange(-2, extra + 1)
 
 
 def draw(d: int, runs: int, seed: int):
@@ -71,12 +114,86 @@ def _attention(variant, Q, V, d):
     return cls(Q, -Q, V, 1 / np.sqrt(d))
 
 
-def limit_ranks(mid_covs, final_covs, keep_ratio):
-    """Number of eigenvalues that persist between t_long/10 and t_long (and are not at the
-    rounding level of the largest one, where the ratio is noise)."""
-    lam_mid, lam_end = np.linalg.eigvalsh(mid_covs), np.linalg.eigvalsh(final_covs)
-    floor = 1e-9 * lam_end[..., -1:]
-    return np.sum((lam_end > keep_ratio * lam_mid) & (lam_end > floor), axis=-1)
+def decade_ratios(earlier, later, floor: float) -> np.ndarray:
+    """How the covariance changed over a decade, direction by direction: the generalized
+    eigenvalues μ of (``later``, ``earlier``), i.e. of Σ_e^{-1/2} Σ_l Σ_e^{-1/2}, descending, on the
+    directions where ``earlier`` is above ``floor`` (directions below it are not resolved and
+    count as vanished). By Sylvester's law of inertia the number of μ ≥ c is the number of
+    directions in which Σ_l ≥ cΣ_e, whatever the eigenvalues do: unlike ratios of sorted
+    eigenvalues, it is not fooled when a vanishing eigenvalue passes a small persisting one."""
+    s, U = np.linalg.eigh(np.asarray(earlier, dtype=np.float64))
+    keep = s > floor
+    W = U[:, keep] / np.sqrt(s[keep])
+    return np.linalg.eigvalsh(W.T @ np.asarray(later, dtype=np.float64) @ W)[::-1]
+
+
+def decided_rank(covs, keep_ratio: float, settle_tol: float, noise: float, floor: float) -> int | None:
+    """The rank from the covariances at three consecutive decades t/100, t/10, t (``covs`` shape
+    ``(3, d, d)``), or None while undecided (module docstring).
+
+    The candidate rank r is the number of directions that did not vanish over the last decade
+    (:func:`decade_ratios` μ ≥ ``keep_ratio``); it is decided when the r largest eigenvalues have
+    settled: each changed over the last decade by less than ``settle_tol`` (relative), and either
+    by less than the solver's accuracy (``noise``, plus ``floor``/λ for the absolute tolerance) or
+    in the same direction as over the decade before and at most half as much. A persisting
+    eigenvalue converges like λ∞ + a/t, its changes shrinking tenfold per decade (more slowly
+    while a vanishing eigenvalue still drags it: twofold is required); a slowly
+    vanishing one, 1/(c + εt), changes more every decade; one that turns back has not settled; and
+    while a vanishing eigenvalue is still above a small persisting one, the r largest include it."""
+    covs = np.asarray(covs, dtype=np.float64)
+    floor = max(floor, 1e-9 * float(np.linalg.eigvalsh(covs[1])[-1]))
+    rank = int(np.sum(decade_ratios(covs[1], covs[2], floor) >= keep_ratio))
+    top = np.linalg.eigvalsh(covs)[:, ::-1][:, :rank]
+    with np.errstate(invalid="ignore", divide="ignore"):
+        last, prev = np.log(top[2] / top[1]), np.log(top[1] / top[0])
+        accuracy = noise + floor / np.abs(top[2])
+    slowing = (np.sign(last) == np.sign(prev)) & (np.abs(last) <= np.abs(prev) / 2)
+    settled = (np.abs(last) < settle_tol) & ((np.abs(last) < accuracy) | slowing)
+    return rank if np.all(settled) else None
+
+
+def limit_rank(attention, cov0, cfg: RankConfig, pid=None) -> dict:
+    """One run: its ``rank`` (or UNFINISHED / UNCONVERGED), the decade it was read at (the last
+    one reached when unconverged), the covariance and its eigenvalues then, and the ratios μ of
+    the last decade read (:func:`decade_ratios`, padded with NaN). ``pid``: the controller of the
+    first solve (default: rtol, atol = 1e-3 rtol); longer solves use ``late_rtol``."""
+    d = cov0.shape[0]
+    controllers = [pid if pid is not None else diffrax.PIDController(rtol=cfg.rtol, atol=1e-3 * cfg.rtol),
+                   diffrax.PIDController(rtol=cfg.late_rtol, atol=1e-3 * cfg.late_rtol)]
+
+    def run(saves, controller):
+        return solve(attention, Gaussian(np.zeros(d), cov0), t1=saves[-1], dt0=1e-3,
+                     solver=diffrax.Kvaerno5(), stepsize_controller=controller, max_steps=cfg.max_steps,
+                     throw=False, saveat=saves)
+
+    def failed(sol):
+        return not bool(sol.succeeded) or bool(sol.blew_up)
+
+    times = cfg.decades
+    out = {"rank": UNCONVERGED}
+    for k in range(2, len(times)):
+        # read at t/100, t/10, t; a run still undecided is solved again to the next decade (the
+        # same three saves: one compiled solve for every later decade)
+        controller = controllers[min(k - 2, 1)]
+        sol = run(times[k - 2:k + 1], controller)
+        if failed(sol):
+            if k == 2:
+                return {"rank": UNFINISHED, "blowup_time": float(sol.blowup_time), "decided_time": float(times[2]),
+                        "final_cov": np.asarray(sol.final_cov), "eigenvalues": np.full(d, np.nan),
+                        "decade_ratios": np.full(d, np.nan)}
+            break  # out of steps before deciding: unconverged, read at the last decade reached
+        covs = np.asarray(sol.covs)
+        # noise: the solver's accuracy (10 rtol); floor: 100 atol, below which a covariance
+        # direction is the solver's absolute error
+        noise, floor = 10 * controller.rtol, 100 * controller.atol
+        mu = decade_ratios(covs[1], covs[2], floor)
+        out = {"rank": decided_rank(covs, cfg.keep_ratio, cfg.settle_tol, noise, floor),
+               "blowup_time": float(sol.blowup_time), "decided_time": float(times[k]),
+               "final_cov": np.asarray(sol.final_cov), "eigenvalues": np.linalg.eigvalsh(covs[2]),
+               "decade_ratios": np.pad(mu, (0, d - len(mu)), constant_values=np.nan)}
+        if out["rank"] is not None:
+            return out
+    return {**out, "rank": UNCONVERGED}
 
 
 def compute(cfg: RankConfig, progress: bool = False) -> Result:
@@ -91,35 +208,31 @@ def compute(cfg: RankConfig, progress: bool = False) -> Result:
             for variant in cfg.variants:
                 # a plain loop, not vmap: runs need from ~100 to a few thousand adaptive steps,
                 # and a vmapped solve would step every run until the slowest is done. The
-                # compiled solve is reused (same shapes), so there is one compilation.
+                # compiled solve is reused (same shapes), so there is one compilation (two
+                # with the longer solves of undecided runs).
                 Vs = np.concatenate([np.broadcast_to(np.eye(d), Vspd.shape), Vspd])
-                mid, final, tblow, done = [], [], [], []
-                for q, v, cov0 in zip(np.concatenate([Q, Q]), Vs, np.concatenate([S0, S0])):
-                    sol = solve(_attention(variant, q, v, d),
-                                         Gaussian(np.zeros(d), cov0), t1=cfg.t_long, dt0=1e-3,
-                                         solver=diffrax.Kvaerno5(), stepsize_controller=pid,
-                                         max_steps=cfg.max_steps, throw=False,
-                                         saveat=np.asarray([0.1 * cfg.t_long, cfg.t_long]))
-                    done.append(bool(sol.succeeded) and not bool(sol.blew_up))
-                    mid.append(np.asarray(sol.covs[0]))
-                    final.append(np.asarray(sol.final_cov))
-                    tblow.append(float(sol.blowup_time))
-                mid, final, tblow = np.asarray(mid), np.asarray(final), np.asarray(tblow)
-                # runs that ran out of steps (or blew up) get rank -1, like the authors'
-                # dropped runs; they are counted, not hidden
-                with np.errstate(invalid="ignore"):
-                    ranks = np.where(done, limit_ranks(mid, final, cfg.keep_ratio), -1)
+                runs = [limit_rank(_attention(variant, q, v, d), cov0, cfg, pid)
+                        for q, v, cov0 in zip(np.concatenate([Q, Q]), Vs, np.concatenate([S0, S0]))]
+                # runs that ran out of steps (or blew up) get rank -1, like the authors' dropped
+                # runs, and runs still shrinking at t_max rank -2: counted, not hidden
+                ranks = np.array([r["rank"] for r in runs])
                 for k, vname in enumerate(VALUES):
                     sl = slice(k * cfg.runs, (k + 1) * cfg.runs)
                     key = f"d{d}__{variant}__{vname}"
                     out[f"{key}__ranks"] = ranks[sl]
-                    out[f"{key}__final_cov"] = final[sl]
-                    out[f"{key}__blowup_time"] = tblow[sl]
-                    hist = np.bincount(ranks[sl][ranks[sl] >= 0], minlength=d + 1)
-                    bar.note(f"d={d} {variant:>7} V={vname:<8}: rank counts {hist.tolist()} "
-                             f"(bound ⌈d/2⌉ = {(d + 1) // 2}), unfinished {int(np.sum(ranks[sl] < 0))}")
+                    for name in ("final_cov", "blowup_time", "decided_time", "eigenvalues", "decade_ratios"):
+                        out[f"{key}__{name}"] = np.asarray([r[name] for r in runs[sl]])
+                    out[f"{key}__unconverged"] = np.sum(ranks[sl] == UNCONVERGED)
+                    out[f"{key}__unfinished"] = np.sum(ranks[sl] == UNFINISHED)
+                    bar.note(f"d={d} {variant:>7} V={vname:<8}: {summary(ranks[sl], d)}")
                 bar.update()
     return Result(out)
+
+
+def summary(ranks, d: int) -> str:
+    hist = np.bincount(ranks[ranks >= 0], minlength=d + 1)
+    return (f"rank counts {hist.tolist()} (bound ⌈d/2⌉ = {(d + 1) // 2}), unconverged "
+            f"{int(np.sum(ranks == UNCONVERGED))}, unfinished {int(np.sum(ranks == UNFINISHED))}")
 
 
 def figures(res: Result, cfg: RankConfig, out_dir) -> list:
@@ -127,24 +240,28 @@ def figures(res: Result, cfg: RankConfig, out_dir) -> list:
 
     dims = list(cfg.dims)
     variants = list(cfg.variants)
-    fig, axes = plt.subplots(len(VALUES), len(variants), figsize=(4.2 * len(variants), 6.0),
+    top = max(dims)
+    fig, axes = plt.subplots(len(VALUES), len(variants), figsize=(4.6 * len(variants), 6.0),
                              squeeze=False)
     width = 0.8 / len(dims)
+    # columns: ranks 0 … max d, then the runs counted apart (not a rank)
+    labels = [str(r) for r in range(top + 1)] + ["unconv.", "unfin."]
     for i, vname in enumerate(VALUES):
         for j, variant in enumerate(variants):
             ax = axes[i, j]
             for k, d in enumerate(dims):
                 ranks = res[f"d{d}__{variant}__{vname}__ranks"]
-                counts = np.bincount(ranks[ranks >= 0], minlength=max(dims) + 1)
-                ax.bar(np.arange(max(dims) + 1) + (k - (len(dims) - 1) / 2) * width, counts,
-                       width=width, label=f"d = {d} (⌈d/2⌉ = {(d + 1) // 2}), "
-                                          f"unfinished {int(np.sum(ranks < 0))}")
+                counts = np.concatenate([np.bincount(ranks[ranks >= 0], minlength=top + 1),
+                                         [np.sum(ranks == UNCONVERGED), np.sum(ranks == UNFINISHED)]])
+                ax.bar(np.arange(top + 3) + (k - (len(dims) - 1) / 2) * width, counts, width=width,
+                       color=f"C{k}", label=f"d = {d} (⌈d/2⌉ = {(d + 1) // 2})")
+            ax.axvline(top + 0.5, color="0.5", lw=0.8, ls=":")
             ax.set_title(f"{variant}, V = {'I' if vname == 'identity' else 'GᵀG'}")
-            ax.set_xlabel("rank of the limit covariance")
+            ax.set_xlabel("rank of the limit covariance (runs not settled: right)")
             ax.set_ylabel("runs")
-            ax.set_xticks(range(max(dims) + 1))
+            ax.set_xticks(range(top + 3), labels)
             ax.legend(fontsize=8)
-    fig.suptitle("Q ∈ R^{⌊d/2⌋×d}, K = −Q: limit ranks ≤ ⌈d/2⌉")
+    fig.suptitle(f"Q ∈ R^{{⌊d/2⌋×d}}, K = −Q: limit ranks ≤ ⌈d/2⌉ (decided by t ≤ {cfg.t_max:g})")
     fig.tight_layout()
     return [plot.save_figure(fig, out_dir / "rank_histograms.png")]
 
