@@ -183,23 +183,60 @@ def test_single_head_usa_layers():
 
 @pytest.mark.parametrize("alpha, num_layers, n_post", [(0.25, 8, 2), (0.3, 10, 3), (1.0, 5, 5)])
 def test_mix_ln_layers(alpha, num_layers, n_post):
-    mix = tp.MixLN(ATTN, alpha)
-    assert mix.num_post(num_layers) == n_post
-    first = tp.layers(mix.post, jnp.asarray(X0), n_post, H)
+    """One dynamics: ⌊αL⌋ Post-LN layers, then Pre-LN layers, against the NumPy loop; the same
+    numbers as the two runs of its parts (the switch is read per layer, whatever t_l rounds to)."""
+    mix = tp.MixLN.from_layers(ATTN, num_layers, H, alpha)
+    assert tp.models.num_post_layers(alpha, num_layers) == n_post and mix.switch_time == n_post * H
+    want = run(lambda x, h, l: mix_ln(x, h, A_NP, l, n_post), X0, H, num_layers)
+    np.testing.assert_allclose(layers(mix, X0, num_layers), want, rtol=0, atol=1e-13)
+    first = tp.layers(tp.PostLN(ATTN), jnp.asarray(X0), n_post, H)
     xs = np.asarray(first.xs)
     if num_layers > n_post:
-        second = tp.layers(mix.pre, first.final, num_layers - n_post, H, t0=n_post * H)
+        second = tp.layers(tp.PreLN(ATTN), first.final, num_layers - n_post, H, t0=n_post * H)
         xs = np.concatenate([xs, np.asarray(second.xs)[1:]])
-        np.testing.assert_allclose(second.ts[0], n_post * H)
-    want = run(lambda x, h, l: mix_ln(x, h, A_NP, l, n_post), X0, H, num_layers)
-    np.testing.assert_allclose(xs, want, rtol=0, atol=1e-13)
+    np.testing.assert_allclose(layers(mix, X0, num_layers), xs, rtol=0, atol=1e-15)
 
 
 def test_mix_ln_switch_counts():
-    mix = tp.MixLN(ATTN, 0.29)
-    assert mix.num_post(100) == 29  # the decimal α, not 0.29 * 100 = 28.999...
-    assert tp.MixLN(ATTN).num_post(12) == 3 and tp.MixLN(ATTN).num_post(24) == 6  # the Mix-LN runs
-    assert mix.switch_time(2.0, 1.0) == pytest.approx(1.29)
+    assert tp.models.num_post_layers(0.29, 100) == 29  # the decimal α, not 0.29 * 100 = 28.999...
+    assert [tp.models.num_post_layers(0.25, L) for L in (12, 24)] == [3, 6]  # the Mix-LN runs
+    assert tp.MixLN.from_fraction(ATTN, 2.0, 0.29, t0=1.0).switch_time == pytest.approx(1.29)
+    assert tp.MixLN.from_layers(ATTN, 100, 0.01, 0.29, t0=1.0).switch_time == pytest.approx(1.29)
+
+
+def test_mix_ln_block_layers():
+    """Mix-LN blocks as one tp.Switched dynamics: post-LN sphere blocks, then pre-LN blocks."""
+    n_post, num_layers = 3, 8
+    mix = tp.Switched(tp.SphereBlock(tp.PostLN(ATTN), tp.PostLN(MLP), H),
+                      tp.Block(tp.PreLN(ATTN), tp.PreLN(MLP), H), n_post * H)
+    post = _block(lambda x, l: A_NP(x), lambda x, l: M_NP(x), np_normalize)
+    pre = _block(lambda x, l: A_NP(np_normalize(x)), lambda x, l: M_NP(np_normalize(x)), IDENT)
+    want = run(lambda x, h, l: (post if l < n_post else pre)(x, h, l), X0, H, num_layers)
+    np.testing.assert_allclose(layers(mix, X0, num_layers), want, rtol=0, atol=1e-13)
+
+
+def _two_part_limit(x0, tau):
+    """Mix-LN's limit written as its definition: the projected flow to τ, then ẋ = A(N x) to T."""
+    return solve(tp.PreLN(ATTN), solve(tp.Sphere(ATTN), x0, tau), T, tau)
+
+
+def test_mix_ln_solve_is_the_switched_limit():
+    """tp.solve of the one MixLN dynamics is its limit: adaptive steps land on τ, so the error
+    follows the tolerance (a step straddling τ would leave ~1e-3 whatever the tolerance), and
+    constant steps across τ keep the solver's order (Bosh3: 3)."""
+    tau = 0.3
+    ref = _two_part_limit(X0, tau)
+    mix = tp.MixLN(ATTN, tau)
+    for rtol, tol in ((1e-9, 1e-9), (1e-12, 1e-12)):
+        ctl = diffrax.PIDController(rtol=rtol, atol=rtol)
+        got = tp.solve(mix, jnp.asarray(X0), t1=T, dt0=1e-3, stepsize_controller=ctl).final
+        assert float(jnp.max(jnp.abs(got - ref))) < 100 * tol
+    dts = [0.1, 0.05, 0.025]
+    errs = [float(jnp.max(jnp.abs(tp.solve(mix, jnp.asarray(X0), t1=T, dt0=dt, solver=diffrax.Bosh3()).final
+                                  - ref))) for dt in dts]
+    assert 2.9 < slope(errs, dts) < 3.1, errs
+    with pytest.raises(ValueError, match=r"switches at t = 0.3.*dt0 = 0.2"):
+        tp.solve(mix, jnp.asarray(X0), t1=T, dt0=0.2)
 
 
 # MLP blocks: attention sublayer, then MLP sublayer, each with the scheme's placement
@@ -302,12 +339,10 @@ def test_layers_converge_to_limit(name):
 
 def test_mix_ln_converges_to_switched_limit():
     """α = 1/4 with L divisible by 4: the switch ⌊αL⌋h = αT is on the grid (NOTES.md §4)."""
-    mix = tp.MixLN(ATTN, 0.25)
-    tau = mix.switch_time(T)
-    assert all(mix.num_post(round(T / h)) * h == tau for h in HS)
-    mids = states_at(lambda h: mix.post, X0, tau)
-    ends = states_at(lambda h: mix.pre, mids, T - tau, t0=tau)
-    errs = errors(ends, solve(mix.pre, solve(mix.post_limit, X0, tau), T, tau))
+    tau = tp.MixLN.from_fraction(ATTN, T, 0.25).switch_time
+    assert all(tp.MixLN.from_layers(ATTN, round(T / h), h, 0.25).switch_time == tau for h in HS)
+    errs = errors(states_at(lambda h: tp.MixLN.from_layers(ATTN, round(T / h), h, 0.25), X0, T),
+                  _two_part_limit(X0, tau))
     assert 0.93 < slope(errs) < 1.1, errs
 
 
@@ -396,8 +431,10 @@ def test_polar_forms():
 
 
 @pytest.mark.parametrize("build, match", [
-    (lambda: tp.MixLN(ATTN, 0.0), "alpha.*0.0"),
-    (lambda: tp.MixLN(ATTN, 1.5), "alpha.*1.5"),
+    (lambda: tp.MixLN.from_layers(ATTN, 8, H, 0.0), "alpha.*0.0"),
+    (lambda: tp.MixLN.from_fraction(ATTN, 1.0, 1.5), "alpha.*1.5"),
+    (lambda: tp.MixLN(ATTN, float("nan")), "switch_time"),
+    (lambda: tp.Switched(ATTN, tp.MultiHeadAttention(*(np.eye(2)[None],) * 4, 1.0), 1.0), "d=3.*d=2"),
     (lambda: tp.Norm(0.0), "scale must be > 0, got 0.0"),
     (lambda: tp.Norm(-2.0), "scale must be > 0, got -2.0"),
     (lambda: tp.Norm(gain=np.ones((2, 2))), r"gain must have shape \(d,\)"),
@@ -408,7 +445,7 @@ def test_polar_forms():
     (lambda: tp.PreLN(tp.Sphere(ATTN)), "R\\^d dynamics.*got Sphere"),
     (lambda: tp.PeriLN(np.eye(3)), "R\\^d dynamics.*got ndarray"),
     (lambda: tp.NGPT(tp.PreLN(ATTN)), "got PreLN"),
-    (lambda: tp.MixLN(tp.PostLN(ATTN)), "got PostLN"),
+    (lambda: tp.MixLN(tp.PostLN(ATTN), 1.0), "got PostLN"),
     (lambda: tp.Block(tp.PostLN(ATTN), MLP, H), "Block.attention.*got PostLN"),
     (lambda: tp.SphereBlock(tp.PostLN(ATTN), tp.PreLN(MLP), H), "SphereBlock.mlp.*got PreLN"),
     (lambda: tp.Block(ATTN, MLP, -0.1), "step must be > 0, got -0.1"),

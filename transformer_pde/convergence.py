@@ -115,7 +115,7 @@ class _TreeRetract(eqx.Module):
 
     dynamics: AbstractDynamics
 
-    def retract(self, y):
+    def retract_step(self, y, t0, t1):
         return jax.tree.map(self.dynamics.retract, y)
 
 

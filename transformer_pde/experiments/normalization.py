@@ -11,7 +11,7 @@ inside the residual layer of each scheme of :mod:`transformer_pde.models.normali
 | ``pre-ln`` | x ← x + hA(N(x)) | ``tp.PreLN`` |
 | ``peri-ln`` | x ← x + hN(A(N(x))) | ``tp.PeriLN`` |
 | ``ngpt`` | x ← N(x + αh(N(A(x)) − x)), α = ``ngpt_alpha`` | ``tp.NGPT`` |
-| ``mix-ln`` | post-LN for the first ⌊αL⌋ layers, then pre-LN (α = ``mix_fraction``) | ``tp.MixLN``, two runs |
+| ``mix-ln`` | post-LN for the first ⌊αL⌋ layers, then pre-LN (α = ``mix_fraction``) | ``tp.MixLN`` |
 | ``ln-scaling`` | x ← x + hA(N(x)/√ℓ), ℓ = l + 1 | ``tp.LNScaling`` |
 
 with N(x) = x/|x| (unit sphere) and, per draw, H = ``heads`` heads averaged as in the authors'
@@ -145,26 +145,6 @@ class LayerScheme:
         return layers(self.wrap(attention), x0, num_layers, step).xs
 
 
-@dataclasses.dataclass(frozen=True)
-class MixScheme:
-    """Mix-LN: ⌊αL⌋ post-LN layers, then pre-LN layers, as two runs (``tp.MixLN``'s recipe)."""
-
-    name: str
-    label: str
-    fraction: float
-
-    def states(self, attention, x0, num_layers: int, step: float):
-        mix = MixLN(attention, self.fraction)
-        k = mix.num_post(num_layers)
-        if k == 0:
-            return layers(mix.pre, x0, num_layers, step).xs
-        first = layers(mix.post, x0, k, step).xs
-        if k == num_layers:
-            return first
-        second = layers(mix.pre, first[-1], num_layers - k, step, t0=k * step).xs
-        return jnp.concatenate([first, second[1:]], axis=0)
-
-
 def make_schemes(cfg: NormalizationConfig) -> tuple:
     """The config's scheme names, each mapped once to the object that runs it."""
     objects = {
@@ -174,7 +154,8 @@ def make_schemes(cfg: NormalizationConfig) -> tuple:
         "peri-ln": LayerScheme("peri-ln", "Peri-LN", PeriLN),
         "ngpt": LayerScheme("ngpt", f"nGPT (α = {cfg.ngpt_alpha:g})",
                             lambda attn: NGPT(attn, cfg.ngpt_alpha)),
-        "mix-ln": MixScheme("mix-ln", f"Mix-LN (α = {cfg.mix_fraction:g})", cfg.mix_fraction),
+        "mix-ln": LayerScheme("mix-ln", f"Mix-LN (α = {cfg.mix_fraction:g})",
+                              lambda attn: MixLN.from_layers(attn, cfg.num_layers, cfg.step, cfg.mix_fraction)),
         "ln-scaling": LayerScheme("ln-scaling", "LN-scaling", lambda attn: LNScaling(attn, cfg.step)),
     }
     return tuple(objects[name] for name in cfg.schemes)

@@ -1,6 +1,7 @@
 """Every dynamics: a velocity field of a weighted token measure (the models room of the house).
 
-- :mod:`.base`: :class:`AbstractDynamics` and the capability :class:`AbstractManifoldDynamics`.
+- :mod:`.base`: :class:`AbstractDynamics` and the capabilities :class:`AbstractRetractedDynamics`,
+  :class:`AbstractManifoldDynamics`.
 - :mod:`.attention`: the attention families on R^d (softmax, multi-head, ℓ², Sinkhorn, sigmoid,
   unnormalized; causal is a flag, ALiBi a key bias), with the capabilities
   :class:`AbstractNormalizedAttention` and :class:`AbstractGaussianClosure`.
@@ -27,7 +28,7 @@ from .attention import (
     UnnormalizedAttention,
 )
 from .attention.base import AbstractKernelAttention
-from .base import AbstractDynamics, AbstractManifoldDynamics
+from .base import AbstractDynamics, AbstractManifoldDynamics, AbstractRetractedDynamics
 from .causal import LitMCircle
 from .mean_shift import MeanShift
 from .mlp import MLP, Block, SphereBlock
@@ -40,6 +41,8 @@ from .normalization import (
     PeriLN,
     PreLN,
     polar,
+    num_post_layers,
+    polar,
     polar_velocity,
 )
 from .perceptron import PerceptronBlock
@@ -48,6 +51,7 @@ from .random_heads import CommonNoiseSDE, GaussianHeads, RandomHeadsField
 from .rescaled import RescaledSoftmax
 from .sharding import Sharded
 from .sphere import PostLN, Sphere, UnitSphere, normalize, tangent_projection, uniform_sphere
+from .switched import AbstractSwitched, Switched
 
 __all__ = [
     "AbstractKernelAttention",
@@ -58,6 +62,8 @@ __all__ = [
     "AbstractManifoldDynamics",
     "AbstractNormalizationScheme",
     "AbstractNormalizedAttention",
+    "AbstractRetractedDynamics",
+    "AbstractSwitched",
     "AttentionPerceptron",
     "Block",
     "CommonNoiseSDE",
@@ -85,9 +91,11 @@ __all__ = [
     "SoftmaxAttention",
     "Sphere",
     "SphereBlock",
+    "Switched",
     "UnitSphere",
     "UnnormalizedAttention",
     "normalize",
+    "num_post_layers",
     "polar",
     "polar_velocity",
     "sharding",

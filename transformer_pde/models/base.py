@@ -4,8 +4,11 @@ A dynamics maps a weighted empirical measure μ = Σ_j w_j δ_{x_j} to the veloc
 token, ``dx_i/dt = v(t, x_i; μ)`` (spec README, "Conventions"). Capabilities are abstract
 bases (equinox's abstract/final pattern), asked with ``isinstance``, never ``hasattr``:
 
-- :class:`AbstractManifoldDynamics`: the state lives on a manifold; solvers retract after
-  every step (:class:`transformer_pde.solve.Retracted`).
+- :class:`AbstractRetractedDynamics`: every solver step (and every discrete layer) ends with a
+  retraction, which may depend on the step (:class:`transformer_pde.Retracted`); Mix-LN's
+  retraction switches off at a time.
+- :class:`AbstractManifoldDynamics`: the state lives on a manifold; the retraction onto it does
+  not depend on time.
 - :class:`AbstractGaussianClosure` (in :mod:`.attention.base`): the field of a Gaussian is
   affine, so Gaussian data stay Gaussian (euclidean.md §4).
 """
@@ -67,7 +70,36 @@ def check_finite_output(v, dynamics, dtype):
     return eqx.error_if(v, ~jnp.all(jnp.isfinite(v)), msg)
 
 
-class AbstractManifoldDynamics(AbstractDynamics):
+class AbstractRetractedDynamics(AbstractDynamics):
+    """A dynamics whose every step ends with a retraction R_[t0, t1] that may depend on the step.
+
+    One discrete layer is x ← R_[t_l, t_l + h](x + h v(t_l, x)) (:func:`transformer_pde.layers`);
+    :func:`transformer_pde.solve` wraps the solver in :class:`transformer_pde.Retracted` and maps
+    saved (interpolated) states with :meth:`retract_at`. Where the retraction changes
+    (:attr:`switch_times`) ``solve`` makes every step land exactly on the switch, so no step
+    straddles it.
+    """
+
+    @abc.abstractmethod
+    def retract_step(self, x: Points, t0, t1) -> Points:
+        """The retraction that ends the step [t0, t1]."""
+
+    @abc.abstractmethod
+    def retract_at(self, x: Points, t) -> Points:
+        """Map a state saved at time t (dense output between steps) back where states live."""
+
+    @property
+    def switch_times(self) -> tuple[float, ...]:
+        """Times at which the dynamics changes (no step straddles them)."""
+        return ()
+
+    def step_velocity(self, x: Points, weights: Weights, t0, t1) -> Points:
+        """The field of the discrete layer [t0, t1] (evaluated at t0): ``_velocity`` at t0,
+        unless the dynamics changes within the step's time (a switched dynamics)."""
+        return self._velocity(x, weights, t0)
+
+
+class AbstractManifoldDynamics(AbstractRetractedDynamics):
     """A dynamics whose state lives on a manifold embedded in R^d.
 
     :meth:`retract` maps a point near the manifold back onto it; every solver step of
@@ -78,7 +110,31 @@ class AbstractManifoldDynamics(AbstractDynamics):
     def retract(self, x: Points) -> Points:
         """Map a state back to the manifold after a step."""
 
+    def retract_step(self, x: Points, t0, t1) -> Points:
+        return self.retract(x)
+
+    def retract_at(self, x: Points, t) -> Points:
+        return self.retract(x)
+
 
 def retract(dynamics: AbstractDynamics, x: Points) -> Points:
     """``dynamics.retract(x)`` on a manifold, the identity on R^d."""
     return dynamics.retract(x) if isinstance(dynamics, AbstractManifoldDynamics) else x
+
+
+def retract_step(dynamics: AbstractDynamics, x: Points, t0, t1) -> Points:
+    """The retraction ending the step [t0, t1] of a retracted dynamics; the identity otherwise."""
+    return dynamics.retract_step(x, t0, t1) if isinstance(dynamics, AbstractRetractedDynamics) else x
+
+
+def step_velocity(dynamics: AbstractDynamics, x: Points, weights: Weights, t0, t1) -> Points:
+    """The field of the discrete layer [t0, t1]: ``dynamics._velocity(x, weights, t0)``, or the
+    retracted dynamics' own choice (:meth:`AbstractRetractedDynamics.step_velocity`)."""
+    if isinstance(dynamics, AbstractRetractedDynamics):
+        return dynamics.step_velocity(x, weights, t0, t1)
+    return dynamics._velocity(x, weights, t0)
+
+
+def retract_at(dynamics: AbstractDynamics, x: Points, t) -> Points:
+    """A state saved at time t, mapped where the dynamics' states live; the identity on R^d."""
+    return dynamics.retract_at(x, t) if isinstance(dynamics, AbstractRetractedDynamics) else x

@@ -20,8 +20,9 @@ $$x_1 = R\big(x + hF_A(t_l, x)\big),\qquad x \leftarrow R\big(x_1 + hF_M(t_l, x_
 | ``SphereBlock(Sphere(A), Sphere(M), h)`` | x₁ = N(x + hP⊥A); x ← N(x₁ + hP⊥M) (projected) |
 | ``SphereBlock(NGPT(A, a), NGPT(M, b), h)`` | x₁ = N(x + ah(N(A(x)) − x)); x ← N(x₁ + bh(N(M(x₁)) − x₁)) (nGPT) |
 
-Mix-LN blocks: the Post-LN sphere block for the first ⌊αL⌋ layers, then the Pre-LN block, run as
-:class:`~transformer_pde.MixLN` runs its two parts.
+Mix-LN blocks: ``tp.Switched(SphereBlock(PostLN(A), PostLN(M), h), Block(PreLN(A), PreLN(M), h), τ)``,
+the Post-LN sphere block up to τ = t0 + ⌊αL⌋h, then the Pre-LN block (one dynamics, as
+:class:`~transformer_pde.MixLN` is for a single sublayer).
 
 **A block as one Euler step.** A composition of two steps is not one Euler step of a field
 independent of h, so a block carries its layer step h and its field is the *modified field* F_h
@@ -49,7 +50,7 @@ from .._checks import check_scalar
 from .._types import Param
 from ..params import as_param, evaluate, param_shape
 from .attention.base import scalar_param
-from .base import AbstractDynamics, AbstractManifoldDynamics
+from .base import AbstractDynamics, AbstractManifoldDynamics, AbstractRetractedDynamics
 from .normalization import NGPT
 from .sphere import PostLN, Sphere, check_unit_points, normalize, tangent_projection
 
@@ -128,7 +129,7 @@ class Block(AbstractDynamics):
 
     def __init__(self, attention, mlp, step):
         for field, sub in (("attention", attention), ("mlp", mlp)):
-            if not isinstance(sub, AbstractDynamics) or isinstance(sub, AbstractManifoldDynamics):
+            if not isinstance(sub, AbstractDynamics) or isinstance(sub, AbstractRetractedDynamics):
                 raise ValueError(f"Block.{field} must be an R^d sublayer (an attention, MLP, PreLN, "
                                  f"PeriLN or LNScaling), got {type(sub).__name__}; sphere sublayers "
                                  "go in a SphereBlock")

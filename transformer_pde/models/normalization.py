@@ -15,7 +15,7 @@ diffrax solver (schemes with R = N are retracted after every step, :class:`tp.Re
 | :class:`~transformer_pde.PostLN` | x ← N(x + hA(x)) | A(x) | N | θ̇ = P⊥_θ A(θ), r ≡ 1 (GLPR) |
 | :class:`PreLN` | x ← x + hA(N(x)) | A(N x) | id | ṙ = ⟨θ, A(θ)⟩, θ̇ = P⊥_θ A(θ)/r |
 | :class:`PeriLN` | x ← x + hN(A(N(x))) | Â(θ) = N(A(θ)) | id | ṙ = ⟨θ, Â⟩, θ̇ = P⊥_θ Â / r |
-| :class:`MixLN` | Post-LN (l < ⌊αL⌋), then Pre-LN | A(N x) | N, then id | Post-LN on [0, τ), Pre-LN after |
+| :class:`MixLN` | Post-LN (l < ⌊αL⌋), then Pre-LN | \|x\|A(θ), then A(N x) | N, then id | Post-LN on [t0, τ], Pre-LN after |
 | :class:`NGPT` | x ← N(x + αh(N(A(x)) − x)) | α(\|x\|Â(θ) − x) | N | θ̇ = α P⊥_θ Â(θ), r ≡ 1 |
 | :class:`LNScaling` | x ← x + hA(N(x)/√ℓ), ℓ = l + 1 | A(c(t)N x), c = (1 + t/h0)^{-1/2} | id | none at fixed t |
 
@@ -41,13 +41,13 @@ not absorbed is Peri-LN's outer one.
 
 **Which step.** tp.layers(scheme, x0, L, h): one layer per step h; the layer index is
 l = (t − t0)/h. The limit is integrated by ``tp.solve`` (any solver, adaptive steps included).
-Post-LN's own limit is :class:`~transformer_pde.Sphere` (the projected flow): ``tp.solve`` of
-``PostLN`` steps the unprojected field and is only first-order in its step, so integrate
-``Sphere(attention)`` for the limit.
+Post-LN's field is the 1-homogeneous extension |x|A(x/|x|), so ``tp.solve`` of ``PostLN`` with any
+solver integrates its limit, the projected flow of :class:`~transformer_pde.Sphere`, to the
+solver's order.
 
-Mix-LN switches the retraction at the switch time, which a retraction without a time argument
-cannot do; :class:`MixLN` is therefore a composite of two runs (a Post-LN run, then a Pre-LN run),
-see the class.
+Mix-LN switches the retraction at the switch time τ: the retraction of a step depends on the
+step (:class:`~transformer_pde.AbstractRetractedDynamics`), and :class:`MixLN` is one dynamics
+(:class:`~transformer_pde.Switched` composes any two).
 """
 
 from __future__ import annotations
@@ -64,11 +64,12 @@ from jaxtyping import Array, Float
 from .._checks import as_float_array, check_finite, check_points, check_scalar, is_concrete
 from .._types import Points
 from .attention.base import scalar_param
-from .base import AbstractDynamics, AbstractManifoldDynamics
-from .sphere import PostLN, Sphere, check_unit_points, normalize, tangent_projection
+from .base import AbstractDynamics, AbstractManifoldDynamics, AbstractRetractedDynamics
+from .sphere import PostLN, check_unit_points, normalize, tangent_projection
+from .switched import AbstractSwitched, check_switch_time
 
 __all__ = ["LNScaling", "MixLN", "NGPT", "AbstractNormalizationScheme", "Norm", "PeriLN", "PreLN",
-           "polar", "polar_velocity"]
+           "num_post_layers", "polar", "polar_velocity"]
 
 
 class Norm(eqx.Module):
@@ -151,7 +152,7 @@ class AbstractNormalizationScheme(AbstractDynamics):
         if not isinstance(self.dynamics, AbstractDynamics):
             raise ValueError(f"{name} wraps an R^d dynamics such as SoftmaxAttention, "
                              f"MultiHeadAttention or MLP, got {type(self.dynamics).__name__}")
-        if isinstance(self.dynamics, (AbstractManifoldDynamics, AbstractNormalizationScheme)):
+        if isinstance(self.dynamics, (AbstractRetractedDynamics, AbstractNormalizationScheme)):
             raise ValueError(f"{name} wraps an R^d dynamics such as SoftmaxAttention, got "
                              f"{type(self.dynamics).__name__}, which already normalizes its tokens")
 
@@ -339,77 +340,70 @@ class LNScaling(AbstractNormalizationScheme):
         return self.dynamics._velocity(c * self.norm(x), weights, t)
 
 
-class MixLN(eqx.Module):
-    r"""Mix-LN (Li, Yin, Liu, arXiv 2412.13795): Post-LN for the layers l < ⌊αL⌋, Pre-LN after.
+def num_post_layers(alpha, num_layers) -> int:
+    """⌊αL⌋, Mix-LN's number of Post-LN layers (α read as the decimal it was written as, so
+    α = 0.29, L = 100 gives 29, not 28)."""
+    check_scalar(alpha, "alpha")
+    if not 0 < float(alpha) <= 1:
+        raise ValueError(f"MixLN alpha (the Post-LN fraction of the layers) must lie in (0, 1], got "
+                         f"{float(alpha)}")
+    if int(num_layers) < 1:
+        raise ValueError(f"num_layers must be >= 1, got {num_layers}")
+    return math.floor(Fraction(repr(float(alpha))) * int(num_layers))
 
-    The public code (``nikitus20/mixln``) uses ⌊αL⌋ = 3 of 12 and 6 of 24 layers, α = 1/4. One
-    field serves both parts, F = A(N x); only the retraction switches (N, then id), and after the
-    last Post-LN layer r = 1 (NOTES.md §4). A retraction that switches needs the time, which
-    ``retract(x)`` does not get, so Mix-LN is **a composite of two runs**, each one dynamics:
 
-    .. code-block:: python
+class MixLN(AbstractSwitched, AbstractNormalizationScheme):
+    r"""Mix-LN (Li, Yin, Liu, arXiv 2412.13795): Post-LN layers up to the switch, Pre-LN after.
 
-        mix = tp.MixLN(attention, alpha=0.25)
-        k = mix.num_post(L)                                   # ⌊αL⌋ Post-LN layers
-        first = tp.layers(mix.post, x0, k, h)                 # x ← N(x + hA(x))
-        second = tp.layers(mix.pre, first.final, L - k, h, t0=k * h)   # x ← x + hA(N(x))
+    One dynamics (:class:`~transformer_pde.models.switched.AbstractSwitched`): on t ≤ τ it is
+    :class:`~transformer_pde.PostLN` (F = |x|A(x/|x|), R = N), on t > τ :class:`PreLN`
+    (F = A(N x), R = id); both fields are A(x) on the sphere, so only the retraction switches, and
+    after the last Post-LN layer r = 1 (NOTES.md §4). Hence
 
-    is the architecture exactly, and its limit (h → 0, T = Lh fixed) is
+    * ``tp.layers(tp.MixLN.from_layers(A, L, h, alpha), x0, L, h)`` is the architecture: ⌊αL⌋
+      layers x ← N(x + hA(x)), then x ← x + hA(N(x)) (the public code ``nikitus20/mixln`` uses
+      ⌊αL⌋ = 3 of 12 and 6 of 24 layers, α = 1/4);
+    * ``tp.solve(tp.MixLN(A, tau), x0, t1=T, ...)`` with any solver integrates its limit, the
+      projected flow θ̇ = P⊥_θ A(θ) on [t0, τ] then ẋ = A(N x) from r = 1 (steps land on τ).
 
-    .. code-block:: python
-
-        tau = mix.switch_time(T)                              # α·T (or k*h for layer-exact runs)
-        first = tp.solve(mix.post_limit, x0, t1=tau, ...)     # θ̇ = P⊥_θ A(θ) on [0, τ)
-        second = tp.solve(mix.pre, first.final, t0=tau, t1=T, ...)   # ẋ = A(N x) from r = 1
-
-    The switch of the layers is at t_m = ⌊αL⌋h, |t_m − αT| < h: the layers converge with order 1
-    to the limit switched at αT when αL is an integer, and with O(h) errors whose ratios oscillate
-    otherwise (NOTES.md §4); compare layer by layer with τ = t_m.
+    The switch of the layers is at t_m = t0 + ⌊αL⌋h, |t_m − (t0 + αT)| < h: the layers converge
+    with order 1 to the limit switched at t0 + αT when αL is an integer, and with O(h) errors whose
+    ratios oscillate otherwise (NOTES.md §4); compare layer by layer with τ = t_m.
 
     Args:
         dynamics: any R^d dynamics.
-        alpha: the Post-LN fraction α ∈ (0, 1].
+        switch_time: τ, the (absolute) time of the switch; :meth:`from_layers` and
+            :meth:`from_fraction` compute it from α.
     """
 
     dynamics: AbstractDynamics
-    alpha: float = eqx.field(static=True)
+    switch_time: float = eqx.field(static=True)
 
-    def __init__(self, dynamics, alpha=0.25):
-        if not isinstance(dynamics, AbstractDynamics) or isinstance(
-                dynamics, (AbstractManifoldDynamics, AbstractNormalizationScheme)):
-            raise ValueError(f"MixLN wraps an R^d dynamics such as SoftmaxAttention, got "
-                             f"{type(dynamics).__name__}")
-        check_scalar(alpha, "MixLN.alpha")
-        if not 0 < float(alpha) <= 1:
-            raise ValueError(f"MixLN.alpha (the Post-LN fraction of the layers) must lie in (0, 1], "
-                             f"got {float(alpha)}")
-        self.dynamics, self.alpha = dynamics, float(alpha)
+    def __init__(self, dynamics, switch_time):
+        self.dynamics = dynamics
+        self.switch_time = check_switch_time(switch_time, "MixLN")
+
+    @classmethod
+    def from_layers(cls, dynamics, num_layers, step, alpha=0.25, t0=0.0) -> MixLN:
+        """The architecture of ``num_layers`` layers of step h from t0: τ = t0 + ⌊αL⌋h."""
+        check_scalar(step, "step", positive=True)
+        return cls(dynamics, float(t0) + num_post_layers(alpha, num_layers) * float(step))
+
+    @classmethod
+    def from_fraction(cls, dynamics, t1, alpha=0.25, t0=0.0) -> MixLN:
+        """The limit on [t0, t1] switched at τ = t0 + α(t1 − t0)."""
+        num_post_layers(alpha, 1)  # checks alpha
+        return cls(dynamics, float(t0) + float(alpha) * (float(t1) - float(t0)))
 
     @property
-    def post(self) -> PostLN:
-        """The first ⌊αL⌋ layers: x ← N(x + hA(x))."""
+    def before(self) -> PostLN:
+        """The Post-LN part: x ← N(x + hA(x))."""
         return PostLN(self.dynamics)
 
     @property
-    def pre(self) -> PreLN:
-        """The other layers: x ← x + hA(N(x))."""
+    def after(self) -> PreLN:
+        """The Pre-LN part: x ← x + hA(N(x))."""
         return PreLN(self.dynamics)
-
-    @property
-    def post_limit(self) -> Sphere:
-        """The limit of the Post-LN part: θ̇ = P⊥_θ A(θ) (GLPR's projected flow)."""
-        return Sphere(self.dynamics)
-
-    def num_post(self, num_layers) -> int:
-        """⌊αL⌋, the number of Post-LN layers (α read as the decimal it was written as, so
-        α = 0.29, L = 100 gives 29, not 28)."""
-        if int(num_layers) < 1:
-            raise ValueError(f"num_layers must be >= 1, got {num_layers}")
-        return math.floor(Fraction(repr(self.alpha)) * int(num_layers))
-
-    def switch_time(self, t1, t0=0.0) -> float:
-        """τ = t0 + α(t1 − t0): the switch of the continuous limit."""
-        return float(t0) + self.alpha * (float(t1) - float(t0))
 
 
 def polar(x: Points) -> tuple[Float[Array, " n"], Points]:
@@ -424,9 +418,9 @@ def polar_velocity(dynamics: AbstractDynamics, x: Points, weights=None, t=0.0):
     For :class:`PreLN` this is ṙ = ⟨θ, A(θ)⟩, θ̇ = P⊥_θ A(θ)/r; for :class:`PeriLN` the same with
     Â = A/|A| (sphere.md §11). Only for dynamics on R^d (a retracted dynamics has ṙ = 0).
     """
-    if isinstance(dynamics, AbstractManifoldDynamics):
+    if isinstance(dynamics, AbstractRetractedDynamics):
         raise ValueError(f"polar_velocity is for dynamics on R^d; {type(dynamics).__name__} is "
-                         "retracted onto a manifold (its radius does not move)")
+                         "retracted after its steps (its radius does not follow ẋ = F)")
     x = dynamics.check_state(x)
     v = dynamics.velocity(x, weights, t)
     r, theta = polar(x)

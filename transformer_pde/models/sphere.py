@@ -13,7 +13,7 @@ import numpy as np
 
 from .._checks import check_points, is_concrete
 from .._types import Points, PointsLike
-from .base import AbstractDynamics, AbstractManifoldDynamics
+from .base import AbstractDynamics, AbstractManifoldDynamics, AbstractRetractedDynamics
 
 
 def tangent_projection(x: PointsLike, v: PointsLike) -> Points:
@@ -42,9 +42,9 @@ class Sphere(AbstractManifoldDynamics):
         if not isinstance(self.dynamics, AbstractDynamics):
             raise ValueError(f"Sphere wraps a dynamics such as SoftmaxAttention, got "
                              f"{type(self.dynamics).__name__}")
-        if isinstance(self.dynamics, AbstractManifoldDynamics):
+        if isinstance(self.dynamics, AbstractRetractedDynamics):
             raise ValueError(f"Sphere({type(self.dynamics).__name__}(...)): the dynamics already "
-                             "lives on a manifold")
+                             "retracts its steps (it lives on a manifold)")
 
     @property
     def dim(self):
@@ -102,7 +102,7 @@ class PostLN(AbstractManifoldDynamics):
     dynamics: AbstractDynamics
 
     def __check_init__(self):
-        if isinstance(self.dynamics, AbstractManifoldDynamics) or not isinstance(
+        if isinstance(self.dynamics, AbstractRetractedDynamics) or not isinstance(
                 self.dynamics, AbstractDynamics):
             raise ValueError(f"PostLN wraps an R^d dynamics such as SoftmaxAttention, got "
                              f"{type(self.dynamics).__name__}")
@@ -129,7 +129,7 @@ class PostLN(AbstractManifoldDynamics):
 class UnitSphere(eqx.Module):
     """The retraction x ← x/|x| alone, for states that are not particle dynamics (SDE paths)."""
 
-    def retract(self, x):
+    def retract_step(self, x, t0, t1):
         return normalize(x)
 
 

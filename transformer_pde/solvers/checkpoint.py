@@ -26,7 +26,7 @@ import numpy as np
 
 from .._checks import check_weights
 from .._io import save_json, save_npz
-from ..models.base import AbstractDynamics, retract
+from ..models.base import AbstractDynamics, retract_at
 from .core import check_times, default_max_steps, parse_saveat
 from .particles import Solution, solve_particles
 
@@ -252,7 +252,7 @@ def solve_checkpointed(
                 if not sol.succeeded and sol.result != diffrax.RESULTS.event_occurred:
                     result = sol.result
             else:  # every save time of this chunk equals its start: nothing to integrate
-                xr = retract(dynamics, x)
+                xr = retract_at(dynamics, x, save[0])
                 out = (jnp.broadcast_to(xr, (len(idx),) + xr.shape) if stats is None else
                        jax.tree_util.tree_map(lambda *l: jnp.stack(l), *[stats(t, xr, None) for t in save]))
                 x_end, steps, nf = xr, 0, np.inf

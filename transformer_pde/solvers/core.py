@@ -24,8 +24,9 @@ class Retracted(diffrax.AbstractWrappedSolver):
 
     Args:
         solver: any diffrax solver.
-        manifold: a :class:`transformer_pde.models.AbstractManifoldDynamics` (its ``retract``),
-            or any module with a ``retract(y)`` method for non-particle states.
+        manifold: a :class:`transformer_pde.models.AbstractRetractedDynamics` (its
+            ``retract_step(y, t0, t1)``, which may depend on the step), or any module with that
+            method for non-particle states.
     """
 
     solver: diffrax.AbstractSolver
@@ -53,7 +54,7 @@ class Retracted(diffrax.AbstractWrappedSolver):
 
     def step(self, terms, t0, t1, y0, args, solver_state, made_jump):
         y1, err, dense, state, result = self.solver.step(terms, t0, t1, y0, args, solver_state, True)
-        return self.manifold.retract(y1), err, dense, state, result
+        return self.manifold.retract_step(y1, t0, t1), err, dense, state, result
 
     def func(self, terms, t0, y0, args):
         return self.solver.func(terms, t0, y0, args)

@@ -15,7 +15,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from .._checks import NonFiniteStateError, check_int, check_scalar, check_weights, is_concrete
-from ..models.base import AbstractDynamics, AbstractManifoldDynamics, retract
+from ..models.base import AbstractDynamics, AbstractRetractedDynamics, retract_at, retract_step, step_velocity
+from ..models.switched import AbstractSwitched
 from .core import MAX_STEPS, Retracted, as_time, check_times, default_max_steps, integrate, parse_saveat
 
 
@@ -90,6 +91,10 @@ def solve_particles(
     if max_steps is None:
         max_steps = default_max_steps(t0, t1, dt0, stepsize_controller)
     check_int(max_steps, "max_steps", minimum=1)
+    if isinstance(dynamics, AbstractSwitched):
+        dynamics = dynamics.part_on(t0, t1)
+    if isinstance(dynamics, AbstractRetractedDynamics) and dynamics.switch_times:
+        stepsize_controller, dt0 = jump_at_switches(dynamics, stepsize_controller, t0, t1, dt0, dtype)
     if max_steps > MAX_STEPS:
         raise ValueError(f"max_steps={max_steps} exceeds {MAX_STEPS} (diffrax counts steps in int32)")
     t0a, t1a = as_time(t0, "t0", dtype), as_time(t1, "t1", dtype)
@@ -104,6 +109,37 @@ def solve_particles(
     if throw and watch:
         sol = _raise_if_nonfinite(sol)
     return sol
+
+
+def jump_at_switches(dynamics: AbstractRetractedDynamics, controller, t0, t1, dt0, dtype):
+    """A step-size controller that steps to just before each of the dynamics' ``switch_times`` in
+    (t0, t1) and on from just after it, so no solver stage of one part evaluates the other's field
+    (:mod:`transformer_pde.models.switched`). Adaptive controllers get diffrax's ``jump_ts``;
+    constant steps become the grid t0 + k·dt0 given exactly (``diffrax.StepTo``), with the switch
+    point τ replaced by the two floats around it (a step of 2 ulp), which needs τ on the grid."""
+    inside = [s for s in dynamics.switch_times if float(t0) < s < float(t1)]
+    if not inside:
+        return controller, dt0
+    if isinstance(controller, diffrax.AbstractAdaptiveStepSizeController):
+        return diffrax.ClipStepSizeController(controller, jump_ts=jnp.asarray(inside)), dt0
+    name = type(dynamics).__name__
+    if not isinstance(controller, diffrax.ConstantStepSize) or not all(
+            is_concrete(v) for v in (t0, t1, dt0)):
+        raise ValueError(f"{name} changes at t = {inside}: solve it with constant steps (concrete "
+                         f"t0, t1, dt0) or an adaptive stepsize_controller, got {type(controller).__name__}")
+    t0, t1, dt0 = float(t0), float(t1), float(dt0)
+    num = max(int(np.ceil((t1 - t0) / dt0 - 1e-9)), 1)
+    grid = list(t0 + dt0 * np.arange(num + 1))
+    grid[-1] = t1
+    for s in sorted(inside, reverse=True):
+        k = int(np.rint((s - t0) / dt0))
+        if abs(t0 + k * dt0 - s) > 1e-9 * max(1.0, abs(s)):
+            raise ValueError(f"{name} switches at t = {s:g}, which is not on the step grid t0 + k·dt0 "
+                             f"(t0 = {t0:g}, dt0 = {dt0:g}); choose dt0 dividing {s - t0:g}, or an "
+                             "adaptive stepsize_controller")
+        tau = np.asarray(s, dtype)
+        grid[k:k + 1] = [np.nextafter(tau, -np.inf), np.nextafter(tau, np.inf)]
+    return diffrax.StepTo(ts=np.asarray(grid, dtype)), None
 
 
 def _raise_if_nonfinite(sol: Solution) -> Solution:
@@ -135,13 +171,13 @@ def _solve_particles(dynamics, x0, w, t0, t1, dt0, ts, solver, controller, stats
     # the state's dtype sets the precision of the run: float32 tokens with float64 parameters
     # (e.g. under x64) integrate in float32 instead of failing on a dtype mismatch
     term = diffrax.ODETerm(lambda t, y, args: dynamics._velocity(y, w, t).astype(y.dtype))
-    if isinstance(dynamics, AbstractManifoldDynamics):
+    if isinstance(dynamics, AbstractRetractedDynamics):
         solver = Retracted(solver, dynamics)
     # saves interpolate between steps (dense output may leave the manifold): retract them
     if stats is None:
-        fn = lambda t, y, args: retract(dynamics, y)  # noqa: E731
+        fn = lambda t, y, args: retract_at(dynamics, y, t)  # noqa: E731
     else:
-        fn = lambda t, y, args: stats(t, retract(dynamics, y), args)  # noqa: E731
+        fn = lambda t, y, args: stats(t, retract_at(dynamics, y, t), args)  # noqa: E731
     if watch:
         # Stop at the first accepted step with a NaN/inf state; the extra save at t1 records
         # the time the run actually stopped (the event time, or t1).
@@ -201,7 +237,9 @@ def layers(dynamics: AbstractDynamics, x0, num_layers: int, step, *, weights=Non
 @eqx.filter_jit
 def _layers(dynamics, x0, w, h, t0, num_layers, save_every):
     def layer(x, l):
-        return retract(dynamics, x + h * dynamics._velocity(x, w, t0 + l * h).astype(x.dtype)), None
+        t = t0 + l * h
+        v = step_velocity(dynamics, x, w, t, t + h).astype(x.dtype)
+        return retract_step(dynamics, x + h * v, t, t + h), None
 
     def block(x, b):
         x, _ = jax.lax.scan(layer, x, b * save_every + jnp.arange(save_every))

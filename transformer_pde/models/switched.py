@@ -1,0 +1,109 @@
+r"""A dynamics that changes at a time: one (field, retraction) pair before τ, another after.
+
+Architectures whose layers are not all alike (Mix-LN: Post-LN layers, then Pre-LN layers; a
+sphere block stack followed by R^d blocks) are one dynamics, not a chain of runs:
+
+$$\dot x = F_1(t, x)\ (t<\tau),\qquad \dot x = F_2(t, x)\ (t\ge\tau),$$
+
+and a step [t0, t1] belongs to the part of its midpoint: its retraction is that part's, and so is
+the field of a discrete layer (:meth:`AbstractSwitched.step_velocity`), so
+``tp.layers(switched, x0, L, h)`` is layer l of the first part while t_l + h/2 < τ and of the
+second after, whatever t_l = t0 + l·h rounds to. ``tp.solve`` steps to just before τ and on from
+just after it (diffrax's ``jump_ts``; with constant steps, the same grid given exactly), so no
+solver stage of a step of one part evaluates the other part's field and a solver of any order
+keeps its order across the switch; a run on [t0, t1] that lies on one side of τ integrates that
+part alone (:meth:`AbstractSwitched.part_on`). A state saved at τ is the first part's (just
+retracted by it).
+"""
+
+from __future__ import annotations
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+
+from .._checks import check_scalar, is_concrete
+from .base import AbstractDynamics, AbstractRetractedDynamics, retract_at, retract_step, step_velocity
+
+
+class AbstractSwitched(AbstractRetractedDynamics):
+    """``before`` on t < ``switch_time``, ``after`` from it on (module docstring)."""
+
+    before: eqx.AbstractVar[AbstractDynamics]
+    after: eqx.AbstractVar[AbstractDynamics]
+    switch_time: eqx.AbstractVar[float]
+
+    @property
+    def dim(self):
+        return self.before.dim if self.before.dim is not None else self.after.dim
+
+    def check_state(self, x, name: str = "x"):
+        return self.before.check_state(x, name)
+
+    @property
+    def switch_times(self) -> tuple[float, ...]:
+        inner = lambda d: d.switch_times if isinstance(d, AbstractRetractedDynamics) else ()  # noqa: E731
+        tau = self.switch_time
+        return tuple(sorted({*(s for s in inner(self.before) if s < tau), tau,
+                             *(s for s in inner(self.after) if s > tau)}))
+
+    def part_on(self, t0, t1) -> AbstractDynamics:
+        """The part that covers all of [t0, t1] (times that are concrete), else ``self``."""
+        if is_concrete(t0) and is_concrete(t1):
+            if float(t1) <= self.switch_time:
+                return self.before
+            if float(t0) >= self.switch_time:
+                return self.after
+        return self
+
+    def _velocity(self, x, weights, t):
+        # one branch is evaluated (a kernel sum each): lax.cond, not jnp.where
+        return jax.lax.cond(jnp.asarray(t) < self.switch_time,
+                            lambda: self.before._velocity(x, weights, t).astype(x.dtype),
+                            lambda: self.after._velocity(x, weights, t).astype(x.dtype))
+
+    def _before_step(self, t0, t1):
+        return 0.5 * (jnp.asarray(t0) + jnp.asarray(t1)) < self.switch_time
+
+    def step_velocity(self, x, weights, t0, t1):
+        return jax.lax.cond(self._before_step(t0, t1),
+                            lambda: step_velocity(self.before, x, weights, t0, t1).astype(x.dtype),
+                            lambda: step_velocity(self.after, x, weights, t0, t1).astype(x.dtype))
+
+    def retract_step(self, x, t0, t1):
+        return jax.lax.cond(self._before_step(t0, t1),
+                            lambda: retract_step(self.before, x, t0, t1).astype(x.dtype),
+                            lambda: retract_step(self.after, x, t0, t1).astype(x.dtype))
+
+    def retract_at(self, x, t):
+        return jax.lax.cond(jnp.asarray(t) <= self.switch_time,
+                            lambda: retract_at(self.before, x, t).astype(x.dtype),
+                            lambda: retract_at(self.after, x, t).astype(x.dtype))
+
+
+def check_switch_time(value, owner: str) -> float:
+    check_scalar(value, f"{owner}.switch_time")
+    return float(value)
+
+
+class Switched(AbstractSwitched):
+    """Any two dynamics on the same tokens, switched at ``switch_time`` (module docstring).
+
+    Args:
+        before: the dynamics (its field and retraction) on t < switch_time.
+        after: the dynamics on t >= switch_time.
+        switch_time: τ, an absolute time (a float: the switch is part of the model's structure).
+    """
+
+    before: AbstractDynamics
+    after: AbstractDynamics
+    switch_time: float = eqx.field(static=True)
+
+    def __init__(self, before, after, switch_time):
+        for field, sub in (("before", before), ("after", after)):
+            if not isinstance(sub, AbstractDynamics):
+                raise ValueError(f"Switched.{field} must be a dynamics, got {type(sub).__name__}")
+        if None not in (before.dim, after.dim) and before.dim != after.dim:
+            raise ValueError(f"Switched: before acts on d={before.dim}, after on d={after.dim}")
+        self.before, self.after = before, after
+        self.switch_time = check_switch_time(switch_time, "Switched")
