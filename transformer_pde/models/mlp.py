@@ -109,7 +109,42 @@ def _common_dim(name, first, second):
     return d1 if d1 is not None else d2
 
 
-class Block(AbstractDynamics):
+def _checked_sublayers(owner: str, attention, mlp, step, fits, expected: str):
+    """The two sublayers and the step of a block, checked: each ``fits`` (else the error says what
+    was ``expected``), on the same d, and h > 0."""
+    for field, sub in (("attention", attention), ("mlp", mlp)):
+        if not fits(sub):
+            raise ValueError(f"{owner}.{field} must be {expected.format(got=type(sub).__name__)}")
+    _common_dim(owner, attention, mlp)
+    check_scalar(step, f"{owner}.step", positive=True)
+    return attention, mlp, scalar_param(step)
+
+
+class _AbstractSublayerPair(AbstractDynamics):
+    """Two sublayers on the same tokens: a block, or its h → 0 limit."""
+
+    attention: eqx.AbstractVar[AbstractDynamics]
+    mlp: eqx.AbstractVar[AbstractDynamics]
+
+    @property
+    def dim(self):
+        return _common_dim(type(self).__name__, self.attention, self.mlp)
+
+    def check_state(self, x, name: str = "x"):
+        return self.mlp.check_state(self.attention.check_state(x, name), name)
+
+
+class _AbstractSpherePair(_AbstractSublayerPair, AbstractManifoldDynamics):
+    """Two sublayers on the unit sphere (R = N)."""
+
+    def check_state(self, x, name: str = "x"):
+        return check_unit_points(x, name, self.dim)
+
+    def retract(self, x):
+        return normalize(x)
+
+
+class Block(_AbstractSublayerPair):
     r"""One residual-stream layer: attention sublayer, then MLP sublayer (R = id; module docstring).
 
     x₁ = x + hF_A(t, x),  x ← x₁ + hF_M(t, x₁), with F_A, F_M the fields of the two sublayers
@@ -128,21 +163,11 @@ class Block(AbstractDynamics):
     step: jax.Array
 
     def __init__(self, attention, mlp, step):
-        for field, sub in (("attention", attention), ("mlp", mlp)):
-            if not isinstance(sub, AbstractDynamics) or isinstance(sub, AbstractRetractedDynamics):
-                raise ValueError(f"Block.{field} must be an R^d sublayer (an attention, MLP, PreLN, "
-                                 f"PeriLN or LNScaling), got {type(sub).__name__}; sphere sublayers "
-                                 "go in a SphereBlock")
-        _common_dim("Block", attention, mlp)
-        check_scalar(step, "Block.step", positive=True)
-        self.attention, self.mlp, self.step = attention, mlp, scalar_param(step)
-
-    @property
-    def dim(self):
-        return _common_dim("Block", self.attention, self.mlp)
-
-    def check_state(self, x, name: str = "x"):
-        return self.mlp.check_state(self.attention.check_state(x, name), name)
+        self.attention, self.mlp, self.step = _checked_sublayers(
+            "Block", attention, mlp, step,
+            lambda sub: isinstance(sub, AbstractDynamics) and not isinstance(sub, AbstractRetractedDynamics),
+            "an R^d sublayer (an attention, MLP, PreLN, PeriLN or LNScaling), got {got}; sphere "
+            "sublayers go in a SphereBlock")
 
     def _velocity(self, x, weights, t):
         h = self.step.astype(x.dtype)
@@ -158,7 +183,7 @@ class Block(AbstractDynamics):
 _SPHERE_SUBLAYERS = (PostLN, Sphere, NGPT)
 
 
-class SphereBlock(AbstractManifoldDynamics):
+class SphereBlock(_AbstractSpherePair):
     r"""One layer on the unit sphere: attention sublayer, then MLP sublayer (R = N; module docstring).
 
     x₁ = N(x + hF_A(t, x)),  x ← N(x₁ + hF_M(t, x₁)), with both sublayers ``PostLN``, ``Sphere``
@@ -175,20 +200,9 @@ class SphereBlock(AbstractManifoldDynamics):
     step: jax.Array
 
     def __init__(self, attention, mlp, step):
-        for field, sub in (("attention", attention), ("mlp", mlp)):
-            if not isinstance(sub, _SPHERE_SUBLAYERS):
-                raise ValueError(f"SphereBlock.{field} must be a sublayer on the unit sphere (PostLN, "
-                                 f"Sphere or NGPT), got {type(sub).__name__}; R^d sublayers go in a Block")
-        _common_dim("SphereBlock", attention, mlp)
-        check_scalar(step, "SphereBlock.step", positive=True)
-        self.attention, self.mlp, self.step = attention, mlp, scalar_param(step)
-
-    @property
-    def dim(self):
-        return _common_dim("SphereBlock", self.attention, self.mlp)
-
-    def check_state(self, x, name: str = "x"):
-        return check_unit_points(x, name, self.dim)
+        self.attention, self.mlp, self.step = _checked_sublayers(
+            "SphereBlock", attention, mlp, step, lambda sub: isinstance(sub, _SPHERE_SUBLAYERS),
+            "a sublayer on the unit sphere (PostLN, Sphere or NGPT), got {got}; R^d sublayers go in a Block")
 
     def _velocity(self, x, weights, t):
         h = self.step.astype(x.dtype)
@@ -197,48 +211,28 @@ class SphereBlock(AbstractManifoldDynamics):
         rho = jnp.linalg.norm(y, axis=-1, keepdims=True)
         return fa + rho * self.mlp._velocity(y / rho, weights, t).astype(x.dtype)
 
-    def retract(self, x):
-        return normalize(x)
-
     @property
     def limit(self) -> AbstractManifoldDynamics:
         """The h → 0 limit θ̇ = P⊥_θ(F_A + F_M)(θ) (for ``tp.solve``)."""
         return _SphereSumLimit(self.attention, self.mlp)
 
 
-class _SumLimit(AbstractDynamics):
+class _SumLimit(_AbstractSublayerPair):
     """ẋ = F_A + F_M: the limit of a :class:`Block`."""
 
     attention: AbstractDynamics
     mlp: AbstractDynamics
 
-    @property
-    def dim(self):
-        return _common_dim("Block", self.attention, self.mlp)
-
-    def check_state(self, x, name: str = "x"):
-        return self.mlp.check_state(self.attention.check_state(x, name), name)
-
     def _velocity(self, x, weights, t):
         return self.attention._velocity(x, weights, t) + self.mlp._velocity(x, weights, t)
 
 
-class _SphereSumLimit(AbstractManifoldDynamics):
+class _SphereSumLimit(_AbstractSpherePair):
     """ẋ = P⊥_x(F_A + F_M): the limit of a :class:`SphereBlock` (the unit sphere is invariant)."""
 
     attention: AbstractManifoldDynamics
     mlp: AbstractManifoldDynamics
 
-    @property
-    def dim(self):
-        return _common_dim("SphereBlock", self.attention, self.mlp)
-
-    def check_state(self, x, name: str = "x"):
-        return check_unit_points(x, name, self.dim)
-
     def _velocity(self, x, weights, t):
         v = self.attention._velocity(x, weights, t) + self.mlp._velocity(x, weights, t)
         return tangent_projection(x, v)
-
-    def retract(self, x):
-        return normalize(x)
