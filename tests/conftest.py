@@ -1,5 +1,47 @@
-import jax
+"""Test-wide settings: float64, strict rank promotion and runtime shape/dtype checks.
 
-# Validate in float64 (STYLE.md): every test runs with x64 enabled; float32 behaviour is
-# checked by passing float32 arrays explicitly.
+* Validate in float64 (STYLE.md): every test runs with x64 enabled; float32 behaviour is
+  checked by passing float32 arrays explicitly.
+* ``jax_numpy_rank_promotion="raise"``: an implicit broadcast of arrays of different rank
+  (``(n,) + (1, 1)``) is an error, so a shape slip cannot pass as a silent broadcast. ott's
+  Sinkhorn VJP and jax-finufft's JVP broadcast implicitly inside: gradients through them are
+  taken under ``jax.numpy_rank_promotion("allow")`` (``tp.fit`` does so itself).
+* jaxtyping's import hook checks every annotated function and module of the package at call
+  time with beartype (``Float[Array, "n d"]`` shapes agree across arguments and the return;
+  ``int`` is accepted where ``float`` is annotated, PEP 484's numeric tower). The hook must be
+  installed before the package is first imported, hence here. A wrong *type* passed to a public
+  entry point then fails in the checker (``jaxtyping.TypeCheckError``, naming the parameter and
+  the value) before the entry point's own ValueError: tests of those errors are marked
+  ``package_errors`` and run with the checker off (the fixture below).
+"""
+
+import jax
+import jaxtyping
+import pytest
+from jaxtyping import install_import_hook
+
 jax.config.update("jax_enable_x64", True)
+jax.config.update("jax_numpy_rank_promotion", "raise")
+
+with install_import_hook("transformer_pde",
+                         "beartype.beartype(conf=beartype.BeartypeConf(is_pep484_tower=True))"):
+    # everything imported here is checked: the library, the experiments (they register on
+    # import) and the CLI
+    import transformer_pde  # noqa: F401
+    import transformer_pde.cli  # noqa: F401
+    import transformer_pde.experiments  # noqa: F401
+
+
+@pytest.fixture(autouse=True)
+def _package_errors(request):
+    """Tests marked ``package_errors`` pass inputs of a wrong type on purpose to check the
+    package's own ValueError (what a user gets, with no type checker installed); the runtime type
+    checker would raise first, so it is off for them (and only them)."""
+    if request.node.get_closest_marker("package_errors") is None:
+        yield
+        return
+    jaxtyping.config.update("jaxtyping_disable", True)
+    try:
+        yield
+    finally:
+        jaxtyping.config.update("jaxtyping_disable", False)

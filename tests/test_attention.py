@@ -200,6 +200,7 @@ def test_unnormalized_gkpr_shift_is_finite_on_sphere_for_large_beta():
     np.testing.assert_allclose(v, x / 12, atol=1e-4)
 
 
+@pytest.mark.package_errors
 def test_bad_inputs_name_the_value(data):
     x, w, Q, K, V, _ = data
     with pytest.raises(ValueError, match=r"V must be square"):

@@ -108,7 +108,7 @@ def test_sinkhorn_translation_exact_and_small_epsilon_matches_exact():
     # squared Euclidean: S_ε(μ, μ + c) = |c|² for every ε (the cross term is coupling-free)
     kw = {"threshold": 1e-9, "max_iterations": 20000}  # one compilation per p
     for eps in (0.25, 1.0):
-        np.testing.assert_allclose(dg.sinkhorn_wasserstein(x, x + c, epsilon=eps, **kw),
+        np.testing.assert_allclose(dg.sinkhorn_wasserstein(x, x + c[None, :], epsilon=eps, **kw),
                                    jnp.linalg.norm(c), rtol=1e-6)
     y = jnp.asarray(rng.normal(0.5, 1.3, size=(40, 2)))
     exact = dg.exact_wasserstein(x, y)
@@ -203,7 +203,7 @@ def test_stability_bound_and_ratio():
 def test_distances_float32():
     rng = np.random.default_rng(8)
     x = jnp.asarray(rng.normal(size=(8, 2)), jnp.float32)
-    y = x + jnp.asarray([1.0, 0.0], jnp.float32)
+    y = x + jnp.asarray([[1.0, 0.0]], jnp.float32)
     # 8 points shifted by 1 at ε = 0.1: the cross problem converges slowly (its marginal error is
     # 7e-5 after 2000 iterations in float64 too); the float32 estimate is asked for explicitly
     out = dg.sinkhorn_wasserstein(x, y, epsilon=0.1, throw=False)

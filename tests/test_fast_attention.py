@@ -297,7 +297,8 @@ def test_gradients_through_solve_match_exact():
         return jnp.sum(sol.final * c)
 
     grad = jax.jit(jax.grad(loss, argnums=(0, 1)))
-    gb_f, gx_f = grad(jnp.asarray(1.5), x0, fast)
+    with jax.numpy_rank_promotion("allow"):  # jax-finufft's JVP broadcasts implicitly
+        gb_f, gx_f = grad(jnp.asarray(1.5), x0, fast)
     gb_e, gx_e = grad(jnp.asarray(1.5), x0, exact)
     assert abs(float(gb_f - gb_e)) <= 1e-7 * max(1.0, abs(float(gb_e)))
     assert max_err(gx_f, gx_e) <= 1e-7 * max(1.0, float(jnp.max(jnp.abs(gx_e))))

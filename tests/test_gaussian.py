@@ -55,14 +55,14 @@ def test_instantaneous_moments_match_gauss_hermite_particles(kind):
     g0 = tp.Gaussian(M0, S0)
     x, w = g0.gauss_hermite(16)
     v = attn.velocity(x, w)
-    c = x - g0.mean
+    c = x - g0.mean[None, :]
     dm_ref = w @ v
     dc_ref = jnp.einsum("n,nd,ne->de", w, c, v)
     dm, dc = attn.gaussian_velocity(g0.mean, g0.cov)
     assert _rel(dm, dm_ref) < 1e-10 and _rel(dc, dc_ref + dc_ref.T) < 1e-10
     # the field itself is affine, Γ(x) = Jx + c, at every node
     J, c0 = attn.affine_field(g0.mean, g0.cov)
-    assert float(jnp.sum(w * jnp.max(jnp.abs(v - (x @ J.T + c0)), axis=1))) < 1e-10
+    assert float(jnp.sum(w * jnp.max(jnp.abs(v - (x @ J.T + c0[None, :])), axis=1))) < 1e-10
 
 
 def test_wrong_variants_miss():
@@ -73,7 +73,7 @@ def test_wrong_variants_miss():
 
     def dcov_particles(attn):
         v = attn.velocity(x, w)
-        m = jnp.einsum("n,nd,ne->de", w, x - g0.mean, v)
+        m = jnp.einsum("n,nd,ne->de", w, x - g0.mean[None, :], v)
         return m + m.T
 
     pairs = [(tp.SoftmaxAttention(Q, K, V), tp.SoftmaxAttention(K, Q, V)),

@@ -247,6 +247,7 @@ def test_random_nonfinite_tokens_are_named(i, k, bad):
         SA.velocity(x)
 
 
+@pytest.mark.package_errors
 @ran_at_least("bad-rank", 10)
 @settings(FAST, max_examples=30)
 @given(shape=st.lists(st.integers(1, 3), min_size=0, max_size=4).filter(lambda s: len(s) != 2))

@@ -43,7 +43,7 @@ def test_one_layer_moments_match_the_sde_generator():
     x = tp.uniform_sphere(jax.random.key(3), n, d)
     keys = jax.random.split(jax.random.key(4), 40000)
     x1 = jax.vmap(lambda k: rh_runs.diffusive_chain(k, heads, x, ds, 1)[-1])(keys)
-    dx = np.asarray(x1 - x)
+    dx = np.asarray(x1 - x[None])
     xb = np.asarray(x).mean(0)
     drift = -0.5 * (xb @ xb) * np.asarray(x)
     tol = 0.05 * np.abs(drift).max() + 4 * dx.std(0).max() / np.sqrt(len(dx)) / ds

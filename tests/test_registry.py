@@ -90,6 +90,7 @@ def test_plot_refuses_what_is_not_a_complete_run(tmp_path, capsys):
 
 # --- what an experiment declares --------------------------------------------------------------
 
+@pytest.mark.package_errors
 def test_resumability_is_declared():
     assert get("clustering").resumable is True
     assert not any(e.resumable for n, e in REGISTRY.items() if n != "clustering")
@@ -183,6 +184,7 @@ def test_list_options_are_toml_arrays_both_ways(tmp_path):
             exp.config_from_mapping(load_toml(path))
 
 
+@pytest.mark.package_errors
 def test_configs_check_their_types_when_built_in_python():
     from transformer_pde.experiments.clustering import ClusteringConfig
     from transformer_pde.experiments.stability import StabilityConfig

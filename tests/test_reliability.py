@@ -131,6 +131,7 @@ def test_fingerprint_sees_bits_and_static_configuration():
 # --- 5. integer arguments ---------------------------------------------------------------------
 
 
+@pytest.mark.package_errors
 @pytest.mark.parametrize("thunk, match", [
     (lambda: tp.solve(SA, X0, t1=1.0, dt0=1e-30), r"dt0=1e-30 .* needs 1e\+30 constant steps, more than "
                                                    r"2147483647"),

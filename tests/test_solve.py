@@ -188,6 +188,7 @@ def test_float32_run():
     assert float(jnp.max(jnp.abs(jnp.linalg.norm(sol.xs, axis=-1) - 1))) < 1e-5
 
 
+@pytest.mark.package_errors
 def test_bad_inputs():
     attn, _ = _random_attention()
     x0 = _x0()

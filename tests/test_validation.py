@@ -392,6 +392,7 @@ RUN_DIRS = {
 }
 
 
+@pytest.mark.package_errors
 @pytest.mark.parametrize("case", BAD_INPUTS, ids=[c.id for c in BAD_INPUTS])
 def test_bad_input_raises_clear_error(case):
     with pytest.raises(case.exc, match=case.match):
@@ -554,3 +555,18 @@ if __name__ == "__main__":  # regenerate docs/bad_inputs.md
     (ROOT / "docs").mkdir(exist_ok=True)
     (ROOT / "docs" / "bad_inputs.md").write_text(render_doc())
     print(f"wrote {ROOT / 'docs' / 'bad_inputs.md'} ({len(BAD_INPUTS) + len(CLI_BAD_INPUTS)} cases)")
+
+
+def test_the_suite_checks_types_at_run_time():
+    """conftest.py's jaxtyping hook is on for the package: a wrong type at an annotated entry point
+    is caught by the checker, and shapes are checked against each other (n of x and of weights)."""
+    import jaxtyping
+
+    attn = tp.SoftmaxAttention.identity(3, 1.0)
+    x = tp.uniform_sphere(jax.random.key(0), 5, 3)
+    with pytest.raises(jaxtyping.TypeCheckError, match="num_layers"):
+        tp.layers(tp.Sphere(attn), x, 2.5, 0.1)
+    with pytest.raises(jaxtyping.TypeCheckError, match="weights"):
+        attn.velocity(x, jnp.full((4,), 0.25))
+    with pytest.raises(ValueError, match="rank_promotion"):
+        jnp.ones(3) + jnp.ones((2, 3))

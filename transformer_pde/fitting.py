@@ -107,8 +107,14 @@ def fit(
             raise ValueError(f"loss must return a scalar, got shape {jnp.shape(value)}")
         return value
 
-    # one compiled value-and-gradient serves every step and the final loss
-    value_and_grad = eqx.filter_jit(eqx.filter_value_and_grad(objective))
+    # one compiled value-and-gradient serves every step and the final loss; its backward pass
+    # goes through ott's Sinkhorn VJP and jax-finufft's JVP, which broadcast implicitly (traced
+    # here, outside any context set inside the loss), hence the local "allow"
+    compiled = eqx.filter_jit(eqx.filter_value_and_grad(objective))
+
+    def value_and_grad(params):
+        with jax.numpy_rank_promotion("allow"):
+            return compiled(params)
 
     @eqx.filter_jit
     def update(grads, opt_state, params):

@@ -55,7 +55,7 @@ class Gaussian(eqx.Module):
             raise ValueError(f"Gaussian.sample needs n >= 1, got n={n}")
         L = jnp.linalg.cholesky(self.cov)
         z = jax.random.normal(key, (n, self.dim), dtype=self.mean.dtype)
-        return self.mean + z @ L.T
+        return self.mean[None, :] + z @ L.T
 
     def gauss_hermite(self, order: int):
         """Tensor Gauss–Hermite quadrature: ``(points (order**d, d), weights (order**d,))``.
@@ -79,7 +79,7 @@ class Gaussian(eqx.Module):
         for ws in np.meshgrid(*([w] * self.dim), indexing="ij"):
             wts = wts * ws.ravel()
         L = jnp.linalg.cholesky(self.cov)
-        x = self.mean + jnp.asarray(pts, self.mean.dtype) @ L.T
+        x = self.mean[None, :] + jnp.asarray(pts, self.mean.dtype) @ L.T
         return x, jnp.asarray(wts / wts.sum(), self.mean.dtype)
 
 
@@ -87,5 +87,5 @@ def cap_sample(key, center, n: int, spread: float):
     """n points on S^{d-1} near ``center``: normalize(center + spread · Gaussian)."""
     center = jnp.asarray(center)
     center = center / jnp.linalg.norm(center)
-    z = center + spread * jax.random.normal(key, (n, center.shape[0]), center.dtype)
+    z = center[None, :] + spread * jax.random.normal(key, (n, center.shape[0]), center.dtype)
     return z / jnp.linalg.norm(z, axis=-1, keepdims=True)

@@ -9,7 +9,7 @@ from __future__ import annotations
 import equinox as eqx
 import jax
 import jax.numpy as jnp
-from jaxtyping import Array, Float
+from jaxtyping import Array, ArrayLike, Float
 
 from ._checks import as_float_array, check_finite, check_scalar
 
@@ -26,7 +26,7 @@ class PiecewiseConstant(eqx.Module):
     layer ``l`` has weights ``values[l]``.
     """
 
-    values: Float[Array, "L ..."]
+    values: Float[ArrayLike, "L ..."]
     t0: float | Float[Array, ""] = 0.0
     dt: float | Float[Array, ""] = 1.0
 

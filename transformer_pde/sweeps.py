@@ -26,12 +26,13 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jaxtyping import ArrayLike
 
 if TYPE_CHECKING:  # imported when a sweep returns (importing the package stays light)
     import xarray as xr
 
 
-def _flatten_grid(axes: Mapping[str, Sequence]):
+def _flatten_grid(axes: Mapping[str, Sequence | ArrayLike]):
     names = list(axes)
     coords = {k: np.asarray(v) for k, v in axes.items()}
     for k, c in coords.items():
@@ -68,9 +69,9 @@ def _estimate_bytes_per_point(fn, flat, static_kwargs):
 
 def sweep(
     fn: Callable,
-    axes: Mapping[str, Sequence],
+    axes: Mapping[str, Sequence | ArrayLike],
     *,
-    static: Mapping[str, Sequence] | None = None,
+    static: Mapping[str, Sequence | ArrayLike] | None = None,
     chunk_size: int | None = None,
     max_memory: int | None = None,
     devices: Sequence | None = None,

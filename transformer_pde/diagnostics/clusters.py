@@ -18,7 +18,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from .._checks import check_points, check_scalar, check_weights
-from .._types import PointsLike, WeightsLike
+from .._types import PointsLike, Scalar, WeightsLike
 
 
 def _adjacency(x, threshold, metric):
@@ -41,7 +41,7 @@ def _check_metric(metric):
     return metric
 
 
-def cluster_labels(x: PointsLike, threshold: float = 0.999, *, metric: str = "cosine") -> jax.Array:
+def cluster_labels(x: PointsLike, threshold: float | Scalar = 0.999, *, metric: str = "cosine") -> jax.Array:
     """Connected components of the graph {i ~ j : ⟨x_i, x_j⟩ > threshold}.
 
     Each token gets the smallest index of its component, so labels are canonical and
@@ -72,7 +72,7 @@ def _cluster_labels(x, threshold, metric):
     return labels
 
 
-def cluster_count(x: PointsLike, threshold: float = 0.999, *, metric: str = "cosine") -> jax.Array:
+def cluster_count(x: PointsLike, threshold: float | Scalar = 0.999, *, metric: str = "cosine") -> jax.Array:
     """Number of clusters (connected components, see :func:`cluster_labels`)."""
     x, threshold = _checked(x, threshold)
     return _cluster_count(x, threshold, _check_metric(metric))
@@ -84,7 +84,7 @@ def _cluster_count(x, threshold, metric):
     return jnp.sum(labels == jnp.arange(x.shape[0]))
 
 
-def cluster_masses(x: PointsLike, threshold: float = 0.999, weights: WeightsLike | None = None, *,
+def cluster_masses(x: PointsLike, threshold: float | Scalar = 0.999, weights: WeightsLike | None = None, *,
                    metric: str = "cosine") -> jax.Array:
     """Masses m_k of the clusters, sorted in decreasing order and padded with zeros to ``(n,)``.
 
@@ -106,7 +106,7 @@ def _cluster_masses(x, threshold, weights, metric):
     return -jnp.sort(-masses)
 
 
-def clustered_pair_fraction(x: PointsLike, threshold: float = 0.999) -> jax.Array:
+def clustered_pair_fraction(x: PointsLike, threshold: float | Scalar = 0.999) -> jax.Array:
     """Fraction of ordered pairs i ≠ j with ⟨x_i, x_j⟩ > threshold (the authors' "density"
     in their phase diagrams, sphere.md §2 and §10.4); 1 exactly when all tokens are one
     tight cluster. Needs n >= 2."""
@@ -125,7 +125,7 @@ def _clustered_pair_count(x, threshold):
     return jnp.sum(close) - jnp.sum(jnp.diagonal(close))
 
 
-def atoms(x, threshold: float = 0.9999):
+def atoms(x, threshold: float | Scalar = 0.9999):
     """Group tokens into atoms (single linkage ⟨x_i,x_j⟩ > threshold): (positions, masses).
 
     Positions are the normalized means of each group; masses are token fractions.

@@ -37,7 +37,8 @@ def bures_wasserstein(mean1, cov1, mean2, cov2) -> jax.Array:
     Accepts batches (leading axes broadcast). Covariances may be singular (PSD); an indefinite
     or non-finite one is an error (ValueError, ``eqx.error_if`` under jit), not a clipped answer.
     """
-    mean1, mean2, cov1, cov2 = (jnp.asarray(a) for a in (mean1, mean2, cov1, cov2))
+    mean1, mean2 = jnp.broadcast_arrays(jnp.asarray(mean1), jnp.asarray(mean2))
+    cov1, cov2 = jnp.broadcast_arrays(jnp.asarray(cov1), jnp.asarray(cov2))
     cov1, cov2 = _check_psd(cov1, "cov1"), _check_psd(cov2, "cov2")
     r1 = sqrtm_psd(cov1)
     cross = sqrtm_psd(r1 @ cov2 @ r1)
@@ -109,9 +110,10 @@ def sinkhorn_divergence(x, y, a=None, b=None, *, epsilon, p: float = 2.0, thresh
 def _sinkhorn_divergence(x, y, a, b, epsilon, p, threshold, max_iterations, batch_size):
     cloud = pointcloud.PointCloud if batch_size is None else StreamingSqEuclideanCloud
     kwargs = {} if batch_size is None else {"batch_size": batch_size}
-    div, out = _sd.sinkhorn_divergence(
-        cloud, x, y, a=a, b=b, cost_fn=_cost(p), epsilon=epsilon, **kwargs,
-        solve_kwargs={"threshold": threshold, "max_iterations": max_iterations})
+    with jax.numpy_rank_promotion("allow"):  # ott broadcasts implicitly inside
+        div, out = _sd.sinkhorn_divergence(
+            cloud, x, y, a=a, b=b, cost_fn=_cost(p), epsilon=epsilon, **kwargs,
+            solve_kwargs={"threshold": threshold, "max_iterations": max_iterations})
     return div, jnp.all(jnp.asarray(out.converged))
 
 

@@ -11,7 +11,7 @@ def empirical_moments(x, weights=None):
     """Mean ``(d,)`` and covariance ``(d, d)`` of Σ_j w_j δ_{x_j} (population normalization)."""
     w = jnp.full(x.shape[:1], 1.0 / x.shape[0], x.dtype) if weights is None else weights
     m = w @ x
-    xc = x - m
+    xc = x - m[None, :]
     return m, symmetrize((xc * w[:, None]).T @ xc)
 
 

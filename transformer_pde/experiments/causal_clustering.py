@@ -76,7 +76,7 @@ def compute(cfg: CausalClusteringConfig, progress: bool = False) -> Result:
     for x0 in x0s:
         sol = solve(dyn, x0, t1=cfg.t_long, dt0=cfg.dt, solver=diffrax.Tsit5(),
                     saveat=jnp.linspace(0, cfg.t_long, 51))
-        dist.append(np.asarray(jnp.max(jnp.linalg.norm(sol.xs - x0[0], axis=-1), axis=-1)))
+        dist.append(np.asarray(jnp.max(jnp.linalg.norm(sol.xs - x0[0][None, None, :], axis=-1), axis=-1)))
     arrays = {
         "betas": betas, "counts": counts, "mean_count": mean,
         "renyi_low": renyi_low, "renyi_high": renyi_high,

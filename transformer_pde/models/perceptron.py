@@ -85,7 +85,7 @@ class PerceptronBlock(AbstractManifoldDynamics):
         """∫ e^{β⟨x_i,y⟩} y dμ + Σ_j ω_j σ(a_j·x_i) a_j (before projection)."""
         sig = PERCEPTRON_ACTIVATIONS[self.activation][0]
         attn = exp_kernel_sum(self.beta * x, x, x, log_weights(weights))
-        mlp = (sig(x @ self.a.T) * self.omega) @ self.a
+        mlp = (sig(x @ self.a.T) * self.omega[None, :]) @ self.a
         return attn + mlp
 
     def _velocity(self, x, weights, t):

@@ -85,7 +85,7 @@ class GaussianHeads(eqx.Module):
         """Draw heads: returns ``(V, W, Wp)`` with leading ``shape``."""
         dtype = dtype or jnp.result_type(float)
         kv, kw, kp = jax.random.split(key, 3)
-        V = (self.v_mean * jnp.eye(self.d, dtype=dtype)
+        V = (self.v_mean * jnp.broadcast_to(jnp.eye(self.d, dtype=dtype), (*shape, self.d, self.d))
              + self.sigma_V * jax.random.normal(kv, (*shape, self.d, self.d), dtype))
         W = self.sigma_A * jax.random.normal(kw, (*shape, self.d, self.k), dtype)
         Wp = self.sigma_A * jax.random.normal(kp, (*shape, self.d, self.k), dtype)

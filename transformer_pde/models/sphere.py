@@ -44,7 +44,7 @@ class Sphere(AbstractManifoldDynamics):
                              f"{type(self.dynamics).__name__}")
         if isinstance(self.dynamics, AbstractRetractedDynamics):
             raise ValueError(f"Sphere({type(self.dynamics).__name__}(...)): the dynamics already "
-                             "retracts its steps (it lives on a manifold)")
+                             "lives on a manifold (it retracts its steps)")
 
     @property
     def dim(self):

@@ -9,6 +9,7 @@ are diffrax objects passed as values.
 from __future__ import annotations
 
 import diffrax
+from jaxtyping import ArrayLike
 
 from ..measures import Gaussian
 from ..models.base import AbstractDynamics
@@ -24,7 +25,7 @@ def solve(
     t1,
     t0=0.0,
     dt0=None,
-    saveat: diffrax.SaveAt | None = None,
+    saveat: diffrax.SaveAt | ArrayLike | None = None,
     weights=None,
     solver: diffrax.AbstractSolver | None = None,
     stepsize_controller: diffrax.AbstractStepSizeController | None = None,

@@ -67,8 +67,8 @@ def bessel_i(n, beta, num_nodes: int = 128):
     |n| < num_nodes/2). This is also the Fourier coefficient of w_β(θ) = e^{β cos θ}.
     """
     theta = 2 * jnp.pi * jnp.arange(num_nodes) / num_nodes
-    n = jnp.asarray(n)
-    beta = jnp.asarray(beta)
+    n, beta = jnp.broadcast_arrays(jnp.asarray(n), jnp.asarray(beta))  # orders × β, broadcast
+    theta = theta.reshape((1,) * beta.ndim + theta.shape)
     vals = jnp.exp(beta[..., None] * jnp.cos(theta)) * jnp.cos(n[..., None] * theta)
     return jnp.mean(vals, axis=-1)
 
@@ -78,7 +78,7 @@ def litm_kernel(sigma, sigma_p, lam):
 
     The continuum limit of N times the normalized ALiBi weights: ∫_0^σ k_λ(σ, σ') dσ' = 1.
     """
-    sigma, sigma_p = jnp.asarray(sigma), jnp.asarray(sigma_p)
+    sigma, sigma_p = jnp.broadcast_arrays(jnp.asarray(sigma), jnp.asarray(sigma_p))
     lam = jnp.asarray(lam, dtype=jnp.result_type(sigma, sigma_p, float))
     lam_safe = jnp.where(lam > 0, lam, 1.0)
     val = jnp.where(lam > 0, lam_safe * jnp.exp(-lam * (sigma - sigma_p)) / -jnp.expm1(-lam_safe * sigma),
@@ -99,8 +99,8 @@ def volterra_closed_form(a, t, sigma, sigma0, lam):
     Solves ∂_t g = a(k_λ(σ, σ0) + ∫_{σ0}^σ k_λ(σ, σ') g(σ') dσ'), g(0) = 0 (sphere.md §4).
     Written as k_λ · at · (2 I_1(z)/z) with z = 2√(atY), which is 1 at z = 0 (σ → σ0).
     """
-    a, t = jnp.asarray(a), jnp.asarray(t)
-    sigma, sigma0 = jnp.asarray(sigma), jnp.asarray(sigma0)
+    # NumPy broadcasting of all four arguments, made explicit
+    a, t, sigma, sigma0 = jnp.broadcast_arrays(*(jnp.asarray(v) for v in (a, t, sigma, sigma0)))
     at = a * t
     Y = jnp.maximum(_log_gap(sigma, sigma0, jnp.asarray(lam)), 0.0)
     z = 2 * jnp.sqrt(jnp.maximum(at * Y, 0.0))  # a_n for large n is ~0 up to rounding
@@ -233,7 +233,7 @@ def retrieval_monte_carlo(key, t, n: int, beta, lam, M: int = 8, n_max: int = 20
     ns = jnp.arange(1, n_max + 1)
 
     def stat(dt_, d0_):
-        return n * jnp.sum(om[:, None] * (jnp.cos(ns[:, None] * dt_) - jnp.cos(ns[:, None] * d0_)), 0)
+        return n * jnp.sum(om[:, None] * (jnp.cos(ns[:, None] * dt_[None, :]) - jnp.cos(ns[:, None] * d0_[None, :])), 0)
 
     vals = np.asarray(jax.lax.map(lambda a: stat(*a), (d_t, d_0)))
     sigma0 = np.arange(1, n) / n
@@ -345,10 +345,10 @@ class LitMMeanField(eqx.Module):
         n = jnp.fft.fftfreq(M, 1.0 / M)
         In = bessel_i(jnp.abs(n), self.beta, num_nodes=max(128, 2 * M))
         fhat = jnp.fft.fft(f, axis=1) / M  # (1/2π)∫ f e^{-inθ} dθ
-        conv = jnp.real(jnp.fft.ifft(2 * jnp.pi * 1j * n * In * fhat, axis=1) * M)
+        conv = jnp.real(jnp.fft.ifft(2 * jnp.pi * 1j * (n * In)[None, :] * fhat, axis=1) * M)
         K = LitMCircle(self.beta, self.lam).position_weights(self.num_sigma, f.dtype)
         flux = f * (K @ conv)
-        return -jnp.real(jnp.fft.ifft(1j * n * jnp.fft.fft(flux, axis=1), axis=1))
+        return -jnp.real(jnp.fft.ifft(1j * n[None, :] * jnp.fft.fft(flux, axis=1), axis=1))
 
     def solve(self, f0, t1, *, dt0=0.01, saveat=None):
         """Integrate from the densities ``f0`` (shape (num_sigma, num_theta)) with Tsit5."""

@@ -83,4 +83,4 @@ class AttentionPerceptron(AbstractAttention):
     def _field(self, queries, x, weights, t, query_offset=0):
         V, B, W, U, b = (evaluate(p, t) for p in (self.V, self.B, self.W, self.U, self.b))
         att = softmax_average(queries @ B.T, x, x, log_weights(weights))
-        return att @ V.T + jax.nn.relu(queries @ U.T + b) @ W.T
+        return att @ V.T + jax.nn.relu(queries @ U.T + b[None, :]) @ W.T

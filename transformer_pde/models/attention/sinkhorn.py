@@ -128,7 +128,8 @@ class SinkhornAttention(AbstractBilinearAttention, AbstractKernelAttention, Abst
         # inner_iterations=1 so the iteration count and the check happen every step
         solver = sinkhorn.Sinkhorn(threshold=self.threshold, max_iterations=self.max_iterations,
                                    inner_iterations=1)
-        out = solver(problem)
+        with jax.numpy_rank_promotion("allow"):  # ott broadcasts implicitly inside
+            out = solver(problem)
         # ott's plan is exp((f_i + g_j - C_ij)/ε); row i, renormalized, is the conditional law.
         err = out.errors[jnp.maximum(out.n_iters - 1, 0)]
         return SinkhornPotentials(out.g / self.epsilon, out.converged, out.n_iters, err)
