@@ -46,7 +46,7 @@ def test_affine_field_matches_particle_field(name):
     pts, w = g.gauss_hermite(40)
     queries = jnp.array([[0.0, 0.0], [0.5, -0.4], [-0.3, 0.8]])
     J, c = cv.gaussian_affine_field(attn, g.mean, g.cov)
-    np.testing.assert_allclose(attn.field(queries, pts, w), queries @ J.T + c, rtol=1e-9, atol=1e-10)
+    np.testing.assert_allclose(attn.field(queries, pts, w), queries @ J.T + c[None, :], rtol=1e-9, atol=1e-10)
 
 
 def test_no_closure_is_a_clear_error():
@@ -78,10 +78,10 @@ def test_sinkhorn_w2_of_a_translation_is_the_shift():
     (it would raise), but its value already equals the closed form: throw=False asks for it."""
     x = jax.random.normal(jax.random.key(0), (40, 3))
     a = jnp.array([0.3, -0.4, 0.1])
-    np.testing.assert_allclose(dg.sinkhorn_wasserstein(x, x + a, epsilon=0.05, threshold=1e-7, throw=False), jnp.linalg.norm(a),
+    np.testing.assert_allclose(dg.sinkhorn_wasserstein(x, x + a[None, :], epsilon=0.05, threshold=1e-7, throw=False), jnp.linalg.norm(a),
                                rtol=1e-4)
     # the streamed cost (blocks of 16 points, never the 40 x 40 matrix) gives the same number
-    np.testing.assert_allclose(dg.sinkhorn_wasserstein(x, x + a, epsilon=0.05, threshold=1e-7, batch_size=16,
+    np.testing.assert_allclose(dg.sinkhorn_wasserstein(x, x + a[None, :], epsilon=0.05, threshold=1e-7, batch_size=16,
                                                        throw=False),
                                jnp.linalg.norm(a), rtol=1e-4)
 
@@ -96,7 +96,8 @@ def test_streamed_sinkhorn_divergence_matches_dense_with_gradients():
     f = lambda bs: lambda x: sinkhorn_divergence(x, y, b=b, epsilon=0.3, threshold=1e-10, max_iterations=1000,
                                                   batch_size=bs)
     np.testing.assert_allclose(f(16)(x), f(None)(x), rtol=1e-10)
-    np.testing.assert_allclose(jax.grad(f(16))(x), jax.grad(f(None))(x), rtol=1e-7, atol=1e-12)
+    with jax.numpy_rank_promotion("allow"):  # ott's Sinkhorn VJP broadcasts implicitly
+        np.testing.assert_allclose(jax.grad(f(16))(x), jax.grad(f(None))(x), rtol=1e-7, atol=1e-12)
     with pytest.raises(ValueError, match="batch_size"):
         f(0)(x)
 
@@ -125,6 +126,40 @@ def test_reference_run_of_the_reference_itself_has_zero_error():
     for k in ("mean", "cov", "bw", "coupling", "flow_bw"):
         np.testing.assert_allclose(res.errors[k], 0.0, atol=1e-6)
     assert np.isnan(res.errors["w2"]).all()
+
+
+def test_uniform_law_on_the_sphere_has_a_vanishing_field():
+    """uniform_sphere_law's claim, Γ_σ = 0 under Sphere(SA): the field of an n-sample is a Monte
+    Carlo error, RMS ∝ n^{-1/2} (not O(1)), for β = 1 and 4."""
+    for beta in (1.0, 4.0):
+        dyn = tp.Sphere(tp.SoftmaxAttention.identity(3, beta))
+        ns = np.array([256, 1024, 4096])
+        rms = [np.mean([float(jnp.sqrt(jnp.mean(jnp.sum(dyn.velocity(tp.uniform_sphere(jax.random.key(s), int(n), 3)) ** 2,
+                                                               axis=-1)))) for s in range(6)]) for n in ns]
+        slope = np.polyfit(np.log(ns), np.log(rms), 1)[0]
+        assert -0.6 < slope < -0.4, (beta, rms)
+
+
+def test_stationary_reference_agrees_with_the_particle_reference():
+    """Same trajectories, two references: the exact moments of σ (0, I/3) and a 4096-particle system.
+    Their moment errors differ by at most the reference system's own distance to (0, I/3)."""
+    dyn = tp.Sphere(tp.SoftmaxAttention.identity(3, 1.0))
+    kw = dict(t1=0.4, dt0=0.2, ts=[0.0, 0.4], seeds=[0, 1], w2_max_n=0)
+    exact = cv.convergence_study(dyn, cv.uniform_sphere_law(3), [64], **kw)
+    sampler = lambda key, n: tp.uniform_sphere(key, n, 3)  # noqa: E731
+    approx = cv.convergence_study(dyn, sampler, [64], n_ref=4096, **kw)
+    assert exact.reference == "stationary" and approx.reference == "particles(4096)"
+    # the reference's own moments (it starts from jax.random.key(2**31 - 1), as the study does)
+    xr = np.asarray(tp.uniform_sphere(jax.random.key(2**31 - 1), 4096, 3))
+    floor_mean = np.linalg.norm(xr.mean(0))
+    floor_cov = np.linalg.norm(np.cov(xr.T, bias=True) - np.eye(3) / 3)
+    gap_mean = np.abs(exact.errors["mean"][..., 0] - approx.errors["mean"][..., 0])
+    gap_cov = np.abs(exact.errors["cov"][..., 0] - approx.errors["cov"][..., 0])
+    assert np.all(gap_mean <= floor_mean + 1e-12) and np.all(gap_cov <= floor_cov + 1e-12)
+    assert np.all(exact.errors["coupling"][..., 0] < 1e-15)  # tracers start on the particles
+    # later the field of σ is 0: the stationary coupling is the particles' own displacement
+    assert np.all(exact.errors["coupling"][..., 1] > 0)
+    np.testing.assert_allclose(exact.errors["mean"][..., 1], approx.errors["mean"][..., 1], atol=3 * floor_mean)
 
 
 def test_convergence_experiment_tiny(tmp_path_factory):

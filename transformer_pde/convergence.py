@@ -22,6 +22,10 @@ n^{-1/2}; W_2 between an empirical measure and its law decays like n^{-1/d} for 
 * Gaussian data with a Gaussian closure (euclidean.md §4): μ_t = N(α(t), Σ(t)) from the moment
   ODEs, and the characteristics are affine, dz/dt = J(t) z + c(t), with (J, c) the affine field
   of the closure (:func:`gaussian_affine_field`).
+* A law whose mean field vanishes, Γ_{μ_0} ≡ 0 (:class:`StationaryLaw`; the uniform law on
+  S^{d-1} under SA with Q = K = V = I, :func:`uniform_sphere_law`): μ_t = μ_0 and the tracers
+  stay where they start, so the reference is exact at every n (no floor): this is what takes the
+  study to n = 2²² with the fast kernel.
 * Any other law: a large-n reference system x^ref (n_ref particles, its own seed) integrated
   jointly; tracers follow the field of μ^{ref}_t. Its own error (n_ref^{-1/2}) is a floor.
 
@@ -41,13 +45,14 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jaxtyping import ArrayLike
 
 from .diagnostics.distances import bures_wasserstein, sinkhorn_wasserstein
 from .diagnostics.moments import empirical_moments
 from .measures import Gaussian
 from .models.attention.base import AbstractAttention, AbstractGaussianClosure
 from .models.base import AbstractDynamics, AbstractManifoldDynamics, retract
-from .models.sphere import Sphere, tangent_projection
+from .models.sphere import Sphere, tangent_projection, uniform_sphere
 from .solvers.core import Retracted, integrate
 
 METRICS = ("mean", "cov", "bw", "coupling", "flow_bw", "w2")
@@ -134,22 +139,79 @@ def _run_gaussian(dynamics, mean0, cov0, keys, n, ts, t1, dt0, solver, w2_epsilo
         # independent samples across n (fold in n): the fits treat the n's as independent
         kx, ky = jax.random.split(jax.random.fold_in(key, n))
         L = jnp.linalg.cholesky(cov0)
-        x0 = mean0 + jax.random.normal(kx, (n, mean0.shape[0]), dtype) @ L.T
+        x0 = mean0[None, :] + jax.random.normal(kx, (n, mean0.shape[0]), dtype) @ L.T
         w = jnp.full((n,), 1.0 / n, dtype)
 
         def rhs(t, y, args):
             x, (m, S), z = y
             J, c = gaussian_affine_field(dynamics, m, S, t)
-            return dynamics._velocity(x, w, t), dynamics.gaussian_velocity(m, S, t), z @ J.T + c
+            return dynamics._velocity(x, w, t), dynamics.gaussian_velocity(m, S, t), z @ J.T + c[None, :]
 
         def save(t, y, args):
             x, (m, S), z = y
             # an independent n-sample of μ_t for the W_2 of empirical measures
-            yref = m + jax.random.normal(ky, x.shape, dtype) @ jnp.linalg.cholesky(S).T
+            yref = m[None, :] + jax.random.normal(ky, x.shape, dtype) @ jnp.linalg.cholesky(S).T
             return _metrics(x, z, m, S, yref, w2_epsilon, with_w2)
 
         sol = integrate(diffrax.ODETerm(rhs), solver, jnp.zeros((), dtype), t1, dt0,
                         (x0, (mean0, cov0), x0), saveat=diffrax.SaveAt(ts=ts, fn=save),
+                        max_steps=max_steps)
+        return sol.ys
+
+    return jax.lax.map(one, keys)
+
+
+@dataclasses.dataclass(frozen=True)
+class StationaryLaw:
+    r"""A law μ_0 whose mean field vanishes, Γ_{μ_0} ≡ 0: then μ_t = μ_0 for all t and the
+    characteristics (the tracers) do not move, so the mean-field reference is exact: the moments
+    ``mean``, ``cov`` of μ_0 and independent samples of μ_0 (for W₂), with no reference system
+    (whose own n_ref^{-1/2} error would floor the study). The caller vouches for Γ_{μ_0} = 0 for
+    the dynamics studied; :func:`uniform_sphere_law` is the case the theory gives.
+
+    Attributes:
+        sample: ``(key, n) -> (n, d)`` i.i.d. samples of μ_0.
+        mean, cov: the moments of μ_0, shapes ``(d,)`` and ``(d, d)``.
+    """
+
+    sample: Callable
+    mean: np.ndarray
+    cov: np.ndarray
+
+
+def uniform_sphere_law(d: int) -> StationaryLaw:
+    r"""The uniform law σ on S^{d-1}, mean 0 and covariance I/d: its field vanishes under
+    ``Sphere(attention)`` for every attention invariant under rotations (Q, K, V multiples of I:
+    SA, USA, ℓ²; sphere.md §1). By symmetry about x, Γ_σ(x) = ∫ e^{β⟨x,y⟩} y dσ(y) / Z(x) is
+    parallel to x, and its tangent part P⊥_x Γ_σ(x) is 0 (checked in the tests: the field of an
+    n-sample is O(n^{-1/2}))."""
+    if int(d) < 2:
+        raise ValueError(f"uniform_sphere_law needs d >= 2, got {d}")
+    d = int(d)
+    return StationaryLaw(lambda key, n: uniform_sphere(key, n, d), np.zeros(d), np.eye(d) / d)
+
+
+@eqx.filter_jit
+def _run_stationary(dynamics, sampler, mean, cov, keys, n, ts, t1, dt0, solver, w2_epsilon, with_w2,
+                    max_steps):
+    dtype = mean.dtype
+    solver = _retracting(dynamics, solver)
+
+    def one(key):
+        # the same initial samples as the particle reference's runs (fold in n), so the two
+        # references are compared on the same trajectories
+        kx = jax.random.fold_in(key, n)
+        ky = jax.random.fold_in(kx, 1)
+        x0 = sampler(kx, n).astype(dtype)
+        w = jnp.full((n,), 1.0 / n, dtype)
+
+        def save(t, x, args):
+            # tracers of a vanishing field stay at x0; an independent n-sample of μ_t = μ_0 for W₂
+            return _metrics(retract(dynamics, x), x0, mean, cov, sampler(ky, n).astype(dtype),
+                            w2_epsilon, with_w2)
+
+        sol = integrate(diffrax.ODETerm(lambda t, x, args: dynamics._velocity(x, w, t)), solver,
+                        jnp.zeros((), dtype), t1, dt0, x0, saveat=diffrax.SaveAt(ts=ts, fn=save),
                         max_steps=max_steps)
         return sol.ys
 
@@ -194,7 +256,7 @@ class ConvergenceResult:
         errors: metric name -> array ``(N, S, T)`` (see the module docstring; ``w2`` is NaN
             where it was not computed).
         dim: the dimension d (for the n^{-1/d} comparison).
-        reference: ``"gaussian"`` or ``"particles(n_ref)"``.
+        reference: ``"gaussian"``, ``"stationary"`` or ``"particles(n_ref)"``.
     """
 
     ns: np.ndarray
@@ -212,7 +274,7 @@ class ConvergenceResult:
 def convergence_study(
     dynamics: AbstractDynamics,
     law,
-    ns: Sequence[int],
+    ns: Sequence[int] | ArrayLike,
     *,
     t1: float,
     dt0: float,
@@ -229,10 +291,11 @@ def convergence_study(
     the mean field at times ``ts`` (module docstring).
 
     Args:
-        dynamics: an attention with a Gaussian closure (``law`` a :class:`Gaussian`), or any
-            dynamics with a field at arbitrary points (``law`` a sampler ``(key, n) -> (n, d)``,
-            compared with an ``n_ref``-particle reference).
-        law: :class:`Gaussian` or a sampler.
+        dynamics: an attention with a Gaussian closure (``law`` a :class:`Gaussian`), any
+            dynamics for which ``law`` is a :class:`StationaryLaw`, or any dynamics with a field at
+            arbitrary points (``law`` a sampler ``(key, n) -> (n, d)``, compared with an
+            ``n_ref``-particle reference).
+        law: :class:`Gaussian`, :class:`StationaryLaw` or a sampler.
         ns: particle counts (e.g. ``2 ** np.arange(6, 17)``).
         t1, dt0: horizon and constant step of the solver (default Tsit5).
         ts: measurement times in [0, t1] (default ``[0, t1]``; include 0 to see the sampling
@@ -269,19 +332,26 @@ def convergence_study(
         gaussian_affine_field(dynamics, law.mean, law.cov)  # raises early if there is no closure
         reference = "gaussian"
         mean0, cov0 = law.mean.astype(dtype), law.cov.astype(dtype)
+    elif isinstance(law, StationaryLaw):
+        reference = "stationary"
+        mean0, cov0 = jnp.asarray(law.mean, dtype), jnp.asarray(law.cov, dtype)
+        d = int(mean0.shape[0])
     elif callable(law):
         n_ref = int(n_ref or 8 * ns[-1])
         d = int(jax.eval_shape(lambda k: law(k, 2), jax.random.key(0)).shape[-1])
         reference = f"particles({n_ref})"
         ref_key = jax.random.key(2**31 - 1)
     else:
-        raise ValueError(f"law must be a tp.Gaussian or a sampler (key, n) -> (n, d), got "
+        raise ValueError(f"law must be a tp.Gaussian, a StationaryLaw or a sampler (key, n) -> (n, d), got "
                          f"{type(law).__name__}")
     for i, n in enumerate(ns):
         with_w2 = bool(n <= w2_max_n)
         if reference == "gaussian":
             out = _run_gaussian(dynamics, mean0, cov0, keys, int(n), tsa, t1a, dt0a, solver,
                                 w2_epsilon, with_w2, max_steps)
+        elif reference == "stationary":
+            out = _run_stationary(dynamics, law.sample, mean0, cov0, keys, int(n), tsa, t1a, dt0a,
+                                  solver, w2_epsilon, with_w2, max_steps)
         else:
             out = _run_reference(dynamics, law, keys, ref_key, int(n), n_ref, tsa, t1a, dt0a,
                                  solver, w2_epsilon, with_w2, max_steps)
@@ -390,6 +460,7 @@ def geometric_ns(lo: int, hi: int, step: int = 1) -> np.ndarray:
 __all__ = [
     "ConvergenceResult",
     "RateFit",
+    "StationaryLaw",
     "bures_wasserstein",
     "convergence_study",
     "empirical_moments",
@@ -399,4 +470,5 @@ __all__ = [
     "rate_table",
     "reference_rates",
     "sinkhorn_w2",
+    "uniform_sphere_law",
 ]
