@@ -54,6 +54,23 @@ def test_clustering_one_cluster_sa_and_usa(runs):
         np.testing.assert_allclose(e, phi, rtol=1e-12)
 
 
+def test_clustering_saves_a_subsample_above_max_tokens_saved():
+    """n > max_tokens_saved: the saved trajectories are the full run's rows of the subsample, and
+    the counts and energies are those of the subsample (SciPy components; the energy written out)."""
+    from transformer_pde.experiments.clustering import ClusteringConfig, compute
+
+    kw = dict(n=40, t1=2.0, num_saves=3, models=("SA",), animate=False)
+    full = compute(ClusteringConfig(**kw))
+    part = compute(ClusteringConfig(**kw, max_tokens_saved=16))
+    sub = part["saved_tokens"]
+    assert sub.shape == (16,) and len(set(sub.tolist())) == 16 and "saved_tokens" not in full.arrays
+    np.testing.assert_array_equal(part["xs_SA"], full["xs_SA"][:, sub])
+    x = part["xs_SA"]
+    assert [_numpy_single_linkage(xt, 0.999) for xt in x] == part["clusters_SA"].tolist()
+    energy = [np.mean(np.exp(xt @ xt.T - 1.0)) for xt in x]  # φ = (1/n²) Σ e^{β(⟨x_i,x_j⟩−1)}, β = 1
+    np.testing.assert_allclose(part["energy_SA"], energy, rtol=1e-10)
+
+
 def test_phase_diagram_matches_published(runs):
     data, cfg, d = runs("phase-diagram")
     assert (d / "angle_histograms.png").exists()

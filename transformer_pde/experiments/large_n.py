@@ -56,7 +56,7 @@ def compute(cfg: LargeNConfig, progress: bool = False) -> Result:
     key_x, key_s = jax.random.split(jax.random.key(cfg.seed))
     x0 = uniform_sphere(key_x, cfg.n, 3)
     sample = jax.random.choice(key_s, cfg.n, (min(cfg.num_plotted, cfg.n),), replace=False)
-    attn = SoftmaxAttention.identity(3, cfg.beta, backend=kernel_backend(cfg.backend, cfg.tol))
+    attn = SoftmaxAttention.identity(3, cfg.beta, backend=kernel_backend(cfg.backend, cfg.tol, radius=1.0))
     ts = jnp.linspace(0.0, cfg.t1, cfg.num_saves)
 
     def stats(t, x, args):
