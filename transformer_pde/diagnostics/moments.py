@@ -7,12 +7,30 @@ import jax.numpy as jnp
 from .._linalg import symmetrize
 
 
+BLOCK = 4096
+"""Tokens per partial sum of :func:`empirical_moments` above this many tokens."""
+
+
 def empirical_moments(x, weights=None):
-    """Mean ``(d,)`` and covariance ``(d, d)`` of Σ_j w_j δ_{x_j} (population normalization)."""
-    w = jnp.full(x.shape[:1], 1.0 / x.shape[0], x.dtype) if weights is None else weights
-    m = w @ x
-    xc = x - m[None, :]
-    return m, symmetrize((xc * w[:, None]).T @ xc)
+    """Mean ``(d,)`` and covariance ``(d, d)`` of Σ_j w_j δ_{x_j} (population normalization).
+
+    Above :data:`BLOCK` tokens the sums are taken in two levels (per block of BLOCK tokens, then
+    over the blocks): inside a compiled solve XLA may reduce a long axis sequentially, whose
+    float32 rounding grows like n·eps (measured: ‖Ĉ − C‖ = 1.8e-3 for n = 2²² uniform tokens on S²,
+    whose exact sample error is 4.7e-4); two levels keep it at O((√BLOCK + √(n/BLOCK))·eps).
+    """
+    n = x.shape[0]
+    w = jnp.full(x.shape[:1], 1.0 / n, x.dtype) if weights is None else weights
+    if n <= BLOCK:
+        m = w @ x
+        xc = x - m[None, :]
+        return m, symmetrize((xc * w[:, None]).T @ xc)
+    pad = (-n) % BLOCK  # zero-weight rows complete the last block
+    xb = jnp.concatenate([x, jnp.zeros((pad, x.shape[1]), x.dtype)]).reshape(-1, BLOCK, x.shape[1])
+    wb = jnp.concatenate([w, jnp.zeros((pad,), w.dtype)]).reshape(-1, BLOCK)
+    m = jnp.sum(jnp.einsum("bn,bnd->bd", wb, xb), axis=0)
+    xc = xb - m[None, None, :]
+    return m, symmetrize(jnp.sum(jnp.einsum("bn,bnd,bne->bde", wb, xc, xc), axis=0))
 
 
 def mean_overlap(x):
