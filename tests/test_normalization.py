@@ -239,6 +239,17 @@ def test_mix_ln_solve_is_the_switched_limit():
         tp.solve(mix, jnp.asarray(X0), t1=T, dt0=0.2)
 
 
+def test_switches_on_a_constant_grid_take_their_extra_steps():
+    """Each switch inside (t0, t1) splits its grid point into two floats (a 2-ulp step): 14 steps
+    of 0.1 with three switches are 17 steps, past the 16 that the constant-step default allows;
+    the step budget is that of the grid, and the run equals the layers to rounding."""
+    dyn = tp.Switched(tp.Switched(tp.Switched(tp.PostLN(ATTN), tp.PreLN(ATTN), 0.3), tp.PeriLN(ATTN), 0.6),
+                      tp.PreLN(ATTN), 1.0)
+    assert dyn.switch_times == (0.3, 0.6, 1.0)
+    sol = tp.solve(dyn, jnp.asarray(X0), t1=1.4, dt0=0.1, solver=diffrax.Euler())
+    np.testing.assert_allclose(sol.final, layers(dyn, X0, 14)[-1], atol=1e-13)
+
+
 # MLP blocks: attention sublayer, then MLP sublayer, each with the scheme's placement
 def _block(sub_a, sub_m, retract):
     def layer(x, h, l):

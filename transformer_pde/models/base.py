@@ -75,9 +75,9 @@ class AbstractRetractedDynamics(AbstractDynamics):
 
     One discrete layer is x ← R_[t_l, t_l + h](x + h v(t_l, x)) (:func:`transformer_pde.layers`);
     :func:`transformer_pde.solve` wraps the solver in :class:`transformer_pde.Retracted` and maps
-    saved (interpolated) states with :meth:`retract_at`. Where the retraction changes
-    (:attr:`switch_times`) ``solve`` makes every step land exactly on the switch, so no step
-    straddles it.
+    saved (interpolated) states with :meth:`retract_at`. Where the dynamics changes
+    (:attr:`switch_times`) ``solve`` steps to just before the switch and on from just after it,
+    so no step straddles it.
     """
 
     @abc.abstractmethod

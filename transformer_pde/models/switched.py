@@ -56,29 +56,28 @@ class AbstractSwitched(AbstractRetractedDynamics):
                 return self.after
         return self
 
-    def _velocity(self, x, weights, t):
-        # one branch is evaluated (a kernel sum each): lax.cond, not jnp.where
-        return jax.lax.cond(jnp.asarray(t) < self.switch_time,
-                            lambda: self.before._velocity(x, weights, t).astype(x.dtype),
-                            lambda: self.after._velocity(x, weights, t).astype(x.dtype))
+    def _by_part(self, use_before, fn, dtype):
+        """``fn(before)`` where ``use_before``, else ``fn(after)``: one branch is evaluated (a
+        kernel sum each), lax.cond, not jnp.where."""
+        return jax.lax.cond(use_before, lambda: fn(self.before).astype(dtype),
+                            lambda: fn(self.after).astype(dtype))
 
     def _before_step(self, t0, t1):
         return 0.5 * (jnp.asarray(t0) + jnp.asarray(t1)) < self.switch_time
 
+    def _velocity(self, x, weights, t):
+        return self._by_part(jnp.asarray(t) < self.switch_time,
+                             lambda part: part._velocity(x, weights, t), x.dtype)
+
     def step_velocity(self, x, weights, t0, t1):
-        return jax.lax.cond(self._before_step(t0, t1),
-                            lambda: step_velocity(self.before, x, weights, t0, t1).astype(x.dtype),
-                            lambda: step_velocity(self.after, x, weights, t0, t1).astype(x.dtype))
+        return self._by_part(self._before_step(t0, t1),
+                             lambda part: step_velocity(part, x, weights, t0, t1), x.dtype)
 
     def retract_step(self, x, t0, t1):
-        return jax.lax.cond(self._before_step(t0, t1),
-                            lambda: retract_step(self.before, x, t0, t1).astype(x.dtype),
-                            lambda: retract_step(self.after, x, t0, t1).astype(x.dtype))
+        return self._by_part(self._before_step(t0, t1), lambda part: retract_step(part, x, t0, t1), x.dtype)
 
     def retract_at(self, x, t):
-        return jax.lax.cond(jnp.asarray(t) <= self.switch_time,
-                            lambda: retract_at(self.before, x, t).astype(x.dtype),
-                            lambda: retract_at(self.after, x, t).astype(x.dtype))
+        return self._by_part(jnp.asarray(t) <= self.switch_time, lambda part: retract_at(part, x, t), x.dtype)
 
 
 def check_switch_time(value, owner: str) -> float:

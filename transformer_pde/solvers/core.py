@@ -116,6 +116,8 @@ def parse_saveat(saveat):
 
 
 def default_max_steps(t0, t1, dt0, controller):
+    if isinstance(controller, diffrax.StepTo):
+        return len(controller.ts) - 1  # exactly the steps of the given grid
     if isinstance(controller, diffrax.ConstantStepSize) and dt0 is not None and all(
         is_concrete(v) for v in (t0, t1, dt0)
     ):

@@ -88,13 +88,13 @@ def solve_particles(
     if dt0 is None and isinstance(stepsize_controller, diffrax.ConstantStepSize):
         raise ValueError("dt0 is required with constant step sizes (pass dt0=..., or an adaptive "
                          "stepsize_controller such as diffrax.PIDController)")
-    if max_steps is None:
-        max_steps = default_max_steps(t0, t1, dt0, stepsize_controller)
-    check_int(max_steps, "max_steps", minimum=1)
     if isinstance(dynamics, AbstractSwitched):
         dynamics = dynamics.part_on(t0, t1)
     if isinstance(dynamics, AbstractRetractedDynamics) and dynamics.switch_times:
         stepsize_controller, dt0 = jump_at_switches(dynamics, stepsize_controller, t0, t1, dt0, dtype)
+    if max_steps is None:
+        max_steps = default_max_steps(t0, t1, dt0, stepsize_controller)
+    check_int(max_steps, "max_steps", minimum=1)
     if max_steps > MAX_STEPS:
         raise ValueError(f"max_steps={max_steps} exceeds {MAX_STEPS} (diffrax counts steps in int32)")
     t0a, t1a = as_time(t0, "t0", dtype), as_time(t1, "t1", dtype)
