@@ -340,13 +340,18 @@ class LNScaling(AbstractNormalizationScheme):
         return self.dynamics._velocity(c * self.norm(x), weights, t)
 
 
-def num_post_layers(alpha, num_layers) -> int:
-    """⌊αL⌋, Mix-LN's number of Post-LN layers (α read as the decimal it was written as, so
-    α = 0.29, L = 100 gives 29, not 28)."""
+def _check_post_fraction(alpha) -> float:
     check_scalar(alpha, "alpha")
     if not 0 < float(alpha) <= 1:
         raise ValueError(f"MixLN alpha (the Post-LN fraction of the layers) must lie in (0, 1], got "
                          f"{float(alpha)}")
+    return float(alpha)
+
+
+def num_post_layers(alpha, num_layers) -> int:
+    """⌊αL⌋, Mix-LN's number of Post-LN layers (α read as the decimal it was written as, so
+    α = 0.29, L = 100 gives 29, not 28)."""
+    alpha = _check_post_fraction(alpha)
     if int(num_layers) < 1:
         raise ValueError(f"num_layers must be >= 1, got {num_layers}")
     return math.floor(Fraction(repr(float(alpha))) * int(num_layers))
@@ -392,8 +397,7 @@ class MixLN(AbstractSwitched, AbstractNormalizationScheme):
     @classmethod
     def from_fraction(cls, dynamics, t1, alpha=0.25, t0=0.0) -> MixLN:
         """The limit on [t0, t1] switched at τ = t0 + α(t1 − t0)."""
-        num_post_layers(alpha, 1)  # checks alpha
-        return cls(dynamics, float(t0) + float(alpha) * (float(t1) - float(t0)))
+        return cls(dynamics, float(t0) + _check_post_fraction(alpha) * (float(t1) - float(t0)))
 
     @property
     def before(self) -> PostLN:
