@@ -121,7 +121,7 @@ def test_rank_histograms_no_longer_counts_a_shrinking_eigenvalue():
     covs = np.asarray(sol.covs)
     _, old_mid, old_end = np.linalg.eigvalsh(covs)
     assert np.sum(old_end > cfg.keep_ratio * old_mid) == 3
-    assert rh.decided_rank(covs, cfg.keep_ratio, cfg.settle_tol, 10 * cfg.rtol, 0.1 * cfg.rtol) is None
+    assert rh.decided_rank(covs, cfg.keep_ratio, cfg.settle_tol, 10 * cfg.rtol, 0.1 * cfg.rtol)[0] is None
 
 
 def test_stability_tiny(tmp_path_factory):

@@ -127,9 +127,11 @@ def decade_ratios(earlier, later, floor: float) -> np.ndarray:
     return np.linalg.eigvalsh(W.T @ np.asarray(later, dtype=np.float64) @ W)[::-1]
 
 
-def decided_rank(covs, keep_ratio: float, settle_tol: float, noise: float, floor: float) -> int | None:
+def decided_rank(covs, keep_ratio: float, settle_tol: float, noise: float,
+                 floor: float) -> tuple[int | None, np.ndarray]:
     """The rank from the covariances at three consecutive decades t/100, t/10, t (``covs`` shape
-    ``(3, d, d)``), or None while undecided (module docstring).
+    ``(3, d, d)``), or None while undecided (module docstring), and the ratios μ of the last
+    decade it was read from (:func:`decade_ratios`).
 
     The candidate rank r is the number of directions that did not vanish over the last decade
     (:func:`decade_ratios` μ ≥ ``keep_ratio``); it is decided when the r largest eigenvalues have
@@ -142,14 +144,15 @@ def decided_rank(covs, keep_ratio: float, settle_tol: float, noise: float, floor
     while a vanishing eigenvalue is still above a small persisting one, the r largest include it."""
     covs = np.asarray(covs, dtype=np.float64)
     floor = max(floor, 1e-9 * float(np.linalg.eigvalsh(covs[1])[-1]))
-    rank = int(np.sum(decade_ratios(covs[1], covs[2], floor) >= keep_ratio))
+    mu = decade_ratios(covs[1], covs[2], floor)
+    rank = int(np.sum(mu >= keep_ratio))
     top = np.linalg.eigvalsh(covs)[:, ::-1][:, :rank]
     with np.errstate(invalid="ignore", divide="ignore"):
         last, prev = np.log(top[2] / top[1]), np.log(top[1] / top[0])
         accuracy = noise + floor / np.abs(top[2])
     slowing = (np.sign(last) == np.sign(prev)) & (np.abs(last) <= np.abs(prev) / 2)
     settled = (np.abs(last) < settle_tol) & ((np.abs(last) < accuracy) | slowing)
-    return rank if np.all(settled) else None
+    return (rank if np.all(settled) else None), mu
 
 
 def limit_rank(attention, cov0, cfg: RankConfig, pid=None) -> dict:
@@ -186,9 +189,8 @@ def limit_rank(attention, cov0, cfg: RankConfig, pid=None) -> dict:
         # noise: the solver's accuracy (10 rtol); floor: 100 atol, below which a covariance
         # direction is the solver's absolute error
         noise, floor = 10 * controller.rtol, 100 * controller.atol
-        mu = decade_ratios(covs[1], covs[2], floor)
-        out = {"rank": decided_rank(covs, cfg.keep_ratio, cfg.settle_tol, noise, floor),
-               "blowup_time": float(sol.blowup_time), "decided_time": float(times[k]),
+        rank, mu = decided_rank(covs, cfg.keep_ratio, cfg.settle_tol, noise, floor)
+        out = {"rank": rank, "blowup_time": float(sol.blowup_time), "decided_time": float(times[k]),
                "final_cov": np.asarray(sol.final_cov), "eigenvalues": np.linalg.eigvalsh(covs[2]),
                "decade_ratios": np.pad(mu, (0, d - len(mu)), constant_values=np.nan)}
         if out["rank"] is not None:
