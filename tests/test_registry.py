@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 import json
 from pathlib import Path
+from typing import Annotated
 
 import numpy as np
 import pytest
@@ -17,7 +18,7 @@ from _runs import tiny_run
 from transformer_pde import cli
 from transformer_pde.experiments import REGISTRY, Experiment, Result, get
 from transformer_pde.experiments._base import config_to_toml, load_toml
-from transformer_pde.experiments._options import Options
+from transformer_pde.experiments._options import Above, AtLeast, Between, Options, option_bounds, option_docs
 
 
 def _no_compute(*args, **kwargs):
@@ -198,3 +199,27 @@ def test_configs_check_their_types_when_built_in_python():
         ClusteringConfig(n=2.5)
     with pytest.raises(ValueError, match=r"need deltas > 0.*got .*deltas=0.1,-1.0"):
         StabilityConfig(deltas=(0.1, -1.0))
+
+
+def test_ranges_are_declared_with_the_options_and_checked_together():
+    """A field's range lives in its annotation (``Annotated[int, AtLeast(2)]``): every failing
+    option is named with its value, list items included, and ``--help`` shows the range."""
+    @dataclasses.dataclass(frozen=True)
+    class Cfg(Options):
+        n: Annotated[int, AtLeast(2)] = 4
+        """Tokens."""
+        t1: Annotated[float, Above(0)] = 1.0
+        ratios: Annotated[tuple[float, ...], Between(0, 1, closed="(]", why="a fraction")] = (0.5,)
+        seed: int = 0
+
+    assert option_bounds(Cfg) == {"n": (AtLeast(2),), "t1": (Above(0),),
+                                  "ratios": (Between(0, 1, "(]", "a fraction"),)}
+    assert option_docs(Cfg) == {"n": "Tokens."}
+    assert Cfg(n=2, t1=1e-9, ratios=(1.0, 1e-9)).n == 2  # the bounds themselves: >= and (0, 1]
+    with pytest.raises(ValueError, match=r"^need n >= 2, t1 > 0; got n=1, t1=0.0$"):
+        Cfg(n=1, t1=0.0)
+    with pytest.raises(ValueError, match=r"need ratios in \(0, 1\] \(a fraction\); got ratios=0.5,0.0"):
+        Cfg(ratios=(0.5, 0.0))
+    with pytest.raises(ValueError, match=r"ratios in \(0, 1\]"):
+        Cfg(ratios=(1.5,))
+

@@ -98,16 +98,18 @@ def _text_parser(exp, key: str, typ):
 
 
 def _option_parser(exp) -> argparse.ArgumentParser:
-    from .experiments._options import format_value, list_item_type, type_name
+    from .experiments._options import format_value, list_item_type, option_bounds, option_docs, type_name
 
     p = _Parser(prog=f"transformer-pde run {exp.name}", description=exp.summary,
                 argument_default=argparse.SUPPRESS)
     _common_options(p)
-    hints = exp.option_types()
+    hints, bounds, docs = exp.option_types(), option_bounds(exp.config), option_docs(exp.config)
     for f in dataclasses.fields(exp.config):
         typ = hints[f.name]
         flags = [f"--{f.name}"] + ([f"--{f.name.replace('_', '-')}"] if "_" in f.name else [])
-        doc = f"(default {format_value(f.default)})"
+        ranges = "".join(f"{b.describe()}; " for b in bounds.get(f.name, ()))
+        doc = f"{docs.get(f.name, '')} ({ranges}default {format_value(f.default)})".strip()
+        doc = doc.replace("%", "%%")  # argparse %-formats help texts
         if typ is bool:
             p.add_argument(*flags, dest=f.name, action=argparse.BooleanOptionalAction, help=doc)
         elif typ in (int, float, str):

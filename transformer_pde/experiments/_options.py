@@ -21,10 +21,13 @@ Configs derive from :class:`Options`: constructing one checks every field agains
 
 from __future__ import annotations
 
+import ast
 import dataclasses
+import inspect
 import math
+import textwrap
 import typing
-from typing import Any, Literal
+from typing import Annotated, Literal
 
 # ----------------------------------------------------------------------------- field types
 
@@ -175,6 +178,111 @@ def _parse_scalar(where: str, typ, text: str):
     return text  # str and Literal: checked by coerce_option
 
 
+# ----------------------------------------------------------------------------- ranges
+
+
+@dataclasses.dataclass(frozen=True)
+class Bound:
+    """A range an option's values must lie in, declared with the option:
+    ``n: Annotated[int, AtLeast(2)] = 256``. Every value (each item of a list) is checked;
+    ``--help`` shows the range."""
+
+    def holds(self, value) -> bool:
+        raise NotImplementedError
+
+    def describe(self) -> str:
+        """The range as text: '>= 2', '> 0', 'in (0, 1]'."""
+        raise NotImplementedError
+
+
+@dataclasses.dataclass(frozen=True)
+class AtLeast(Bound):
+    """value >= bound."""
+
+    bound: float
+
+    def holds(self, value) -> bool:
+        return value >= self.bound
+
+    def describe(self) -> str:
+        return f">= {self.bound:g}"
+
+
+@dataclasses.dataclass(frozen=True)
+class Above(Bound):
+    """value > bound."""
+
+    bound: float
+
+    def holds(self, value) -> bool:
+        return value > self.bound
+
+    def describe(self) -> str:
+        return f"> {self.bound:g}"
+
+
+@dataclasses.dataclass(frozen=True)
+class Between(Bound):
+    """low <= value <= high; ``closed`` "()", "[)", "(]" opens ends; ``why`` says where the range
+    comes from (shown in the error)."""
+
+    low: float
+    high: float
+    closed: str = "[]"
+    why: str = ""
+
+    def holds(self, value) -> bool:
+        lo = value >= self.low if self.closed[0] == "[" else value > self.low
+        hi = value <= self.high if self.closed[1] == "]" else value < self.high
+        return lo and hi
+
+    def describe(self) -> str:
+        return f"in {self.closed[0]}{self.low:g}, {self.high:g}{self.closed[1]}"
+
+
+def option_bounds(cls) -> dict[str, tuple[Bound, ...]]:
+    """The declared ranges of a config class: option name -> its ``Annotated`` bounds."""
+    hints = typing.get_type_hints(cls, include_extras=True)
+    return {name: tuple(m for m in typing.get_args(typ)[1:] if isinstance(m, Bound))
+            for name, typ in hints.items() if typing.get_origin(typ) is Annotated}
+
+
+def option_docs(cls) -> dict[str, str]:
+    """The attribute docstrings of a config class (the string under a field, PEP 257), by option
+    name: the help texts of ``transformer-pde run NAME --help``. Read from the source, so a
+    class defined where no source is kept has none."""
+    docs: dict[str, str] = {}
+    for klass in reversed(cls.__mro__):
+        try:
+            tree = ast.parse(textwrap.dedent(inspect.getsource(klass)))
+        except (OSError, TypeError, SyntaxError):
+            continue
+        body = tree.body[0].body if tree.body and isinstance(tree.body[0], ast.ClassDef) else []
+        for field, doc in zip(body, body[1:]):
+            if (isinstance(field, ast.AnnAssign) and isinstance(field.target, ast.Name)
+                    and isinstance(doc, ast.Expr) and isinstance(doc.value, ast.Constant)
+                    and isinstance(doc.value.value, str)):
+                docs[field.target.id] = " ".join(inspect.cleandoc(doc.value.value).split())
+    return docs
+
+
+def _values(cfg, name) -> tuple:
+    v = getattr(cfg, name)
+    return v if isinstance(v, tuple) else (v,)
+
+
+def _check_bounds(cfg, bounds: dict[str, tuple[Bound, ...]]) -> None:
+    """Raise for the options whose values (any item of a list) leave their range, naming them
+    all with their values: "need n >= 2, t1 > 0; got n=1, t1=0" (field order)."""
+    bad = [(name, b) for name, kinds in bounds.items() for b in kinds
+           if not all(b.holds(v) for v in _values(cfg, name))]
+    if bad:
+        need = ", ".join(f"{name} {b.describe()}" + (f" ({b.why})" if isinstance(b, Between) and b.why
+                                                     else "") for name, b in bad)
+        got = ", ".join(f"{name}={format_value(getattr(cfg, name))}" for name, _ in bad)
+        raise ValueError(f"need {need}; got {got}")
+
+
 # ----------------------------------------------------------------------------- configs
 
 
@@ -183,7 +291,8 @@ class Options:
     """Base of the experiment configs (frozen dataclasses whose fields are the options).
 
     On construction every field is checked against its annotation (:func:`coerce_option`;
-    ints become floats for float fields, lists become tuples), then :meth:`validate` runs.
+    ints become floats for float fields, lists become tuples), then against its declared range
+    (``Annotated[int, AtLeast(2)]``, :class:`Bound`), then :meth:`validate` runs.
     """
 
     def __post_init__(self):
@@ -191,47 +300,28 @@ class Options:
         for f in dataclasses.fields(self):
             object.__setattr__(self, f.name, coerce_option(None, f.name, hints[f.name],
                                                            getattr(self, f.name)))
+        _check_bounds(self, option_bounds(type(self)))
         self.validate()
 
     def validate(self) -> None:
-        """The experiment's own checks (ranges, consistency between options)."""
+        """The experiment's own checks: those between options, and ranges that depend on
+        another option."""
 
 
-# ----------------------------------------------------------------------------- shared range checks
-
-
-def _values(cfg, name) -> tuple:
-    v = getattr(cfg, name)
-    return v if isinstance(v, tuple) else (v,)
-
-
-def _check(cfg, bounds: dict[str, Any], ok, relation: str) -> None:
-    bad = [k for k, b in bounds.items() if not all(ok(v, b) for v in _values(cfg, k))]
-    if bad:  # name the options that fail, with their values (all items of a list)
-        need = ", ".join(f"{k} {relation} {bounds[k]}" for k in bad)
-        got = ", ".join(f"{k}={format_value(getattr(cfg, k))}" for k in bad)
-        raise ValueError(f"need {need}; got {got}")
+# ----------------------------------------------------------------------------- checks in validate()
 
 
 def require_at_least(cfg, **bounds) -> None:
-    """Every value of each named option (each item of a list) is >= its bound:
-    ``require_at_least(self, n=2, seeds=1)`` -> "need n >= 2; got n=1" (the failing ones)."""
-    _check(cfg, bounds, lambda v, b: v >= b, ">=")
+    """Every value of each named option (each item of a list) is >= its bound, for ranges that
+    depend on other options: ``require_at_least(self, d=2 if sphere else 1)``."""
+    _check_bounds(cfg, {k: (AtLeast(b),) for k, b in bounds.items()})
 
 
 def require_above(cfg, **bounds) -> None:
-    """Every value of each named option is > its bound (``require_above(self, t1=0, dt=0)``)."""
-    _check(cfg, bounds, lambda v, b: v > b, ">")
+    """Every value of each named option is > its bound (``require_above(self, t_max=self.t_long)``)."""
+    _check_bounds(cfg, {k: (Above(b),) for k, b in bounds.items()})
 
 
-def require_between(cfg, name: str, low, high, *, closed: str = "[]", why: str = "") -> None:
-    """``low <= value <= high`` for every value of ``name`` (``closed`` "[)" etc. opens an end)."""
-    lo_ok = (lambda v: v >= low) if closed[0] == "[" else (lambda v: v > low)
-    hi_ok = (lambda v: v <= high) if closed[1] == "]" else (lambda v: v < high)
-    if not all(lo_ok(v) and hi_ok(v) for v in _values(cfg, name)):
-        raise ValueError(f"{name} must lie in {closed[0]}{low:g}, {high:g}{closed[1]}"
-                         f"{f' ({why})' if why else ''}, got {format_value(getattr(cfg, name))}")
-
-
-__all__ = ["Options", "coerce_option", "format_value", "list_item_type", "parse_option_text", "require_above",
-           "require_at_least", "require_between", "type_name"]
+__all__ = ["Above", "AtLeast", "Between", "Bound", "Options", "coerce_option", "format_value",
+           "list_item_type", "option_bounds", "option_docs", "parse_option_text", "require_above", "require_at_least",
+           "type_name"]

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from .._io import FILE_MODE, save_npz
+from .._io import FILE_MODE, result_array, save_npz
 
 if TYPE_CHECKING:  # xarray is imported when grids are built or read
     import xarray as xr
@@ -51,16 +51,7 @@ class Result(Mapping):
     grids: Mapping[str, "xr.Dataset"] = dataclasses.field(default_factory=dict)
 
     def __post_init__(self):
-        arrays = {}
-        for key, value in dict(self.arrays).items():
-            if not isinstance(key, str) or not key:
-                raise ValueError(f"result names must be non-empty strings, got {key!r}")
-            arr = np.asarray(value)
-            if arr.dtype == object:
-                raise ValueError(f"result {key!r} is not a numeric array (dtype object): compute "
-                                 f"must return arrays")
-            arrays[key] = arr
-        object.__setattr__(self, "arrays", arrays)
+        object.__setattr__(self, "arrays", {k: result_array(k, v) for k, v in dict(self.arrays).items()})
         grids = dict(self.grids)
         for name, ds in grids.items():
             if not isinstance(name, str) or not name.isidentifier():

@@ -12,6 +12,7 @@ is Θ(β^{(d−1)/2}) for n large.
 from __future__ import annotations
 
 import dataclasses
+from typing import Annotated
 
 import diffrax
 import jax
@@ -24,30 +25,26 @@ from ..models import SoftmaxAttention, Sphere, uniform_sphere
 from ..solvers import solve
 from ..theory import causal
 from ._base import Experiment, register
-from ._options import Options, require_above, require_at_least
+from ._options import Above, AtLeast, Options
 from ._result import Result, grid
 
 
 @dataclasses.dataclass(frozen=True)
 class CausalClusteringConfig(Options):
-    n: int = 128
-    d: int = 2
-    betas: tuple[float, ...] = (4.0, 9.0, 16.0, 36.0, 64.0)
-    seeds: int = 4
-    t1: float = 200.0
+    n: Annotated[int, AtLeast(2)] = 128
+    d: Annotated[int, AtLeast(2)] = 2
+    betas: Annotated[tuple[float, ...], Above(0)] = (4.0, 9.0, 16.0, 36.0, 64.0)
+    seeds: Annotated[int, AtLeast(1)] = 4
+    t1: Annotated[float, Above(0)] = 200.0
     """time at which metastable clusters are counted"""
-    dt: float = 0.1
+    dt: Annotated[float, Above(0)] = 0.1
     c_low: float = 3.0
     c_high: float = 4.4
     """parking radii δ = c/√β of the blog code (c_high gives the lower count)"""
     threshold: float = 0.9995
     beta_long: float = 1.0
-    t_long: float = 100.0
+    t_long: Annotated[float, Above(0)] = 100.0
     """a run long enough to reach the limit x_1(0) (small β)"""
-
-    def validate(self):
-        require_at_least(self, n=2, d=2, seeds=1)
-        require_above(self, betas=0, t1=0, dt=0, t_long=0)
 
 
 def compute(cfg: CausalClusteringConfig, progress: bool = False) -> Result:
@@ -129,10 +126,6 @@ def figures(res: Result, cfg: CausalClusteringConfig, out_dir) -> list:
 
 
 register(Experiment(
-    name="causal-clustering",
-    summary="causal SA: tokens go to x_1(0); metastable clusters vs β and the Rényi-parking count",
-    config=CausalClusteringConfig,
-    compute=compute,
-    figures=figures,
-    tiny={"n": 32, "betas": (4.0, 36.0), "seeds": 2, "t1": 40.0, "dt": 0.25, "t_long": 40.0},
-))
+    "causal-clustering", "causal SA: tokens go to x_1(0); metastable clusters vs β and the Rényi-parking count",
+    CausalClusteringConfig, compute, figures,
+    tiny=dict(n=32, betas=(4.0, 36.0), seeds=2, t1=40.0, dt=0.25, t_long=40.0)))

@@ -34,7 +34,7 @@ Both are reproduced to round-off against a plain NumPy loop in
 from __future__ import annotations
 
 import dataclasses
-from typing import Literal
+from typing import Annotated, Literal
 
 import diffrax
 import jax
@@ -48,7 +48,7 @@ from ..models import PostLN, SoftmaxAttention, Sphere, UnnormalizedAttention, no
 from ..solvers.checkpoint import solve_checkpointed
 from ._base import Experiment, register
 from ._common import STAGE_RADIUS, kernel_backend
-from ._options import Options, require_above, require_at_least
+from ._options import Above, AtLeast, Options
 from ._result import Result
 
 MODELS = ("SA", "USA")
@@ -66,20 +66,20 @@ KINETIC_Z0 = np.array([
 
 @dataclasses.dataclass(frozen=True)
 class ClusteringConfig(Options):
-    n: int = 256
-    d: int = 3
-    beta: float = 1.0
-    t1: float = 30.0
-    dt: float = 0.1
+    n: Annotated[int, AtLeast(1)] = 256
+    d: Annotated[int, AtLeast(2)] = 3
+    beta: Annotated[float, AtLeast(0)] = 1.0
+    t1: Annotated[float, Above(0)] = 30.0
+    dt: Annotated[float, Above(0)] = 0.1
     """Step of SA; USA uses dt / max(sqrt(β) e^{β−1/2}, 1) (the authors' rule)."""
     seed: int = 0
     models: tuple[Literal["SA", "USA"], ...] = MODELS
     """Models to run: SA (softmax) and/or USA (unnormalized, GLPR's 1/n)."""
-    num_saves: int = 61
+    num_saves: Annotated[int, AtLeast(2)] = 61
     threshold: float = 0.999
     animate: bool = True
     """Write clustering.gif (tokens over time; d = 2 or 3)."""
-    frames: int = 31
+    frames: Annotated[int, AtLeast(2)] = 31
     """Animation frames (at most num_saves), spread evenly over the saves."""
     scheme: Literal["projected", "post-ln"] = "projected"
     """Layer normalization: 'projected' x ← N(x + h P⊥Γ(x)) (tp.Sphere, GLPR's flow) or 'post-ln'
@@ -94,7 +94,7 @@ class ClusteringConfig(Options):
     minutes), 'auto' (fast where predicted cheaper and accurate; kernels/backends.py)."""
     tol: float = 1e-8
     """planned error of the fast kernel, relative to the total mass."""
-    max_tokens_saved: int = 4096
+    max_tokens_saved: Annotated[int, AtLeast(2)] = 4096
     """Above this n, the saved trajectories, cluster counts, energies and figures use a fixed random
     subsample of this many tokens (counts and energies are O(n²) in the tokens they see; the
     dynamics always moves all n). With ``backend = "fast"`` this runs n = 10⁶."""
@@ -103,8 +103,6 @@ class ClusteringConfig(Options):
     the circle (n = 5, d = 2)."""
 
     def validate(self):
-        require_at_least(self, n=1, d=2, num_saves=2, frames=2, beta=0, max_tokens_saved=2)
-        require_above(self, t1=0, dt=0)
         if self.start == "kinetic" and (self.n, self.d) != (5, 2):
             raise ValueError(f"start='kinetic' is kinetic.py's five tokens on the circle: needs n=5, "
                              f"d=2, got n={self.n}, d={self.d}")
@@ -262,11 +260,5 @@ def animation(res: Result, cfg: ClusteringConfig, path):
 
 
 register(Experiment(
-    name="clustering",
-    summary="tokens uniform on S^2, Q=K=V=I, SA and USA: collapse to one cluster (GLPR)",
-    config=ClusteringConfig,
-    compute=compute,
-    figures=figures,
-    tiny={"n": 32, "t1": 15.0, "dt": 0.2, "num_saves": 7, "frames": 4},
-    resumable=True,
-))
+    "clustering", "tokens uniform on S^2, Q=K=V=I, SA and USA: collapse to one cluster (GLPR)",
+    ClusteringConfig, compute, figures, tiny=dict(n=32, t1=15.0, dt=0.2, num_saves=7, frames=4), resumable=True))

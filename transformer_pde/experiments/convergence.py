@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 import io
-from typing import Literal
+from typing import Annotated, Literal
 
 import jax
 import jax.numpy as jnp
@@ -37,7 +37,7 @@ from ..measures import Gaussian
 from ..models import SoftmaxAttention, Sphere, uniform_sphere
 from ._base import Experiment, register
 from ._common import kernel_backend
-from ._options import Options, require_above, require_at_least
+from ._options import Above, AtLeast, Options, require_at_least
 from ._progress import progress_bar
 from ._result import Result, grid
 
@@ -62,14 +62,14 @@ class ConvergenceConfig(Options):
     log2_n_max: int = 16
     log2_n_step: int = 1
     seeds: int = 4
-    t1: float = 1.0
-    dt: float = 0.05
+    t1: Annotated[float, Above(0)] = 1.0
+    dt: Annotated[float, Above(0)] = 0.05
     num_times: int = 3
     reference: Literal["uniform", "particles"] = "uniform"
     """model='sphere': the exact stationary reference ('uniform') or a 2^log2_n_ref-particle system."""
     log2_n_ref: int = 14
     """reference size for model='sphere', reference='particles'."""
-    w2_epsilon: float = 0.0
+    w2_epsilon: Annotated[float, AtLeast(0)] = 0.0
     """ε of the Sinkhorn W₂ (squared-distance units); 0: the model's own, 0.01 for 'gaussian' and
     0.05 for 'sphere' (two 64-samples of the uniform law on S² at ε = 0.01 may need more than the
     2000 Sinkhorn iterations allowed: the run stopped there)."""
@@ -80,7 +80,7 @@ class ConvergenceConfig(Options):
     backend: Literal["exact", "fast", "auto"] = "exact"
     """kernel of the particle and reference runs (model='sphere' only: the fast kernel plans for
     bounded tokens): 'fast' takes n = 2^22 on a workstation (issue 13)."""
-    tol: float = 1e-8
+    tol: Annotated[float, Above(0)] = 1e-8
     """planned error of the fast kernel, relative to the total mass."""
 
     @property
@@ -92,13 +92,10 @@ class ConvergenceConfig(Options):
         if self.backend != "exact" and self.model != "sphere":
             raise ValueError(f"backend={self.backend!r} needs bounded tokens: use model='sphere' "
                              "(Gaussian data on R^d are unbounded)")
-        require_above(self, tol=0)
         require_at_least(self, d=2 if self.model == "sphere" else 1, log2_n_min=1, log2_n_step=1,
                          seeds=2, num_times=2)  # seeds >= 2: confidence bands
         if not self.log2_n_min < self.log2_n_max:
             raise ValueError(f"need log2_n_min < log2_n_max, got {self.log2_n_min}, {self.log2_n_max}")
-        require_above(self, t1=0, dt=0)
-        require_at_least(self, w2_epsilon=0)
 
 
 def setup(cfg: ConvergenceConfig):
@@ -217,11 +214,6 @@ def figures(res: Result, cfg: ConvergenceConfig, out_dir) -> list:
 
 
 register(Experiment(
-    name="convergence",
-    summary="mean-field convergence rate: n-particle error vs n (Gaussian closure reference)",
-    config=ConvergenceConfig,
-    compute=compute,
-    figures=figures,
-    tiny={"log2_n_min": 4, "log2_n_max": 10, "log2_n_step": 3, "seeds": 12, "t1": 0.5, "dt": 0.1,
-          "num_times": 2, "log2_w2_max": 0},
-))
+    "convergence", "mean-field convergence rate: n-particle error vs n (Gaussian closure reference)",
+    ConvergenceConfig, compute, figures,
+    tiny=dict(log2_n_min=4, log2_n_max=10, log2_n_step=3, seeds=12, t1=0.5, dt=0.1, num_times=2, log2_w2_max=0)))

@@ -27,6 +27,7 @@ energy is 16 cosh(βd₁x₁²) cosh(βd₂x₂²)/(2β·16), convex in x₁², 
 from __future__ import annotations
 
 import dataclasses
+from typing import Annotated
 
 import jax
 import jax.numpy as jnp
@@ -38,30 +39,25 @@ from ..models import SoftmaxAttention, Sphere, uniform_sphere
 from ..solvers import solve
 from ._base import Experiment, register
 from ._common import pid
-from ._options import Options, require_above, require_at_least, require_between
+from ._options import Above, AtLeast, Between, Options
 from ._result import Result
 
 
 @dataclasses.dataclass(frozen=True)
 class EnergyFlowConfig(Options):
-    n: int = 8
-    beta: float = 1.0
-    t1: float = 300.0
-    num_saves: int = 60
+    n: Annotated[int, AtLeast(2)] = 8
+    beta: Annotated[float, Above(0)] = 1.0
+    t1: Annotated[float, Above(0)] = 300.0
+    num_saves: Annotated[int, AtLeast(2)] = 60
     rtol: float = 1e-7
     threshold: float = 0.9999
     indefinite_d2: tuple[float, ...] = (0.2, 1.0)
     """d₂ values of the indefinite cases D = diag(−1, d₂)."""
-    four_d1: float = 1.0
-    four_d2: float = 2.0
-    four_x1: float = 0.3
+    four_d1: Annotated[float, Above(0)] = 1.0  # four particles: D = diag(d1, d2), d1, d2 > 0
+    four_d2: Annotated[float, Above(0)] = 2.0
+    four_x1: Annotated[float, Between(0, 1, closed="()")] = 0.3
     """Start of the four-particle descent: (±x1, ±sqrt(1 − x1²))."""
     seed: int = 0
-
-    def validate(self):
-        require_at_least(self, n=2, num_saves=2)
-        require_above(self, beta=0, t1=0, four_d1=0, four_d2=0)  # four particles: d1, d2 > 0
-        require_between(self, "four_x1", 0, 1, closed="()")
 
     def cases(self) -> dict[str, np.ndarray]:
         out = {"identity": np.eye(2), "posdef": np.diag([1.0, 3.0, 4.0]), "negdef": -np.eye(3)}
@@ -211,10 +207,5 @@ def figures(res: Result, cfg: EnergyFlowConfig, out_dir) -> list:
 
 
 register(Experiment(
-    name="energy-flow",
-    summary="gradient ascent/descent of the energy with Q^T K = V = D (Burger et al.): extremal measures",
-    config=EnergyFlowConfig,
-    compute=compute,
-    figures=figures,
-    tiny={"n": 6, "t1": 60.0, "num_saves": 12, "rtol": 1e-6},
-))
+    "energy-flow", "gradient ascent/descent of the energy with Q^T K = V = D (Burger et al.): extremal measures",
+    EnergyFlowConfig, compute, figures, tiny=dict(n=6, t1=60.0, num_saves=12, rtol=1e-6)))

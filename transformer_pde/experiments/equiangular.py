@@ -17,6 +17,7 @@ and the late-time decay rates of the gap.
 from __future__ import annotations
 
 import dataclasses
+from typing import Annotated
 
 import diffrax
 import jax
@@ -28,7 +29,7 @@ from ..solvers import solve
 from ..theory.equiangular import equiangular_start, reduced_gap
 from ._base import Experiment, register
 from ._common import pid
-from ._options import Options, require_above, require_at_least
+from ._options import Above, AtLeast, Options
 from ._result import Result
 from .clustering import MODELS, model_dynamics
 
@@ -37,12 +38,12 @@ from .clustering import MODELS, model_dynamics
 class EquiangularConfig(Options):
     n: int = 16
     d: int = 16
-    betas: tuple[float, ...] = (0.5, 1.0, 4.0)
+    betas: Annotated[tuple[float, ...], AtLeast(0)] = (0.5, 1.0, 4.0)
     rho0: float = 0.0
     """Common initial inner product, in [−1/(n−1), 1); 0 = orthogonal tokens."""
-    t1: float = 10.0
-    num_saves: int = 101
-    rtol: float = 1e-8
+    t1: Annotated[float, Above(0)] = 10.0
+    num_saves: Annotated[int, AtLeast(2)] = 101
+    rtol: Annotated[float, Above(0)] = 1e-8
     """Relative tolerance of both adaptive solves (Tsit5 with a PID controller)."""
     seed: int = 0
 
@@ -52,8 +53,6 @@ class EquiangularConfig(Options):
         if not -1.0 / (self.n - 1) - 1e-12 <= self.rho0 < 1:
             raise ValueError(f"rho0 must lie in [-1/(n-1), 1) = [{-1 / (self.n - 1):.4g}, 1), "
                              f"got {self.rho0}")
-        require_at_least(self, betas=0, num_saves=2)
-        require_above(self, t1=0, rtol=0)
 
 
 def _controller(cfg, dtype):
@@ -134,10 +133,5 @@ def figures(res: Result, cfg: EquiangularConfig, out_dir) -> list:
 
 
 register(Experiment(
-    name="equiangular",
-    summary="orthogonal starts (d >= n) against the reduced ODE for the common inner product, SA/USA",
-    config=EquiangularConfig,
-    compute=compute,
-    figures=figures,
-    tiny={"n": 6, "d": 6, "betas": (1.0, 3.0), "t1": 8.0, "num_saves": 33},
-))
+    "equiangular", "orthogonal starts (d >= n) against the reduced ODE for the common inner product, SA/USA",
+    EquiangularConfig, compute, figures, tiny=dict(n=6, d=6, betas=(1.0, 3.0), t1=8.0, num_saves=33)))

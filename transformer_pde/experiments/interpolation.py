@@ -10,7 +10,7 @@ through the solver; the figure shows inputs, outputs and targets, and the loss c
 from __future__ import annotations
 
 import dataclasses
-from typing import Literal
+from typing import Annotated, Literal
 
 import diffrax
 import jax
@@ -23,7 +23,7 @@ from ..fitting import fit, flow, interpolation_loss
 from ..measures import cap_sample
 from ..models import AttentionPerceptron, Sphere
 from ._base import Experiment, register
-from ._options import Options, require_above, require_at_least
+from ._options import Above, AtLeast, Options
 from ._result import Result
 
 _SOLVERS = {"euler": diffrax.Euler, "heun": diffrax.Heun, "tsit5": diffrax.Tsit5}
@@ -31,24 +31,20 @@ _SOLVERS = {"euler": diffrax.Euler, "heun": diffrax.Heun, "tsit5": diffrax.Tsit5
 
 @dataclasses.dataclass(frozen=True)
 class InterpolationConfig(Options):
-    num_measures: int = 3
-    n: int = 48
-    layers: int = 6
-    width: int = 16
-    t1: float = 3.0
-    substeps: int = 2
+    num_measures: Annotated[int, AtLeast(1)] = 3
+    n: Annotated[int, AtLeast(2)] = 48
+    layers: Annotated[int, AtLeast(1)] = 6
+    width: Annotated[int, AtLeast(1)] = 16
+    t1: Annotated[float, Above(0)] = 3.0
+    substeps: Annotated[int, AtLeast(1)] = 2
     """solver steps per layer."""
     solver: Literal["euler", "heun", "tsit5"] = "heun"
     """'euler' (the discrete layer-normalized Transformer), 'heun' or 'tsit5'."""
-    epsilon: float = 0.01
-    steps: int = 300
-    learning_rate: float = 0.03
-    spread: float = 0.15
+    epsilon: Annotated[float, Above(0)] = 0.01
+    steps: Annotated[int, AtLeast(1)] = 300
+    learning_rate: Annotated[float, Above(0)] = 0.03
+    spread: Annotated[float, Above(0)] = 0.15
     seed: int = 0
-
-    def validate(self):
-        require_at_least(self, num_measures=1, n=2, layers=1, width=1, substeps=1, steps=1)
-        require_above(self, t1=0, epsilon=0, learning_rate=0, spread=0)
 
 
 def problem(cfg: InterpolationConfig, d: int = 3):
@@ -119,11 +115,6 @@ def figures(res: Result, cfg: InterpolationConfig, out_dir) -> list:
 
 
 register(Experiment(
-    name="interpolation",
-    summary="learn a Transformer mapping input measures to target measures on S^2 (Sinkhorn loss)",
-    config=InterpolationConfig,
-    compute=compute,
-    figures=figures,
-    tiny={"num_measures": 2, "n": 12, "layers": 3, "width": 8, "substeps": 1, "steps": 60,
-          "learning_rate": 0.05},
-))
+    "interpolation", "learn a Transformer mapping input measures to target measures on S^2 (Sinkhorn loss)",
+    InterpolationConfig, compute, figures,
+    tiny=dict(num_measures=2, n=12, layers=3, width=8, substeps=1, steps=60, learning_rate=0.05)))

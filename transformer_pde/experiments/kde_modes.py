@@ -9,6 +9,7 @@ blurring mean shift (self-attention on R with a Gaussian kernel) started from th
 from __future__ import annotations
 
 import dataclasses
+from typing import Annotated
 
 import diffrax
 import jax.numpy as jnp
@@ -20,30 +21,26 @@ from ..models import MeanShift
 from ..solvers import solve
 from ..theory import kde
 from ._base import Experiment, register
-from ._options import Options, require_above, require_at_least
+from ._options import Above, AtLeast, Options
 from ._result import Result, grid
 
 
 @dataclasses.dataclass(frozen=True)
 class KDEModesConfig(Options):
-    n: int = 10000
-    betas: tuple[float, ...] = (1000.0, 3000.0, 10000.0)
+    n: Annotated[int, AtLeast(2)] = 10000
+    betas: Annotated[tuple[float, ...], Above(1)] = (1000.0, 3000.0, 10000.0)
     """β from n^0.75 to n: at n = 10^4 the ratio count/√(β log β) is 0.21, 0.33 at β = 100, 300
     (pre-asymptotic), 0.49, 0.49, 0.45 at β = 10^3, 3·10^3, 10^4, and 0.40 at 3·10^4 ≳ n, where
     the count starts to saturate; the window where the law holds is narrow at this n."""
-    runs: int = 16
-    n_dynamics: int = 2000
-    betas_dynamics: tuple[float, ...] = (30.0, 100.0, 300.0, 1000.0)
+    runs: Annotated[int, AtLeast(1)] = 16
+    n_dynamics: Annotated[int, AtLeast(2)] = 2000
+    betas_dynamics: Annotated[tuple[float, ...], Above(1)] = (30.0, 100.0, 300.0, 1000.0)  # log β > 0
     t_dynamics: float = 20.0
     """time at which the mean-shift clusters are counted (a plateau: counts are flat on [10, 40])"""
     dt: float = 0.1
     cluster_gap: float = 0.1
     """points farther apart than cluster_gap·β^{-1/2} are in different clusters"""
     seed: int = 0
-
-    def validate(self):
-        require_at_least(self, n=2, runs=1, n_dynamics=2)
-        require_above(self, betas=1, betas_dynamics=1)  # log β > 0
 
 
 def compute(cfg: KDEModesConfig, progress: bool = False) -> Result:
@@ -119,11 +116,7 @@ def figures(res: Result, cfg: KDEModesConfig, out_dir) -> list:
 
 
 register(Experiment(
-    name="kde-modes",
-    summary="modes of a Gaussian KDE vs √(β log β) and vs clusters of 1-D self-attention",
-    config=KDEModesConfig,
-    compute=compute,
-    figures=figures,
-    tiny={"n": 2000, "betas": (300.0, 1000.0, 3000.0), "runs": 2, "n_dynamics": 400,
-          "betas_dynamics": (100.0, 300.0), "t_dynamics": 10.0, "dt": 0.25},
-))
+    "kde-modes", "modes of a Gaussian KDE vs √(β log β) and vs clusters of 1-D self-attention",
+    KDEModesConfig, compute, figures,
+    tiny=dict(n=2000, betas=(300.0, 1000.0, 3000.0), runs=2, n_dynamics=400, betas_dynamics=(100.0, 300.0),
+              t_dynamics=10.0, dt=0.25)))

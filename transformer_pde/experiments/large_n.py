@@ -15,7 +15,7 @@ in minutes. Every save keeps O(n) statistics only:
 from __future__ import annotations
 
 import dataclasses
-from typing import Literal
+from typing import Annotated, Literal
 
 import diffrax
 import jax
@@ -28,28 +28,24 @@ from ..models import SoftmaxAttention, Sphere, uniform_sphere
 from ..solvers import solve
 from ._base import Experiment, register
 from ._common import kernel_backend
-from ._options import Options, require_above, require_at_least
+from ._options import Above, AtLeast, Options
 from ._result import Result, grid
 
 
 @dataclasses.dataclass(frozen=True)
 class LargeNConfig(Options):
-    n: int = 1_000_000
+    n: Annotated[int, AtLeast(2)] = 1_000_000
     beta: float = 1.0
-    t1: float = 30.0
-    dt: float = 0.2
+    t1: Annotated[float, Above(0)] = 30.0
+    dt: Annotated[float, Above(0)] = 0.2
     """layer step: one Euler step is one residual attention layer + normalization."""
-    num_saves: int = 16
+    num_saves: Annotated[int, AtLeast(2)] = 16
     backend: Literal["fast", "auto", "exact"] = "fast"
-    tol: float = 1e-8
+    tol: Annotated[float, Above(0)] = 1e-8
     """the fast kernel's planned error, relative to the total mass (kernels/backends.py)."""
-    num_plotted: int = 3000
+    num_plotted: Annotated[int, AtLeast(1)] = 3000
     threshold: float = 0.999
     seed: int = 0
-
-    def validate(self):
-        require_at_least(self, n=2, num_saves=2, num_plotted=1)
-        require_above(self, t1=0, dt=0, tol=0)
 
 
 def compute(cfg: LargeNConfig, progress: bool = False) -> Result:
@@ -102,10 +98,5 @@ def figures(res: Result, cfg: LargeNConfig, out_dir) -> list:
 
 
 register(Experiment(
-    name="large-n",
-    summary="10^6 tokens on S^2 collapse to one cluster (fast NUFFT kernel, residual layers)",
-    config=LargeNConfig,
-    compute=compute,
-    figures=figures,
-    tiny=dict(n=2048, t1=16.0, dt=0.5, num_saves=5, num_plotted=200),
-))
+    "large-n", "10^6 tokens on S^2 collapse to one cluster (fast NUFFT kernel, residual layers)",
+    LargeNConfig, compute, figures, tiny=dict(n=2048, t1=16.0, dt=0.5, num_saves=5, num_plotted=200)))

@@ -21,6 +21,7 @@ sits at token 1's fixed angle.
 from __future__ import annotations
 
 import dataclasses
+from typing import Annotated
 
 import diffrax
 import jax
@@ -33,16 +34,16 @@ from ..models import LitMCircle
 from ..solvers import solve
 from ..theory import causal
 from ._base import Experiment, register
-from ._options import Options, require_above, require_at_least
+from ._options import Above, AtLeast, Options
 from ._result import Result
 
 
 @dataclasses.dataclass(frozen=True)
 class LitMConfig(Options):
-    n: int = 64
-    beta: float = 1.0
-    lam: float = 1.0
-    t: float = 1.0
+    n: Annotated[int, AtLeast(4)] = 64
+    beta: Annotated[float, AtLeast(0)] = 1.0
+    lam: Annotated[float, AtLeast(0)] = 1.0
+    t: Annotated[float, Above(0)] = 1.0
     """depth at which the profile is read. The smallness condition allows t <= 2.23 at
     β = λ = 1, but the O(1/N) corrections grow with t (token self-decorrelation, ~ n²t²/(σ0N)):
     at t = 2 and N <= 64 Monte Carlo sits ~35% below the closed form, at t = 1 it agrees."""
@@ -50,15 +51,13 @@ class LitMConfig(Options):
     n_max: int = 20
     num_runs: int = 16384
     chunk: int = 512
-    dt: float = 0.1
-    bins: int = 16
+    dt: Annotated[float, Above(0)] = 0.1
+    bins: Annotated[int, AtLeast(2)] = 16
     seed: int = 0
 
     def validate(self):
-        require_at_least(self, n=4, bins=2, beta=0, lam=0)
         if self.bins > self.n - 1:
             raise ValueError(f"need bins <= n - 1, got n={self.n}, bins={self.bins}")
-        require_above(self, t=0, dt=0)
         if self.num_runs % self.chunk:
             raise ValueError(f"num_runs={self.num_runs} must be a multiple of chunk={self.chunk}")
 
@@ -158,10 +157,5 @@ def figures(res: Result, cfg: LitMConfig, out_dir) -> list:
 
 
 register(Experiment(
-    name="lost-in-the-middle",
-    summary="LitM retrieval profile: Monte Carlo vs closed form S_t(σ0) (Bessel), U shape",
-    config=LitMConfig,
-    compute=compute,
-    figures=figures,
-    tiny={"n": 24, "num_runs": 1024, "chunk": 512, "bins": 6, "dt": 0.2},
-))
+    "lost-in-the-middle", "LitM retrieval profile: Monte Carlo vs closed form S_t(σ0) (Bessel), U shape",
+    LitMConfig, compute, figures, tiny=dict(n=24, num_runs=1024, chunk=512, bins=6, dt=0.2)))

@@ -28,6 +28,7 @@ Two measurements:
 from __future__ import annotations
 
 import dataclasses
+from typing import Annotated
 
 import diffrax
 import jax
@@ -40,7 +41,7 @@ from ..models import SoftmaxAttention, Sphere
 from ..solvers import solve
 from ._base import Experiment, register
 from ._common import pid
-from ._options import Options, require_above, require_at_least, require_between
+from ._options import Above, AtLeast, Between, Options
 from ._result import Result, grid
 
 # sphere.md §10.3 (authors' code rerun): plateau values and collapse times in rescaled time.
@@ -51,15 +52,15 @@ PUBLISHED_COLLAPSE = {500.0: 0.12, 2000.0: 0.10, 4000.0: 0.092}
 @dataclasses.dataclass(frozen=True)
 class MetastabilityConfig(Options):
     # Part 1: caps.
-    cap_betas: tuple[float, ...] = (2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0)
-    num_caps: int = 2
-    per_cap: int = 4
+    cap_betas: Annotated[tuple[float, ...], Above(0)] = (2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0)
+    num_caps: Annotated[int, AtLeast(2)] = 2
+    per_cap: Annotated[int, AtLeast(1)] = 4
     cap_angle: float = 1.5707963267948966
     """Angle θ0 between neighbouring cap centers on S^1 (default π/2)."""
-    eps: float = 0.05
+    eps: Annotated[float, Between(0, 1 / 16, closed="()", why="sphere.md §2")] = 0.05
     rtol: float = 1e-6
     # Part 2: staircase.
-    stair_betas: tuple[float, ...] = (500.0, 1000.0, 1500.0, 2000.0, 3000.0, 4000.0)
+    stair_betas: Annotated[tuple[float, ...], Above(1)] = (500.0, 1000.0, 1500.0, 2000.0, 3000.0, 4000.0)
     theta0: tuple[float, ...] = (0.0, 0.5, 2.0, 4.0, 7.0)
     """Start θ_i = ½ · theta0_i · log β₀ / sqrt(β₀), β₀ = theta_beta (the authors' start)."""
     theta_beta: float = 2000.0
@@ -68,9 +69,6 @@ class MetastabilityConfig(Options):
     save_every: int = 100
 
     def validate(self):
-        require_above(self, cap_betas=0, stair_betas=1)
-        require_at_least(self, num_caps=2, per_cap=1)
-        require_between(self, "eps", 0, 1 / 16, closed="()", why="sphere.md §2")
         if not 2 * np.arccos(1 - 2 * self.eps) < self.cap_angle <= 2 * np.pi / self.num_caps:
             raise ValueError(f"cap_angle={self.cap_angle} must separate the 2ε-caps and fit "
                              f"{self.num_caps} caps on the circle")
@@ -270,10 +268,6 @@ def figures(res: Result, cfg: MetastabilityConfig, out_dir) -> list:
 
 
 register(Experiment(
-    name="metastability",
-    summary="caps left after times ~e^{cβ}; the energy staircase on S^1 with plateaus Σ(m_k/n)² (GKPR)",
-    config=MetastabilityConfig,
-    compute=compute,
-    figures=figures,
-    tiny={"cap_betas": (2.0, 4.0, 6.0), "stair_betas": (2000.0, 4000.0), "tau_max": 0.12},
-))
+    "metastability", "caps left after times ~e^{cβ}; the energy staircase on S^1 with plateaus Σ(m_k/n)² (GKPR)",
+    MetastabilityConfig, compute, figures,
+    tiny=dict(cap_betas=(2.0, 4.0, 6.0), stair_betas=(2000.0, 4000.0), tau_max=0.12)))

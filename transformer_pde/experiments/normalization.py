@@ -52,7 +52,7 @@ from __future__ import annotations
 import dataclasses
 import typing
 from collections.abc import Callable
-from typing import Literal
+from typing import Annotated, Literal
 
 import jax
 import jax.numpy as jnp
@@ -63,7 +63,7 @@ from ..diagnostics import clustered_pair_fraction
 from ..models import NGPT, LNScaling, MixLN, MultiHeadAttention, PeriLN, PostLN, PreLN, Sphere
 from ..solvers import layers
 from ._base import Experiment, register
-from ._options import Options, require_above, require_at_least, require_between
+from ._options import Above, AtLeast, Between, Options
 from ._progress import progress_bar
 from ._result import Result, grid
 
@@ -86,33 +86,28 @@ SIMUFORMER_NGPT_STEP = 0.2
 
 @dataclasses.dataclass(frozen=True)
 class NormalizationConfig(Options):
-    n: int = 64
-    d: int = 16
-    heads: int = 8
+    n: Annotated[int, AtLeast(2)] = 64
+    d: Annotated[int, AtLeast(2)] = 16
+    heads: Annotated[int, AtLeast(1)] = 8
     """Heads, averaged (W_h = I/H); each head is full width: Q_h, K_h, V_h are (d, d)."""
-    betas: tuple[float, ...] = (1.0, 5.0, 9.0)
+    betas: Annotated[tuple[float, ...], AtLeast(0)] = (1.0, 5.0, 9.0)
     masks: tuple[Literal["none", "causal"], ...] = MASKS
     """'none': every token attends to all; 'causal': token i attends to j <= i."""
     schemes: tuple[Scheme, ...] = SCHEME_NAMES
-    t1: float = 30.0
+    t1: Annotated[float, Above(0)] = 30.0
     """Depth: t1/step layers."""
-    step: float = 0.1
+    step: Annotated[float, Above(0)] = 0.1
     """The layer step h (the authors' 0.1)."""
-    seeds: int = 32
+    seeds: Annotated[int, AtLeast(1)] = 32
     """Independent draws (tokens and weights) averaged."""
     seed: int = 0
-    threshold: float = 0.999
-    ngpt_alpha: float = 0.2
+    threshold: Annotated[float, Between(-1, 1, closed="()")] = 0.999
+    ngpt_alpha: Annotated[float, Above(0)] = 0.2
     """nGPT's eigen learning rate α (scalar; the authors' code takes the step 0.2h, α = 0.2/(1 + 0.2h))."""
-    mix_fraction: float = 0.25
+    mix_fraction: Annotated[float, Between(0, 1, closed="(]")] = 0.25
     """Mix-LN: the fraction α of post-LN layers, ⌊αL⌋ (the Mix-LN scripts use 1/4)."""
 
     def validate(self):
-        require_at_least(self, n=2, d=2, heads=1, seeds=1)
-        require_above(self, t1=0, step=0, ngpt_alpha=0)
-        require_at_least(self, betas=0)
-        require_between(self, "threshold", -1, 1, closed="()")
-        require_between(self, "mix_fraction", 0, 1, closed="(]")
         if not abs(self.t1 / self.step - round(self.t1 / self.step)) < 1e-9 * self.t1 / self.step:
             raise ValueError(f"t1 must be a whole number of layers of step {self.step}, got t1={self.t1}")
         if self.ngpt_alpha * self.step > 1:
@@ -317,12 +312,8 @@ def _published(ax, res: Result, cfg: NormalizationConfig, beta) -> None:
 
 
 register(Experiment(
-    name="normalization",
-    summary="post-LN, projected, Pre-/Peri-/Mix-LN, nGPT, LN-scaling: clustered pairs and token speed "
-            "vs depth (Karagodin et al.)",
-    config=NormalizationConfig,
-    compute=compute,
-    figures=figures,
-    tiny={"n": 12, "d": 4, "heads": 2, "betas": (1.0, 9.0), "masks": ("none",), "t1": 2.0,
-          "seeds": 3},
-))
+    "normalization",
+    "post-LN, projected, Pre-/Peri-/Mix-LN, nGPT, LN-scaling: clustered pairs and token speed "
+    "vs depth (Karagodin et al.)",
+    NormalizationConfig, compute, figures,
+    tiny=dict(n=12, d=4, heads=2, betas=(1.0, 9.0), masks=("none",), t1=2.0, seeds=3)))

@@ -12,6 +12,7 @@ Transformer) also ends on atoms (clusters).
 from __future__ import annotations
 
 import dataclasses
+from typing import Annotated
 
 import diffrax
 import jax.numpy as jnp
@@ -23,18 +24,18 @@ from ..models import PerceptronBlock
 from ..solvers import solve
 from ..theory.perceptron import stationarity_residual
 from ._base import Experiment, register
-from ._options import Options, format_value, require_above, require_at_least
+from ._options import Above, AtLeast, Options, format_value
 from ._result import Result
 
 
 @dataclasses.dataclass(frozen=True)
 class PerceptronConfig(Options):
-    beta: float = 3.0
+    beta: Annotated[float, Above(0)] = 3.0
     angles: tuple[float, ...] = (0.3, 2.0, 4.0)
     """directions a_j = (cos, sin) of the hidden units"""
     omegas: tuple[float, ...] = (20.0, -15.0, 10.0)
-    ns: tuple[int, ...] = (64, 256)
-    t1: float = 10.0
+    ns: Annotated[tuple[int, ...], AtLeast(2)] = (64, 256)
+    t1: Annotated[float, Above(0)] = 10.0
     """the flows settle by t ≈ 2 at these parameters"""
     rtol: float = 1e-6
     atom_threshold: float = 0.9999
@@ -44,8 +45,6 @@ class PerceptronConfig(Options):
         if len(self.angles) != len(self.omegas):
             raise ValueError(f"angles and omegas must have the same length, got {self.angles} and "
                              f"{self.omegas}")
-        require_at_least(self, ns=2)
-        require_above(self, t1=0, beta=0)
 
 
 def _uniform_circle(n):
@@ -110,10 +109,5 @@ def figures(res: Result, cfg: PerceptronConfig, out_dir) -> list:
 
 
 register(Experiment(
-    name="perceptron",
-    summary="attention + ReLU perceptron on S^1: critical points are finitely atomic (d = 2)",
-    config=PerceptronConfig,
-    compute=compute,
-    figures=figures,
-    tiny={"ns": (24, 72), "t1": 10.0, "rtol": 1e-5, "num_saves": 11},
-))
+    "perceptron", "attention + ReLU perceptron on S^1: critical points are finitely atomic (d = 2)",
+    PerceptronConfig, compute, figures, tiny=dict(ns=(24, 72), t1=10.0, rtol=1e-5, num_saves=11)))

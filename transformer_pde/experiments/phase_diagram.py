@@ -19,7 +19,7 @@ angles, dims beta × t × token).
 from __future__ import annotations
 
 import dataclasses
-from typing import Literal
+from typing import Annotated, Literal
 
 import diffrax
 import jax
@@ -32,7 +32,7 @@ from ..models import uniform_sphere
 from ..solvers import solve
 from ._base import Experiment, register
 from ._common import circle_angles
-from ._options import Options, require_above, require_at_least
+from ._options import Above, AtLeast, Options
 from ._result import Result, grid
 from .clustering import model_dynamics
 
@@ -44,16 +44,16 @@ PUBLISHED_FRACTION = np.array([[0.50, 1.00], [0.39, 0.53], [0.31, 0.41], [0.28, 
 
 @dataclasses.dataclass(frozen=True)
 class PhaseDiagramConfig(Options):
-    n: int = 32
-    d: int = 2
-    batch: int = 256
+    n: Annotated[int, AtLeast(2)] = 32
+    d: Annotated[int, AtLeast(2)] = 2
+    batch: Annotated[int, AtLeast(1)] = 256
     beta_min: float = 1.0
     beta_max: float = 9.0
-    num_betas: int = 25
+    num_betas: Annotated[int, AtLeast(1)] = 25
     """β grid: linspace(beta_min, beta_max, num_betas); the default holds 1, 11/3, 19/3, 9."""
-    t1: float = 30.0
-    dt: float = 0.1
-    num_saves: int = 61
+    t1: Annotated[float, Above(0)] = 30.0
+    dt: Annotated[float, Above(0)] = 0.1
+    num_saves: Annotated[int, AtLeast(2)] = 61
     threshold: float = 0.999
     scheme: Literal["post-ln", "projected"] = "post-ln"
     """The layer: 'post-ln' x ← N(x + h Γ(x)) (tp.PostLN, the authors' code, sphere.md §9);
@@ -61,10 +61,8 @@ class PhaseDiagramConfig(Options):
     seed: int = 0
 
     def validate(self):
-        require_at_least(self, n=2, d=2, batch=1, num_betas=1, num_saves=2)
         if not 0 <= self.beta_min <= self.beta_max:
             raise ValueError(f"need 0 <= beta_min <= beta_max, got {self.beta_min}, {self.beta_max}")
-        require_above(self, t1=0, dt=0)
 
 
 def _dynamics(cfg, beta):
@@ -183,10 +181,5 @@ def figures(res: Result, cfg: PhaseDiagramConfig, out_dir) -> list:
 
 
 register(Experiment(
-    name="phase-diagram",
-    summary="clustered pairs and clusters over (β, t) on S^1, n=32, batch of starts (GKPR §10.4)",
-    config=PhaseDiagramConfig,
-    compute=compute,
-    figures=figures,
-    tiny={"batch": 48, "num_betas": 4, "num_saves": 5, "t1": 30.0},
-))
+    "phase-diagram", "clustered pairs and clusters over (β, t) on S^1, n=32, batch of starts (GKPR §10.4)",
+    PhaseDiagramConfig, compute, figures, tiny=dict(batch=48, num_betas=4, num_saves=5, t1=30.0)))

@@ -13,6 +13,7 @@ Heads θ = (V, A = W W'ᵀ) with Gaussian entries are drawn afresh in every laye
 from __future__ import annotations
 
 import dataclasses
+from typing import Annotated
 
 import jax
 import numpy as np
@@ -24,26 +25,26 @@ from ..models.random_heads import GaussianHeads, expected_head
 from ..solvers.random_heads import diffusive_chain, sde
 from ..theory.random_heads import logistic
 from ._base import Experiment, register
-from ._options import Options, require_at_least
+from ._options import AtLeast, Options
 from ._progress import progress_bar
 from ._result import Result, grid
 
 
 @dataclasses.dataclass(frozen=True)
 class RandomHeadsConfig(Options):
-    n: int = 6
-    d: int = 3
+    n: Annotated[int, AtLeast(2)] = 6
+    d: Annotated[int, AtLeast(2)] = 3
     beta: float = 1.0
-    num_heads: int = 1
+    num_heads: Annotated[int, AtLeast(1)] = 1
     s1: float = 2.0
-    depths: tuple[int, ...] = (1, 2, 4, 8, 16, 32)
+    depths: Annotated[tuple[int, ...], AtLeast(1)] = (1, 2, 4, 8, 16, 32)
     chain_paths: int = 32768
     sde_paths: int = 16384
     sde_steps: int = 64
     sde_nodes: int = 16
     drift_samples: int = 20000
-    logistic_n: int = 8
-    logistic_dims: tuple[int, ...] = (8, 32)
+    logistic_n: Annotated[int, AtLeast(2)] = 8
+    logistic_dims: Annotated[tuple[int, ...], AtLeast(3)] = (8, 32)
     logistic_beta: float = 0.5
     logistic_s1: float = 4.0
     logistic_layers: int = 100
@@ -51,7 +52,6 @@ class RandomHeadsConfig(Options):
     seed: int = 0
 
     def validate(self):
-        require_at_least(self, n=2, d=2, logistic_n=2, num_heads=1, depths=1, logistic_dims=3)
         if self.logistic_layers % 10:
             raise ValueError(f"logistic_layers must be a multiple of 10, got {self.logistic_layers}")
 
@@ -164,11 +164,7 @@ def figures(res: Result, cfg: RandomHeadsConfig, out_dir) -> list:
 
 
 register(Experiment(
-    name="random-heads",
-    summary="random Gaussian heads: zero drift, weak error vs the common-noise SDE, logistic overlaps",
-    config=RandomHeadsConfig,
-    compute=compute,
-    figures=figures,
-    tiny={"depths": (1, 16), "chain_paths": 2048, "sde_paths": 512, "sde_steps": 8,
-          "sde_nodes": 8, "drift_samples": 2000, "logistic_layers": 20, "logistic_paths": 64},
-))
+    "random-heads", "random Gaussian heads: zero drift, weak error vs the common-noise SDE, logistic overlaps",
+    RandomHeadsConfig, compute, figures,
+    tiny=dict(depths=(1, 16), chain_paths=2048, sde_paths=512, sde_steps=8, sde_nodes=8, drift_samples=2000,
+              logistic_layers=20, logistic_paths=64)))

@@ -38,7 +38,7 @@ settling ones (and a small persisting eigenvalue being passed) as ⌈d/2⌉ − 
 from __future__ import annotations
 
 import dataclasses
-from typing import Literal
+from typing import Annotated, Literal
 
 import diffrax
 import jax
@@ -49,7 +49,7 @@ from ..measures import Gaussian
 from ..models import L2Attention, SoftmaxAttention
 from ..solvers import solve
 from ._base import Experiment, register
-from ._options import Options, require_above, require_at_least, require_between
+from ._options import Above, AtLeast, Between, Options
 from ._progress import progress_bar
 from ._result import Result
 
@@ -63,21 +63,21 @@ UNCONVERGED = -2
 
 @dataclasses.dataclass(frozen=True)
 class RankConfig(Options):
-    dims: tuple[int, ...] = (3, 4, 5)
-    runs: int = 100
+    dims: Annotated[tuple[int, ...], AtLeast(2)] = (3, 4, 5)
+    runs: Annotated[int, AtLeast(1)] = 100
     """Initial covariances (and parameter draws) per dimension."""
-    t_long: float = 1e5
+    t_long: Annotated[float, Above(0)] = 1e5
     """Every run is integrated to t_long; the eigenvalues are read at t_long/100, /10 and 1."""
     t_max: float = 1e8
     """Runs undecided at t_long are integrated on to t_max (read at every decade); still
     undecided there, they are 'unconverged' (rank -2)."""
-    keep_ratio: float = 0.5
+    keep_ratio: Annotated[float, Between(0, 1, closed="()")] = 0.5
     """An eigenvalue that fell below keep_ratio times its value a decade earlier has vanished."""
-    settle_tol: float = 0.1
+    settle_tol: Annotated[float, Above(0)] = 0.1
     """An eigenvalue whose relative change over the last decade is below settle_tol, and no
     larger than over the decade before, has settled (it persists in the limit)."""
-    rtol: float = 1e-7
-    late_rtol: float = 1e-6
+    rtol: Annotated[float, Above(0)] = 1e-7
+    late_rtol: Annotated[float, Above(0)] = 1e-6
     """Tolerance of the longer solves of runs undecided at t_long: past t ≈ 1e5 Kvaerno5 at
     rtol = 1e-7 stalls (rounding limits its steps: 80 000 steps short of t = 1e6 for some draws,
     240 at 1e-6)."""
@@ -87,9 +87,6 @@ class RankConfig(Options):
     variants: tuple[Literal["softmax", "l2"], ...] = VARIANTS
 
     def validate(self):
-        require_at_least(self, dims=2, runs=1)
-        require_above(self, t_long=0, rtol=0, late_rtol=0, settle_tol=0)
-        require_between(self, "keep_ratio", 0, 1, closed="()")
         if not self.t_max >= self.t_long:
             raise ValueError(f"need t_max >= t_long; got t_max={self.t_max}, t_long={self.t_long}")
 
@@ -269,10 +266,5 @@ def figures(res: Result, cfg: RankConfig, out_dir) -> list:
 
 
 register(Experiment(
-    name="rank-histograms",
-    summary="ranks of limit covariances for d=3,4,5 with K=-Q (softmax, L2): always <= ceil(d/2)",
-    config=RankConfig,
-    compute=compute,
-    figures=figures,
-    tiny={"dims": (3, 4), "runs": 4, "t_long": 1e4, "rtol": 1e-6, "variants": ("softmax",)},
-))
+    "rank-histograms", "ranks of limit covariances for d=3,4,5 with K=-Q (softmax, L2): always <= ceil(d/2)",
+    RankConfig, compute, figures, tiny=dict(dims=(3, 4), runs=4, t_long=1e4, rtol=1e-6, variants=("softmax",))))

@@ -23,6 +23,7 @@ Limits by the spectrum of V (Q = K = I here; sphere.md §1 table):
 from __future__ import annotations
 
 import dataclasses
+from typing import Annotated
 
 import jax
 import jax.numpy as jnp
@@ -35,7 +36,7 @@ from ..models.rescaled import RescaledSoftmax
 from ..solvers import solve
 from ._base import Experiment, register
 from ._common import pid
-from ._options import Options, require_above, require_at_least, require_between
+from ._options import Above, AtLeast, Between, Options
 from ._result import Result
 
 
@@ -69,14 +70,14 @@ def distinct_values(v, tol) -> int:
 class RdSpectrumConfig(Options):
     n: int = 20
     d: int = 2
-    box: float = 5.0
+    box: Annotated[float, Above(0)] = 5.0
     """Start: i.i.d. uniform on [−box, box]^d (the authors' set-up, sphere.md §10.5)."""
-    t1: float = 10.0
-    top_ratio: float = 0.5
+    t1: Annotated[float, Above(0)] = 10.0
+    top_ratio: Annotated[float, Between(0, 1, closed="[)", why="simple top eigenvalue")] = 0.5
     """V = diag(1, top_ratio, ...) for the simple-top-eigenvalue case (needs top_ratio < 1)."""
-    n1d: int = 12
-    t1_1d: float = 8.0
-    num_saves: int = 41
+    n1d: Annotated[int, AtLeast(2)] = 12
+    t1_1d: Annotated[float, Above(0)] = 8.0
+    num_saves: Annotated[int, AtLeast(2)] = 41
     rtol: float = 1e-8
     rank_rtol: float = 1e-3
     tol: float = 0.1
@@ -87,9 +88,6 @@ class RdSpectrumConfig(Options):
         if self.n < 3 or self.d != 2:
             raise ValueError(f"rd-spectrum uses d = 2 (hull vertices in the plane) and n >= 3, "
                              f"got n={self.n}, d={self.d}")
-        require_above(self, box=0, t1=0, t1_1d=0)
-        require_at_least(self, num_saves=2, n1d=2)
-        require_between(self, "top_ratio", 0, 1, closed="[)", why="simple top eigenvalue")
 
 
 def _solve(dyn, z0, t1, ts, cfg):
@@ -214,10 +212,5 @@ def figures(res: Result, cfg: RdSpectrumConfig, out_dir) -> list:
 
 
 register(Experiment(
-    name="rd-spectrum",
-    summary="unnormalized R^d model, z = e^{-tV}x: polytope, hyperplanes, origin, Boolean leaders",
-    config=RdSpectrumConfig,
-    compute=compute,
-    figures=figures,
-    tiny={"n": 12, "n1d": 8, "t1": 8.0, "t1_1d": 6.0, "num_saves": 9, "rtol": 1e-6},
-))
+    "rd-spectrum", "unnormalized R^d model, z = e^{-tV}x: polytope, hyperplanes, origin, Boolean leaders",
+    RdSpectrumConfig, compute, figures, tiny=dict(n=12, n1d=8, t1=8.0, t1_1d=6.0, num_saves=9, rtol=1e-6)))

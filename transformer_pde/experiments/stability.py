@@ -14,7 +14,7 @@ W₂(μ_t, ν_t)/W₂(μ_0, ν_0) is the measured amplification; the theory's bo
 from __future__ import annotations
 
 import dataclasses
-from typing import Literal
+from typing import Annotated, Literal
 
 import jax
 import jax.numpy as jnp
@@ -36,7 +36,7 @@ from ..models import (
 )
 from ..solvers import solve
 from ._base import Experiment, register
-from ._options import Options, require_above, require_at_least
+from ._options import Above, AtLeast, Options
 from ._progress import progress_bar
 from ._result import Result, grid
 
@@ -45,23 +45,21 @@ VARIANTS = ("softmax", "l2", "multihead", "sinkhorn")
 
 @dataclasses.dataclass(frozen=True)
 class StabilityConfig(Options):
-    n: int = 128
-    d: int = 2
-    t1: float = 2.0
-    dt: float = 0.02
-    num_saves: int = 21
-    radius: float = 1.0
+    n: Annotated[int, AtLeast(2)] = 128
+    d: Annotated[int, AtLeast(1)] = 2
+    t1: Annotated[float, Above(0)] = 2.0
+    dt: Annotated[float, Above(0)] = 0.02
+    num_saves: Annotated[int, AtLeast(2)] = 21
+    radius: Annotated[float, Above(0)] = 1.0
     beta: float = 1.0
     scale: float = 0.7
     """Entries of Q, K, V are scale · N(0, 1)."""
-    deltas: tuple[float, ...] = (0.001, 0.01, 0.1)
+    deltas: Annotated[tuple[float, ...], Above(0)] = (0.001, 0.01, 0.1)
     seed: int = 0
     variants: tuple[Literal["softmax", "l2", "multihead", "sinkhorn"], ...] = VARIANTS
     """Variants whose support radius is tracked (multi-head needs an even d)."""
 
     def validate(self):
-        require_at_least(self, n=2, d=1, num_saves=2)
-        require_above(self, t1=0, dt=0, radius=0, deltas=0)
         if "multihead" in self.variants and self.d % 2:
             raise ValueError(f"multihead splits d into 2 heads: needs an even d, got d={self.d}")
 
@@ -165,11 +163,6 @@ def figures(res: Result, cfg: StabilityConfig, out_dir) -> list:
 
 
 register(Experiment(
-    name="stability",
-    summary="support radius and W2 stability ratio of particles vs the bounds of euclidean.md §3",
-    config=StabilityConfig,
-    compute=compute,
-    figures=figures,
-    tiny={"n": 16, "t1": 0.5, "dt": 0.05, "num_saves": 6, "deltas": (0.01, 0.1),
-          "variants": ("softmax", "multihead")},
-))
+    "stability", "support radius and W2 stability ratio of particles vs the bounds of euclidean.md §3",
+    StabilityConfig, compute, figures,
+    tiny=dict(n=16, t1=0.5, dt=0.05, num_saves=6, deltas=(0.01, 0.1), variants=("softmax", "multihead"))))

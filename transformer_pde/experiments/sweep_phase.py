@@ -12,6 +12,7 @@ The grids are saved labelled (``results.nc``, group ``sweep``: dims d × beta ×
 from __future__ import annotations
 
 import dataclasses
+from typing import Annotated
 
 import diffrax
 import jax
@@ -24,32 +25,30 @@ from ..models import SoftmaxAttention, Sphere, uniform_sphere
 from ..solvers import solve
 from ..sweeps import first_time, heatmap, sweep
 from ._base import Experiment, register
-from ._options import Options, require_above, require_at_least
+from ._options import Above, AtLeast, Options
 from ._progress import progress_bar
 from ._result import Result, grid
 
 
 @dataclasses.dataclass(frozen=True)
 class SweepPhaseConfig(Options):
-    n: int = 32
-    dims: tuple[int, ...] = (2, 3, 4, 8)
+    n: Annotated[int, AtLeast(2)] = 32
+    dims: Annotated[tuple[int, ...], AtLeast(2)] = (2, 3, 4, 8)
     """dimensions d (one compiled sweep each)."""
     beta_min: float = 0.5
     beta_max: float = 12.0
-    num_beta: int = 16
-    seeds: int = 4
-    t1: float = 60.0
-    dt: float = 0.1
-    num_saves: int = 241
+    num_beta: Annotated[int, AtLeast(1)] = 16
+    seeds: Annotated[int, AtLeast(1)] = 4
+    t1: Annotated[float, Above(0)] = 60.0
+    dt: Annotated[float, Above(0)] = 0.1
+    num_saves: Annotated[int, AtLeast(2)] = 241
     threshold: float = 0.999
-    chunk_size: int = 0
+    chunk_size: Annotated[int, AtLeast(0)] = 0
     """points per vmapped chunk (0: all points of a dimension in one chunk)."""
 
     def validate(self):
-        require_at_least(self, dims=2, n=2, num_beta=1, seeds=1, num_saves=2, chunk_size=0)
         if not 0 <= self.beta_min <= self.beta_max:
             raise ValueError(f"need 0 <= beta_min <= beta_max, got {self.beta_min}, {self.beta_max}")
-        require_above(self, t1=0, dt=0)
 
 
 def compute(cfg: SweepPhaseConfig, progress: bool = False) -> Result:
@@ -119,11 +118,6 @@ def figures(res: Result, cfg: SweepPhaseConfig, out_dir) -> list:
 
 
 register(Experiment(
-    name="sweep-phase",
-    summary="(beta, d) phase diagram of the time to one cluster on the sphere (vmapped sweep)",
-    config=SweepPhaseConfig,
-    compute=compute,
-    figures=figures,
-    tiny={"n": 12, "dims": (2, 3), "num_beta": 16, "seeds": 4, "beta_max": 9.0, "t1": 12.0, "dt": 0.25,
-          "num_saves": 25},
-))
+    "sweep-phase", "(beta, d) phase diagram of the time to one cluster on the sphere (vmapped sweep)",
+    SweepPhaseConfig, compute, figures,
+    tiny=dict(n=12, dims=(2, 3), num_beta=16, seeds=4, beta_max=9.0, t1=12.0, dt=0.25, num_saves=25)))
