@@ -132,3 +132,15 @@ def test_module_names_are_not_shadowed():
                  "kernels"):
         assert type(getattr(tp, name)).__name__ == "module", name
     assert callable(tp.sweeps.first_time) and callable(tp.solvers.integrate)
+
+
+def test_every_exported_name_exists():
+    """``from transformer_pde.X import *`` works for every module: each name in an ``__all__``
+    is defined (a stale name makes the star import raise)."""
+    import importlib
+
+    missing = []
+    for name in sorted(_modules()):
+        mod = importlib.import_module(name)
+        missing += [f"{name}.{n}" for n in getattr(mod, "__all__", ()) if not hasattr(mod, n)]
+    assert not missing, missing

@@ -469,6 +469,5 @@ __all__ = [
     "geometric_ns",
     "rate_table",
     "reference_rates",
-    "sinkhorn_w2",
     "uniform_sphere_law",
 ]

@@ -143,3 +143,6 @@ def gap_clusters(x, gap) -> int:
     """Clusters of points on the line: split the sorted points where consecutive gaps exceed ``gap``."""
     xs = np.sort(np.asarray(x, dtype=float).ravel())
     return int(1 + np.sum(np.diff(xs) > gap))
+
+
+__all__ = ["atoms", "cluster_count", "cluster_labels", "cluster_masses", "clustered_pair_fraction", "gap_clusters"]

@@ -142,3 +142,7 @@ def perceptron_energy(block, x, weights=None):
     inter = w @ jnp.exp(block.beta * (x @ x.T)) @ w / (2 * block.beta)
     v = phi(x @ block.a.T) @ block.omega
     return inter + 0.5 * jnp.sum(w * v)
+
+
+__all__ = ["attention_matrix", "energy_rate", "interaction_energy", "log_interaction_energy", "mean_token",
+           "normalized_energy", "numerical_rank", "perceptron_energy"]

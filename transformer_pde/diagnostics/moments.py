@@ -6,7 +6,6 @@ import jax.numpy as jnp
 
 from .._linalg import symmetrize
 
-
 BLOCK = 4096
 """Tokens per partial sum of :func:`empirical_moments` above this many tokens."""
 

@@ -40,7 +40,6 @@ from .normalization import (
     Norm,
     PeriLN,
     PreLN,
-    polar,
     num_post_layers,
     polar,
     polar_velocity,
