@@ -45,6 +45,18 @@ def atomic_write_bytes(path: Path, data: bytes) -> None:
         raise
 
 
+def result_array(key, value) -> np.ndarray:
+    """A named result as a numeric array; names must be non-empty strings and values numeric
+    (an object array would need pickling to save)."""
+    if not isinstance(key, str) or not key:
+        raise ValueError(f"result names must be non-empty strings, got {key!r}")
+    arr = np.asarray(value)
+    if arr.dtype == object:
+        raise ValueError(f"result {key!r} is not a numeric array (dtype object): compute must return "
+                         f"arrays")
+    return arr
+
+
 def npz_bytes(arrays: dict) -> bytes:
     """An ``.npz`` archive (readable by ``np.load``) whose bytes depend only on the arrays.
 
@@ -54,12 +66,7 @@ def npz_bytes(arrays: dict) -> bytes:
     buf = io.BytesIO()
     with zipfile.ZipFile(buf, "w", compression=zipfile.ZIP_DEFLATED) as zf:
         for key, value in arrays.items():
-            if not isinstance(key, str) or not key:
-                raise ValueError(f"result names must be non-empty strings, got {key!r}")
-            arr = np.asarray(value)
-            if arr.dtype == object:
-                raise ValueError(f"result {key!r} is not a numeric array (dtype object): "
-                                 f"compute must return arrays")
+            arr = result_array(key, value)
             info = zipfile.ZipInfo(f"{key}.npy", date_time=(1980, 1, 1, 0, 0, 0))
             info.compress_type = zipfile.ZIP_DEFLATED
             info.external_attr = 0o644 << 16
