@@ -21,17 +21,11 @@ jax.config.update("jax_enable_x64", True)
 
 import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
+from sharding_common import VEL, rel_err  # noqa: E402
 
 import transformer_pde as tp  # noqa: E402
 from transformer_pde.kernels import Auto, Fast  # noqa: E402
 from transformer_pde.models.sharding import Sharded, token_mesh  # noqa: E402
-
-VEL = jax.jit(lambda dyn, x, w: dyn._velocity(x, w, 0.0))
-
-
-def rel_err(out, ref):
-    out, ref = np.asarray(out), np.asarray(ref)
-    return float(np.max(np.abs(out - ref)) / max(1.0, np.max(np.abs(ref))))
 
 
 def main():

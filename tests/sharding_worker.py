@@ -25,9 +25,10 @@ if mode == "distributed":
 import jax.numpy as jnp
 import numpy as np
 from jax.experimental import multihost_utils
-from transformer_pde.models.sharding import Sharded, shard_tokens, token_mesh
+from sharding_common import VEL, rel_err
 
 import transformer_pde as tp
+from transformer_pde.models.sharding import Sharded, shard_tokens, token_mesh
 
 
 def variants(d, rng):
@@ -46,14 +47,6 @@ def variants(d, rng):
         "causal_sigmoid_streaming": tp.SigmoidAttention(Q, K, V, 1.0, bias=-0.5, causal=True,
                                                         block_size=8),
     }
-
-
-VEL = jax.jit(lambda dyn, x, w: dyn._velocity(x, w, 0.0))
-
-
-def rel_err(out, ref):
-    out, ref = np.asarray(out), np.asarray(ref)
-    return float(np.max(np.abs(out - ref)) / max(1.0, np.max(np.abs(ref))))
 
 
 def main():

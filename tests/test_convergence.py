@@ -78,8 +78,8 @@ def test_sinkhorn_w2_of_a_translation_is_the_shift():
     (it would raise), but its value already equals the closed form: throw=False asks for it."""
     x = jax.random.normal(jax.random.key(0), (40, 3))
     a = jnp.array([0.3, -0.4, 0.1])
-    np.testing.assert_allclose(dg.sinkhorn_wasserstein(x, x + a[None, :], epsilon=0.05, threshold=1e-7, throw=False), jnp.linalg.norm(a),
-                               rtol=1e-4)
+    np.testing.assert_allclose(dg.sinkhorn_wasserstein(x, x + a[None, :], epsilon=0.05, threshold=1e-7, throw=False),
+                               jnp.linalg.norm(a), rtol=1e-4)
     # the streamed cost (blocks of 16 points, never the 40 x 40 matrix) gives the same number
     np.testing.assert_allclose(dg.sinkhorn_wasserstein(x, x + a[None, :], epsilon=0.05, threshold=1e-7, batch_size=16,
                                                        throw=False),
@@ -134,8 +134,8 @@ def test_uniform_law_on_the_sphere_has_a_vanishing_field():
     for beta in (1.0, 4.0):
         dyn = tp.Sphere(tp.SoftmaxAttention.identity(3, beta))
         ns = np.array([256, 1024, 4096])
-        rms = [np.mean([float(jnp.sqrt(jnp.mean(jnp.sum(dyn.velocity(tp.uniform_sphere(jax.random.key(s), int(n), 3)) ** 2,
-                                                               axis=-1)))) for s in range(6)]) for n in ns]
+        speed = lambda x: float(jnp.sqrt(jnp.mean(jnp.sum(dyn.velocity(x) ** 2, axis=-1))))  # noqa: E731
+        rms = [np.mean([speed(tp.uniform_sphere(jax.random.key(s), int(n), 3)) for s in range(6)]) for n in ns]
         slope = np.polyfit(np.log(ns), np.log(rms), 1)[0]
         assert -0.6 < slope < -0.4, (beta, rms)
 

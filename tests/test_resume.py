@@ -169,7 +169,8 @@ def test_solve_checkpointed_resume_matches_uninterrupted(tmp_path, monkeypatch):
     dyn, x0, ts = _problem()
     stats = lambda t, x, args: {"mean": jnp.mean(x, 0), "t": t}  # noqa: E731
     ref = solve_checkpointed(dyn, x0, t1=2.0, dt0=0.05, solver=EULER, saveat=ts, every=3)
-    ref_stats = solve_checkpointed(dyn, x0, t1=2.0, dt0=0.05, solver=EULER, saveat=diffrax.SaveAt(ts=ts, fn=stats), every=3)
+    ref_stats = solve_checkpointed(dyn, x0, t1=2.0, dt0=0.05, solver=EULER, saveat=diffrax.SaveAt(ts=ts, fn=stats),
+                                   every=3)
     # chunking does not change the trajectory beyond round-off (against one plain solve)
     plain = tp.solve(dyn, x0, t1=2.0, dt0=0.05, solver=EULER, saveat=ts)
     np.testing.assert_allclose(ref.xs, plain.xs, atol=1e-12)

@@ -11,9 +11,9 @@ from pathlib import Path
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from transformer_pde.models.sharding import Sharded, shard_tokens, token_mesh
 
 import transformer_pde as tp
+from transformer_pde.models.sharding import Sharded, shard_tokens, token_mesh
 
 WORKER = Path(__file__).with_name("sharding_worker.py")
 ROOT = Path(__file__).resolve().parents[1]

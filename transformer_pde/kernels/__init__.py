@@ -8,8 +8,7 @@
 - :mod:`.random_batch`: the random batch method (interactions inside random batches).
 """
 
-from . import exact, random_batch
-from . import backends, fast
+from . import backends, exact, fast, random_batch
 from .backends import Auto, Exact, Fast, KernelReport, ScoreBox
 from .exact import (
     DENSE_MAX_PAIRS,

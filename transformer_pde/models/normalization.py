@@ -15,7 +15,7 @@ diffrax solver (schemes with R = N are retracted after every step, :class:`tp.Re
 | :class:`~transformer_pde.PostLN` | x ← N(x + hA(x)) | A(x) | N | θ̇ = P⊥_θ A(θ), r ≡ 1 (GLPR) |
 | :class:`PreLN` | x ← x + hA(N(x)) | A(N x) | id | ṙ = ⟨θ, A(θ)⟩, θ̇ = P⊥_θ A(θ)/r |
 | :class:`PeriLN` | x ← x + hN(A(N(x))) | Â(θ) = N(A(θ)) | id | ṙ = ⟨θ, Â⟩, θ̇ = P⊥_θ Â / r |
-| :class:`MixLN` | Post-LN (l < ⌊αL⌋), then Pre-LN | \|x\|A(θ), then A(N x) | N, then id | Post-LN on [t0, τ], Pre-LN after |
+| :class:`MixLN` | Post-LN (l < ⌊αL⌋), then Pre-LN | \|x\|A(θ), then A(N x) | N, then id | Post-LN, then Pre-LN |
 | :class:`NGPT` | x ← N(x + αh(N(A(x)) − x)) | α(\|x\|Â(θ) − x) | N | θ̇ = α P⊥_θ Â(θ), r ≡ 1 |
 | :class:`LNScaling` | x ← x + hA(N(x)/√ℓ), ℓ = l + 1 | A(c(t)N x), c = (1 + t/h0)^{-1/2} | id | none at fixed t |
 
