@@ -18,7 +18,15 @@ from _runs import tiny_run
 from transformer_pde import cli
 from transformer_pde.experiments import REGISTRY, Experiment, Result, get
 from transformer_pde.experiments._base import config_to_toml, load_toml
-from transformer_pde.experiments._options import Above, AtLeast, Between, Options, option_bounds, option_docs
+from transformer_pde.experiments._options import (
+    COMMON_HELP,
+    Above,
+    AtLeast,
+    Between,
+    Options,
+    option_bounds,
+    option_docs,
+)
 
 
 def _no_compute(*args, **kwargs):
@@ -214,7 +222,8 @@ def test_ranges_are_declared_with_the_options_and_checked_together():
 
     assert option_bounds(Cfg) == {"n": (AtLeast(2),), "t1": (Above(0),),
                                   "ratios": (Between(0, 1, "(]", "a fraction"),)}
-    assert option_docs(Cfg) == {"n": "Tokens."}
+    docs = option_docs(Cfg)  # the docstring under a field, else the shared help of common options
+    assert docs["n"] == "Tokens." and docs["seed"] == COMMON_HELP["seed"] and "ratios" not in docs
     assert Cfg(n=2, t1=1e-9, ratios=(1.0, 1e-9)).n == 2  # the bounds themselves: >= and (0, 1]
     with pytest.raises(ValueError, match=r"^need n >= 2, t1 > 0; got n=1, t1=0.0$"):
         Cfg(n=1, t1=0.0)

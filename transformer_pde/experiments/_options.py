@@ -247,11 +247,27 @@ def option_bounds(cls) -> dict[str, tuple[Bound, ...]]:
             for name, typ in hints.items() if typing.get_origin(typ) is Annotated}
 
 
+COMMON_HELP = {
+    "n": "Number of tokens.",
+    "d": "Dimension of the space the tokens live in.",
+    "beta": "Inverse temperature β of the attention.",
+    "t1": "Final time (depth).",
+    "dt": "Time step (the layer step of discrete layers).",
+    "seed": "Seed of the random draws.",
+    "seeds": "Independent draws averaged over.",
+    "num_saves": "Number of saved times from 0 to the final time (evenly spaced unless said otherwise).",
+    "threshold": "Two tokens are in one cluster when their cosine exceeds this.",
+    "rtol": "Relative tolerance of the adaptive time steps.",
+}
+"""Help of the options many experiments share, where a config does not document them itself."""
+
+
 def option_docs(cls) -> dict[str, str]:
     """The attribute docstrings of a config class (the string under a field, PEP 257), by option
-    name: the help texts of ``transformer-pde run NAME --help``. Read from the source, so a
-    class defined where no source is kept has none."""
-    docs: dict[str, str] = {}
+    name, else :data:`COMMON_HELP`: the help texts of ``transformer-pde run NAME --help``. Read
+    from the source, so a class defined where no source is kept has only the common ones."""
+    names = {f.name for f in dataclasses.fields(cls)}
+    docs: dict[str, str] = {k: v for k, v in COMMON_HELP.items() if k in names}
     for klass in reversed(cls.__mro__):
         try:
             tree = ast.parse(textwrap.dedent(inspect.getsource(klass)))

@@ -49,6 +49,7 @@ class EnergyFlowConfig(Options):
     beta: Annotated[float, Above(0)] = 1.0
     t1: Annotated[float, Above(0)] = 300.0
     num_saves: Annotated[int, AtLeast(2)] = 60
+    """Saved times: 0, then a geometric grid from 0.01 to t1."""
     rtol: float = 1e-7
     threshold: float = 0.9999
     indefinite_d2: tuple[float, ...] = (0.2, 1.0)

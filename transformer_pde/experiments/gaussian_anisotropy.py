@@ -73,6 +73,8 @@ class AnisotropyConfig(Options):
     """The solve stops when tr Σ exceeds this (the authors' ``tol_high``)."""
     rtol: Annotated[float, Above(0)] = 1e-7
     num_saves: Annotated[int, AtLeast(3)] = 120
+    """Saved times: evenly spaced for ``blowup``; 0, then a geometric grid from 10⁻³ of the horizon
+    to it for the regimes that converge like 1/t."""
     regimes: tuple[Regime, ...] = REGIMES
     variants: tuple[Variant, ...] = VARIANTS
 
