@@ -27,8 +27,7 @@ from transformer_pde.solvers.checkpoint import Checkpoint, solve_checkpointed
 
 ROOT = Path(__file__).resolve().parents[1]
 
-# Long enough (~800 Tsit5 steps of 256 tokens after the first chunk) that a signal sent when
-# the first checkpoint appears lands mid-run; d=2 keeps the figure cheap.
+# ~800 Tsit5 steps of 256 tokens in 21 checkpointed chunks; d=2 keeps the figure cheap.
 OPTIONS = ["--models", "SA", "--no-animate", "--n", "256", "--d", "2", "--t1", "40", "--dt", "0.05",
            "--num_saves", "41",
            "--checkpoint-every", "2", "--no-progress"]
@@ -68,14 +67,11 @@ def _start(args):
                             stderr=subprocess.PIPE, text=True)
 
 
-def _signal_when(proc, ready, sig: int, *, may_finish: bool = False) -> tuple[int, str]:
-    """Send ``sig`` once ``ready()`` holds; ``(returncode, stderr)``. With ``may_finish`` the
-    run may complete before that (a signal meant for its very end)."""
+def _signal_when(proc, ready, sig: int) -> tuple[int, str]:
+    """Send ``sig`` once ``ready()`` holds; ``(returncode, stderr)``."""
     deadline = time.monotonic() + 240
     while not ready():
         if proc.poll() is not None or time.monotonic() > deadline:
-            if may_finish and proc.poll() is not None:
-                break
             proc.kill()
             raise AssertionError(f"run ended before the moment to signal: {proc.communicate()}")
         time.sleep(0.005)
@@ -84,9 +80,34 @@ def _signal_when(proc, ready, sig: int, *, may_finish: bool = False) -> tuple[in
     return proc.returncode, err
 
 
-def _signal_after_checkpoint(proc, out: Path, sig: int, after: int, **kw) -> tuple[int, str]:
-    """Send ``sig`` once the manifest reports more than ``after`` complete chunks."""
-    return _signal_when(proc, lambda: (_manifest(out) or {}).get("completed", 0) > after, sig, **kw)
+# The CLI, in a process that sends itself a signal right after it checkpoints chunk K: the
+# signal lands at the same point of the run however loaded the machine is (a signal sent by the
+# test when it sees the manifest could arrive after the run has finished).
+_SIGNAL_AFTER_CHUNK = """
+import os, sys
+from transformer_pde.cli import main
+from transformer_pde.solvers.checkpoint import Checkpoint
+
+write_chunk = Checkpoint.write_chunk
+
+def write_chunk_then_signal(self, name, index, arrays, manifest):
+    write_chunk(self, name, index, arrays, manifest)
+    if index == int(os.environ["TEST_SIGNAL_AFTER_CHUNK"]):
+        os.kill(os.getpid(), int(os.environ["TEST_SIGNAL"]))
+
+Checkpoint.write_chunk = write_chunk_then_signal
+sys.exit(main())
+"""
+
+
+def _run_signalled_after_chunk(args, sig: int, chunk: int) -> tuple[int, str, int]:
+    """Run the CLI with ``args``; it receives ``sig`` once chunk ``chunk`` (0-based) is written.
+    Returns ``(returncode, stderr, pid)``."""
+    env = {**_env(), "TEST_SIGNAL_AFTER_CHUNK": str(chunk), "TEST_SIGNAL": str(int(sig))}
+    proc = subprocess.Popen([sys.executable, "-c", _SIGNAL_AFTER_CHUNK, *args], env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    _, err = proc.communicate(timeout=300)
+    return proc.returncode, err, proc.pid
 
 
 def _status(out: Path):
@@ -122,20 +143,20 @@ def test_kill_resume_interrupt_resume_is_bitwise_identical(reference, tmp_path):
                                         f"Continue with: transformer-pde run --resume {out}"]
     done = _assert_consistent_unfinished(out, "interrupted", at_least=0)
 
-    proc = _start(["run", "--resume", str(out), "--no-progress"])
-    rc, _ = _signal_after_checkpoint(proc, out, signal.SIGKILL, after=done)
+    resume = ["run", "--resume", str(out), "--no-progress"]
+    rc, _, pid = _run_signalled_after_chunk(resume, signal.SIGKILL, chunk=done + 2)
     assert rc == -signal.SIGKILL
-    done = _assert_consistent_unfinished(out, "running")  # killed: no chance to say so
-    assert json.loads((out / ".lock").read_text())["pid"] == proc.pid  # a dead holder's lock
+    assert _assert_consistent_unfinished(out, "running") == done + 3  # killed: no chance to say so
+    done += 3
+    assert json.loads((out / ".lock").read_text())["pid"] == pid  # a dead holder's lock, taken over next
 
-    proc = _start(["run", "--resume", str(out), "--no-progress"])
-    rc, _ = _signal_after_checkpoint(proc, out, signal.SIGTERM, after=done)
+    rc, _, _ = _run_signalled_after_chunk(resume, signal.SIGTERM, chunk=done + 2)
     assert rc == 128 + signal.SIGTERM
-    assert _assert_consistent_unfinished(out, "interrupted") > done
+    assert _assert_consistent_unfinished(out, "interrupted") == done + 3
     assert json.loads((out / "metadata.json").read_text())["resumed"] == 2
 
-    proc = _start(["run", "--resume", str(out), "--no-progress"])
-    rc, err = _signal_after_checkpoint(proc, out, signal.SIGTERM, after=NUM_CHUNKS - 1, may_finish=True)
+    # after the last checkpoint: the signal lands while the data and figures are written
+    rc, err, _ = _run_signalled_after_chunk(resume, signal.SIGTERM, chunk=NUM_CHUNKS - 1)
     status = _status(out)
     assert (rc, status) in ((128 + signal.SIGTERM, "interrupted"), (0, "complete")), (rc, status, err)
     assert (out / "data.npz").exists() or status == "interrupted"
