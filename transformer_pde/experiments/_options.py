@@ -14,9 +14,9 @@ Errors name the option and, for a list, the bad item. Floats (options and list i
 must be finite: NaN and inf are refused wherever they come from.
 
 Configs derive from :class:`Options`: constructing one checks every field against its type
-(so a config built in Python is checked like one from the command line), then runs its
-``validate()``, which keeps the checks that depend on the experiment; the shapes they share
-("at least", "above", "in a range") are the helpers at the bottom.
+(so a config built in Python is checked like one from the command line), then against the range
+declared with it (``n: Annotated[int, AtLeast(2)]``: :class:`AtLeast`, :class:`Above`,
+:class:`Between`), then runs its ``validate()``, which keeps the checks between options.
 """
 
 from __future__ import annotations
@@ -224,7 +224,7 @@ class Above(Bound):
 @dataclasses.dataclass(frozen=True)
 class Between(Bound):
     """low <= value <= high; ``closed`` "()", "[)", "(]" opens ends; ``why`` says where the range
-    comes from (shown in the error)."""
+    comes from (shown with it)."""
 
     low: float
     high: float
@@ -237,7 +237,8 @@ class Between(Bound):
         return lo and hi
 
     def describe(self) -> str:
-        return f"in {self.closed[0]}{self.low:g}, {self.high:g}{self.closed[1]}"
+        why = f" ({self.why})" if self.why else ""
+        return f"in {self.closed[0]}{self.low:g}, {self.high:g}{self.closed[1]}{why}"
 
 
 def option_bounds(cls) -> dict[str, tuple[Bound, ...]]:
@@ -293,8 +294,7 @@ def _check_bounds(cfg, bounds: dict[str, tuple[Bound, ...]]) -> None:
     bad = [(name, b) for name, kinds in bounds.items() for b in kinds
            if not all(b.holds(v) for v in _values(cfg, name))]
     if bad:
-        need = ", ".join(f"{name} {b.describe()}" + (f" ({b.why})" if isinstance(b, Between) and b.why
-                                                     else "") for name, b in bad)
+        need = ", ".join(f"{name} {b.describe()}" for name, b in bad)
         got = ", ".join(f"{name}={format_value(getattr(cfg, name))}" for name, _ in bad)
         raise ValueError(f"need {need}; got {got}")
 
@@ -333,11 +333,6 @@ def require_at_least(cfg, **bounds) -> None:
     _check_bounds(cfg, {k: (AtLeast(b),) for k, b in bounds.items()})
 
 
-def require_above(cfg, **bounds) -> None:
-    """Every value of each named option is > its bound (``require_above(self, t_max=self.t_long)``)."""
-    _check_bounds(cfg, {k: (Above(b),) for k, b in bounds.items()})
-
-
 __all__ = ["Above", "AtLeast", "Between", "Bound", "Options", "coerce_option", "format_value",
-           "list_item_type", "option_bounds", "option_docs", "parse_option_text", "require_above", "require_at_least",
+           "list_item_type", "option_bounds", "option_docs", "parse_option_text", "require_at_least",
            "type_name"]

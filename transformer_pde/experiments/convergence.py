@@ -58,13 +58,13 @@ class ConvergenceConfig(Options):
     uniform data, large-n reference)."""
     d: int = 3
     beta: float = 1.0
-    log2_n_min: int = 6
+    log2_n_min: Annotated[int, AtLeast(1)] = 6
     log2_n_max: int = 16
-    log2_n_step: int = 1
-    seeds: int = 4
+    log2_n_step: Annotated[int, AtLeast(1)] = 1
+    seeds: Annotated[int, AtLeast(2)] = 4  # >= 2: confidence bands
     t1: Annotated[float, Above(0)] = 1.0
     dt: Annotated[float, Above(0)] = 0.05
-    num_times: int = 3
+    num_times: Annotated[int, AtLeast(2)] = 3
     reference: Literal["uniform", "particles"] = "uniform"
     """model='sphere': the exact stationary reference ('uniform') or a 2^log2_n_ref-particle system."""
     log2_n_ref: int = 14
@@ -92,8 +92,7 @@ class ConvergenceConfig(Options):
         if self.backend != "exact" and self.model != "sphere":
             raise ValueError(f"backend={self.backend!r} needs bounded tokens: use model='sphere' "
                              "(Gaussian data on R^d are unbounded)")
-        require_at_least(self, d=2 if self.model == "sphere" else 1, log2_n_min=1, log2_n_step=1,
-                         seeds=2, num_times=2)  # seeds >= 2: confidence bands
+        require_at_least(self, d=2 if self.model == "sphere" else 1)
         if not self.log2_n_min < self.log2_n_max:
             raise ValueError(f"need log2_n_min < log2_n_max, got {self.log2_n_min}, {self.log2_n_max}")
 
