@@ -149,6 +149,35 @@ def _read_holder(fd: int) -> dict | None:
     return holder if isinstance(holder, dict) else None
 
 
+def _is_running(holder: dict | None) -> bool:
+    """The record names a process that is alive (on another host: assumed)."""
+    if not isinstance(holder, dict) or not isinstance(holder.get("pid"), int):
+        return False
+    if holder.get("host") != socket.gethostname():
+        return True
+    try:
+        os.kill(holder["pid"], 0)
+    except ProcessLookupError:
+        return False
+    except OSError:  # exists, owned by someone else
+        return True
+    return True
+
+
+def _read_current_holder(fd: int, patience: float = 1.0) -> dict | None:
+    """The lock holder's record. The holder writes it just after taking the lock, so until then
+    the file is empty or still holds the previous (ended) holder's record: read again for up to
+    ``patience`` seconds; None if no live holder's record appeared (never a stale one)."""
+    deadline = time.monotonic() + patience
+    while True:
+        holder = _read_holder(fd)
+        if _is_running(holder):
+            return holder
+        if time.monotonic() > deadline:
+            return None
+        time.sleep(0.01)
+
+
 @contextlib.contextmanager
 def lock_directory(directory):
     """Hold an exclusive lock on ``directory`` (which must exist) for the ``with`` block.
@@ -175,7 +204,7 @@ def lock_directory(directory):
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except (BlockingIOError, PermissionError):
-            holder = _read_holder(fd)
+            holder = _read_current_holder(fd)
             os.close(fd)
             raise DirectoryBusyError(directory, holder) from None
         except BaseException:
@@ -193,8 +222,9 @@ def lock_directory(directory):
     try:
         record = {"pid": os.getpid(), "host": socket.gethostname(),
                   "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "command": list(sys.argv)}
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, json.dumps(record).encode(), 0)
+        data = json.dumps(record).encode()
+        os.pwrite(fd, data, 0)  # then cut a longer previous record's tail: never an empty file
+        os.ftruncate(fd, len(data))
         yield
     finally:
         os.close(fd)  # releases the lock
