@@ -8,7 +8,7 @@ One velocity evaluation is Γ_μ(x_i) = Σ_j softmax_j(β⟨x_i, x_j⟩) x_j for
 (``SoftmaxAttention.identity(d, β)``, float32, tokens on the unit sphere), i.e. n² pair
 interactions; the throughput is n² / (median wall time of one evaluation). In the same run:
 
-* ``transformer_pde``: ``attn._velocity`` under ``jax.jit`` (automatic dense/streaming path);
+* ``transformer_pde``: ``attn.vector_field`` under ``jax.jit`` (automatic dense/streaming path);
 * ``naive_jax``: ``softmax(β x xᵀ) @ x`` materialized, under ``jax.jit``;
 * ``jax_nn``: ``jax.nn.dot_product_attention(q, k, v, scale=1)`` (XLA implementation);
 * ``torch_sdpa``: ``torch.nn.functional.scaled_dot_product_attention(q, k, v, scale=1)`` (CPU);
@@ -116,7 +116,7 @@ def _jax_builder(kind: str):
             attn = tp.SoftmaxAttention.identity(d, beta)
             attn = jax.tree.map(lambda a: a.astype(jnp.float32) if hasattr(a, "astype") else a, attn)
             w = jnp.full((n,), 1.0 / n, jnp.float32)
-            fn = jax.jit(lambda a, x, w: a._velocity(x, w, jnp.zeros((), jnp.float32)))
+            fn = jax.jit(lambda a, x, w: a.vector_field(x, w, jnp.zeros((), jnp.float32)))
             args = (attn, x, w)
         elif kind == "naive_jax":
             fn = jax.jit(lambda x: jax.nn.softmax(beta * (x @ x.T), axis=-1) @ x)
@@ -253,7 +253,7 @@ def solve_overhead(n: int, d: int, steps: int, rounds: int = 3):
     attn = jax.tree.map(lambda a: a.astype(jnp.float32) if hasattr(a, "astype") else a, attn)
     dyn = tp.Sphere(attn)
     w = jnp.full((n,), 1.0 / n, jnp.float32)
-    kernel = jax.jit(lambda x: attn._velocity(x, w, jnp.zeros((), jnp.float32)))
+    kernel = jax.jit(lambda x: attn.vector_field(x, w, jnp.zeros((), jnp.float32)))
     dt = 0.01
 
     def run():
@@ -263,7 +263,7 @@ def solve_overhead(n: int, d: int, steps: int, rounds: int = 3):
     # the same 100 kernel evaluations inside one jitted loop (Euler + retraction by hand):
     # separates diffrax's bookkeeping from XLA's cost of running the kernel inside a loop
     loop = jax.jit(lambda x: jax.lax.fori_loop(
-        0, steps, lambda i, x: tp.normalize(x + dt * dyn._velocity(x, w, dt * i)), x))
+        0, steps, lambda i, x: tp.normalize(x + dt * dyn.vector_field(x, w, dt * i)), x))
 
     run()  # compile
     jax.block_until_ready(kernel(x0))
@@ -296,7 +296,7 @@ def million(n: int = 10**6, d: int = 3):
     attn = tp.SoftmaxAttention.identity(d, BETA[d])
     attn = jax.tree.map(lambda a: a.astype(jnp.float32) if hasattr(a, "astype") else a, attn)
     w = jnp.full((n,), 1.0 / n, jnp.float32)
-    compiled = jax.jit(lambda x: attn._velocity(x, w, jnp.zeros((), jnp.float32))).lower(x).compile()
+    compiled = jax.jit(lambda x: attn.vector_field(x, w, jnp.zeros((), jnp.float32))).lower(x).compile()
     mem = compiled.memory_analysis()
     sec, peak = measure_peak(lambda: jax.block_until_ready(compiled(x)))
     return {"n": n, "d": d, "seconds": sec, "pairs_per_s": n * n / sec, "peak_extra_bytes": peak,

@@ -99,7 +99,7 @@ def narrow_threshold(n: int):
             for d in (4, 8, 12, 16, 24, 32):
                 x, w = sphere(n, d), jnp.full((n,), 1.0 / n, jnp.float32)
                 attn = tp.SoftmaxAttention.identity(d, 2.0)
-                t = median_seconds(jax.jit(lambda x, w: attn._velocity(x, w, 0.0)), x, w)
+                t = median_seconds(jax.jit(lambda x, w: attn.vector_field(x, w, 0.0)), x, w)
                 print(f"NARROW = {narrow}, d = {d}: {n * n / t:.3g} pairs/s", flush=True)
     finally:
         kernels.NARROW = default

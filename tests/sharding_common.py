@@ -4,7 +4,7 @@ each has set XLA_FLAGS and float64 (not collected by pytest)."""
 import jax
 import numpy as np
 
-VEL = jax.jit(lambda dyn, x, w: dyn._velocity(x, w, 0.0))
+VEL = jax.jit(lambda dyn, x, w: dyn.vector_field(x, w, 0.0))
 """The velocity of a dynamics at time 0, compiled (what a solve evaluates each stage)."""
 
 

@@ -205,7 +205,7 @@ def test_every_variant_streams_like_dense(monkeypatch):
     w /= w.sum()
     dense = _attention_family(d, np.random.default_rng(7), None)
     stream = _attention_family(d, np.random.default_rng(7), 24)
-    vel = jax.jit(lambda a, x, w: a._velocity(x, w, jnp.zeros(())))
+    vel = jax.jit(lambda a, x, w: a.vector_field(x, w, jnp.zeros(())))
     for name in dense:
         np.testing.assert_allclose(vel(stream[name], x, w), vel(dense[name], x, w),
                                    rtol=1e-10, atol=1e-12, err_msg=name)

@@ -168,7 +168,7 @@ def test_retracted_sphere_solve_follows_the_projected_flow(x, w, beta):
     dyn = tp.Sphere(make_attention("softmax", beta))
     ctrl = diffrax.PIDController(rtol=1e-10, atol=1e-12)
     sol = tp.solve(dyn, xs, t1=1.0, dt0=0.1, saveat=SAVE, weights=w, stepsize_controller=ctrl)
-    free = tp.solvers.integrate(diffrax.ODETerm(lambda t, y, args: dyn._velocity(y, w, t)),
+    free = tp.solvers.integrate(diffrax.ODETerm(lambda t, y, args: dyn.vector_field(y, w, t)),
                                 diffrax.Tsit5(), 0.0, 1.0, 0.1, xs, saveat=diffrax.SaveAt(ts=SAVE),
                                 stepsize_controller=ctrl, max_steps=10_000)
     np.testing.assert_allclose(sol.xs, free.ys, atol=1e-7)

@@ -38,7 +38,7 @@ def test_batch_field_is_unbiased_for_attention_linear_in_mu():
     """E over partitions of the USA batch field = the exact field (uniform weights)."""
     attn = tp.UnnormalizedAttention.identity(D, 1.0)
     keys = jax.random.split(jax.random.key(4), 4000)
-    mean = jnp.mean(jax.vmap(lambda k: tp.RandomBatch(attn, batch_size=4, step=1.0, key=k)._velocity(
+    mean = jnp.mean(jax.vmap(lambda k: tp.RandomBatch(attn, batch_size=4, step=1.0, key=k).vector_field(
         X0, jnp.full(N, 1.0 / N), jnp.zeros(())))(keys), axis=0)
     exact = attn.velocity(X0)
     # Monte Carlo: 4000 partitions, per-entry spread ~0.3 -> standard error ~5e-3

@@ -125,9 +125,9 @@ class _Counting(tp.AbstractDynamics):
     def dim(self):
         return self.inner.dim
 
-    def _velocity(self, x, w, t):
+    def vector_field(self, x, w, t):
         self.traces.append(1)
-        return self.inner._velocity(x, w, t)
+        return self.inner.vector_field(x, w, t)
 
 
 def test_compiled_once_per_shape():

@@ -85,7 +85,7 @@ def _field_at(dynamics, queries, x, w, t):
                          "large-n reference needs an attention or Sphere(attention)")
     if dynamics.causal:
         raise ValueError("causal attention has no mean field at arbitrary points")
-    return dynamics._field(queries, x, w, t)
+    return dynamics.query_field(queries, x, w, t)
 
 
 # --------------------------------------------------------------------------------------------
@@ -145,7 +145,7 @@ def _run_gaussian(dynamics, mean0, cov0, keys, n, ts, t1, dt0, solver, w2_epsilo
         def rhs(t, y, args):
             x, (m, S), z = y
             J, c = gaussian_affine_field(dynamics, m, S, t)
-            return dynamics._velocity(x, w, t), dynamics.gaussian_velocity(m, S, t), z @ J.T + c[None, :]
+            return dynamics.vector_field(x, w, t), dynamics.gaussian_velocity(m, S, t), z @ J.T + c[None, :]
 
         def save(t, y, args):
             x, (m, S), z = y
@@ -210,7 +210,7 @@ def _run_stationary(dynamics, sampler, mean, cov, keys, n, ts, t1, dt0, solver, 
             return _metrics(retract(dynamics, x), x0, mean, cov, sampler(ky, n).astype(dtype),
                             w2_epsilon, with_w2)
 
-        sol = integrate(diffrax.ODETerm(lambda t, x, args: dynamics._velocity(x, w, t)), solver,
+        sol = integrate(diffrax.ODETerm(lambda t, x, args: dynamics.vector_field(x, w, t)), solver,
                         jnp.zeros((), dtype), t1, dt0, x0, saveat=diffrax.SaveAt(ts=ts, fn=save),
                         max_steps=max_steps)
         return sol.ys
@@ -232,7 +232,7 @@ def _run_reference(dynamics, sampler, keys, ref_key, n, n_ref, ts, t1, dt0, solv
 
         def rhs(t, y, args):
             x, xr, z = y
-            return (dynamics._velocity(x, w, t), dynamics._velocity(xr, wref, t),
+            return (dynamics.vector_field(x, w, t), dynamics.vector_field(xr, wref, t),
                     _field_at(dynamics, z, xr, wref, t))
 
         def save(t, y, args):

@@ -27,12 +27,12 @@ from .._types import Points, PointsLike, Weights, WeightsLike
 class AbstractDynamics(eqx.Module):
     """A velocity field for a system of weighted tokens.
 
-    Subclasses implement :meth:`_velocity` (no input checks: it runs inside solvers);
+    Subclasses implement :meth:`vector_field`, the unchecked velocity that solvers evaluate;
     :meth:`velocity` is the validated public entry point.
     """
 
     @abc.abstractmethod
-    def _velocity(self, x: Points, weights: Weights, t) -> Points:
+    def vector_field(self, x: Points, weights: Weights, t) -> Points:
         """Velocity of every token (unchecked)."""
 
     @property
@@ -54,7 +54,7 @@ class AbstractDynamics(eqx.Module):
         x = self.check_state(x)
         w = check_weights(weights, x.shape[0], x.dtype)
         check_scalar(t, "t")
-        return check_finite_output(self._velocity(x, w, jnp.asarray(t, x.dtype)), self, x.dtype)
+        return check_finite_output(self.vector_field(x, w, jnp.asarray(t, x.dtype)), self, x.dtype)
 
 
 def check_finite_output(v, dynamics, dtype):
@@ -94,9 +94,9 @@ class AbstractRetractedDynamics(AbstractDynamics):
         return ()
 
     def step_velocity(self, x: Points, weights: Weights, t0, t1) -> Points:
-        """The field of the discrete layer [t0, t1] (evaluated at t0): ``_velocity`` at t0,
+        """The field of the discrete layer [t0, t1] (evaluated at t0): ``vector_field`` at t0,
         unless the dynamics changes within the step's time (a switched dynamics)."""
-        return self._velocity(x, weights, t0)
+        return self.vector_field(x, weights, t0)
 
 
 class AbstractManifoldDynamics(AbstractRetractedDynamics):
@@ -128,11 +128,11 @@ def retract_step(dynamics: AbstractDynamics, x: Points, t0, t1) -> Points:
 
 
 def step_velocity(dynamics: AbstractDynamics, x: Points, weights: Weights, t0, t1) -> Points:
-    """The field of the discrete layer [t0, t1]: ``dynamics._velocity(x, weights, t0)``, or the
+    """The field of the discrete layer [t0, t1]: ``dynamics.vector_field(x, weights, t0)``, or the
     retracted dynamics' own choice (:meth:`AbstractRetractedDynamics.step_velocity`)."""
     if isinstance(dynamics, AbstractRetractedDynamics):
         return dynamics.step_velocity(x, weights, t0, t1)
-    return dynamics._velocity(x, weights, t0)
+    return dynamics.vector_field(x, weights, t0)
 
 
 def retract_at(dynamics: AbstractDynamics, x: Points, t) -> Points:

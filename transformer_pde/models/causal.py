@@ -62,7 +62,7 @@ class LitMCircle(AbstractDynamics):
         return jnp.where(jnp.isfinite(lse), jnp.exp(logits - jnp.where(jnp.isfinite(lse), lse, 0.0)),
                          0.0)
 
-    def _velocity(self, x, weights, t):
+    def vector_field(self, x, weights, t):
         theta = x[:, 0]
         c, s = jnp.cos(theta), jnp.sin(theta)
         # cos/sin of θ_j − θ_k from products (no n x n trigonometric calls)

@@ -37,7 +37,7 @@ class MeanShift(AbstractDynamics):
     def dim(self):
         return None
 
-    def _velocity(self, x, weights, t):
+    def vector_field(self, x, weights, t):
         # −β|x_i − x_j|²/2 = β⟨x_i, x_j⟩ − β|x_j|²/2 − (row constant)
         bias = -self.beta * jnp.sum(x * x, axis=-1) / 2 + log_weights(weights)
         return softmax_average(self.beta * x, x, x, bias) - x

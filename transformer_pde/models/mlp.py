@@ -97,7 +97,7 @@ class MLP(AbstractDynamics):
     def dim(self):
         return param_shape(self.W1)[1]
 
-    def _velocity(self, x, weights, t):
+    def vector_field(self, x, weights, t):
         W1, b1, W2, b2 = (evaluate(p, t) for p in (self.W1, self.b1, self.W2, self.b2))
         return self.activation(x @ W1.T + b1[None, :]) @ W2.T + b2[None, :]
 
@@ -169,10 +169,10 @@ class Block(_AbstractSublayerPair):
             "an R^d sublayer (an attention, MLP, PreLN, PeriLN or LNScaling), got {got}; sphere "
             "sublayers go in a SphereBlock")
 
-    def _velocity(self, x, weights, t):
+    def vector_field(self, x, weights, t):
         h = self.step.astype(x.dtype)
-        fa = self.attention._velocity(x, weights, t).astype(x.dtype)
-        return fa + self.mlp._velocity(x + h * fa, weights, t).astype(x.dtype)
+        fa = self.attention.vector_field(x, weights, t).astype(x.dtype)
+        return fa + self.mlp.vector_field(x + h * fa, weights, t).astype(x.dtype)
 
     @property
     def limit(self) -> AbstractDynamics:
@@ -204,12 +204,12 @@ class SphereBlock(_AbstractSpherePair):
             "SphereBlock", attention, mlp, step, lambda sub: isinstance(sub, _SPHERE_SUBLAYERS),
             "a sublayer on the unit sphere (PostLN, Sphere or NGPT), got {got}; R^d sublayers go in a Block")
 
-    def _velocity(self, x, weights, t):
+    def vector_field(self, x, weights, t):
         h = self.step.astype(x.dtype)
-        fa = self.attention._velocity(x, weights, t).astype(x.dtype)
+        fa = self.attention.vector_field(x, weights, t).astype(x.dtype)
         y = x + h * fa
         rho = jnp.linalg.norm(y, axis=-1, keepdims=True)
-        return fa + rho * self.mlp._velocity(y / rho, weights, t).astype(x.dtype)
+        return fa + rho * self.mlp.vector_field(y / rho, weights, t).astype(x.dtype)
 
     @property
     def limit(self) -> AbstractManifoldDynamics:
@@ -223,8 +223,8 @@ class _SumLimit(_AbstractSublayerPair):
     attention: AbstractDynamics
     mlp: AbstractDynamics
 
-    def _velocity(self, x, weights, t):
-        return self.attention._velocity(x, weights, t) + self.mlp._velocity(x, weights, t)
+    def vector_field(self, x, weights, t):
+        return self.attention.vector_field(x, weights, t) + self.mlp.vector_field(x, weights, t)
 
 
 class _SphereSumLimit(_AbstractSpherePair):
@@ -233,6 +233,6 @@ class _SphereSumLimit(_AbstractSpherePair):
     attention: AbstractManifoldDynamics
     mlp: AbstractManifoldDynamics
 
-    def _velocity(self, x, weights, t):
-        v = self.attention._velocity(x, weights, t) + self.mlp._velocity(x, weights, t)
+    def vector_field(self, x, weights, t):
+        v = self.attention.vector_field(x, weights, t) + self.mlp.vector_field(x, weights, t)
         return tangent_projection(x, v)

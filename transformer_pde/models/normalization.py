@@ -194,8 +194,8 @@ class PreLN(AbstractNormalizationScheme):
         dim = dynamics.dim if isinstance(dynamics, AbstractDynamics) else None
         self.norm = _check_norm(norm, "PreLN", "norm", dim)
 
-    def _velocity(self, x, weights, t):
-        return self.dynamics._velocity(self.norm(x), weights, t)
+    def vector_field(self, x, weights, t):
+        return self.dynamics.vector_field(self.norm(x), weights, t)
 
 
 class PeriLN(AbstractNormalizationScheme):
@@ -227,8 +227,8 @@ class PeriLN(AbstractNormalizationScheme):
         self.norm = _check_norm(norm, "PeriLN", "norm", dim)
         self.out_norm = _check_norm(out_norm, "PeriLN", "out_norm", dim)
 
-    def _velocity(self, x, weights, t):
-        return self.out_norm(self.dynamics._velocity(self.norm(x), weights, t))
+    def vector_field(self, x, weights, t):
+        return self.out_norm(self.dynamics.vector_field(self.norm(x), weights, t))
 
 
 def _check_positive(value, name: str):
@@ -283,9 +283,9 @@ class NGPT(AbstractNormalizationScheme, AbstractManifoldDynamics):
         if jnp.ndim(self.alpha) == 1 and dim is not None and self.alpha.shape[0] != dim:
             raise ValueError(f"NGPT.alpha has shape {self.alpha.shape} but the dynamics act on d={dim}")
 
-    def _velocity(self, x, weights, t):
+    def vector_field(self, x, weights, t):
         r = jnp.linalg.norm(x, axis=-1, keepdims=True)
-        a_hat = normalize(self.dynamics._velocity(x / r, weights, t))
+        a_hat = normalize(self.dynamics.vector_field(x / r, weights, t))
         return _rowwise(self.alpha, x) * (r * a_hat - x)
 
     def retract(self, x):
@@ -335,9 +335,9 @@ class LNScaling(AbstractNormalizationScheme):
         """c(t) = (1 + t/h0)^{-1/2} = 1/√ℓ at t = (ℓ − 1) h0."""
         return jax.lax.rsqrt(1 + t / self.depth_scale)
 
-    def _velocity(self, x, weights, t):
+    def vector_field(self, x, weights, t):
         c = self.layer_scale(t).astype(x.dtype)
-        return self.dynamics._velocity(c * self.norm(x), weights, t)
+        return self.dynamics.vector_field(c * self.norm(x), weights, t)
 
 
 def _check_post_fraction(alpha) -> float:

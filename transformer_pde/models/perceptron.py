@@ -88,5 +88,5 @@ class PerceptronBlock(AbstractManifoldDynamics):
         mlp = (sig(x @ self.a.T) * self.omega[None, :]) @ self.a
         return attn + mlp
 
-    def _velocity(self, x, weights, t):
+    def vector_field(self, x, weights, t):
         return self.sign * tangent_projection(x, self.raw_field(x, weights))

@@ -61,8 +61,8 @@ class RandomBatch(AbstractDynamics):
     def dim(self):
         return self.attention.dim
 
-    def _velocity(self, x, weights, t):
+    def vector_field(self, x, weights, t):
         k = jnp.floor((t - self.t0) / self.step + 1e-6).astype(jnp.int32)
         key = jax.random.fold_in(self.key, k)
-        return random_batch_field(lambda q, y, w, r: self.attention._field(q, y, w, t, query_offset=r),
+        return random_batch_field(lambda q, y, w, r: self.attention.query_field(q, y, w, t, query_offset=r),
                                   x, weights, key, self.batch_size)

@@ -135,7 +135,7 @@ class RandomHeadsField(AbstractDynamics):
     def dim(self):
         return self.heads.d
 
-    def _velocity(self, x, weights, t):
+    def vector_field(self, x, weights, t):
         layer = jnp.round((t - self.t0) / self.step).astype(jnp.int32)
         V, W, Wp = self.heads.sample(self.keys[layer], (self.num_heads,), x.dtype)
         return self.heads.mean_field(x, V, W, Wp)

@@ -30,10 +30,10 @@ class RescaledSoftmax(AbstractDynamics):
     def dim(self):
         return self.V.shape[0]
 
-    def _velocity(self, z, weights, t):
+    def vector_field(self, z, weights, t):
         E = jax.scipy.linalg.expm(t * self.V)
         attn = SoftmaxAttention(self.Q @ E, self.K @ E, self.V, 1.0)
-        return attn._velocity(z, weights, t) - z @ self.V.T
+        return attn.vector_field(z, weights, t) - z @ self.V.T
 
     def unscaled(self, z, t):
         """x = e^{tV} z."""

@@ -67,7 +67,7 @@ class Sharded(AbstractDynamics):
     ``tp.Sharded(attn)`` is a dynamics like any other: pass it to :func:`transformer_pde.solve`,
     wrap it in :class:`transformer_pde.Sphere`, evaluate ``.velocity(x)``. Inside, each device
     evaluates the field $\Gamma_\mu$ at its own tokens against the all-gathered measure
-    $\mu=\sum_j w_j\delta_{x_j}$ (``AbstractAttention._field``). When n is not a multiple of
+    $\mu=\sum_j w_j\delta_{x_j}$ (``AbstractAttention.query_field``). When n is not a multiple of
     the number of devices, the tokens are padded with zero-weight copies (they contribute
     nothing) and the padding is dropped from the result.
 
@@ -100,7 +100,7 @@ class Sharded(AbstractDynamics):
     def num_shards(self) -> int:
         return int(self.mesh.shape[self.axis])
 
-    def _velocity(self, x, weights, t):
+    def vector_field(self, x, weights, t):
         n = x.shape[0]
         pad = -n % self.num_shards
         if pad:
@@ -116,14 +116,14 @@ class Sharded(AbstractDynamics):
             if (isinstance(dyn, AbstractKernelAttention)
                     and dyn._shards_keys(x_local.shape[0], n_all, x_local.dtype)):
                 # fast path: keys stay on their device; only the Fourier modes are summed
-                return dyn._field(x_local, x_local, w_local, t, axis_name=self.axis)
+                return dyn.query_field(x_local, x_local, w_local, t, axis_name=self.axis)
             keys = jax.lax.all_gather(x_local, self.axis, tiled=True)
             w = jax.lax.all_gather(w_local, self.axis, tiled=True)
             if not dyn.causal:
-                return dyn._field(x_local, keys, w, t)
+                return dyn.query_field(x_local, keys, w, t)
             # padding tokens come last: real tokens never see them
             offset = jax.lax.axis_index(self.axis) * x_local.shape[0]
-            return dyn._field(x_local, keys, w, t, query_offset=offset)
+            return dyn.query_field(x_local, keys, w, t, query_offset=offset)
 
         specs = (jax.tree.map(lambda _: rep, arrays), rep, tok, tok)
         # check_vma=False: the kernels start loop carries from fresh zeros (replicated type)

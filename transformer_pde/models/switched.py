@@ -65,9 +65,9 @@ class AbstractSwitched(AbstractRetractedDynamics):
     def _before_step(self, t0, t1):
         return 0.5 * (jnp.asarray(t0) + jnp.asarray(t1)) < self.switch_time
 
-    def _velocity(self, x, weights, t):
+    def vector_field(self, x, weights, t):
         return self._by_part(jnp.asarray(t) < self.switch_time,
-                             lambda part: part._velocity(x, weights, t), x.dtype)
+                             lambda part: part.vector_field(x, weights, t), x.dtype)
 
     def step_velocity(self, x, weights, t0, t1):
         return self._by_part(self._before_step(t0, t1),

@@ -170,7 +170,7 @@ def _solve_particles(dynamics, x0, w, t0, t1, dt0, ts, solver, controller, stats
                      max_steps, progress, throw, watch=False):
     # the state's dtype sets the precision of the run: float32 tokens with float64 parameters
     # (e.g. under x64) integrate in float32 instead of failing on a dtype mismatch
-    term = diffrax.ODETerm(lambda t, y, args: dynamics._velocity(y, w, t).astype(y.dtype))
+    term = diffrax.ODETerm(lambda t, y, args: dynamics.vector_field(y, w, t).astype(y.dtype))
     if isinstance(dynamics, AbstractRetractedDynamics):
         solver = Retracted(solver, dynamics)
     # saves interpolate between steps (dense output may leave the manifold): retract them

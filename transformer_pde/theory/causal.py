@@ -203,7 +203,7 @@ def _litm_deltas(key, dyn, n, t, dt, num_runs, chunk):
     """For num_runs i.i.d. uniform starts: θ_N(t) − θ_i(0) and θ_N(0) − θ_i(0), i = 1..N−1."""
     def one(k):
         th0 = jax.random.uniform(k, (n, 1), minval=0.0, maxval=2 * jnp.pi)
-        term = diffrax.ODETerm(lambda s, y, args: dyn._velocity(y, None, s))
+        term = diffrax.ODETerm(lambda s, y, args: dyn.vector_field(y, None, s))
         sol = integrate(term, diffrax.Tsit5(), 0.0, t, dt, th0, saveat=diffrax.SaveAt(t1=True),
                         max_steps=int(np.ceil(t / dt)) + 1)
         thN = sol.ys[0, -1, 0]

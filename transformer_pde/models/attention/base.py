@@ -33,17 +33,17 @@ from ..base import AbstractDynamics
 class AbstractAttention(AbstractDynamics):
     """Self-attention on R^d: Γ_μ(x) for μ = Σ_j w_j δ_{y_j}.
 
-    Every subclass implements :meth:`_field`, the field at arbitrary query points (the
+    Every subclass implements :meth:`query_field`, the field at arbitrary query points (the
     mean-field object), and the token velocity is the field at the tokens themselves.
     """
 
     @abc.abstractmethod
-    def _field(self, queries: Queries, x: Points, weights: Weights, t, query_offset=0) -> Queries:
+    def query_field(self, queries: Queries, x: Points, weights: Weights, t, query_offset=0) -> Queries:
         """Γ_μ(queries) for μ = Σ_j w_j δ_{x_j} (unchecked). Causal variants: query i is token
         ``query_offset + i`` (a shard of the tokens, :class:`transformer_pde.Sharded`)."""
 
-    def _velocity(self, x, weights, t):
-        return self._field(x, x, weights, t)
+    def vector_field(self, x, weights, t):
+        return self.query_field(x, x, weights, t)
 
     causal: eqx.AbstractVar[bool]
     """Token i attends to tokens j <= i in their given order (euclidean.md §2f)."""
@@ -57,7 +57,7 @@ class AbstractAttention(AbstractDynamics):
         queries = check_points(queries, "queries", x.shape[1])
         w = check_weights(weights, x.shape[0], x.dtype)
         check_scalar(t, "t")
-        return self._field(queries, x, w, jnp.asarray(t, x.dtype))
+        return self.query_field(queries, x, w, jnp.asarray(t, x.dtype))
 
 
 class AbstractBilinearAttention(AbstractAttention):
@@ -111,7 +111,7 @@ class AbstractKernelAttention(AbstractAttention):
 
     Subclasses hold ``backend`` (bound to the attention's :class:`ScoreBox` when built, see
     :func:`bind_backend`), give :meth:`_sums` (the reductions, for reports) and
-    :meth:`_value_width` (value columns per reduction), and accept ``axis_name`` in ``_field``:
+    :meth:`_value_width` (value columns per reduction), and accept ``axis_name`` in ``query_field``:
     with it (inside ``shard_map``, :class:`transformer_pde.Sharded`) ``x`` and ``weights`` are
     this device's tokens, and the reductions run over every device's (:meth:`_shards_keys`).
     """
@@ -137,7 +137,7 @@ class AbstractKernelAttention(AbstractAttention):
                                    causal=self.causal)
 
     def _shards_keys(self, m: int, n: int, dtype) -> bool:
-        """Whether ``_field(..., axis_name=...)`` takes this device's keys only (fast path)."""
+        """Whether ``query_field(..., axis_name=...)`` takes this device's keys only (fast path)."""
         return self.kernel_choice(m, n, dtype).fast
 
     def kernel_report(self, x: PointsLike, weights: WeightsLike | None = None, t=0.0,

@@ -60,7 +60,7 @@ class L2Attention(AbstractBilinearAttention, AbstractKernelAttention, AbstractNo
         bias = log_weights(weights) - self.beta * jnp.sum(kx * kx, axis=-1)
         return [GaussianSum(queries @ Q.T, kx, x, bias, 2.0 * self.beta, x.dtype)]
 
-    def _field(self, queries, x, weights, t, query_offset=0, axis_name=None):
+    def query_field(self, queries, x, weights, t, query_offset=0, axis_name=None):
         V = evaluate(self.V, t)
         (s,) = self._sums(queries, x, weights, t)
         choice = self.kernel_choice(queries.shape[0], global_keys(x.shape[0], axis_name), x.dtype)

@@ -80,7 +80,7 @@ class AttentionPerceptron(AbstractAttention):
     def width(self) -> int:
         return param_shape(self.U)[0]
 
-    def _field(self, queries, x, weights, t, query_offset=0):
+    def query_field(self, queries, x, weights, t, query_offset=0):
         V, B, W, U, b = (evaluate(p, t) for p in (self.V, self.B, self.W, self.U, self.b))
         att = softmax_average(queries @ B.T, x, x, log_weights(weights))
         return att @ V.T + jax.nn.relu(queries @ U.T + b[None, :]) @ W.T

@@ -149,7 +149,7 @@ class SinkhornAttention(AbstractBilinearAttention, AbstractKernelAttention, Abst
     def _shards_keys(self, m, n, dtype):
         return False  # the potentials need every key: Sharded all-gathers them
 
-    def _field(self, queries, x, weights, t, query_offset=0, axis_name=None):
+    def query_field(self, queries, x, weights, t, query_offset=0, axis_name=None):
         pot = self._potentials(x, weights, t)
         g = pot.g
         if self.throw:

@@ -86,7 +86,7 @@ class SoftmaxAttention(AbstractBilinearAttention, AbstractKernelAttention, Abstr
         Q, K = evaluate(self.Q, t), evaluate(self.K, t)
         return [GaussianSum(queries @ Q.T, x @ K.T, x, log_weights(weights), self.beta, x.dtype)]
 
-    def _field(self, queries, x, weights, t, query_offset=0, axis_name=None):
+    def query_field(self, queries, x, weights, t, query_offset=0, axis_name=None):
         Q, K, V = evaluate(self.Q, t), evaluate(self.K, t), evaluate(self.V, t)
         choice = self.kernel_choice(queries.shape[0], global_keys(x.shape[0], axis_name), x.dtype)
         if choice.fast:
@@ -198,7 +198,7 @@ class MultiHeadAttention(AbstractKernelAttention, AbstractNormalizedAttention, A
         return [GaussianSum(queries @ Q[h].T, x @ K[h].T, x @ V[h].T, logw, self.beta,
                             x.dtype) for h in range(self.num_heads)]
 
-    def _field(self, queries, x, weights, t, query_offset=0, axis_name=None):
+    def query_field(self, queries, x, weights, t, query_offset=0, axis_name=None):
         Q, K, V, W = (evaluate(p, t) for p in (self.Q, self.K, self.V, self.W))
         logw = log_weights(weights)
         choice = self.kernel_choice(queries.shape[0], global_keys(x.shape[0], axis_name), x.dtype)

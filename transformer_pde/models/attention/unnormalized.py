@@ -49,7 +49,7 @@ class SigmoidAttention(AbstractBilinearAttention):
         check_scalar(bias, f"{type(self).__name__}.bias")
         self.bias = scalar_param(bias)
 
-    def _field(self, queries, x, weights, t, query_offset=0):
+    def query_field(self, queries, x, weights, t, query_offset=0):
         q, k, v = qkv_features(self, queries, x, t)
         # fold the bias into the bilinear form: [q, b] · [k, 1] = q·k + b
         q = jnp.concatenate([q, jnp.broadcast_to(self.bias, (q.shape[0], 1)).astype(q.dtype)], 1)
@@ -99,7 +99,7 @@ class UnnormalizedAttention(AbstractBilinearAttention, AbstractKernelAttention):
         bias = log_weights(weights) - self.beta * self.shift
         return [GaussianSum(queries @ Q.T, x @ K.T, x, bias, self.beta, x.dtype)]
 
-    def _field(self, queries, x, weights, t, query_offset=0, axis_name=None):
+    def query_field(self, queries, x, weights, t, query_offset=0, axis_name=None):
         choice = self.kernel_choice(queries.shape[0], global_keys(x.shape[0], axis_name), x.dtype)
         if choice.fast:
             (s,) = self._sums(queries, x, weights, t)
