@@ -131,7 +131,7 @@ def test_module_names_are_not_shadowed():
     for name in ("solvers", "sweeps", "fitting", "convergence", "diagnostics", "theory", "models",
                  "kernels"):
         assert type(getattr(tp, name)).__name__ == "module", name
-    assert callable(tp.sweeps.first_time) and callable(tp.solvers.integrate)
+    assert callable(tp.sweeps.first_time) and callable(tp.solvers.layers)
 
 
 def test_every_exported_name_exists():

@@ -93,7 +93,7 @@ def test_closure_solve_matches_gauss_hermite_particles(kind):
     g0 = tp.Gaussian(M0, S0)
     x, w = g0.gauss_hermite(16)
     ts = jnp.linspace(0.0, 1.0, 3)
-    part = tp.solve(attn, x, weights=w, t1=1.0, dt0=0.05, saveat=ts)
+    part = tp.solve(attn, tp.Particles(x, w), t1=1.0, dt0=0.05, saveat=ts)
     gs = tp.solve(attn, g0, t1=1.0, dt0=0.05, saveat=ts)
     m, c = _particle_moments(part.xs, w)
     assert _rel(gs.means, m) < 1e-8 and _rel(gs.covs, c) < 1e-8
@@ -110,7 +110,7 @@ def test_closure_d3_and_time_dependent_parameters():
     cov = np.array([[0.6, 0.1, 0.0], [0.1, 0.5, 0.1], [0.0, 0.1, 0.4]])
     g0 = tp.Gaussian(np.array([0.2, 0.0, -0.3]), cov)
     x, w = g0.gauss_hermite(10)
-    part = tp.solve(attn, x, weights=w, t1=0.6, dt0=0.05)
+    part = tp.solve(attn, tp.Particles(x, w), t1=0.6, dt0=0.05)
     gs = tp.solve(attn, g0, t1=0.6, dt0=0.05)
     m, c = _particle_moments(part.xs, w)
     assert _rel(gs.means, m) < 1e-8 and _rel(gs.covs, c) < 1e-8
@@ -129,7 +129,7 @@ def test_sampling_error_decays_like_inverse_sqrt_n():
     def err(key, n):
         x = g0.sample(key, N)
         w = jnp.where(jnp.arange(N) < n, 1.0 / n, 0.0)
-        sol = tp.solve(attn, x, weights=w, t1=0.5, dt0=0.125, solver=euler)
+        sol = tp.solve(attn, tp.Particles(x, w), t1=0.5, dt0=0.125, solver=euler)
         _, c = _particle_moments(sol.xs[-1], w)
         return jnp.sum((c - ref) ** 2)
 
@@ -282,7 +282,7 @@ def test_no_closure_raises_with_reason():
         (tp.Sphere(tp.SoftmaxAttention(Q, K, V)), "sphere"),
     ]
     for dyn, why in cases:
-        with pytest.raises(NotImplementedError, match=why):
+        with pytest.raises((ValueError, NotImplementedError), match=why):
             tp.solve(dyn, g0, t1=1.0, dt0=0.1)
         # the capability is a type: a variant has the moment ODEs exactly when it is a closure,
         # and a causal instance of such a variant refuses them with the reason
@@ -308,10 +308,11 @@ def test_gaussian_input_validation():
     attn = tp.SoftmaxAttention.identity(3)
     with pytest.raises(ValueError, match="dimension"):
         tp.solve(attn, g, t1=1.0, dt0=0.1)
-    with pytest.raises(ValueError, match="weights"):
-        tp.solve(tp.SoftmaxAttention.identity(2), g, t1=1.0, dt0=0.1, weights=np.ones(2) / 2)
-    with pytest.raises(ValueError, match="blowup_threshold"):
-        tp.solve(tp.SoftmaxAttention.identity(2), g, t1=1.0, dt0=0.1, blowup_threshold=1.0)
+    with pytest.raises(ValueError, match="statistics apply to particles"):
+        tp.solve(tp.SoftmaxAttention.identity(2), g, t1=1.0, dt0=0.1,
+                 saveat=diffrax.SaveAt(t1=True, fn=lambda t, y, args: y))
+    with pytest.raises(ValueError, match=r"BlowUp threshold=1.0 must exceed tr Σ0 = 2.0"):
+        tp.solve(tp.SoftmaxAttention.identity(2), g, t1=1.0, dt0=0.1, event=tp.BlowUp(1.0))
 
 
 def test_gauss_hermite_and_sampling_moments():

@@ -301,7 +301,7 @@ T, HS = 1.0, [2.0**-4, 2.0**-5, 2.0**-6]
 def solve(dyn, x0, t1=T, t0=0.0):
     ctl = diffrax.PIDController(rtol=1e-12, atol=1e-12)
     return tp.solve(dyn, jnp.asarray(x0), t0=t0, t1=t1, dt0=1e-3, stepsize_controller=ctl,
-                    stop_on_nonfinite=False).final
+                    event=None).final
 
 
 def states_at(make, x0s, duration, hs=HS, t0=0.0):

@@ -167,10 +167,10 @@ def test_retracted_sphere_solve_follows_the_projected_flow(x, w, beta):
     w = normalized(w)
     dyn = tp.Sphere(make_attention("softmax", beta))
     ctrl = diffrax.PIDController(rtol=1e-10, atol=1e-12)
-    sol = tp.solve(dyn, xs, t1=1.0, dt0=0.1, saveat=SAVE, weights=w, stepsize_controller=ctrl)
-    free = tp.solvers.integrate(diffrax.ODETerm(lambda t, y, args: dyn.vector_field(y, w, t)),
-                                diffrax.Tsit5(), 0.0, 1.0, 0.1, xs, saveat=diffrax.SaveAt(ts=SAVE),
-                                stepsize_controller=ctrl, max_steps=10_000)
+    sol = tp.solve(dyn, tp.Particles(xs, w), t1=1.0, dt0=0.1, saveat=SAVE, stepsize_controller=ctrl)
+    free = diffrax.diffeqsolve(diffrax.ODETerm(lambda t, y, args: dyn.vector_field(y, w, t)),
+                               diffrax.Tsit5(), 0.0, 1.0, 0.1, xs, saveat=diffrax.SaveAt(ts=SAVE),
+                               stepsize_controller=ctrl, max_steps=10_000)
     np.testing.assert_allclose(sol.xs, free.ys, atol=1e-7)
 
 
@@ -187,8 +187,8 @@ def test_mass_conservation_along_trajectories(x, w, beta, j, a):
     x2 = jnp.asarray(np.concatenate([x, x[j:j + 1]]))
     w2 = np.concatenate([w, [(1 - a) * w[j]]])
     w2[j] = a * w[j]
-    sol = tp.solve(attn, jnp.asarray(x), t1=1.0, dt0=0.1, saveat=SAVE, weights=w)
-    sol2 = tp.solve(attn, x2, t1=1.0, dt0=0.1, saveat=SAVE, weights=w2)
+    sol = tp.solve(attn, tp.Particles(jnp.asarray(x), w), t1=1.0, dt0=0.1, saveat=SAVE)
+    sol2 = tp.solve(attn, tp.Particles(x2, w2), t1=1.0, dt0=0.1, saveat=SAVE)
     scale = 1 + float(jnp.abs(sol.xs).max())
     np.testing.assert_allclose(sol2.xs[:, :N], sol.xs, atol=1e-10 * scale)
     np.testing.assert_allclose(sol2.xs[:, N], sol.xs[:, j], atol=1e-10 * scale)

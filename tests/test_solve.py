@@ -96,8 +96,8 @@ def test_stats_saved_instead_of_states_and_weights():
     x0 = _x0(n=6)
     w = np.arange(1.0, 7.0) / 21.0
     ts = jnp.linspace(0.0, 1.0, 5)
-    full = tp.solve(attn, x0, t1=1.0, dt0=0.05, saveat=ts, weights=w)
-    mean = tp.solve(attn, x0, t1=1.0, dt0=0.05, weights=w,
+    full = tp.solve(attn, tp.Particles(x0, w), t1=1.0, dt0=0.05, saveat=ts)
+    mean = tp.solve(attn, tp.Particles(x0, w), t1=1.0, dt0=0.05,
                     saveat=diffrax.SaveAt(ts=ts, fn=lambda t, x, args: {"mean": w @ x, "t": t}))
     assert mean.xs is None
     np.testing.assert_allclose(mean.stats["mean"], jnp.einsum("n,tnd->td", w, full.xs), rtol=1e-12)
@@ -138,7 +138,7 @@ def test_compiled_once_per_shape():
     first = len(traces)
     assert first > 0
     a2 = _Counting(tp.SoftmaxAttention.identity(3, beta=3.0), traces)
-    tp.solve(a2, 2 * x0, t1=1.2, dt0=0.1, weights=np.arange(1.0, 9.0) / 36)
+    tp.solve(a2, tp.Particles(2 * x0, np.arange(1.0, 9.0) / 36), t1=1.2, dt0=0.1)
     assert len(traces) == first  # new values (x0, beta, weights, t1): no retrace
 
 
@@ -209,7 +209,7 @@ def test_bad_inputs():
     with pytest.raises(ValueError, match=r"shape \(n, d\).*\(8,\)"):
         tp.solve(attn, x0[:, 0], t1=1.0, dt0=0.1)
     with pytest.raises(ValueError, match=r"weights must sum to 1"):
-        tp.solve(attn, x0, t1=1.0, dt0=0.1, weights=np.ones(8))
+        tp.solve(attn, tp.Particles(x0, np.ones(8)), t1=1.0, dt0=0.1)
     with pytest.raises(ValueError, match=r"dynamics must be an attention"):
         tp.solve(lambda x: x, x0, t1=1.0, dt0=0.1)
     with pytest.raises(ValueError, match=r"num_layers must be >= 1, got 0"):

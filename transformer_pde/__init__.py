@@ -13,24 +13,38 @@ Importing the package does not import the experiments.
 from . import convergence, diagnostics, kernels, models, plot, solvers, theory
 from ._checks import NonFiniteStateError
 from .fitting import FitResult, checkpointed_adjoint, fit
-from .measures import Gaussian, cap_sample
 from .models import *  # noqa: F403  (every dynamics is top-level: tp.SoftmaxAttention; list in models)
 from .params import PiecewiseConstant
-from .solvers import Checkpoint, GaussianSolution, Retracted, Solution, layers, solve
+from .solvers import (
+    BlowUp,
+    Coupled,
+    Gaussian,
+    GaussianSolution,
+    Particles,
+    Retracted,
+    Solution,
+    Tracers,
+    layers,
+    solve,
+)
+from .solvers.checkpoint import Checkpoint
 from .sweeps import heatmap, sweep
 
 __version__ = "0.1.0"
 
 __all__ = [
+    "BlowUp",
     "Checkpoint",
+    "Coupled",
     "FitResult",
     "Gaussian",
     "GaussianSolution",
     "NonFiniteStateError",
+    "Particles",
     "PiecewiseConstant",
     "Retracted",
     "Solution",
-    "cap_sample",
+    "Tracers",
     "checkpointed_adjoint",
     "convergence",
     "diagnostics",

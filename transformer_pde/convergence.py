@@ -49,11 +49,10 @@ from jaxtyping import ArrayLike
 
 from .diagnostics.distances import bures_wasserstein, sinkhorn_wasserstein
 from .diagnostics.moments import empirical_moments
-from .measures import Gaussian
-from .models.attention.base import AbstractAttention, AbstractGaussianClosure
-from .models.base import AbstractDynamics, AbstractManifoldDynamics, retract
-from .models.sphere import Sphere, tangent_projection, uniform_sphere
-from .solvers.core import Retracted, integrate
+from .models.attention.base import AbstractGaussianClosure
+from .models.base import AbstractDynamics
+from .models.sphere import uniform_sphere
+from .solvers import Coupled, Gaussian, Particles, Tracers, solve
 
 METRICS = ("mean", "cov", "bw", "coupling", "flow_bw", "w2")
 
@@ -74,18 +73,6 @@ def gaussian_affine_field(dynamics: AbstractDynamics, mean, cov, t=0.0):
     except NotImplementedError as e:
         raise ValueError(f"no Gaussian closure with an affine field for {type(dynamics).__name__} "
                          f"({e}); use a large-n reference instead (law given as a sampler)") from e
-
-
-def _field_at(dynamics, queries, x, w, t):
-    """Γ_μ(queries) for μ = Σ w_j δ_{x_j}, projected on the sphere for Sphere(...)."""
-    if isinstance(dynamics, Sphere):
-        return tangent_projection(queries, _field_at(dynamics.dynamics, queries, x, w, t))
-    if not isinstance(dynamics, AbstractAttention):
-        raise ValueError(f"{type(dynamics).__name__} has no field at arbitrary points; the "
-                         "large-n reference needs an attention or Sphere(attention)")
-    if dynamics.causal:
-        raise ValueError("causal attention has no mean field at arbitrary points")
-    return dynamics.query_field(queries, x, w, t)
 
 
 # --------------------------------------------------------------------------------------------
@@ -115,21 +102,6 @@ def _metrics(x, z, m_ref, S_ref, y_ref, w2_epsilon, with_w2):
 # Runs
 
 
-class _TreeRetract(eqx.Module):
-    """Row-wise retraction applied to every leaf of a coupled state (for ``Retracted``)."""
-
-    dynamics: AbstractDynamics
-
-    def retract_step(self, y, t0, t1):
-        return jax.tree.map(self.dynamics.retract, y)
-
-
-def _retracting(dynamics, solver):
-    if not isinstance(dynamics, AbstractManifoldDynamics):
-        return solver
-    return Retracted(solver, _TreeRetract(dynamics))
-
-
 @eqx.filter_jit
 def _run_gaussian(dynamics, mean0, cov0, keys, n, ts, t1, dt0, solver, w2_epsilon, with_w2,
                   max_steps):
@@ -142,21 +114,16 @@ def _run_gaussian(dynamics, mean0, cov0, keys, n, ts, t1, dt0, solver, w2_epsilo
         x0 = mean0[None, :] + jax.random.normal(kx, (n, mean0.shape[0]), dtype) @ L.T
         w = jnp.full((n,), 1.0 / n, dtype)
 
-        def rhs(t, y, args):
-            x, (m, S), z = y
-            J, c = gaussian_affine_field(dynamics, m, S, t)
-            return dynamics.vector_field(x, w, t), dynamics.gaussian_velocity(m, S, t), z @ J.T + c[None, :]
-
         def save(t, y, args):
-            x, (m, S), z = y
+            x, ((m, S), z) = y
             # an independent n-sample of μ_t for the W_2 of empirical measures
             yref = m[None, :] + jax.random.normal(ky, x.shape, dtype) @ jnp.linalg.cholesky(S).T
             return _metrics(x, z, m, S, yref, w2_epsilon, with_w2)
 
-        sol = integrate(diffrax.ODETerm(rhs), solver, jnp.zeros((), dtype), t1, dt0,
-                        (x0, (mean0, cov0), x0), saveat=diffrax.SaveAt(ts=ts, fn=save),
-                        max_steps=max_steps)
-        return sol.ys
+        # the system, and tracers moved by the closure's affine field (the same-seed coupling)
+        state = Coupled(Particles(x0, w), Tracers(Gaussian(mean0, cov0), x0))
+        return solve(dynamics, state, t1=t1, dt0=dt0, solver=solver, max_steps=max_steps,
+                     saveat=diffrax.SaveAt(ts=ts, fn=save)).stats
 
     return jax.lax.map(one, keys)
 
@@ -195,7 +162,6 @@ def uniform_sphere_law(d: int) -> StationaryLaw:
 def _run_stationary(dynamics, sampler, mean, cov, keys, n, ts, t1, dt0, solver, w2_epsilon, with_w2,
                     max_steps):
     dtype = mean.dtype
-    solver = _retracting(dynamics, solver)
 
     def one(key):
         # the same initial samples as the particle reference's runs (fold in n), so the two
@@ -207,13 +173,10 @@ def _run_stationary(dynamics, sampler, mean, cov, keys, n, ts, t1, dt0, solver, 
 
         def save(t, x, args):
             # tracers of a vanishing field stay at x0; an independent n-sample of μ_t = μ_0 for W₂
-            return _metrics(retract(dynamics, x), x0, mean, cov, sampler(ky, n).astype(dtype),
-                            w2_epsilon, with_w2)
+            return _metrics(x, x0, mean, cov, sampler(ky, n).astype(dtype), w2_epsilon, with_w2)
 
-        sol = integrate(diffrax.ODETerm(lambda t, x, args: dynamics.vector_field(x, w, t)), solver,
-                        jnp.zeros((), dtype), t1, dt0, x0, saveat=diffrax.SaveAt(ts=ts, fn=save),
-                        max_steps=max_steps)
-        return sol.ys
+        return solve(dynamics, Particles(x0, w), t1=t1, dt0=dt0, solver=solver, max_steps=max_steps,
+                     saveat=diffrax.SaveAt(ts=ts, fn=save)).stats
 
     return jax.lax.map(one, keys)
 
@@ -224,25 +187,20 @@ def _run_reference(dynamics, sampler, keys, ref_key, n, n_ref, ts, t1, dt0, solv
     xref0 = sampler(ref_key, n_ref)
     dtype = xref0.dtype
     wref = jnp.full((n_ref,), 1.0 / n_ref, dtype)
-    solver = _retracting(dynamics, solver)
 
     def one(key):
         x0 = sampler(jax.random.fold_in(key, n), n).astype(dtype)
         w = jnp.full((n,), 1.0 / n, dtype)
 
-        def rhs(t, y, args):
-            x, xr, z = y
-            return (dynamics.vector_field(x, w, t), dynamics.vector_field(xr, wref, t),
-                    _field_at(dynamics, z, xr, wref, t))
-
         def save(t, y, args):
-            x, xr, z = (retract(dynamics, a) for a in y)
+            x, (xr, z) = y
             m, S = empirical_moments(xr)
             return _metrics(x, z, m, S, xr, w2_epsilon, with_w2)
 
-        sol = integrate(diffrax.ODETerm(rhs), solver, jnp.zeros((), dtype), t1, dt0, (x0, xref0, x0),
-                        saveat=diffrax.SaveAt(ts=ts, fn=save), max_steps=max_steps)
-        return sol.ys
+        # the system, and tracers moved by the field of the large reference system
+        state = Coupled(Particles(x0, w), Tracers(Particles(xref0, wref), x0))
+        return solve(dynamics, state, t1=t1, dt0=dt0, solver=solver, max_steps=max_steps,
+                     saveat=diffrax.SaveAt(ts=ts, fn=save)).stats
 
     return jax.lax.map(one, keys)
 

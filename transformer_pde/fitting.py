@@ -28,7 +28,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from .diagnostics.distances import sinkhorn_divergence
-from .solvers import solve
+from .solvers import Particles, solve
 
 
 class FitResult(NamedTuple):
@@ -181,7 +181,7 @@ def flow(model, inputs, *, t1, dt0, weights=None, solver=None, adjoint=None):
         raise ValueError(f"inputs must have shape (N, n, d) (N measures of n tokens), got {inputs.shape}")
 
     def one(x0, w):
-        return solve(model, x0, t1=t1, dt0=dt0, weights=w, solver=solver, adjoint=adjoint).final
+        return solve(model, Particles(x0, w), t1=t1, dt0=dt0, solver=solver, adjoint=adjoint).final
 
     w = None if weights is None else jnp.asarray(weights)
     if w is None:

@@ -4,8 +4,8 @@
 ``progress`` is False (``--no-progress``); ``note(bar, text)`` writes a line of results above
 it (only when shown), and ``bar.note`` is the same as a ``Callable[[str], None]`` for library
 functions that report progress by lines (:func:`transformer_pde.sweep`,
-:func:`transformer_pde.convergence.convergence_study`). Solvers draw their own tqdm bars
-(``progress=True``).
+:func:`transformer_pde.convergence.convergence_study`). Solves draw their own tqdm bars from inside jit
+(``progress_meter=solver_meter(progress)``).
 """
 
 from __future__ import annotations
@@ -22,6 +22,15 @@ def progress_bar(enabled: bool, total: int | None = None, desc: str | None = Non
                dynamic_ncols=True)
     bar.note = lambda text: note(bar, text)
     return bar
+
+
+def solver_meter(enabled: bool):
+    """The progress meter a solve draws from inside jit: diffrax's tqdm meter when shown."""
+    if not enabled:
+        return None
+    import diffrax
+
+    return diffrax.TqdmProgressMeter()
 
 
 def note(bar: tqdm, text: str) -> None:

@@ -33,8 +33,8 @@ from ..convergence import (
     reference_rates,
     uniform_sphere_law,
 )
-from ..measures import Gaussian
 from ..models import SoftmaxAttention, Sphere, uniform_sphere
+from ..solvers import Gaussian
 from ._base import Experiment, register
 from ._common import kernel_backend
 from ._options import Above, AtLeast, Options, require_at_least

@@ -30,6 +30,7 @@ from ..theory.equiangular import equiangular_start, reduced_gap
 from ._base import Experiment, register
 from ._common import pid
 from ._options import Above, AtLeast, Options
+from ._progress import solver_meter
 from ._result import Result
 from .clustering import MODELS, model_dynamics
 
@@ -73,7 +74,8 @@ def compute(cfg: EquiangularConfig, progress: bool = False) -> Result:
         for beta in betas:
             sol = solve(model_dynamics(model, cfg.d, beta), x0, t1=cfg.t1, dt0=1e-3,
                         saveat=diffrax.SaveAt(ts=ts, fn=lambda t, x, args: x @ x.T),
-                        stepsize_controller=_controller(cfg, x0.dtype), progress=progress)
+                        stepsize_controller=_controller(cfg, x0.dtype),
+                        progress_meter=solver_meter(progress))
             gram = np.asarray(sol.stats)[:, off]  # (T, n(n-1)) pairwise inner products
             fine = jnp.linspace(0.0, cfg.t1, (cfg.num_saves - 1) * _FINE + 1)
             gap = np.asarray(reduced_gap(model, cfg.n, jnp.asarray(beta, x0.dtype),

@@ -34,14 +34,13 @@ import jax.numpy as jnp
 import numpy as np
 
 from .. import plot
-from ..measures import Gaussian
 from ..models import (
     L2Attention,
     MultiHeadAttention,
     SinkhornAttention,
     SoftmaxAttention,
 )
-from ..solvers import solve
+from ..solvers import BlowUp, Gaussian, solve
 from ._base import Experiment, register
 from ._options import Above, AtLeast, Options
 from ._progress import progress_bar
@@ -182,7 +181,7 @@ def _solve_batch(attns, covs0, t1s, tss, cfg):
     def one(attn, cov0, t1, ts):
         sol = solve(attn, Gaussian(jnp.zeros(2, cov0.dtype), cov0), t1=t1, dt0=1e-3,
                              saveat=ts, stepsize_controller=pid, max_steps=cfg.max_steps,
-                             blowup_threshold=cfg.tol_high, throw=False)
+                             event=BlowUp(cfg.tol_high), throw=False)
         return sol.covs, sol.final_cov, sol.final_time, sol.blowup_time, sol.succeeded
 
     out = jax.vmap(one)(stacked, jnp.asarray(covs0), jnp.asarray(t1s), jnp.asarray(tss))

@@ -20,8 +20,7 @@ import optax
 
 from .. import plot
 from ..fitting import fit, flow, interpolation_loss
-from ..measures import cap_sample
-from ..models import AttentionPerceptron, Sphere
+from ..models import AttentionPerceptron, Sphere, cap_sample
 from ._base import Experiment, register
 from ._options import Above, AtLeast, Options
 from ._result import Result

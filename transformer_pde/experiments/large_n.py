@@ -29,6 +29,7 @@ from ..solvers import solve
 from ._base import Experiment, register
 from ._common import kernel_backend
 from ._options import Above, AtLeast, Options
+from ._progress import solver_meter
 from ._result import Result, grid
 
 
@@ -62,7 +63,7 @@ def compute(cfg: LargeNConfig, progress: bool = False) -> Result:
                 "sample": x[sample]}
 
     sol = solve(Sphere(attn), x0, t1=cfg.t1, dt0=cfg.dt, solver=diffrax.Euler(),
-                saveat=diffrax.SaveAt(ts=ts, fn=stats), progress=progress)
+                saveat=diffrax.SaveAt(ts=ts, fn=stats), progress_meter=solver_meter(progress))
     samples = np.asarray(sol.stats["sample"])
     arrays = {
         "ts": np.asarray(ts), "overlap": np.asarray(sol.stats["overlap"]),

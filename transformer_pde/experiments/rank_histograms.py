@@ -45,9 +45,8 @@ import jax
 import numpy as np
 
 from .. import plot
-from ..measures import Gaussian
 from ..models import L2Attention, SoftmaxAttention
-from ..solvers import solve
+from ..solvers import Gaussian, solve
 from ._base import Experiment, register
 from ._options import Above, AtLeast, Between, Options
 from ._progress import progress_bar

@@ -28,7 +28,7 @@ from .attention import (
     UnnormalizedAttention,
 )
 from .attention.base import AbstractKernelAttention
-from .base import AbstractDynamics, AbstractManifoldDynamics, AbstractRetractedDynamics
+from .base import AbstractDynamics, AbstractManifoldDynamics, AbstractRetractedDynamics, AbstractRetraction
 from .causal import LitMCircle
 from .mean_shift import MeanShift
 from .mlp import MLP, Block, SphereBlock
@@ -49,7 +49,7 @@ from .random_batch import RandomBatch
 from .random_heads import CommonNoiseSDE, GaussianHeads, RandomHeadsField
 from .rescaled import RescaledSoftmax
 from .sharding import Sharded
-from .sphere import PostLN, Sphere, UnitSphere, normalize, tangent_projection, uniform_sphere
+from .sphere import PostLN, Sphere, UnitSphere, cap_sample, normalize, tangent_projection, uniform_sphere
 from .switched import AbstractSwitched, Switched
 
 __all__ = [
@@ -62,6 +62,7 @@ __all__ = [
     "AbstractNormalizationScheme",
     "AbstractNormalizedAttention",
     "AbstractRetractedDynamics",
+    "AbstractRetraction",
     "AbstractSwitched",
     "AttentionPerceptron",
     "Block",
@@ -93,6 +94,7 @@ __all__ = [
     "Switched",
     "UnitSphere",
     "UnnormalizedAttention",
+    "cap_sample",
     "normalize",
     "num_post_layers",
     "polar",

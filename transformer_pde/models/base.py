@@ -70,7 +70,16 @@ def check_finite_output(v, dynamics, dtype):
     return eqx.error_if(v, ~jnp.all(jnp.isfinite(v)), msg)
 
 
-class AbstractRetractedDynamics(AbstractDynamics):
+class AbstractRetraction(eqx.Module):
+    """A map that ends every solver step: ``retract_step(y, t0, t1)`` for the step [t0, t1]
+    (:class:`transformer_pde.Retracted` wraps a diffrax solver with one)."""
+
+    @abc.abstractmethod
+    def retract_step(self, x, t0, t1):
+        """The retraction that ends the step [t0, t1]."""
+
+
+class AbstractRetractedDynamics(AbstractDynamics, AbstractRetraction):
     """A dynamics whose every step ends with a retraction R_[t0, t1] that may depend on the step.
 
     One discrete layer is x ← R_[t_l, t_l + h](x + h v(t_l, x)) (:func:`transformer_pde.layers`);

@@ -13,7 +13,7 @@ import numpy as np
 
 from .._checks import check_points, is_concrete
 from .._types import Points, PointsLike
-from .base import AbstractDynamics, AbstractManifoldDynamics, AbstractRetractedDynamics
+from .base import AbstractDynamics, AbstractManifoldDynamics, AbstractRetractedDynamics, AbstractRetraction
 
 
 def tangent_projection(x: PointsLike, v: PointsLike) -> Points:
@@ -126,7 +126,7 @@ class PostLN(AbstractManifoldDynamics):
         return check_unit_points(x, name, self.dim)
 
 
-class UnitSphere(eqx.Module):
+class UnitSphere(AbstractRetraction):
     """The retraction x ← x/|x| alone, for states that are not particle dynamics (SDE paths)."""
 
     def retract_step(self, x, t0, t1):
@@ -139,3 +139,11 @@ def uniform_sphere(key, n: int, d: int, dtype=None) -> Points:
         raise ValueError(f"uniform_sphere needs n >= 1 and d >= 2, got n={n}, d={d}")
     dtype = dtype or jnp.result_type(float)
     return normalize(jax.random.normal(key, (n, d), dtype=dtype))
+
+
+def cap_sample(key, center, n: int, spread: float) -> Points:
+    """n points on S^{d-1} near ``center``: normalize(center + spread · Gaussian)."""
+    center = jnp.asarray(center)
+    center = center / jnp.linalg.norm(center)
+    z = center[None, :] + spread * jax.random.normal(key, (n, center.shape[0]), center.dtype)
+    return z / jnp.linalg.norm(z, axis=-1, keepdims=True)

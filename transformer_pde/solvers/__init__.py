@@ -1,14 +1,17 @@
-"""The one place that integrates: particles, the Gaussian closure, layers, SDEs, checkpointed runs.
+"""The one place that integrates: ``tp.solve`` over typed states, and the discrete layers.
 
-:func:`solve` is the public entry point; :mod:`.core` holds the only call to
-``diffrax.diffeqsolve`` and the :class:`Retracted` solver wrapper.
+:func:`solve` is one thin ``diffrax.diffeqsolve`` (:mod:`.solve`); the states it evolves own
+their equations (:mod:`.states`: particles, the Gaussian closure, tracers, coupled systems,
+plain ODEs); stop conditions are values (:mod:`.events`). Nothing here writes a file: chunked,
+resumable runs are the runs layer's (:mod:`transformer_pde.runs`).
 """
 
-from .api import solve
-from .checkpoint import DEFAULT_EVERY, Checkpoint
-from .core import Retracted, integrate
-from .gaussian import GaussianSolution
-from .particles import Solution, layers
+from .events import BlowUp
+from .layers import layers
+from .retracted import Retracted
+from .solution import GaussianSolution, Solution
+from .solve import solve
+from .states import AbstractODE, AbstractState, Coupled, Gaussian, ODEState, Particles, Tracers
 
-__all__ = ["DEFAULT_EVERY", "Checkpoint", "GaussianSolution", "Retracted", "Solution", "integrate",
-           "layers", "solve"]
+__all__ = ["AbstractODE", "AbstractState", "BlowUp", "Coupled", "Gaussian", "GaussianSolution", "ODEState",
+           "Particles", "Retracted", "Solution", "Tracers", "layers", "solve"]

@@ -27,8 +27,9 @@ import numpy as np
 from .._checks import check_weights
 from .._io import save_json, save_npz
 from ..models.base import AbstractDynamics, retract_at
-from .core import check_times, default_max_steps, parse_saveat
-from .particles import Solution, solve_particles
+from .solution import Solution
+from .solve import check_times, default_max_steps, parse_saveat, solve
+from .states import Particles
 
 DEFAULT_EVERY = 10
 """Default chunk length, in save intervals (the CLI's ``--checkpoint-every``)."""
@@ -239,8 +240,8 @@ def solve_checkpointed(
                 # a short last chunk repeats its final time, keeping one shape (one compile)
                 padded = jnp.concatenate([save, jnp.full((width - len(idx),), b, dtype)])
                 chunk_saveat = padded if stats is None else diffrax.SaveAt(ts=padded, fn=chunk_fn)
-                sol = solve_particles(dynamics, x, t0=a, t1=b, dt0=dt0, saveat=chunk_saveat,
-                                      weights=w, throw=throw, **solve_kwargs)
+                sol = solve(dynamics, Particles(x, w), t0=a, t1=b, dt0=dt0, saveat=chunk_saveat,
+                            throw=throw, **solve_kwargs)
                 if stats is None:
                     out, x_end = sol.xs, sol.xs[-1]
                 else:

@@ -36,7 +36,7 @@ import numpy as np
 from .._checks import check_scalar
 from ..models.attention.base import scalar_param
 from ..models.causal import LitMCircle
-from ..solvers.core import integrate
+from ..solvers import AbstractODE, solve
 
 __all__ = [
     "LitMMeanField",
@@ -203,10 +203,8 @@ def _litm_deltas(key, dyn, n, t, dt, num_runs, chunk):
     """For num_runs i.i.d. uniform starts: θ_N(t) − θ_i(0) and θ_N(0) − θ_i(0), i = 1..N−1."""
     def one(k):
         th0 = jax.random.uniform(k, (n, 1), minval=0.0, maxval=2 * jnp.pi)
-        term = diffrax.ODETerm(lambda s, y, args: dyn.vector_field(y, None, s))
-        sol = integrate(term, diffrax.Tsit5(), 0.0, t, dt, th0, saveat=diffrax.SaveAt(t1=True),
-                        max_steps=int(np.ceil(t / dt)) + 1)
-        thN = sol.ys[0, -1, 0]
+        sol = solve(dyn, th0, t1=t, dt0=dt, max_steps=int(np.ceil(t / dt)) + 1)
+        thN = sol.xs[0, -1, 0]
         return thN - th0[:-1, 0], th0[-1, 0] - th0[:-1, 0]
 
     keys = jax.random.split(key, num_runs)
@@ -302,7 +300,7 @@ def expected_renyi_centers(n: int, d: int, delta) -> float:
 # Mean field over (σ, θ) (sphere.md §4, LitM)
 
 
-class LitMMeanField(eqx.Module):
+class LitMMeanField(AbstractODE):
     r"""The LitM mean field on (0, 1] × T, discretized in σ and pseudo-spectral in θ:
 
     $$\partial_tf=-\partial_\theta(fV[f]),\qquad V[f](\sigma,\theta)=\int_0^\sigma k_\lambda(\sigma,\sigma')
@@ -340,7 +338,7 @@ class LitMMeanField(eqx.Module):
     def sigma(self):
         return jnp.arange(1, self.num_sigma + 1) / self.num_sigma
 
-    def rhs(self, t, f, args=None):
+    def rhs(self, t, f):
         M = self.num_theta
         n = jnp.fft.fftfreq(M, 1.0 / M)
         In = bessel_i(jnp.abs(n), self.beta, num_nodes=max(128, 2 * M))
@@ -357,8 +355,5 @@ class LitMMeanField(eqx.Module):
             raise ValueError(f"f0 must have shape ({self.num_sigma}, {self.num_theta}), got {f0.shape}")
         check_scalar(t1, "t1", positive=True)
         ts = jnp.asarray([t1] if saveat is None else saveat, f0.dtype)
-        sol = integrate(diffrax.ODETerm(self.rhs), diffrax.Tsit5(), 0.0, t1, dt0, f0,
-                        saveat=diffrax.SaveAt(ts=ts),
-                        stepsize_controller=diffrax.PIDController(rtol=1e-8, atol=1e-10),
-                        max_steps=100_000)
-        return sol.ys
+        return solve(self, f0, t1=t1, dt0=dt0, saveat=ts, max_steps=100_000,
+                     stepsize_controller=diffrax.PIDController(rtol=1e-8, atol=1e-10)).xs

@@ -9,13 +9,12 @@ $$\text{SA: }\dot\rho=\frac{2e^{\beta\rho}(1-\rho)((n-1)\rho+1)}{e^\beta+(n-1)e^
 
 from __future__ import annotations
 
-import diffrax
 import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ..solvers.core import integrate
+from ..solvers import AbstractODE, solve
 
 
 def equiangular_start(key, n: int, d: int, rho0: float, dtype=None):
@@ -46,14 +45,23 @@ def reduced_rhs(model: str, n: int, beta):
     return sa if model == "SA" else usa
 
 
+class ReducedGap(AbstractODE):
+    """u = 1 − ρ of the reduced ODE, u' = −ρ'(1 − u): relative accuracy in the gap, however small
+    it gets."""
+
+    model: str = eqx.field(static=True)
+    n: int = eqx.field(static=True)
+    beta: jax.Array
+
+    def rhs(self, t, u):
+        return -reduced_rhs(self.model, self.n, self.beta)(t, 1 - u, None)
+
+
 @eqx.filter_jit
 def reduced_gap(model, n, beta, rho0, ts, controller):
-    """u = 1 − ρ from u' = −ρ'(1 − u): relative accuracy in the gap, however small it gets."""
-    rhs = reduced_rhs(model, n, beta)
-    term = diffrax.ODETerm(lambda t, u, args: -rhs(t, 1 - u, args))
-    sol = integrate(term, diffrax.Tsit5(), ts[0], ts[-1], 1e-3, 1 - rho0, saveat=diffrax.SaveAt(ts=ts),
-                    stepsize_controller=controller, max_steps=1_000_000)
-    return sol.ys
+    """The gap 1 − ρ(t) at the times ``ts`` (adaptive steps by ``controller``)."""
+    return solve(ReducedGap(model, n, beta), 1 - rho0, t0=ts[0], t1=ts[-1], dt0=1e-3, saveat=ts,
+                 stepsize_controller=controller, max_steps=1_000_000).xs
 
 
-__all__ = ["equiangular_start", "reduced_gap", "reduced_rhs"]
+__all__ = ["ReducedGap", "equiangular_start", "reduced_gap", "reduced_rhs"]

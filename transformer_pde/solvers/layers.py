@@ -1,0 +1,67 @@
+"""The discrete residual Transformer: one Euler step and the dynamics' retraction per layer."""
+
+from __future__ import annotations
+
+import diffrax
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from .._checks import NonFiniteStateError, check_int, check_scalar, is_concrete
+from ..models.base import retract_step, step_velocity
+from .solution import Solution
+from .solve import as_time
+from .states import Particles, as_state
+
+
+def layers(dynamics, x0, num_layers: int, step, *, t0=0.0, save_every: int = 1) -> Solution:
+    """The discrete residual Transformer: x ← retract(x + h · v(t_l, x)), t_l = t0 + l·h.
+
+    This is explicit Euler with step ``h``; on the sphere it is followed by layer
+    normalization x ← x/|x| (spec README, "Conventions"). ``x0`` is an ``(n, d)`` array or
+    ``tp.Particles(x, weights)``. Returns states after every ``save_every`` layers, including
+    the input (layer 0).
+    """
+    state = as_state(dynamics, x0)
+    if not isinstance(state, Particles):
+        raise ValueError(f"layers moves tokens: pass an (n, d) array or tp.Particles, got "
+                         f"{type(state).__name__}")
+    state = state.prepare(dynamics)
+    num_layers = check_int(num_layers, "num_layers", minimum=1)
+    save_every = check_int(save_every, "save_every", minimum=1)
+    if int(num_layers) % int(save_every):
+        raise ValueError(f"save_every={save_every} must be >= 1 and divide num_layers={num_layers}")
+    check_scalar(step, "step", positive=True)
+    x0, w = state.x, state.weights
+    h = jnp.asarray(step, x0.dtype)
+    t0 = as_time(t0, "t0", x0.dtype)
+    xs = _layers(dynamics, x0, w, h, t0, int(num_layers), int(save_every))
+    ts = t0 + h * jnp.arange(0, int(num_layers) + 1, int(save_every), dtype=x0.dtype)
+    if is_concrete(xs):
+        finite = np.isfinite(np.asarray(xs)).reshape(xs.shape[0], -1).all(axis=1)
+        if not finite.all():
+            k = int(np.argmin(finite))
+            raise NonFiniteStateError(
+                f"layers: the tokens became non-finite (NaN or inf) by layer {k * int(save_every)} "
+                f"(t = {float(ts[k]):.6g}); the step or the parameters are too large")
+    return Solution(ts=ts, xs=xs, stats=None, weights=w, num_steps=jnp.asarray(int(num_layers)),
+                    result=diffrax.RESULTS.successful)
+
+
+@eqx.filter_jit
+def _layers(dynamics, x0, w, h, t0, num_layers, save_every):
+    def layer(x, l):
+        t = t0 + l * h
+        v = step_velocity(dynamics, x, w, t, t + h).astype(x.dtype)
+        return retract_step(dynamics, x + h * v, t, t + h), None
+
+    def block(x, b):
+        x, _ = jax.lax.scan(layer, x, b * save_every + jnp.arange(save_every))
+        return x, x
+
+    _, xs = jax.lax.scan(block, x0, jnp.arange(num_layers // save_every))
+    return jnp.concatenate([x0[None], xs], axis=0)
+
+
+__all__ = ["layers"]

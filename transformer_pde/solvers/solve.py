@@ -1,0 +1,296 @@
+"""``tp.solve``: one thin ``diffrax.diffeqsolve`` over typed states (the only call to it).
+
+``solve(dynamics, state0, t1=..., ...)`` reads like the equation dx_i/dt = v(t, x_i; μ_t): the
+state (:mod:`.states`) owns its equations, and every strategy is a value — the diffrax solver,
+step-size controller, adjoint and ``SaveAt``, the progress meter, and the stop condition
+(:class:`~.events.BlowUp`). Files, chunks and resumable runs belong to the runs layer
+(:mod:`transformer_pde.runs`), which calls this.
+"""
+
+from __future__ import annotations
+
+import diffrax
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from .._checks import NonFiniteStateError, check_int, check_scalar, is_concrete
+from ..models.base import AbstractRetractedDynamics, AbstractRetraction
+from ..models.switched import AbstractSwitched
+from .events import BlowUp
+from .retracted import Retracted
+from .solution import GaussianSolution, Solution
+from .states import AbstractState, as_state
+
+MAX_STEPS = 2**31 - 1
+"""diffrax counts steps in int32: no solve can ask for more."""
+
+_BLOW_UP = BlowUp()  # the default stop condition (an immutable value)
+_NO_EVENT_ADJOINTS = (diffrax.RecursiveCheckpointAdjoint, diffrax.DirectAdjoint)
+
+
+def solve(
+    dynamics,
+    state0,
+    *,
+    t1,
+    t0=0.0,
+    dt0=None,
+    saveat: diffrax.SaveAt | jax.typing.ArrayLike | None = None,
+    solver: diffrax.AbstractSolver | None = None,
+    stepsize_controller: diffrax.AbstractStepSizeController | None = None,
+    adjoint: diffrax.AbstractAdjoint | None = None,
+    max_steps: int | None = None,
+    event: BlowUp | None = _BLOW_UP,
+    progress_meter: diffrax.AbstractProgressMeter | None = None,
+    throw: bool = True,
+) -> Solution | GaussianSolution:
+    """Integrate a state from t0 to t1 under ``dynamics``.
+
+    Args:
+        dynamics: an attention (tokens in R^d), ``tp.Sphere(attention)`` or any
+            :class:`transformer_pde.models.AbstractDynamics`; an
+            :class:`~transformer_pde.solvers.AbstractODE` for a plain pytree state.
+        state0: ``tp.Particles(x, weights)`` (a bare ``(n, d)`` array is uniform particles),
+            ``tp.Gaussian(mean, cov)`` (the moment ODEs of the Gaussian closure, euclidean.md §4:
+            returns a :class:`GaussianSolution`), ``tp.Tracers(carrier, z)``, ``tp.Coupled(...)``,
+            or a pytree under an ODE.
+        t1, t0: time span; t1 > t0 (depth = time).
+        dt0: initial (or constant) step. Euler with constant ``dt0`` is a residual
+            Transformer with layer step ``dt0``.
+        saveat: ``diffrax.SaveAt(ts=..., fn=...)`` or ``diffrax.SaveAt(t1=True, fn=...)``; an
+            array of times is short for ``SaveAt(ts=times)`` (default: ``[t1]``). With
+            ``fn(t, x, args)`` the statistic is saved instead of the states (large runs need not
+            store every state): ``Solution.stats``; ``x`` is what the state shows (particles on
+            their manifold; a tuple for coupled states).
+        solver: any diffrax solver (default ``diffrax.Tsit5()``).
+        stepsize_controller: default constant steps; pass ``diffrax.PIDController(rtol, atol)``
+            for adaptive steps.
+        adjoint: diffrax adjoint for gradients (default: recursive checkpointing).
+        max_steps: step cap (default: exact for constant steps, 100 000 otherwise).
+        event: the stop condition, :class:`~transformer_pde.BlowUp` by default: the run stops at
+            the first step whose state holds a NaN or inf (a Gaussian: tr Σ above a threshold)
+            and reports its time (``Solution.nonfinite_time``, ``GaussianSolution.blowup_time``);
+            particles then raise :class:`~transformer_pde.NonFiniteStateError` naming the time
+            unless ``throw=False``. ``None`` watches nothing. Adjoints other than recursive
+            checkpointing and ``DirectAdjoint`` exclude events: the watch is skipped there.
+        progress_meter: a diffrax progress meter (e.g. ``diffrax.TqdmProgressMeter()``),
+            updated from inside jit; default none.
+        throw: raise if the solve fails; otherwise inspect ``Solution.result``.
+
+    The compiled program depends only on shapes and the static configuration, so repeated
+    calls with new values (x0, parameters, t1) do not recompile; ``solve`` works under
+    ``jax.vmap`` and ``jax.grad``.
+    """
+    if event is not None and not isinstance(event, BlowUp):
+        raise ValueError(f"event must be tp.BlowUp(...) or None, got {event!r}")
+    if progress_meter is not None and not isinstance(progress_meter, diffrax.AbstractProgressMeter):
+        raise ValueError(f"progress_meter must be a diffrax progress meter such as "
+                         f"diffrax.TqdmProgressMeter(), got {progress_meter!r}")
+    state = as_state(dynamics, state0).prepare(dynamics)
+    dtype = state.dtype
+    save_ts, fn = parse_saveat(saveat)
+    if fn is not None:
+        state.check_statistics()
+    ts = check_times(t0, t1, dt0, save_ts, dtype)
+    solver = diffrax.Tsit5() if solver is None else solver
+    if not isinstance(solver, diffrax.AbstractSolver):
+        raise ValueError(f"solver must be a diffrax solver such as diffrax.Tsit5(), got {solver!r}")
+    if stepsize_controller is None:
+        stepsize_controller = diffrax.ConstantStepSize()
+    if dt0 is None and isinstance(stepsize_controller, diffrax.ConstantStepSize):
+        raise ValueError("dt0 is required with constant step sizes (pass dt0=..., or an adaptive "
+                         "stepsize_controller such as diffrax.PIDController)")
+    if isinstance(dynamics, AbstractSwitched):
+        dynamics = dynamics.part_on(t0, t1)
+    if isinstance(dynamics, AbstractRetractedDynamics) and dynamics.switch_times:
+        stepsize_controller, dt0 = jump_at_switches(dynamics, stepsize_controller, t0, t1, dt0, dtype)
+    if max_steps is None:
+        max_steps = default_max_steps(t0, t1, dt0, stepsize_controller)
+    check_int(max_steps, "max_steps", minimum=1)
+    if max_steps > MAX_STEPS:
+        raise ValueError(f"max_steps={max_steps} exceeds {MAX_STEPS} (diffrax counts steps in int32)")
+    adjoint = diffrax.RecursiveCheckpointAdjoint() if adjoint is None else adjoint
+    if event is not None and not isinstance(adjoint, _NO_EVENT_ADJOINTS):
+        event = None
+    criterion = None if event is None else state.resolve(event)
+    sol = _solve(dynamics, state, as_time(t0, "t0", dtype), as_time(t1, "t1", dtype),
+                 None if dt0 is None else jnp.asarray(dt0, dtype), ts, fn, solver, stepsize_controller,
+                 adjoint, int(max_steps), progress_meter or diffrax.NoProgressMeter(), bool(throw),
+                 event is not None, criterion)
+    if throw and event is not None and isinstance(sol, Solution):
+        sol = _raise_if_nonfinite(sol)
+    return sol
+
+
+@eqx.filter_jit
+def _solve(dynamics, state, t0, t1, dt0, ts, fn, solver, controller, adjoint, max_steps, meter, throw,
+           watch, criterion):
+    term = diffrax.ODETerm(lambda t, y, args: state.vector_field(dynamics, t, y))
+    if state.retracts(dynamics):
+        solver = Retracted(solver, _StateRetraction(state, dynamics))
+    # saves interpolate between steps (dense output may leave the manifold): the state maps them
+    if fn is None:
+        save = lambda t, y, args: state.value(dynamics, y, t)  # noqa: E731
+    else:
+        save = lambda t, y, args: fn(t, state.value(dynamics, y, t), args)  # noqa: E731
+    # the extra save at t1 records where the run actually stopped (the event time, or t1)
+    saveat = diffrax.SaveAt(subs=[diffrax.SubSaveAt(ts=ts, fn=save),
+                                  diffrax.SubSaveAt(t1=True, fn=lambda t, y, args: (t, state.final_value(y)))])
+    event = None
+    if watch:
+        event = diffrax.Event(lambda t, y, args, **kw: state.blown_up(criterion, y))
+    sol = diffrax.diffeqsolve(term, solver, t0, t1, dt0, state.y, saveat=saveat,
+                              stepsize_controller=controller, adjoint=adjoint, max_steps=max_steps,
+                              throw=throw, event=event, progress_meter=meter)
+    (save_ts, _), (saved, (t_end, final)) = sol.ts, sol.ys
+    stop_time = None
+    if watch:
+        stopped = sol.result == diffrax.RESULTS.event_occurred
+        stop_time = jnp.where(stopped, t_end[0], jnp.inf)
+    final = (t_end[0], jax.tree.map(lambda a: a[0], final))
+    return state.solution(save_ts, saved, fn is not None, stop_time, final,
+                          sol.stats["num_accepted_steps"], sol.result, criterion)
+
+
+class _StateRetraction(AbstractRetraction):
+    """A state's step retraction under a dynamics, for :class:`Retracted`."""
+
+    state: AbstractState
+    dynamics: object
+
+    def retract_step(self, y, t0, t1):
+        return self.state.retract_step(self.dynamics, y, t0, t1)
+
+
+def _raise_if_nonfinite(sol: Solution) -> Solution:
+    """Report a non-finite state with its time: an error naming it when concrete,
+    ``eqx.error_if`` under an outer ``jit``/``vmap`` (where the time cannot be formatted)."""
+    bad_t = sol.nonfinite_time
+    if is_concrete(bad_t):
+        t = np.asarray(bad_t)
+        if np.ndim(t) == 0 and np.isfinite(t):
+            raise NonFiniteStateError(
+                f"solve: the state became non-finite (NaN or inf) at t = {float(t):.6g} (end of the "
+                "first step that produced it); the run was stopped there. Typical causes: "
+                "finite-time blow-up of the dynamics, or a step dt0 too large for the parameters "
+                "(beta, token norms). Pass throw=False to get the partial Solution "
+                "(Solution.nonfinite_time, saves after it are inf).")
+        return sol
+    # attached to every output (states, statistics, times), so a jit that keeps any of them
+    # keeps the check: a caller who reads only .xs (or a tp.sweep of one number) still gets it
+    bad = jnp.any(jnp.isfinite(bad_t))
+    msg = ("solve: the state became non-finite (NaN or inf) during the run; rerun with "
+           "throw=False and read Solution.nonfinite_time for the time it appeared")
+    guarded = jax.tree.map(lambda a: eqx.error_if(a, bad, msg), (sol.ts, sol.xs, sol.stats))
+    return eqx.tree_at(lambda s: (s.ts, s.xs, s.stats), sol, guarded, is_leaf=lambda v: v is None)
+
+
+# ----------------------------------------------------------------------------- time arguments
+
+
+def as_time(value, name, dtype):
+    check_scalar(value, name)
+    return jnp.asarray(value, dtype=dtype)
+
+
+def check_times(t0, t1, dt0, ts, dtype):
+    """Check (t0, t1, dt0) and the save times ``ts`` (None: ``[t1]``); returns ``ts`` as an array."""
+    check_scalar(t0, "t0")
+    check_scalar(t1, "t1")
+    if is_concrete(t0) and is_concrete(t1) and not float(t1) > float(t0):
+        raise ValueError(f"Must have t1 > t0, got t0={float(t0)} and t1={float(t1)}")
+    if dt0 is not None:
+        check_scalar(dt0, "dt0", positive=True)
+    if ts is None:
+        return jnp.asarray([t1], dtype=dtype)
+    ts = jnp.asarray(ts, dtype=dtype)
+    if ts.ndim != 1 or ts.shape[0] < 1:
+        raise ValueError(f"saveat must be a non-empty 1-D array of times, got shape {ts.shape}")
+    if is_concrete(ts) and is_concrete(t0) and is_concrete(t1):
+        a = np.asarray(ts)
+        if not np.isfinite(a).all():
+            raise ValueError(f"saveat must be finite, got {a}")
+        if np.any(np.diff(a) < 0):
+            raise ValueError(f"saveat times must be non-decreasing, got {a}")
+        slack = 1e-6 * max(1.0, abs(float(t1)))
+        if a[0] < float(t0) - slack or a[-1] > float(t1) + slack:
+            raise ValueError(f"saveat times must lie in [t0, t1] = [{float(t0)}, {float(t1)}], "
+                             f"got [{a[0]}, {a[-1]}]")
+        ts = jnp.clip(ts, t0, t1)
+    return ts
+
+
+_SAVE_Y = diffrax.SaveAt(t1=True).subs.fn
+
+
+def parse_saveat(saveat):
+    """(ts or None, fn or None) of ``saveat``: None (save at t1), an array of times, or a
+    ``diffrax.SaveAt(ts=..., fn=...)`` / ``diffrax.SaveAt(t1=True, fn=...)``.
+
+    ``fn(t, y, args)`` is diffrax's statistic signature; None means the states themselves.
+    """
+    if saveat is None:
+        return None, None
+    if not isinstance(saveat, diffrax.SaveAt):
+        return saveat, None
+    sub = saveat.subs
+    if not isinstance(sub, diffrax.SubSaveAt) or saveat.dense or sub.t0 or sub.steps or (
+            sub.ts is None) == (not sub.t1) or (sub.ts is not None and sub.t1):
+        raise ValueError("solve takes diffrax.SaveAt(ts=..., fn=...) or diffrax.SaveAt(t1=True, "
+                         f"fn=...) (one of ts, t1; no t0, steps, dense or subs), got {saveat}")
+    if not callable(sub.fn):
+        raise ValueError(f"SaveAt fn must be a callable fn(t, y, args), got {sub.fn!r}")
+    return sub.ts, None if sub.fn is _SAVE_Y else sub.fn
+
+
+def default_max_steps(t0, t1, dt0, controller):
+    if isinstance(controller, diffrax.StepTo):
+        return len(controller.ts) - 1  # exactly the steps of the given grid
+    if isinstance(controller, diffrax.ConstantStepSize) and dt0 is not None and all(
+        is_concrete(v) for v in (t0, t1, dt0)
+    ):
+        steps = np.ceil((float(t1) - float(t0)) / float(dt0) * (1 + 1e-6)) + 1
+        if not steps <= MAX_STEPS:
+            raise ValueError(f"dt0={float(dt0):.6g} over [t0, t1] = [{float(t0):.6g}, {float(t1):.6g}] "
+                             f"needs {steps:.4g} constant steps, more than {MAX_STEPS} (diffrax counts "
+                             "steps in int32); use a larger dt0 or an adaptive stepsize_controller")
+        steps = int(steps)
+        # round up to a power of two: a new horizon reuses the compiled program
+        return min(MAX_STEPS, max(16, 1 << (steps - 1).bit_length()))
+    return 100_000
+
+
+def jump_at_switches(dynamics: AbstractRetractedDynamics, controller, t0, t1, dt0, dtype):
+    """A step-size controller that steps to just before each of the dynamics' ``switch_times`` in
+    (t0, t1) and on from just after it, so no solver stage of one part evaluates the other's field
+    (:mod:`transformer_pde.models.switched`). Adaptive controllers get diffrax's ``jump_ts``;
+    constant steps become the grid t0 + k·dt0 given exactly (``diffrax.StepTo``), with the switch
+    point τ replaced by the two floats around it (a step of 2 ulp), which needs τ on the grid."""
+    inside = [s for s in dynamics.switch_times if float(t0) < s < float(t1)]
+    if not inside:
+        return controller, dt0
+    if isinstance(controller, diffrax.AbstractAdaptiveStepSizeController):
+        return diffrax.ClipStepSizeController(controller, jump_ts=jnp.asarray(inside)), dt0
+    name = type(dynamics).__name__
+    if not isinstance(controller, diffrax.ConstantStepSize) or not all(
+            is_concrete(v) for v in (t0, t1, dt0)):
+        raise ValueError(f"{name} changes at t = {inside}: solve it with constant steps (concrete "
+                         f"t0, t1, dt0) or an adaptive stepsize_controller, got {type(controller).__name__}")
+    t0, t1, dt0 = float(t0), float(t1), float(dt0)
+    num = max(int(np.ceil((t1 - t0) / dt0 - 1e-9)), 1)
+    grid = list(t0 + dt0 * np.arange(num + 1))
+    grid[-1] = t1
+    for s in sorted(inside, reverse=True):
+        k = int(np.rint((s - t0) / dt0))
+        if abs(t0 + k * dt0 - s) > 1e-9 * max(1.0, abs(s)):
+            raise ValueError(f"{name} switches at t = {s:g}, which is not on the step grid t0 + k·dt0 "
+                             f"(t0 = {t0:g}, dt0 = {dt0:g}); choose dt0 dividing {s - t0:g}, or an "
+                             "adaptive stepsize_controller")
+        tau = np.asarray(s, dtype)
+        grid[k:k + 1] = [np.nextafter(tau, -np.inf), np.nextafter(tau, np.inf)]
+    return diffrax.StepTo(ts=np.asarray(grid, dtype)), None
+
+
+__all__ = ["MAX_STEPS", "solve"]

@@ -1,0 +1,450 @@
+"""What :func:`transformer_pde.solve` evolves: typed states, each owning its equations.
+
+A state says which arrays move (:meth:`AbstractState.y`), how they move under a dynamics
+(:meth:`AbstractState.vector_field`), how a step ends (the dynamics' retraction), what a save
+sees and when the state has blown up; the solve itself is the same for all of them.
+
+* :class:`Particles` — tokens ``(n, d)`` with weights: μ = Σ_j w_j δ_{x_j} (euclidean.md §1). A
+  bare array given to ``tp.solve`` is ``Particles(x)``, uniform weights.
+* :class:`Gaussian` — N(mean, cov) under the Gaussian closure (euclidean.md §4): the moment ODEs.
+* :class:`Tracers` — a carrier state and test particles z moved by the carrier's field,
+  dz/dt = Γ_μ(z), without acting on it: the characteristics of the mean field (the
+  same-seed coupling of the convergence studies).
+* :class:`Coupled` — several states evolved side by side by one dynamics, with one step
+  sequence (a system and its reference).
+* :class:`ODEState` — a plain pytree under an :class:`AbstractODE` (reduced ODEs of
+  :mod:`transformer_pde.theory`, PDEs discretized in space).
+"""
+
+from __future__ import annotations
+
+import abc
+from typing import Any
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from .._checks import as_float_array, check_finite, check_weights, is_concrete
+from .._types import PointsLike, WeightsLike
+from ..models.attention.base import AbstractAttention, AbstractGaussianClosure
+from ..models.base import AbstractDynamics, AbstractRetractedDynamics, retract_at, retract_step
+from ..models.sphere import Sphere, tangent_projection
+from .events import BlowUp
+from .solution import GaussianSolution, Solution
+
+
+class AbstractODE(eqx.Module):
+    """An ODE dy/dt = f(t, y) on a pytree y that is not a system of tokens: a reduced ODE, a PDE
+    discretized in space. ``tp.solve(ode, y0, ...)`` integrates it (y0 a pytree of arrays)."""
+
+    @abc.abstractmethod
+    def rhs(self, t, y):
+        """dy/dt at (t, y)."""
+
+
+class AbstractState(eqx.Module):
+    """A state of :func:`transformer_pde.solve`: the arrays that move and how they move."""
+
+    @abc.abstractmethod
+    def prepare(self, dynamics) -> "AbstractState":
+        """This state checked against ``dynamics`` (ValueError naming what is wrong), with every
+        default filled in (weights)."""
+
+    @property
+    @abc.abstractmethod
+    def y(self) -> Any:
+        """The arrays that move (the diffrax state)."""
+
+    @abc.abstractmethod
+    def vector_field(self, dynamics, t, y) -> Any:
+        """dy/dt under ``dynamics`` (unchecked; traced inside the solve)."""
+
+    @property
+    def dtype(self):
+        """The precision of the run: the dtype of the moving arrays."""
+        return jax.tree_util.tree_leaves(self.y)[0].dtype
+
+    def retracts(self, dynamics) -> bool:
+        """Whether every step ends with the dynamics' retraction."""
+        return False
+
+    def retract_step(self, dynamics, y, t0, t1):
+        return y
+
+    def value(self, dynamics, y, t):
+        """What a save sees at time t (a dense-output state mapped where states live)."""
+        return y
+
+    def resolve(self, event: BlowUp) -> Any:
+        """The stop criterion ``event`` means for this state, with its defaults filled in (a
+        Gaussian's threshold); handed back to :meth:`blown_up`."""
+        return None
+
+    def blown_up(self, criterion, y):
+        """True once the state has left every bounded set (default: a NaN or inf anywhere)."""
+        return ~jnp.all(jnp.stack([jnp.all(jnp.isfinite(leaf)) for leaf in jax.tree_util.tree_leaves(y)]))
+
+    def check_statistics(self) -> None:
+        """ValueError if this state cannot save ``SaveAt(fn=...)`` statistics."""
+
+    def final_value(self, y):
+        """What the solution keeps of the state where the run stopped (default: nothing)."""
+        return None
+
+    def solution(self, ts, saved, statistics: bool, stop_time, final, num_steps, result, criterion):
+        """The solution of a run: ``saved`` are the values (or statistics) at ``ts``, ``stop_time``
+        the time a blow-up stopped the run (``inf`` if none; None when unwatched)."""
+        return Solution(ts=ts, xs=None if statistics else saved, stats=saved if statistics else None,
+                        weights=None, num_steps=num_steps, result=result, nonfinite_time=stop_time)
+
+
+def _dynamics_name(dynamics) -> str:
+    return type(dynamics).__name__
+
+
+class Particles(AbstractState):
+    """Tokens with weights, μ = Σ_j w_j δ_{x_j} (euclidean.md §1): the state of every particle
+    dynamics. The weights are fixed in time (masses of a quadrature rule, a weighted sample).
+
+    Args:
+        x: tokens, shape ``(n, d)``.
+        weights: shape ``(n,)``, non-negative, summing to one (None: uniform).
+    """
+
+    x: jax.Array
+    weights: jax.Array | None
+
+    def __init__(self, x: PointsLike, weights: WeightsLike | None = None):
+        self.x = as_float_array(x, "Particles.x")
+        self.weights = None if weights is None else as_float_array(weights, "Particles.weights")
+
+    def prepare(self, dynamics):
+        if not isinstance(dynamics, AbstractDynamics):
+            raise ValueError(f"dynamics must be an attention or tp.Sphere(attention) (a tp.AbstractDynamics "
+                             f"of tokens), got {_dynamics_name(dynamics)}")
+        x = dynamics.check_state(self.x, "x0")
+        return Particles(x, check_weights(self.weights, x.shape[0], x.dtype))
+
+    @property
+    def y(self):
+        return self.x
+
+    def vector_field(self, dynamics, t, y):
+        # the state's dtype sets the precision of the run: float32 tokens with float64
+        # parameters (e.g. under x64) integrate in float32 instead of failing on a dtype mismatch
+        return dynamics.vector_field(y, self.weights, t).astype(y.dtype)
+
+    def retracts(self, dynamics):
+        return isinstance(dynamics, AbstractRetractedDynamics)
+
+    def retract_step(self, dynamics, y, t0, t1):
+        return retract_step(dynamics, y, t0, t1)
+
+    def value(self, dynamics, y, t):
+        return retract_at(dynamics, y, t)
+
+    def solution(self, ts, saved, statistics, stop_time, final, num_steps, result, criterion):
+        sol = super().solution(ts, saved, statistics, stop_time, final, num_steps, result, criterion)
+        return eqx.tree_at(lambda s: s.weights, sol, self.weights, is_leaf=lambda v: v is None)
+
+    def field_at(self, dynamics, queries, y, t):
+        """Γ_μ(queries) for μ = Σ_j w_j δ_{y_j}: the velocity of test particles."""
+        return _field_at(dynamics, queries, y, self.weights, t)
+
+    def check_field(self, dynamics):
+        """ValueError unless the dynamics has a field at arbitrary points."""
+        inner = dynamics.dynamics if isinstance(dynamics, Sphere) else dynamics
+        if not isinstance(inner, AbstractAttention) or inner.causal:
+            raise ValueError(f"{_dynamics_name(dynamics)} has no field at arbitrary points (test "
+                             "particles need an attention or Sphere(attention), non-causal)")
+
+
+def _field_at(dynamics, queries, x, weights, t):
+    """Γ_μ(queries) for μ = Σ_j w_j δ_{x_j}, tangent on the sphere for ``Sphere(attention)``."""
+    if isinstance(dynamics, Sphere):
+        return tangent_projection(queries, _field_at(dynamics.dynamics, queries, x, weights, t))
+    return dynamics.query_field(queries, x, weights, t)
+
+
+def default_blowup_factor(dtype) -> float:
+    """tr Σ / tr Σ0 that counts as a blow-up: 1e10 in float64; in lower precision the largest
+    growth the time grid can still resolve, 1e-3/eps (8.4e3 in float32). Near a Riccati pole
+    Σ ~ 1/(t* − t), and t* − t cannot go below eps·t*: a larger threshold is never reached, the
+    adaptive steps shrink to nothing and the solve ends on max_steps instead of the blow-up."""
+    return float(min(1e10, 1e-3 / float(jnp.finfo(dtype).eps)))
+
+
+class Gaussian(AbstractState):
+    """A Gaussian measure N(mean, cov) (euclidean.md §4): under an attention with a Gaussian
+    closure (:class:`~transformer_pde.models.AbstractGaussianClosure`) it stays Gaussian, and
+    ``tp.solve`` integrates the moment ODEs α' = Jα + c, Σ' = JΣ + ΣJᵀ.
+
+    Args:
+        mean: shape ``(d,)``.
+        cov: shape ``(d, d)``, symmetric positive definite.
+    """
+
+    mean: jax.Array
+    cov: jax.Array
+
+    def __init__(self, mean, cov):
+        mean = check_finite(as_float_array(mean, "Gaussian.mean"), "Gaussian.mean")
+        cov = check_finite(as_float_array(cov, "Gaussian.cov"), "Gaussian.cov")
+        if mean.ndim != 1:
+            raise ValueError(f"Gaussian.mean must have shape (d,), got {mean.shape}")
+        d = mean.shape[0]
+        if cov.shape != (d, d):
+            raise ValueError(f"Gaussian.cov must have shape ({d}, {d}) to match mean, got {cov.shape}")
+        if is_concrete(cov):
+            c = np.asarray(cov, dtype=np.float64)
+            asym = np.max(np.abs(c - c.T)) if d else 0.0
+            scale = max(np.max(np.abs(c)), 1e-300)
+            if asym > 1e-6 * scale:
+                raise ValueError(f"Gaussian.cov must be symmetric, but max|cov - cov.T| = {asym:.3g}")
+            lam = np.linalg.eigvalsh((c + c.T) / 2)
+            # singular up to round-off counts as singular: the closure needs cov^{-1}
+            tol = d * np.finfo(np.dtype(cov.dtype)).eps * max(abs(lam[-1]), 1e-300)
+            if lam[0] <= tol:
+                raise ValueError(f"Gaussian.cov must be positive definite, but its smallest "
+                                 f"eigenvalue is {lam[0]:.6g} (needs > {tol:.3g}, relative to "
+                                 f"the largest {lam[-1]:.6g})")
+        self.mean = mean
+        self.cov = cov
+
+    @property
+    def dim(self) -> int:
+        return self.mean.shape[0]
+
+    def sample(self, key, n: int):
+        """n i.i.d. samples, shape ``(n, d)``."""
+        if int(n) < 1:
+            raise ValueError(f"Gaussian.sample needs n >= 1, got n={n}")
+        L = jnp.linalg.cholesky(self.cov)
+        z = jax.random.normal(key, (n, self.dim), dtype=self.mean.dtype)
+        return self.mean[None, :] + z @ L.T
+
+    def gauss_hermite(self, order: int):
+        """Tensor Gauss–Hermite quadrature: ``(points (order**d, d), weights (order**d,))``.
+
+        x = mean + L z with L Lᵀ = cov and z on the tensor grid of the probabilists' Hermite
+        nodes: integrates polynomials of degree <= 2*order - 1 in each coordinate exactly
+        against N(mean, cov). ``tp.Particles(points, weights)`` is then a state of the particle
+        solver whose moments follow the Gaussian closure to quadrature accuracy (euclidean.md §1,
+        weighted measures).
+        """
+        if int(order) < 1:
+            raise ValueError(f"Gauss–Hermite order must be >= 1, got {order}")
+        if int(order) ** self.dim > 10**7:
+            raise ValueError(f"order**d = {int(order)}**{self.dim} points is too many for a tensor "
+                             "grid; lower the order")
+        z, w = np.polynomial.hermite_e.hermegauss(int(order))  # weight e^{-z^2/2}
+        w = w / w.sum()
+        grids = np.meshgrid(*([z] * self.dim), indexing="ij")
+        pts = np.stack([g.ravel() for g in grids], axis=-1)
+        wts = np.ones(pts.shape[0])
+        for ws in np.meshgrid(*([w] * self.dim), indexing="ij"):
+            wts = wts * ws.ravel()
+        L = jnp.linalg.cholesky(self.cov)
+        x = self.mean[None, :] + jnp.asarray(pts, self.mean.dtype) @ L.T
+        return x, jnp.asarray(wts / wts.sum(), self.mean.dtype)
+
+    # --- as a state of tp.solve ---------------------------------------------------------------
+    def prepare(self, dynamics):
+        if not isinstance(dynamics, AbstractGaussianClosure):
+            raise ValueError(
+                f"{_dynamics_name(dynamics)} has no Gaussian closure: its field of a Gaussian is not "
+                "affine in x (sigmoid, unnormalized and causal attention), or tokens live on the "
+                "sphere, where no Gaussian on R^d is a state (euclidean.md §4 needs an affine field)")
+        if dynamics.dim is not None and self.dim != dynamics.dim:
+            raise ValueError(f"Gaussian has dimension {self.dim} but the dynamics act on d={dynamics.dim}")
+        jax.eval_shape(dynamics.gaussian_velocity, self.mean, self.cov, jnp.zeros((), self.dtype))
+        return self
+
+    @property
+    def y(self):
+        return self.mean, self.cov
+
+    def vector_field(self, dynamics, t, y):
+        m, c = y
+        dm, dc = dynamics.gaussian_velocity(m, c, t)
+        # the state's dtype rules (float32 moments with float64 parameters stay float32)
+        return dm.astype(m.dtype), dc.astype(c.dtype)
+
+    def field_at(self, dynamics, queries, y, t):
+        """The affine field J z + c of N(mean, cov) at test particles z."""
+        J, c = dynamics.affine_field(*y, t)
+        return queries @ J.T + c[None, :]
+
+    def check_field(self, dynamics):
+        pass  # prepare() checked the closure
+
+    def resolve(self, event: BlowUp):
+        """The threshold on tr Σ: ``event.threshold``, default :func:`default_blowup_factor` · tr Σ0."""
+        if event.threshold is None:
+            return (default_blowup_factor(self.dtype) * jnp.trace(self.cov)).astype(self.dtype)
+        threshold = jnp.asarray(event.threshold, self.dtype)
+        if is_concrete(threshold) and is_concrete(self.cov) and not (
+                float(threshold) > float(np.trace(np.asarray(self.cov)))):
+            raise ValueError(f"BlowUp threshold={float(threshold)} must exceed tr Σ0 = "
+                             f"{float(np.trace(np.asarray(self.cov)))}")
+        return threshold
+
+    def blown_up(self, threshold, y):
+        m, c = y
+        # `~(tr <= threshold)` is also true for NaN: a step that overflowed stops the solve too
+        return ~(jnp.trace(c) <= threshold) | ~jnp.all(jnp.isfinite(m))
+
+    def final_value(self, y):
+        return y
+
+    def check_statistics(self):
+        raise ValueError("SaveAt(fn=...) statistics apply to particles; a Gaussian solve saves the "
+                         "moments (means, covs)")
+
+    def solution(self, ts, saved, statistics, stop_time, final, num_steps, result, threshold):
+        means, covs = saved
+        final_time, (final_mean, final_cov) = final
+        # diffrax marks save times after the stop with inf; a save inside a final step that
+        # overflowed is interpolated from non-finite values: mark those inf as well.
+        bad = ~(jnp.all(jnp.isfinite(covs), axis=(1, 2)) & jnp.all(jnp.isfinite(means), axis=1))
+        means = jnp.where(bad[:, None], jnp.inf, means)
+        covs = jnp.where(bad[:, None, None], jnp.inf, covs)
+        if stop_time is None:
+            stop_time = jnp.asarray(jnp.inf, ts.dtype)
+            threshold = jnp.asarray(jnp.nan, ts.dtype)
+        return GaussianSolution(ts=ts, means=means, covs=covs, blowup_time=stop_time.astype(ts.dtype),
+                                final_time=final_time, final_mean=final_mean, final_cov=final_cov,
+                                threshold=threshold, num_steps=num_steps, result=result)
+
+
+class Tracers(AbstractState):
+    """Test particles z moved by the field of a carrier state without acting on it:
+    dz_i/dt = Γ_{μ_t}(z_i), with μ_t the carrier (:class:`Particles` or :class:`Gaussian`)
+    evolving under the same dynamics. Started at i.i.d. samples of μ_0, the z_i(t) are i.i.d.
+    samples of μ_t: the characteristics of the mean field.
+
+    Args:
+        carrier: the state whose field moves the tracers.
+        z: tracers, shape ``(m, d)``.
+    """
+
+    carrier: Particles | Gaussian
+    z: jax.Array
+
+    def __init__(self, carrier: Particles | Gaussian, z: PointsLike):
+        if not isinstance(carrier, (Particles, Gaussian)):
+            raise ValueError(f"Tracers need a carrier tp.Particles or tp.Gaussian, got {type(carrier).__name__}")
+        self.carrier = carrier
+        self.z = as_float_array(z, "Tracers.z")
+
+    def prepare(self, dynamics):
+        carrier = self.carrier.prepare(dynamics)
+        carrier.check_field(dynamics)
+        return Tracers(carrier, dynamics.check_state(check_finite(self.z, "Tracers.z"), "Tracers.z"))
+
+    @property
+    def y(self):
+        return self.carrier.y, self.z
+
+    def vector_field(self, dynamics, t, y):
+        yc, z = y
+        return self.carrier.vector_field(dynamics, t, yc), self.carrier.field_at(dynamics, z, yc, t)
+
+    def retracts(self, dynamics):
+        return isinstance(dynamics, AbstractRetractedDynamics)
+
+    def retract_step(self, dynamics, y, t0, t1):
+        yc, z = y
+        return self.carrier.retract_step(dynamics, yc, t0, t1), retract_step(dynamics, z, t0, t1)
+
+    def value(self, dynamics, y, t):
+        yc, z = y
+        return self.carrier.value(dynamics, yc, t), retract_at(dynamics, z, t)
+
+    def resolve(self, event):
+        return self.carrier.resolve(event)
+
+    def blown_up(self, criterion, y):
+        yc, z = y
+        return self.carrier.blown_up(criterion, yc) | ~jnp.all(jnp.isfinite(z))
+
+
+class Coupled(AbstractState):
+    """Several states evolved side by side by one dynamics, on one step sequence (e.g. a
+    particle system and a large reference system with its tracers). Saves see the tuple of the
+    parts' values."""
+
+    parts: tuple[AbstractState, ...]
+
+    def __init__(self, *parts):
+        for p in parts:
+            if not isinstance(p, AbstractState):
+                raise ValueError(f"Coupled takes states (tp.Particles, tp.Gaussian, tp.Tracers), "
+                                 f"got {type(p).__name__}")
+        if not parts:
+            raise ValueError("Coupled needs at least one state")
+        self.parts = tuple(parts)
+
+    def prepare(self, dynamics):
+        return Coupled(*(p.prepare(dynamics) for p in self.parts))
+
+    @property
+    def y(self):
+        return tuple(p.y for p in self.parts)
+
+    def vector_field(self, dynamics, t, y):
+        return tuple(p.vector_field(dynamics, t, yp) for p, yp in zip(self.parts, y))
+
+    def retracts(self, dynamics):
+        return any(p.retracts(dynamics) for p in self.parts)
+
+    def retract_step(self, dynamics, y, t0, t1):
+        return tuple(p.retract_step(dynamics, yp, t0, t1) for p, yp in zip(self.parts, y))
+
+    def value(self, dynamics, y, t):
+        return tuple(p.value(dynamics, yp, t) for p, yp in zip(self.parts, y))
+
+    def resolve(self, event):
+        return tuple(p.resolve(event) for p in self.parts)
+
+    def blown_up(self, criteria, y):
+        return jnp.any(jnp.stack([p.blown_up(c, yp) for p, c, yp in zip(self.parts, criteria, y)]))
+
+
+class ODEState(AbstractState):
+    """A pytree of arrays evolving under an :class:`AbstractODE` (``tp.solve(ode, y0)``)."""
+
+    y0: Any
+
+    def prepare(self, dynamics):
+        if not isinstance(dynamics, AbstractODE):
+            raise ValueError(f"a plain array state needs an ODE (tp.solvers.AbstractODE), got "
+                             f"{_dynamics_name(dynamics)}")
+        leaves = jax.tree_util.tree_leaves(self.y0)
+        if not leaves:
+            raise ValueError("the ODE state holds no array")
+        y0 = jax.tree.map(lambda a: as_float_array(a, "y0"), self.y0)
+        return ODEState(y0)
+
+    @property
+    def y(self):
+        return self.y0
+
+    def vector_field(self, dynamics, t, y):
+        return jax.tree.map(lambda d, a: jnp.asarray(d).astype(a.dtype), dynamics.rhs(t, y), y)
+
+
+def as_state(dynamics, state0) -> AbstractState:
+    """``state0`` as a state: a state as given; an array or pytree as :class:`ODEState` under an
+    :class:`AbstractODE`, as :class:`Particles` (uniform weights) otherwise."""
+    if isinstance(state0, AbstractState):
+        return state0
+    if isinstance(dynamics, AbstractODE):
+        return ODEState(state0)
+    return Particles(state0)
+
+
+__all__ = ["AbstractODE", "AbstractState", "Coupled", "Gaussian", "ODEState", "Particles", "Tracers",
+           "as_state", "default_blowup_factor"]
