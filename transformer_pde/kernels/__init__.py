@@ -4,11 +4,12 @@
 - :mod:`.fast`: the NUFFT Gaussian sum, O(n + M log M) for scores in R^k, k <= 3.
 - :mod:`.backends`: the strategies an attention takes as ``backend=``: :class:`Exact`,
   :class:`Fast`, :class:`Auto` (with :class:`KernelReport`, the choice and its reason).
-- :mod:`.ott`: ott-jax point clouds whose Sinkhorn kernel streams through :mod:`.exact`.
-- :mod:`.random_batch`: the random batch method (interactions inside random batches).
+- :mod:`.point_clouds`: ott-jax point clouds whose Sinkhorn kernel streams through :mod:`.exact`.
+- :mod:`.random_partition`: the random batch method (random partitions into batches, and the
+  field each token feels inside its batch).
 """
 
-from . import backends, exact, fast, random_batch
+from . import backends, exact, fast, point_clouds, random_partition
 from .backends import Auto, Exact, Fast, KernelReport, ScoreBox
 from .exact import (
     DENSE_MAX_PAIRS,
@@ -30,7 +31,8 @@ __all__ = [
     "DENSE_MAX_PAIRS",
     "choose_path",
     "exact",
-    "random_batch",
+    "point_clouds",
+    "random_partition",
     "exp_kernel_sum",
     "lse_average",
     "sigmoid_kernel_sum",

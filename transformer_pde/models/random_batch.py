@@ -5,7 +5,7 @@ r"""Any attention, evaluated by the random batch method (Jin–Li–Liu 2020; is
 ``dt0=τ``. The batches are redrawn at every step t_k = t0 + kτ (the step index is read from the
 time); with ``diffrax.Euler()`` (the RBM of the paper) every step sees one partition. Higher-order
 solvers evaluate stages at t_k + c τ; a stage at c = 1 already sees the next partition, so use
-Euler for the rates of :mod:`transformer_pde.kernels.random_batch`.
+Euler for the rates of :mod:`transformer_pde.kernels.random_partition`.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import jax
 import jax.numpy as jnp
 
 from .._checks import check_int, check_scalar
-from ..kernels.random_batch import random_batch_field
+from ..kernels.random_partition import random_batch_field
 from .attention.base import AbstractAttention
 from .attention.softmax import SoftmaxAttention
 from .base import AbstractDynamics

@@ -7,7 +7,7 @@ from .base import (
     AbstractNormalizedAttention,
 )
 from .l2 import L2Attention
-from .perceptron import AttentionPerceptron
+from .attention_perceptron import AttentionPerceptron
 from .sinkhorn import SinkhornAttention, SinkhornPotentials, sinkhorn_conditional_cov
 from .softmax import MultiHeadAttention, SoftmaxAttention
 from .unnormalized import SigmoidAttention, UnnormalizedAttention

@@ -14,7 +14,7 @@ from ..._linalg import sqrtm_psd, symmetrize
 from ..._types import Param
 from ...kernels import choose_path
 from ...kernels.backends import AbstractBackend, exact_lse_average, fast_lse_average_checked
-from ...kernels.ott import FastDotCloud, StreamingDotCloud
+from ...kernels.point_clouds import FastDotCloud, StreamingDotCloud
 from ...params import evaluate
 from .base import (
     AbstractBilinearAttention,
@@ -64,10 +64,10 @@ class SinkhornAttention(AbstractBilinearAttention, AbstractKernelAttention, Abst
         block_size: kernel path (:func:`transformer_pde.kernels.choose_path`). On the
             streaming path the n x n cost is never stored: ott-jax's Sinkhorn runs on a
             ``PointCloud(βQx, Kx, NegDotProduct())`` whose log-sum-exp kernel streams
-            (:class:`transformer_pde.kernels.ott.StreamingDotCloud`), and the attention average streams too.
+            (:class:`transformer_pde.kernels.point_clouds.StreamingDotCloud`), and the attention average streams too.
         backend: as in :class:`SoftmaxAttention` (γ = β/ε, ε concrete when built). On the fast
             path every Sinkhorn half-iteration is a Gaussian sum
-            (:class:`transformer_pde.kernels.ott.FastDotCloud`) and so is the attention average.
+            (:class:`transformer_pde.kernels.point_clouds.FastDotCloud`) and so is the attention average.
     """
 
     Q: Param
