@@ -77,6 +77,12 @@ def _safe(x, fill=0.0):
     return jnp.where(jnp.isfinite(x), x, fill)
 
 
+def log_weights(weights):
+    """The key biases of a weighted measure, log w_j, with log 0 = -inf (zero-weight tokens are
+    ignored, not NaN)."""
+    return jnp.where(weights > 0, jnp.log(jnp.where(weights > 0, weights, 1.0)), -jnp.inf)
+
+
 # ---------------------------------------------------------------------------------------------
 # dense path
 

@@ -16,7 +16,7 @@ import jax
 import jax.numpy as jnp
 
 from .._checks import check_scalar
-from .attention.base import scalar_param
+from ..params import scalar_param
 from .base import AbstractDynamics
 
 __all__ = ["LitMCircle", "alibi_logits"]

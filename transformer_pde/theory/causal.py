@@ -34,8 +34,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from .._checks import check_scalar
-from ..models.attention.base import scalar_param
 from ..models.causal import LitMCircle
+from ..params import scalar_param
 from ..solvers.core import integrate
 
 __all__ = [

@@ -1,5 +1,6 @@
 """The attention family: every variant maps a measure μ to a velocity field Γ_μ."""
 
+from .attention_perceptron import AttentionPerceptron
 from .base import (
     AbstractAttention,
     AbstractBilinearAttention,
@@ -7,7 +8,6 @@ from .base import (
     AbstractNormalizedAttention,
 )
 from .l2 import L2Attention
-from .attention_perceptron import AttentionPerceptron
 from .sinkhorn import SinkhornAttention, SinkhornPotentials, sinkhorn_conditional_cov
 from .softmax import MultiHeadAttention, SoftmaxAttention
 from .unnormalized import SigmoidAttention, UnnormalizedAttention

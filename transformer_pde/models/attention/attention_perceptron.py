@@ -8,9 +8,9 @@ import jax
 import jax.numpy as jnp
 
 from ..._types import Param
-from ...kernels import softmax_average
+from ...kernels import log_weights, softmax_average
 from ...params import PiecewiseConstant, as_param, evaluate, param_shape
-from .base import AbstractAttention, log_weights
+from .base import AbstractAttention
 
 __all__ = ["AttentionPerceptron"]
 

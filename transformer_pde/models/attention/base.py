@@ -26,7 +26,7 @@ from ..._linalg import symmetrize
 from ..._types import Param, Points, PointsLike, Queries, QueriesLike, Weights, WeightsLike
 from ...kernels.backends import AbstractBackend, Exact, KernelReport, ScoreBox
 from ...kernels.fast import fast_lse_average_with_info
-from ...params import PiecewiseConstant, as_param, evaluate, param_shape
+from ...params import PiecewiseConstant, check_qkv, evaluate, matrix_dim, param_shape, scalar_param
 from ..base import AbstractDynamics
 
 
@@ -286,11 +286,6 @@ class AbstractGaussianClosure(AbstractAttention):
         return J @ mean + c, symmetrize(JS + JS.T)
 
 
-def log_weights(weights):
-    """log w_j with log 0 = -inf (zero-weight tokens are ignored, not NaN)."""
-    return jnp.where(weights > 0, jnp.log(jnp.where(weights > 0, weights, 1.0)), -jnp.inf)
-
-
 def bilinear_fields(cls_name: str, Q, K, V, beta, causal, block_size):
     """The checked fields (Q, K, V, beta, causal, block_size) of a bilinear-score attention."""
     Q, K, V = check_qkv(cls_name, Q, K, V, beta)
@@ -298,43 +293,7 @@ def bilinear_fields(cls_name: str, Q, K, V, beta, causal, block_size):
             check_block_size(block_size, f"{cls_name}.block_size"))
 
 
-def check_qkv(cls_name: str, Q, K, V, beta):
-    """Normalize and check (Q, K, V, beta) of a bilinear-score attention: Q, K (k, d); V (d, d)."""
-    Q, K, V = as_param(Q, f"{cls_name}.Q"), as_param(K, f"{cls_name}.K"), as_param(V, f"{cls_name}.V")
-    sq, sk, sv = param_shape(Q), param_shape(K), param_shape(V)
-    if len(sq) != 2 or sq != sk:
-        raise ValueError(f"{cls_name}: Q and K must both have shape (k, d), got Q {sq} and K {sk}")
-    d = sq[1]
-    if sv != (d, d):
-        raise ValueError(f"{cls_name}: V must be square with shape ({d}, {d}) to match Q, K of shape "
-                         f"{sq}, got V {sv}")
-    check_scalar(beta, f"{cls_name}.beta")
-    return Q, K, V
-
-
 def qkv_features(attn, queries, x, t):
     """β Q q_i, K x_j and V x_j as row arrays (scores s_ij = β⟨Q q_i, K x_j⟩)."""
     Q, K, V = evaluate(attn.Q, t), evaluate(attn.K, t), evaluate(attn.V, t)
     return attn.beta * (queries @ Q.T), x @ K.T, x @ V.T
-
-
-def scalar_param(value, name: str = "parameter"):
-    """A scalar parameter as a JAX array leaf (so jit does not recompile per value and grad
-    reaches it). Python numbers stay weakly typed: float32 tokens keep float32 arithmetic.
-
-    A value that is finite as given but overflows the stored dtype (β = 1e39 in float32) is an
-    error here, not an inf that turns every velocity into NaN later."""
-    if isinstance(value, (int, float)) and not isinstance(value, bool):
-        out = jnp.asarray(float(value))
-    else:
-        out = jnp.asarray(value)
-        out = out if jnp.issubdtype(out.dtype, jnp.floating) else out.astype(float)
-    if is_concrete(out) and np.isfinite(np.asarray(value, dtype=np.float64)).all() and not bool(
-            jnp.all(jnp.isfinite(out))):
-        raise ValueError(f"{name}={value!r} overflows {out.dtype} (max {float(jnp.finfo(out.dtype).max):.3g}); "
-                         "enable float64 (jax_enable_x64) or rescale")
-    return out
-
-
-def matrix_dim(V) -> int:
-    return param_shape(V)[-1]

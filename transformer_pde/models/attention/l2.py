@@ -8,6 +8,7 @@ import jax.numpy as jnp
 
 from ..._types import Param
 from ...kernels.backends import AbstractBackend, exact_lse_average, fast_lse_average_checked
+from ...kernels.exact import log_weights
 from ...params import evaluate
 from .base import (
     AbstractBilinearAttention,
@@ -17,7 +18,6 @@ from .base import (
     GaussianSum,
     bilinear_fields,
     bind_backend,
-    log_weights,
 )
 from .softmax import global_keys
 

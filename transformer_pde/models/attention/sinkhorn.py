@@ -15,7 +15,7 @@ from ..._types import Param
 from ...kernels import choose_path
 from ...kernels.backends import AbstractBackend, exact_lse_average, fast_lse_average_checked
 from ...kernels.point_clouds import FastDotCloud, StreamingDotCloud
-from ...params import evaluate
+from ...params import check_qkv, evaluate, scalar_param
 from .base import (
     AbstractBilinearAttention,
     AbstractGaussianClosure,
@@ -23,8 +23,6 @@ from .base import (
     AbstractNormalizedAttention,
     GaussianSum,
     bind_backend,
-    check_qkv,
-    scalar_param,
 )
 
 

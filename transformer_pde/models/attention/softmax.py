@@ -9,7 +9,8 @@ import jax.numpy as jnp
 from ..._checks import as_float_array, check_block_size, check_scalar, is_concrete
 from ..._types import Param
 from ...kernels.backends import AbstractBackend, exact_lse_average, fast_lse_average_checked
-from ...params import as_param, evaluate, param_shape
+from ...kernels.exact import log_weights
+from ...params import as_param, evaluate, param_shape, scalar_param
 from .base import (
     AbstractBilinearAttention,
     AbstractGaussianClosure,
@@ -18,8 +19,6 @@ from .base import (
     GaussianSum,
     bilinear_fields,
     bind_backend,
-    log_weights,
-    scalar_param,
 )
 
 

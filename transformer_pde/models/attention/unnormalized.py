@@ -10,16 +10,15 @@ from ..._checks import check_scalar
 from ..._types import Param
 from ...kernels import sigmoid_kernel_sum
 from ...kernels.backends import AbstractBackend, exact_lse_average, fast_lse_average_checked
-from ...params import evaluate
+from ...kernels.exact import log_weights
+from ...params import evaluate, scalar_param
 from .base import (
     AbstractBilinearAttention,
     AbstractKernelAttention,
     GaussianSum,
     bilinear_fields,
     bind_backend,
-    log_weights,
     qkv_features,
-    scalar_param,
 )
 from .softmax import global_keys
 
