@@ -208,10 +208,6 @@ def test_auto_choice_and_reason():
         tp.SoftmaxAttention.identity(4, 1.0, backend=Fast())
     with pytest.raises(ValueError, match="non-causal"):
         tp.SoftmaxAttention.identity(3, 1.0, causal=True, backend=Fast())
-    with pytest.raises(ValueError, match="pass block_size to the backend"):
-        tp.SoftmaxAttention.identity(3, 1.0, block_size=64, backend=Fast())
-    assert tp.SoftmaxAttention.identity(3, block_size=64).backend == Exact(block_size=64)
-    assert tp.SoftmaxAttention.identity(3, block_size=64).block_size == 64
 
 
 def unreliable_cloud():

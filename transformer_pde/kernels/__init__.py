@@ -1,6 +1,7 @@
 """Pair reductions behind every attention variant (the kernels floor of the house).
 
-- :mod:`.exact`: dense and exact streaming (blocked, flash-style) log-sum-exp reductions.
+- :mod:`.exact`: dense and exact streaming (blocked, flash-style) log-sum-exp reductions, with
+  their layouts as values (:class:`Dense`, :class:`Streaming`, :class:`DenseOrStreaming`).
 - :mod:`.fast`: the NUFFT Gaussian sum, O(n + M log M) for scores in R^k, k <= 3.
 - :mod:`.backends`: the strategies an attention takes as ``backend=``: :class:`Exact`,
   :class:`Fast`, :class:`Auto` (with :class:`KernelReport`, the choice and its reason).
@@ -13,7 +14,10 @@ from . import backends, exact, fast, point_clouds, random_partition
 from .backends import Auto, Exact, Fast, KernelReport, ScoreBox
 from .exact import (
     DENSE_MAX_PAIRS,
-    choose_path,
+    AbstractLayout,
+    Dense,
+    DenseOrStreaming,
+    Streaming,
     exp_kernel_sum,
     log_weights,
     lse_average,
@@ -22,7 +26,10 @@ from .exact import (
 )
 
 __all__ = [
+    "AbstractLayout",
     "Auto",
+    "Dense",
+    "DenseOrStreaming",
     "Exact",
     "Fast",
     "KernelReport",
@@ -30,7 +37,6 @@ __all__ = [
     "backends",
     "fast",
     "DENSE_MAX_PAIRS",
-    "choose_path",
     "exact",
     "point_clouds",
     "random_partition",
@@ -39,4 +45,5 @@ __all__ = [
     "lse_average",
     "sigmoid_kernel_sum",
     "softmax_average",
+    "Streaming",
 ]

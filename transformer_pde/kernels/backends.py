@@ -5,7 +5,8 @@ An attention whose field is made of softmax reductions of logits $\gamma\langle 
 R^k$) takes ``backend=``, one of
 
 * :class:`Exact` (the default): the dense / exact streaming kernel of :mod:`.exact`, any k, causal
-  included. ``Exact(block_size=...)`` sets its blocks.
+  included. ``Exact(layout)`` sets how it visits the pairs (:class:`~.exact.Dense`,
+  :class:`~.exact.Streaming` blocks, or :class:`~.exact.DenseOrStreaming` by size, the default).
 * :class:`Fast`: the NUFFT Gaussian sum of :mod:`.fast`, forced (k <= 3, non-causal). Its error
   is planned a priori (``tol`` relative to the total mass, see below); a state outside the box
   it was planned for, or a β outside its window, raises.
@@ -60,6 +61,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from . import exact
+from .exact import AbstractLayout, DenseOrStreaming
 from .fast import GaussianSumPlan, fast_lse_average_with_info, plan_gaussian_sum
 
 __all__ = [
@@ -154,17 +156,13 @@ def _window(beta):
     return (float(beta[0]), float(beta[1]))
 
 
-def _blocks(block_size):
-    return tuple(block_size) if isinstance(block_size, list) else block_size
-
-
 class AbstractBackend(eqx.Module):
     """How an attention computes its softmax reductions (a strategy value, all fields static)."""
 
     @property
     @abc.abstractmethod
-    def block_size(self):
-        """Blocks of the exact kernel (``None``: automatic), where this backend uses it."""
+    def exact_layout(self) -> AbstractLayout:
+        """The layout of the exact kernel, where this backend uses it."""
 
     @abc.abstractmethod
     def choose(self, *, m: int, n: int, e: int, dtype, causal: bool) -> KernelReport:
@@ -176,17 +174,23 @@ class AbstractBackend(eqx.Module):
 
 
 class Exact(AbstractBackend):
-    """The exact kernel (:func:`.exact.lse_average`): dense up to ``DENSE_MAX_PAIRS`` pairs,
-    exact streaming above; any score dimension, causal included. The default.
+    """The exact kernel (:func:`.exact.lse_average`): any score dimension, causal included. The
+    default.
 
     Args:
-        block_size: see :func:`.exact.choose_path` (None: automatic).
+        layout: how it visits the pairs: :class:`~.exact.DenseOrStreaming` (the default: dense
+            up to ``DENSE_MAX_PAIRS`` pairs, exact streaming above), :class:`~.exact.Dense` or
+            :class:`~.exact.Streaming` (its key and query blocks).
     """
 
-    block_size: int | tuple[int, int] | None = eqx.field(static=True, default=None, converter=_blocks)
+    layout: AbstractLayout = eqx.field(static=True, default=DenseOrStreaming())
 
     def __check_init__(self):
-        exact.choose_path(1, 1, self.block_size)  # validates
+        exact.check_layout(self.layout, "Exact.layout")
+
+    @property
+    def exact_layout(self):
+        return self.layout
 
     def choose(self, *, m, n, e, dtype, causal):
         return KernelReport(path="exact", reason="Exact backend", backend="Exact")
@@ -300,8 +304,8 @@ class Fast(_AbstractGaussianBackend):
         self._check_fields()
 
     @property
-    def block_size(self):
-        return None
+    def exact_layout(self):
+        return DenseOrStreaming()
 
     def _target(self):
         return float(self.tol)
@@ -344,7 +348,8 @@ class Auto(_AbstractGaussianBackend):
             4(1 + γR²)); queries with ρ_i beyond it are likely to be recomputed exactly.
         min_speedup: least predicted flop ratio for the fast path (None: ``MIN_SPEEDUP`` of the
             dtype, 1 in float64 and 4 in float32).
-        block_size: blocks of the exact kernel.
+        exact: the exact kernel it takes, or falls back to (an :class:`Exact` backend: its
+            layout).
         box: filled in by the attention; do not pass it.
     """
 
@@ -355,17 +360,17 @@ class Auto(_AbstractGaussianBackend):
     mass_ratio: float | None = eqx.field(static=True, default=None)
     min_speedup: float | None = eqx.field(static=True, default=None)
     nthreads: int = eqx.field(static=True, default=0)
-    exact_block_size: int | tuple[int, int] | None = eqx.field(static=True, default=None,
-                                                               converter=_blocks)
+    exact: Exact = eqx.field(static=True, default=Exact())
     box: ScoreBox | None = eqx.field(static=True, default=None)
 
     def __check_init__(self):
         self._check_fields()
-        exact.choose_path(1, 1, self.exact_block_size)
+        if not isinstance(self.exact, Exact):
+            raise ValueError(f"Auto.exact must be an Exact backend, got {self.exact!r}")
 
     @property
-    def block_size(self):
-        return self.exact_block_size
+    def exact_layout(self):
+        return self.exact.layout
 
     def _target(self):
         return float(self.tol) / (2.0 * self._rho())
@@ -412,13 +417,13 @@ def _gather(axis_name, *arrays):
     return tuple(jax.lax.all_gather(a, axis_name, tiled=True) for a in arrays)
 
 
-def exact_lse_average(q, k, v, bias, *, causal=False, query_offset=0, block_size=None,
+def exact_lse_average(q, k, v, bias, *, causal=False, query_offset=0, layout=exact.DEFAULT_LAYOUT,
                       axis_name=None):
     """:func:`.exact.lse_average`; with ``axis_name`` (inside ``shard_map``), ``k, v, bias`` are
     this device's keys and are all-gathered first (every device then holds every key)."""
     k, v, bias = _gather(axis_name, k, v, bias)
     return exact.lse_average(q, k, v, bias, causal=causal, query_offset=query_offset,
-                             block_size=block_size)
+                             layout=layout)
 
 
 def _box_message(backend, plan) -> str:
@@ -470,7 +475,7 @@ def fast_lse_average_checked(backend: _AbstractGaussianBackend, plan: GaussianSu
     branch = jnp.where(nbad == 0, 0, jnp.where(nbad <= cap, 1, 2)).astype(jnp.int32)
     if axis_name is not None:
         branch = jax.lax.pmax(branch, axis_name)
-    block = backend.block_size
+    layout = backend.exact_layout
 
     def keep(avg, lse):
         return avg, lse
@@ -478,12 +483,12 @@ def fast_lse_average_checked(backend: _AbstractGaussianBackend, plan: GaussianSu
     def patch(avg, lse):
         rows = jnp.nonzero(~ok, size=cap, fill_value=m)[0]  # m: out of range, dropped below
         q = gamma * a.at[rows].get(mode="fill", fill_value=0.0)
-        ex_avg, ex_lse = exact_lse_average(q, b, v, bias, block_size=block, axis_name=axis_name)
+        ex_avg, ex_lse = exact_lse_average(q, b, v, bias, layout=layout, axis_name=axis_name)
         return (avg.at[rows].set(ex_avg.astype(avg.dtype), mode="drop"),
                 lse.at[rows].set(ex_lse.astype(lse.dtype), mode="drop"))
 
     def redo(avg, lse):
-        ex_avg, ex_lse = exact_lse_average(gamma * a, b, v, bias, block_size=block,
+        ex_avg, ex_lse = exact_lse_average(gamma * a, b, v, bias, layout=layout,
                                            axis_name=axis_name)
         return ex_avg.astype(avg.dtype), ex_lse.astype(lse.dtype)
 

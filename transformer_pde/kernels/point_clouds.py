@@ -14,7 +14,12 @@ import jax.numpy as jnp
 from ott.geometry import costs, pointcloud
 
 from .backends import fast_lse_average_checked
-from .exact import lse_average
+from .exact import DenseOrStreaming, Streaming, lse_average
+
+
+def batch_layout(batch_size: int | None):
+    """The exact kernel's layout for ott's ``batch_size`` (keys per block; None: automatic)."""
+    return DenseOrStreaming() if batch_size is None else Streaming(key_block=int(batch_size))
 
 
 class _StreamingCloud(pointcloud.PointCloud):
@@ -37,7 +42,7 @@ class _StreamingCloud(pointcloud.PointCloud):
         m, alpha_a, alpha_b = self._split(a, b)
         values = jnp.ones((b.shape[0], 1), a.dtype) if vec is None else vec[:, None]
         avg, lse = lse_average(a * (m / eps), b, values, (h + alpha_b) / eps,
-                               block_size=self._batch_size)
+                               layout=batch_layout(self._batch_size))
         avg = avg[:, 0]
         return eps * (lse + jnp.log(jnp.abs(avg))) + alpha_a, jnp.sign(avg)
 

@@ -21,7 +21,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ..._checks import check_block_size, check_points, check_scalar, check_weights, is_concrete
+from ..._checks import check_points, check_scalar, check_weights, is_concrete
 from ..._linalg import symmetrize
 from ..._types import Param, Points, PointsLike, Queries, QueriesLike, Weights, WeightsLike
 from ...kernels.backends import AbstractBackend, Exact, KernelReport, ScoreBox
@@ -118,11 +118,6 @@ class AbstractKernelAttention(AbstractAttention):
 
     backend: eqx.AbstractVar[AbstractBackend]
 
-    @property
-    def block_size(self):
-        """Blocks of the exact kernel (``backend.block_size``)."""
-        return self.backend.block_size
-
     @abc.abstractmethod
     def _sums(self, queries, x, weights, t) -> list[GaussianSum]:
         """The attention's reductions (unchecked), as the fast kernel sees them."""
@@ -189,23 +184,18 @@ def _row_norm_bound(params, owner: str) -> tuple[float | None, str]:
     return best, ""
 
 
-def bind_backend(backend, owner: str, *, Q, K, beta, gamma_factor=1.0, causal=False,
-                 block_size=None) -> AbstractBackend:
+def bind_backend(backend, owner: str, *, Q, K, beta, gamma_factor=1.0, causal=False) -> AbstractBackend:
     """The attention's backend with its :class:`ScoreBox` (the static facts a plan needs).
 
-    ``backend=None`` is ``Exact(block_size)``; ``block_size`` with another backend is an error
-    (set the blocks on the backend). R comes from ``score_radius`` or from ``radius`` times the
+    ``backend=None`` is ``Exact()``. R comes from ``score_radius`` or from ``radius`` times the
     largest row norm of Q and K; the γ window from ``beta=(lo, hi)`` or the concrete β, times
     ``gamma_factor`` (a Python number: 2 for ℓ², 1/ε for Sinkhorn, None when ε is traced).
     """
     if backend is None:
-        return Exact(block_size=block_size)
+        return Exact()
     if not isinstance(backend, AbstractBackend):
         raise ValueError(f"{owner}.backend must be a kernel backend such as tp.kernels.Exact(), "
                          f"tp.kernels.Fast(tol=1e-8) or tp.kernels.Auto(), got {backend!r}")
-    if block_size is not None:
-        raise ValueError(f"{owner}: pass block_size to the backend (tp.kernels.Exact(block_size="
-                         f"{block_size!r}) or Auto(exact_block_size=...)), not next to backend=")
     if isinstance(backend, Exact):
         return backend
     k = int(param_shape(Q)[-2])
@@ -286,11 +276,10 @@ class AbstractGaussianClosure(AbstractAttention):
         return J @ mean + c, symmetrize(JS + JS.T)
 
 
-def bilinear_fields(cls_name: str, Q, K, V, beta, causal, block_size):
-    """The checked fields (Q, K, V, beta, causal, block_size) of a bilinear-score attention."""
+def bilinear_fields(cls_name: str, Q, K, V, beta, causal):
+    """The checked fields (Q, K, V, beta, causal) of a bilinear-score attention."""
     Q, K, V = check_qkv(cls_name, Q, K, V, beta)
-    return (Q, K, V, scalar_param(beta, f"{cls_name}.beta"), bool(causal),
-            check_block_size(block_size, f"{cls_name}.block_size"))
+    return Q, K, V, scalar_param(beta, f"{cls_name}.beta"), bool(causal)
 
 
 def qkv_features(attn, queries, x, t):

@@ -32,7 +32,7 @@ class L2Attention(AbstractBilinearAttention, AbstractKernelAttention, AbstractNo
     β(2⟨Qx, Ky⟩ − |Ky|²): a key-dependent bias (euclidean.md §7). No factor ½, Q and K
     not tied: the normalization fixed by the authors' Gaussian right-hand side.
 
-    ``block_size`` and ``backend`` as in :class:`SoftmaxAttention`; on the fast path the kernel
+    ``backend`` as in :class:`SoftmaxAttention`; on the fast path the kernel
     is the Gaussian $e^{-\beta|a-b|^2}$ itself (γ = 2β), with no weight range to widen the bound.
     """
 
@@ -43,13 +43,12 @@ class L2Attention(AbstractBilinearAttention, AbstractKernelAttention, AbstractNo
     causal: bool = eqx.field(static=True)
     backend: AbstractBackend = eqx.field(static=True)
 
-    def __init__(self, Q, K, V, beta=1.0, *, causal: bool = False, block_size: int | None = None,
+    def __init__(self, Q, K, V, beta=1.0, *, causal: bool = False,
                  backend: AbstractBackend | None = None):
         name = type(self).__name__
-        self.Q, self.K, self.V, self.beta, self.causal, block_size = bilinear_fields(
-            name, Q, K, V, beta, causal, block_size)
+        self.Q, self.K, self.V, self.beta, self.causal = bilinear_fields(name, Q, K, V, beta, causal)
         self.backend = bind_backend(backend, name, Q=self.Q, K=self.K, beta=self.beta,
-                                    gamma_factor=2.0, causal=self.causal, block_size=block_size)
+                                    gamma_factor=2.0, causal=self.causal)
 
     def _value_width(self):
         return self.dim
@@ -69,7 +68,7 @@ class L2Attention(AbstractBilinearAttention, AbstractKernelAttention, AbstractNo
                                               s.gamma, axis_name=axis_name)
         else:
             avg, _ = exact_lse_average(s.gamma * s.a, s.b, s.v, s.bias, causal=self.causal,
-                                       query_offset=query_offset, block_size=self.block_size,
+                                       query_offset=query_offset, layout=self.backend.exact_layout,
                                        axis_name=axis_name)
         return avg @ V.T
 

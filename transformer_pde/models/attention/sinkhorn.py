@@ -12,7 +12,6 @@ from ott.solvers.linear import sinkhorn
 from ..._checks import check_int, check_points, check_scalar, check_weights, is_concrete
 from ..._linalg import sqrtm_psd, symmetrize
 from ..._types import Param
-from ...kernels import choose_path
 from ...kernels.backends import AbstractBackend, exact_lse_average, fast_lse_average_checked
 from ...kernels.point_clouds import FastDotCloud, StreamingDotCloud
 from ...params import check_qkv, evaluate, scalar_param
@@ -59,12 +58,11 @@ class SinkhornAttention(AbstractBilinearAttention, AbstractKernelAttention, Abst
         max_iterations: Sinkhorn iteration cap.
         throw: raise (``eqx.error_if``) when Sinkhorn does not converge; otherwise use
             :meth:`potentials` to inspect convergence yourself.
-        block_size: kernel path (:func:`transformer_pde.kernels.choose_path`). On the
-            streaming path the n x n cost is never stored: ott-jax's Sinkhorn runs on a
-            ``PointCloud(βQx, Kx, NegDotProduct())`` whose log-sum-exp kernel streams
-            (:class:`transformer_pde.kernels.point_clouds.StreamingDotCloud`), and the attention average streams too.
-        backend: as in :class:`SoftmaxAttention` (γ = β/ε, ε concrete when built). On the fast
-            path every Sinkhorn half-iteration is a Gaussian sum
+        backend: as in :class:`SoftmaxAttention` (γ = β/ε, ε concrete when built). With
+            ``Exact(layout)`` streaming, the n x n cost is never stored: ott-jax's Sinkhorn runs
+            on a ``PointCloud(βQx, Kx, NegDotProduct())`` whose log-sum-exp kernel streams
+            (:class:`transformer_pde.kernels.point_clouds.StreamingDotCloud`), and the attention
+            average streams too. On the fast path every Sinkhorn half-iteration is a Gaussian sum
             (:class:`transformer_pde.kernels.point_clouds.FastDotCloud`) and so is the attention average.
     """
 
@@ -82,7 +80,6 @@ class SinkhornAttention(AbstractBilinearAttention, AbstractKernelAttention, Abst
 
     def __init__(self, Q, K, V, beta=1.0, *, epsilon=1.0, threshold: float = 1e-6,
                  max_iterations: int = 2000, throw: bool = True,
-                 block_size: int | tuple[int, int] | None = None,
                  backend: AbstractBackend | None = None):
         name = type(self).__name__
         self.Q, self.K, self.V = check_qkv(name, Q, K, V, beta)
@@ -95,18 +92,17 @@ class SinkhornAttention(AbstractBilinearAttention, AbstractKernelAttention, Abst
         self.threshold = float(threshold)
         self.max_iterations = int(max_iterations)
         self.throw = bool(throw)
-        choose_path(1, 1, block_size)  # validates block_size
         self.causal = False
         factor = 1.0 / float(self.epsilon) if is_concrete(self.epsilon) else None
         self.backend = bind_backend(backend, name, Q=self.Q, K=self.K, beta=self.beta,
-                                    gamma_factor=factor, block_size=block_size)
+                                    gamma_factor=factor)
 
     def _value_width(self):
         return self.dim
 
     def _potentials(self, x, weights, t) -> SinkhornPotentials:
         Q, K = evaluate(self.Q, t), evaluate(self.K, t)
-        path = choose_path(x.shape[0], x.shape[0], self.block_size)
+        path = self.backend.exact_layout.blocks(x.shape[0], x.shape[0])
         choice = self.kernel_choice(x.shape[0], x.shape[0], x.dtype)
         if choice.fast:
             # c_ij = -β<Q x_i, K x_j>: each half-iteration a Gaussian sum of bandwidth β/ε
@@ -114,7 +110,7 @@ class SinkhornAttention(AbstractBilinearAttention, AbstractKernelAttention, Abst
                                 self.beta.astype(x.dtype), backend=self.backend,
                                 plan=choice.plan, batch_size=path[1] if path else None,
                                 epsilon=self.epsilon)
-        elif path == 0:
+        elif path is None:
             scores = (x @ Q.T) @ (x @ K.T).T  # s_ij = <Q x_i, K x_j>, row i = query
             cost = -self.beta * scores
             geom = geometry.Geometry(cost_matrix=cost, epsilon=self.epsilon)
@@ -164,7 +160,7 @@ class SinkhornAttention(AbstractBilinearAttention, AbstractKernelAttention, Abst
                                               s.gamma)
             return avg
         q = (self.beta / self.epsilon) * (queries @ Q.T)
-        avg, _ = exact_lse_average(q, x @ K.T, x @ V.T, g, block_size=self.block_size)
+        avg, _ = exact_lse_average(q, x @ K.T, x @ V.T, g, layout=self.backend.exact_layout)
         return avg
 
     def _affine_field(self, mean, cov, t):

@@ -6,7 +6,7 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 
-from ..._checks import as_float_array, check_block_size, check_scalar, is_concrete
+from ..._checks import as_float_array, check_scalar, is_concrete
 from ..._types import Param
 from ...kernels.backends import AbstractBackend, exact_lse_average, fast_lse_average_checked
 from ...kernels.exact import log_weights
@@ -45,11 +45,10 @@ class SoftmaxAttention(AbstractBilinearAttention, AbstractKernelAttention, Abstr
             Needs ``causal=True``.
         include_self: with ``causal=True``, False masks j < i (the LitM model): the first
             token then sees no key and does not move.
-        block_size: blocks of the exact kernel, see :func:`transformer_pde.kernels.lse_average`
-            (shorthand for ``backend=tp.kernels.Exact(block_size)``).
         backend: how the reduction is computed (:mod:`transformer_pde.kernels.backends`):
-            ``tp.kernels.Exact()`` (default), ``Fast(tol, radius)`` or ``Auto(tol, radius)``, the
-            NUFFT Gaussian sum for Q, K of shape (k, d) with k <= 3, non-causal.
+            ``tp.kernels.Exact()`` (default; ``Exact(tp.kernels.Streaming(key_block))`` sets its
+            blocks), ``Fast(tol, radius)`` or ``Auto(tol, radius)``, the NUFFT Gaussian sum for
+            Q, K of shape (k, d) with k <= 3, non-causal.
 
     Many papers use A = KᵀQ/√d: pass ``Q / sqrt(d)`` (sphere.md §9). Token weights are the
     masses of the causal measure too (uniform: the authors' CSA).
@@ -65,12 +64,11 @@ class SoftmaxAttention(AbstractBilinearAttention, AbstractKernelAttention, Abstr
     backend: AbstractBackend = eqx.field(static=True)
 
     def __init__(self, Q, K, V, beta=1.0, *, causal: bool = False, alibi=0.0, include_self: bool = True,
-                 block_size: int | None = None, backend: AbstractBackend | None = None):
+                 backend: AbstractBackend | None = None):
         name = type(self).__name__
-        self.Q, self.K, self.V, self.beta, self.causal, block_size = bilinear_fields(
-            name, Q, K, V, beta, causal, block_size)
+        self.Q, self.K, self.V, self.beta, self.causal = bilinear_fields(name, Q, K, V, beta, causal)
         self.backend = bind_backend(backend, name, Q=self.Q, K=self.K, beta=self.beta,
-                                    causal=self.causal, block_size=block_size)
+                                    causal=self.causal)
         check_scalar(alibi, f"{name}.alibi", nonnegative=True)
         if not self.causal and (not include_self or is_concrete(alibi) and float(alibi) != 0):
             raise ValueError(f"{name}: alibi={alibi} and include_self={include_self} are position "
@@ -107,7 +105,7 @@ class SoftmaxAttention(AbstractBilinearAttention, AbstractKernelAttention, Abstr
             if not self.include_self:
                 query_offset = query_offset - 1  # query i sees keys j <= i - 1
         avg, _ = exact_lse_average(q, k, x, bias, causal=self.causal, query_offset=query_offset,
-                                   block_size=self.block_size, axis_name=axis_name)
+                                   layout=self.backend.exact_layout, axis_name=axis_name)
         return avg @ V.T
 
     def _affine_field(self, mean, cov, t):
@@ -131,7 +129,7 @@ class MultiHeadAttention(AbstractKernelAttention, AbstractNormalizedAttention, A
         W: shape ``(H, d, k)`` (output maps W_h: R^k -> R^d).
         beta: inverse temperature.
         causal: causal masking, as in :class:`SoftmaxAttention`.
-        block_size, backend: as in :class:`SoftmaxAttention`; the fast kernel runs per head
+        backend: as in :class:`SoftmaxAttention`; the fast kernel runs per head
             (scores in R^k, k <= 3), with one plan for every head (R over all heads' rows).
     """
 
@@ -143,7 +141,7 @@ class MultiHeadAttention(AbstractKernelAttention, AbstractNormalizedAttention, A
     causal: bool = eqx.field(static=True)
     backend: AbstractBackend = eqx.field(static=True)
 
-    def __init__(self, Q, K, V, W, beta=1.0, *, causal: bool = False, block_size: int | None = None,
+    def __init__(self, Q, K, V, W, beta=1.0, *, causal: bool = False,
                  backend: AbstractBackend | None = None):
         name = type(self).__name__
         self.Q, self.K = as_param(Q, f"{name}.Q"), as_param(K, f"{name}.K")
@@ -159,9 +157,8 @@ class MultiHeadAttention(AbstractKernelAttention, AbstractNormalizedAttention, A
         check_scalar(beta, f"{name}.beta")
         self.beta = scalar_param(beta)
         self.causal = bool(causal)
-        block_size = check_block_size(block_size, f"{type(self).__name__}.block_size")
         self.backend = bind_backend(backend, name, Q=self.Q, K=self.K, beta=self.beta,
-                                    causal=self.causal, block_size=block_size)
+                                    causal=self.causal)
 
     @classmethod
     def split(cls, Q, K, V, num_heads: int, beta=1.0, **kwargs):
@@ -214,7 +211,7 @@ class MultiHeadAttention(AbstractKernelAttention, AbstractNormalizedAttention, A
         def head(Qh, Kh, Vh, Wh):
             avg, _ = exact_lse_average(self.beta * (queries @ Qh.T), x @ Kh.T, x @ Vh.T, logw,
                                        causal=self.causal, query_offset=query_offset,
-                                       block_size=self.block_size, axis_name=axis_name)
+                                       layout=self.backend.exact_layout, axis_name=axis_name)
             return avg @ Wh.T
 
         return jnp.sum(jax.vmap(head)(Q, K, V, W), axis=0)

@@ -8,9 +8,8 @@ import jax.numpy as jnp
 
 from ..._checks import check_scalar
 from ..._types import Param
-from ...kernels import sigmoid_kernel_sum
 from ...kernels.backends import AbstractBackend, exact_lse_average, fast_lse_average_checked
-from ...kernels.exact import log_weights
+from ...kernels.exact import DEFAULT_LAYOUT, AbstractLayout, check_layout, log_weights, sigmoid_kernel_sum
 from ...params import evaluate, scalar_param
 from .base import (
     AbstractBilinearAttention,
@@ -30,7 +29,8 @@ class SigmoidAttention(AbstractBilinearAttention):
     \sigma(s)=\frac1{1+e^{-s}}.$$
 
     For particles, ∫ dμ is the weighted average Σ_j w_j (1/n for uniform weights).
-    Ramapuram et al. use b = −log n together with an unaveraged sum.
+    Ramapuram et al. use b = −log n together with an unaveraged sum. ``layout`` sets how the
+    exact kernel visits the pairs (:class:`transformer_pde.kernels.Streaming` blocks, ...).
     """
 
     Q: Param
@@ -39,12 +39,13 @@ class SigmoidAttention(AbstractBilinearAttention):
     beta: jax.Array
     bias: jax.Array
     causal: bool = eqx.field(static=True)
-    block_size: int | None = eqx.field(static=True)
+    layout: AbstractLayout = eqx.field(static=True)
 
     def __init__(self, Q, K, V, beta=1.0, bias=0.0, *, causal: bool = False,
-                 block_size: int | None = None):
-        self.Q, self.K, self.V, self.beta, self.causal, self.block_size = bilinear_fields(
-            type(self).__name__, Q, K, V, beta, causal, block_size)
+                 layout: AbstractLayout = DEFAULT_LAYOUT):
+        self.Q, self.K, self.V, self.beta, self.causal = bilinear_fields(
+            type(self).__name__, Q, K, V, beta, causal)
+        self.layout = check_layout(layout, f"{type(self).__name__}.layout")
         check_scalar(bias, f"{type(self).__name__}.bias")
         self.bias = scalar_param(bias)
 
@@ -54,7 +55,7 @@ class SigmoidAttention(AbstractBilinearAttention):
         q = jnp.concatenate([q, jnp.broadcast_to(self.bias, (q.shape[0], 1)).astype(q.dtype)], 1)
         k = jnp.concatenate([k, jnp.ones((k.shape[0], 1), k.dtype)], 1)
         return sigmoid_kernel_sum(q, k, v, weights, causal=self.causal, query_offset=query_offset,
-                                  block_size=self.block_size)
+                                  layout=self.layout)
 
 
 class UnnormalizedAttention(AbstractBilinearAttention, AbstractKernelAttention):
@@ -68,7 +69,7 @@ class UnnormalizedAttention(AbstractBilinearAttention, AbstractKernelAttention):
     for any β. The sum is computed in the log domain, as e^{lse}·average; it overflows only
     when its true value exceeds the dtype's range.
 
-    ``block_size`` and ``backend`` as in :class:`SoftmaxAttention`; on the fast path the
+    ``backend`` as in :class:`SoftmaxAttention`; on the fast path the
     tolerance applies to the log-normalizer (so relatively to the sum) and to the average.
     """
 
@@ -81,14 +82,13 @@ class UnnormalizedAttention(AbstractBilinearAttention, AbstractKernelAttention):
     backend: AbstractBackend = eqx.field(static=True)
 
     def __init__(self, Q, K, V, beta=1.0, *, shift=0.0, causal: bool = False,
-                 block_size: int | None = None, backend: AbstractBackend | None = None):
+                 backend: AbstractBackend | None = None):
         name = type(self).__name__
-        self.Q, self.K, self.V, self.beta, self.causal, block_size = bilinear_fields(
-            name, Q, K, V, beta, causal, block_size)
+        self.Q, self.K, self.V, self.beta, self.causal = bilinear_fields(name, Q, K, V, beta, causal)
         check_scalar(shift, f"{name}.shift")
         self.shift = scalar_param(shift)
         self.backend = bind_backend(backend, name, Q=self.Q, K=self.K, beta=self.beta,
-                                    causal=self.causal, block_size=block_size)
+                                    causal=self.causal)
 
     def _value_width(self):
         return self.dim
@@ -108,5 +108,5 @@ class UnnormalizedAttention(AbstractBilinearAttention, AbstractKernelAttention):
         q, k, v = qkv_features(self, queries, x, t)
         bias = log_weights(weights) - self.beta * self.shift
         avg, lse = exact_lse_average(q, k, v, bias, causal=self.causal, query_offset=query_offset,
-                                     block_size=self.block_size, axis_name=axis_name)
+                                     layout=self.backend.exact_layout, axis_name=axis_name)
         return jnp.exp(lse)[:, None] * avg
