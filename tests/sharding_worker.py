@@ -45,6 +45,8 @@ def variants(d, rng):
         # each shard's queries are tokens r n/D ... : the mask must use global positions
         "causal": tp.SoftmaxAttention(Q, K, V, 2.0, causal=True),
         "causal_streaming": tp.SoftmaxAttention(Q, K, V, 2.0, causal=True, backend=Exact(Streaming(8))),
+        # ALiBi positions j/N over the n tokens, not the padded count (n = 70 on 4 devices)
+        "causal_alibi": tp.SoftmaxAttention(Q, K, V, 2.0, causal=True, alibi=0.7, include_self=False),
         "causal_sigmoid_streaming": tp.SigmoidAttention(Q, K, V, 1.0, bias=-0.5, causal=True,
                                                         layout=Streaming(8)),
     }

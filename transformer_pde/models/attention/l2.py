@@ -7,19 +7,17 @@ import jax
 import jax.numpy as jnp
 
 from ..._types import Param
-from ...kernels.backends import AbstractBackend, exact_lse_average, fast_lse_average_checked
+from ...kernels.backends import AbstractBackend, bind_backend
 from ...kernels.exact import log_weights
+from ...kernels.reduction import SoftmaxReduction
 from ...params import evaluate
 from .base import (
     AbstractBilinearAttention,
     AbstractGaussianClosure,
     AbstractKernelAttention,
     AbstractNormalizedAttention,
-    GaussianSum,
     bilinear_fields,
-    bind_backend,
 )
-from .softmax import global_keys
 
 
 class L2Attention(AbstractBilinearAttention, AbstractKernelAttention, AbstractNormalizedAttention,
@@ -53,24 +51,20 @@ class L2Attention(AbstractBilinearAttention, AbstractKernelAttention, AbstractNo
     def _value_width(self):
         return self.dim
 
-    def _sums(self, queries, x, weights, t):
+    def _reduction(self, queries, x, weights, t, query_offset=0):
         Q, K = evaluate(self.Q, t), evaluate(self.K, t)
         kx = x @ K.T
         bias = log_weights(weights) - self.beta * jnp.sum(kx * kx, axis=-1)
-        return [GaussianSum(queries @ Q.T, kx, x, bias, 2.0 * self.beta, x.dtype)]
+        return SoftmaxReduction(queries @ Q.T, kx, x, bias, 2.0 * self.beta, x.dtype,
+                                causal=self.causal, query_offset=query_offset)
+
+    def _reductions(self, queries, x, weights, t):
+        return [self._reduction(queries, x, weights, t)]
 
     def query_field(self, queries, x, weights, t, query_offset=0, axis_name=None):
-        V = evaluate(self.V, t)
-        (s,) = self._sums(queries, x, weights, t)
-        choice = self.kernel_choice(queries.shape[0], global_keys(x.shape[0], axis_name), x.dtype)
-        if choice.fast:
-            avg, _ = fast_lse_average_checked(self.backend, choice.plan, s.a, s.b, s.v, s.bias,
-                                              s.gamma, axis_name=axis_name)
-        else:
-            avg, _ = exact_lse_average(s.gamma * s.a, s.b, s.v, s.bias, causal=self.causal,
-                                       query_offset=query_offset, layout=self.backend.exact_layout,
-                                       axis_name=axis_name)
-        return avg @ V.T
+        red = self._reduction(queries, x, weights, t, query_offset)
+        avg, _ = self.backend.lse_average(red, axis_name=axis_name)
+        return avg @ evaluate(self.V, t).T
 
     def _affine_field(self, mean, cov, t):
         r"""ℓ² attention (euclidean.md §4c) with kernel e^{-β|Qx-Ky|²}. The key law tilted by

@@ -5,23 +5,21 @@ from __future__ import annotations
 import equinox as eqx
 import jax
 import jax.numpy as jnp
-from ott.geometry import costs, geometry
 from ott.problems.linear import linear_problem
 from ott.solvers.linear import sinkhorn
 
 from ..._checks import check_int, check_points, check_scalar, check_weights, is_concrete
 from ..._linalg import sqrtm_psd, symmetrize
 from ..._types import Param
-from ...kernels.backends import AbstractBackend, exact_lse_average, fast_lse_average_checked
-from ...kernels.point_clouds import FastDotCloud, StreamingDotCloud
+from ...kernels.backends import AbstractBackend, bind_backend
+from ...kernels.reduction import SoftmaxReduction
 from ...params import check_qkv, evaluate, scalar_param
 from .base import (
+    AbstractAttention,
     AbstractBilinearAttention,
     AbstractGaussianClosure,
     AbstractKernelAttention,
     AbstractNormalizedAttention,
-    GaussianSum,
-    bind_backend,
 )
 
 
@@ -102,22 +100,9 @@ class SinkhornAttention(AbstractBilinearAttention, AbstractKernelAttention, Abst
 
     def _potentials(self, x, weights, t) -> SinkhornPotentials:
         Q, K = evaluate(self.Q, t), evaluate(self.K, t)
-        path = self.backend.exact_layout.blocks(x.shape[0], x.shape[0])
-        choice = self.kernel_choice(x.shape[0], x.shape[0], x.dtype)
-        if choice.fast:
-            # c_ij = -β<Q x_i, K x_j>: each half-iteration a Gaussian sum of bandwidth β/ε
-            geom = FastDotCloud((x @ Q.T).astype(x.dtype), (x @ K.T).astype(x.dtype),
-                                self.beta.astype(x.dtype), backend=self.backend,
-                                plan=choice.plan, batch_size=path[1] if path else None,
-                                epsilon=self.epsilon)
-        elif path is None:
-            scores = (x @ Q.T) @ (x @ K.T).T  # s_ij = <Q x_i, K x_j>, row i = query
-            cost = -self.beta * scores
-            geom = geometry.Geometry(cost_matrix=cost, epsilon=self.epsilon)
-        else:
-            # the same cost c_ij = -β<Q x_i, K x_j>, recomputed in blocks of rows: O(n·block)
-            geom = StreamingDotCloud(self.beta * (x @ Q.T), x @ K.T, costs.NegDotProduct(),
-                                      batch_size=path[1], epsilon=self.epsilon)
+        # the cost c_ij = -β<Q x_i, K x_j> (row i = query), its kernel computed by the backend
+        geom = self.backend.dot_cost_geometry(x @ Q.T, x @ K.T, self.beta, epsilon=self.epsilon,
+                                              dtype=x.dtype)
         problem = linear_problem.LinearProblem(geom, a=weights, b=weights)
         # inner_iterations=1 so the iteration count and the check happen every step
         solver = sinkhorn.Sinkhorn(threshold=self.threshold, max_iterations=self.max_iterations,
@@ -134,16 +119,18 @@ class SinkhornAttention(AbstractBilinearAttention, AbstractKernelAttention, Abst
         w = check_weights(weights, x.shape[0], x.dtype)
         return self._potentials(x, w, jnp.asarray(t, x.dtype))
 
-    def _sums(self, queries, x, weights, t):
+    def _reduction(self, queries, x, g, t):
         Q, K, V = evaluate(self.Q, t), evaluate(self.K, t), evaluate(self.V, t)
-        g = self._potentials(x, weights, t).g
-        return [GaussianSum(queries @ Q.T, x @ K.T, x @ V.T, g, self.beta / self.epsilon,
-                            x.dtype)]
+        return SoftmaxReduction(queries @ Q.T, x @ K.T, x @ V.T, g, self.beta / self.epsilon,
+                                x.dtype)
 
-    def _shards_keys(self, m, n, dtype):
-        return False  # the potentials need every key: Sharded all-gathers them
+    def _reductions(self, queries, x, weights, t):
+        return [self._reduction(queries, x, self._potentials(x, weights, t).g, t)]
 
-    def query_field(self, queries, x, weights, t, query_offset=0, axis_name=None):
+    # the potentials need the whole measure: every device's tokens are gathered
+    shard_field = AbstractAttention.shard_field
+
+    def query_field(self, queries, x, weights, t, query_offset=0):
         pot = self._potentials(x, weights, t)
         g = pot.g
         if self.throw:
@@ -152,15 +139,7 @@ class SinkhornAttention(AbstractBilinearAttention, AbstractKernelAttention, Abst
                              f"{self.max_iterations} (threshold={self.threshold}); raise "
                              "max_iterations or epsilon, or pass throw=False and inspect "
                              "SinkhornAttention.potentials(x)")
-        Q, K, V = evaluate(self.Q, t), evaluate(self.K, t), evaluate(self.V, t)
-        choice = self.kernel_choice(queries.shape[0], x.shape[0], x.dtype)
-        if choice.fast:
-            s = GaussianSum(queries @ Q.T, x @ K.T, x @ V.T, g, self.beta / self.epsilon, x.dtype)
-            avg, _ = fast_lse_average_checked(self.backend, choice.plan, s.a, s.b, s.v, s.bias,
-                                              s.gamma)
-            return avg
-        q = (self.beta / self.epsilon) * (queries @ Q.T)
-        avg, _ = exact_lse_average(q, x @ K.T, x @ V.T, g, layout=self.backend.exact_layout)
+        avg, _ = self.backend.lse_average(self._reduction(queries, x, g, t))
         return avg
 
     def _affine_field(self, mean, cov, t):

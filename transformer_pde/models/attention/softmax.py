@@ -8,23 +8,17 @@ import jax.numpy as jnp
 
 from ..._checks import as_float_array, check_scalar, is_concrete
 from ..._types import Param
-from ...kernels.backends import AbstractBackend, exact_lse_average, fast_lse_average_checked
+from ...kernels.backends import AbstractBackend, bind_backend
 from ...kernels.exact import log_weights
+from ...kernels.reduction import SoftmaxReduction
 from ...params import as_param, evaluate, param_shape, scalar_param
 from .base import (
     AbstractBilinearAttention,
     AbstractGaussianClosure,
     AbstractKernelAttention,
     AbstractNormalizedAttention,
-    GaussianSum,
     bilinear_fields,
-    bind_backend,
 )
-
-
-def global_keys(n: int, axis_name) -> int:
-    """Number of keys over every device (``n`` per device inside ``shard_map``)."""
-    return n if axis_name is None else n * jax.lax.axis_size(axis_name)
 
 
 class SoftmaxAttention(AbstractBilinearAttention, AbstractKernelAttention, AbstractNormalizedAttention,
@@ -79,34 +73,28 @@ class SoftmaxAttention(AbstractBilinearAttention, AbstractKernelAttention, Abstr
     def _value_width(self):
         return self.dim
 
-    def _sums(self, queries, x, weights, t):
+    def _reduction(self, queries, x, weights, t, query_offset=0):
         Q, K = evaluate(self.Q, t), evaluate(self.K, t)
-        return [GaussianSum(queries @ Q.T, x @ K.T, x, log_weights(weights), self.beta, x.dtype)]
-
-    def query_field(self, queries, x, weights, t, query_offset=0, axis_name=None):
-        Q, K, V = evaluate(self.Q, t), evaluate(self.K, t), evaluate(self.V, t)
-        choice = self.kernel_choice(queries.shape[0], global_keys(x.shape[0], axis_name), x.dtype)
-        if choice.fast:
-            (s,) = self._sums(queries, x, weights, t)
-            avg, _ = fast_lse_average_checked(self.backend, choice.plan, s.a, s.b, s.v, s.bias,
-                                              s.gamma, axis_name=axis_name)
-            return avg @ V.T
-        # Average the tokens and apply V after: Σ p_ij V x_j = V Σ p_ij x_j. With Q, K of
-        # full rank (k >= d), fold them too: β⟨Q q_i, K x_j⟩ = ⟨q_i, β QᵀK x_j⟩. Only one
-        # (n, d) projection is then held next to the output, instead of three.
-        if Q.shape[0] >= Q.shape[1]:
-            q, k = queries, self.beta * (x @ (K.T @ Q))
-        else:
-            q, k = self.beta * (queries @ Q.T), x @ K.T
         bias = log_weights(weights)
         if self.causal:
             # ALiBi: e^{−λ(i−j)/N} = e^{−λi/N} e^{λj/N}; the first factor cancels in the softmax
             bias = bias + self.alibi * jnp.arange(x.shape[0], dtype=x.dtype) / x.shape[0]
             if not self.include_self:
                 query_offset = query_offset - 1  # query i sees keys j <= i - 1
-        avg, _ = exact_lse_average(q, k, x, bias, causal=self.causal, query_offset=query_offset,
-                                   layout=self.backend.exact_layout, axis_name=axis_name)
-        return avg @ V.T
+        # With Q, K of full rank (k >= d) the exact kernel folds them: β⟨Q q_i, K x_j⟩ =
+        # ⟨q_i, β QᵀK x_j⟩, so only one (n, d) projection is held next to the output.
+        folded = (queries, self.beta * (x @ (K.T @ Q))) if Q.shape[0] >= Q.shape[1] else None
+        return SoftmaxReduction(queries @ Q.T, x @ K.T, x, bias, self.beta, x.dtype,
+                                exact_scores=folded, causal=self.causal, query_offset=query_offset)
+
+    def _reductions(self, queries, x, weights, t):
+        return [self._reduction(queries, x, weights, t)]
+
+    def query_field(self, queries, x, weights, t, query_offset=0, axis_name=None):
+        # Average the tokens and apply V after: Σ p_ij V x_j = V Σ p_ij x_j
+        red = self._reduction(queries, x, weights, t, query_offset)
+        avg, _ = self.backend.lse_average(red, axis_name=axis_name)
+        return avg @ evaluate(self.V, t).T
 
     def _affine_field(self, mean, cov, t):
         r"""Softmax (euclidean.md §4a): Γ(x) = V(α + ΣAx), so J = VΣA, c = Vα and
@@ -188,33 +176,26 @@ class MultiHeadAttention(AbstractKernelAttention, AbstractNormalizedAttention, A
     def _value_width(self):
         return param_shape(self.V)[1]
 
-    def _sums(self, queries, x, weights, t):
+    def _head_reduction(self, queries, x, logw, Qh, Kh, Vh, query_offset=0):
+        return SoftmaxReduction(queries @ Qh.T, x @ Kh.T, x @ Vh.T, logw, self.beta, x.dtype,
+                                causal=self.causal, query_offset=query_offset)
+
+    def _reductions(self, queries, x, weights, t):
         Q, K, V = (evaluate(p, t) for p in (self.Q, self.K, self.V))
         logw = log_weights(weights)
-        return [GaussianSum(queries @ Q[h].T, x @ K[h].T, x @ V[h].T, logw, self.beta,
-                            x.dtype) for h in range(self.num_heads)]
+        return [self._head_reduction(queries, x, logw, Q[h], K[h], V[h])
+                for h in range(self.num_heads)]
 
     def query_field(self, queries, x, weights, t, query_offset=0, axis_name=None):
         Q, K, V, W = (evaluate(p, t) for p in (self.Q, self.K, self.V, self.W))
         logw = log_weights(weights)
-        choice = self.kernel_choice(queries.shape[0], global_keys(x.shape[0], axis_name), x.dtype)
-        if choice.fast:
-            # one head at a time (not vmap: Auto's fallback is a lax.switch, which vmap would
-            # turn into running every branch)
-            out = 0.0
-            for h, s in enumerate(self._sums(queries, x, weights, t)):
-                avg, _ = fast_lse_average_checked(self.backend, choice.plan, s.a, s.b, s.v, s.bias,
-                                                  s.gamma, axis_name=axis_name)
-                out = out + avg @ W[h].T
-            return out
 
         def head(Qh, Kh, Vh, Wh):
-            avg, _ = exact_lse_average(self.beta * (queries @ Qh.T), x @ Kh.T, x @ Vh.T, logw,
-                                       causal=self.causal, query_offset=query_offset,
-                                       layout=self.backend.exact_layout, axis_name=axis_name)
+            red = self._head_reduction(queries, x, logw, Qh, Kh, Vh, query_offset)
+            avg, _ = self.backend.lse_average(red, axis_name=axis_name)
             return avg @ Wh.T
 
-        return jnp.sum(jax.vmap(head)(Q, K, V, W), axis=0)
+        return jnp.sum(self.backend.over_heads(head, Q, K, V, W), axis=0)
 
     def score_matrix(self, t=0.0):
         """The stack A_h = β K_hᵀQ_h, shape ``(H, d, d)``."""

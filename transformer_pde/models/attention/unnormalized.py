@@ -8,18 +8,15 @@ import jax.numpy as jnp
 
 from ..._checks import check_scalar
 from ..._types import Param
-from ...kernels.backends import AbstractBackend, exact_lse_average, fast_lse_average_checked
+from ...kernels.backends import AbstractBackend, bind_backend
 from ...kernels.exact import DEFAULT_LAYOUT, AbstractLayout, check_layout, log_weights, sigmoid_kernel_sum
+from ...kernels.reduction import SoftmaxReduction
 from ...params import evaluate, scalar_param
 from .base import (
     AbstractBilinearAttention,
     AbstractKernelAttention,
-    GaussianSum,
     bilinear_fields,
-    bind_backend,
-    qkv_features,
 )
-from .softmax import global_keys
 
 
 class SigmoidAttention(AbstractBilinearAttention):
@@ -50,7 +47,8 @@ class SigmoidAttention(AbstractBilinearAttention):
         self.bias = scalar_param(bias)
 
     def query_field(self, queries, x, weights, t, query_offset=0):
-        q, k, v = qkv_features(self, queries, x, t)
+        Q, K, V = evaluate(self.Q, t), evaluate(self.K, t), evaluate(self.V, t)
+        q, k, v = self.beta * (queries @ Q.T), x @ K.T, x @ V.T
         # fold the bias into the bilinear form: [q, b] · [k, 1] = q·k + b
         q = jnp.concatenate([q, jnp.broadcast_to(self.bias, (q.shape[0], 1)).astype(q.dtype)], 1)
         k = jnp.concatenate([k, jnp.ones((k.shape[0], 1), k.dtype)], 1)
@@ -93,20 +91,17 @@ class UnnormalizedAttention(AbstractBilinearAttention, AbstractKernelAttention):
     def _value_width(self):
         return self.dim
 
-    def _sums(self, queries, x, weights, t):
+    def _reduction(self, queries, x, weights, t, query_offset=0):
         Q, K = evaluate(self.Q, t), evaluate(self.K, t)
         bias = log_weights(weights) - self.beta * self.shift
-        return [GaussianSum(queries @ Q.T, x @ K.T, x, bias, self.beta, x.dtype)]
+        return SoftmaxReduction(queries @ Q.T, x @ K.T, x, bias, self.beta, x.dtype,
+                                causal=self.causal, query_offset=query_offset)
+
+    def _reductions(self, queries, x, weights, t):
+        return [self._reduction(queries, x, weights, t)]
 
     def query_field(self, queries, x, weights, t, query_offset=0, axis_name=None):
-        choice = self.kernel_choice(queries.shape[0], global_keys(x.shape[0], axis_name), x.dtype)
-        if choice.fast:
-            (s,) = self._sums(queries, x, weights, t)
-            avg, lse = fast_lse_average_checked(self.backend, choice.plan, s.a, s.b, s.v, s.bias,
-                                                s.gamma, axis_name=axis_name)
-            return jnp.exp(lse)[:, None] * (avg @ evaluate(self.V, t).T)
-        q, k, v = qkv_features(self, queries, x, t)
-        bias = log_weights(weights) - self.beta * self.shift
-        avg, lse = exact_lse_average(q, k, v, bias, causal=self.causal, query_offset=query_offset,
-                                     layout=self.backend.exact_layout, axis_name=axis_name)
-        return jnp.exp(lse)[:, None] * avg
+        # e^{lse} times the average of the tokens, V applied after
+        red = self._reduction(queries, x, weights, t, query_offset)
+        avg, lse = self.backend.lse_average(red, axis_name=axis_name)
+        return jnp.exp(lse)[:, None] * (avg @ evaluate(self.V, t).T)
