@@ -43,12 +43,12 @@ def variants(d, rng):
         "sigmoid": tp.SigmoidAttention(Q, K, V, 1.0, bias=-0.5),
         "sinkhorn": tp.SinkhornAttention(Q, K, V, 1.0, epsilon=1.0, threshold=1e-12),
         # each shard's queries are tokens r n/D ... : the mask must use global positions
-        "causal": tp.SoftmaxAttention(Q, K, V, 2.0, causal=True),
-        "causal_streaming": tp.SoftmaxAttention(Q, K, V, 2.0, causal=True, backend=Exact(Streaming(8))),
+        "causal": tp.CausalSoftmaxAttention(Q, K, V, 2.0),
+        "causal_streaming": tp.CausalSoftmaxAttention(Q, K, V, 2.0, backend=Exact(Streaming(8))),
         # ALiBi positions j/N over the n tokens, not the padded count (n = 70 on 4 devices)
-        "causal_alibi": tp.SoftmaxAttention(Q, K, V, 2.0, causal=True, alibi=0.7, include_self=False),
-        "causal_sigmoid_streaming": tp.SigmoidAttention(Q, K, V, 1.0, bias=-0.5, causal=True,
-                                                        layout=Streaming(8)),
+        "causal_alibi": tp.CausalSoftmaxAttention(Q, K, V, 2.0, alibi=0.7, include_self=False),
+        "causal_sigmoid_streaming": tp.CausalSigmoidAttention(Q, K, V, 1.0, bias=-0.5,
+                                                              layout=Streaming(8)),
     }
 
 

@@ -50,7 +50,7 @@ from jaxtyping import ArrayLike
 from .diagnostics.distances import bures_wasserstein, sinkhorn_wasserstein
 from .diagnostics.moments import empirical_moments
 from .measures import Gaussian
-from .models.attention.base import AbstractAttention, AbstractGaussianClosure
+from .models.attention.base import AbstractFieldAttention, AbstractGaussianClosure
 from .models.base import AbstractDynamics, AbstractManifoldDynamics, retract
 from .models.sphere import Sphere, tangent_projection, uniform_sphere
 from .solvers.core import Retracted, integrate
@@ -65,26 +65,21 @@ METRICS = ("mean", "cov", "bw", "coupling", "flow_bw", "w2")
 def gaussian_affine_field(dynamics: AbstractDynamics, mean, cov, t=0.0):
     r"""The affine field Γ_μ(x) = J x + c of μ = N(mean, cov) (euclidean.md §4, "Mechanism"),
     from :meth:`~transformer_pde.models.AbstractGaussianClosure.affine_field`; a ValueError when
-    there is no closure."""
+    there is no closure (causal attention included: its field depends on positions)."""
     if not isinstance(dynamics, AbstractGaussianClosure):
         raise ValueError(f"no Gaussian closure with an affine field for {type(dynamics).__name__}; use "
                          "a large-n reference instead (law given as a sampler)")
-    try:
-        return dynamics.affine_field(mean, cov, t)
-    except NotImplementedError as e:
-        raise ValueError(f"no Gaussian closure with an affine field for {type(dynamics).__name__} "
-                         f"({e}); use a large-n reference instead (law given as a sampler)") from e
+    return dynamics.affine_field(mean, cov, t)
 
 
 def _field_at(dynamics, queries, x, w, t):
     """Γ_μ(queries) for μ = Σ w_j δ_{x_j}, projected on the sphere for Sphere(...)."""
     if isinstance(dynamics, Sphere):
         return tangent_projection(queries, _field_at(dynamics.dynamics, queries, x, w, t))
-    if not isinstance(dynamics, AbstractAttention):
-        raise ValueError(f"{type(dynamics).__name__} has no field at arbitrary points; the "
-                         "large-n reference needs an attention or Sphere(attention)")
-    if dynamics.causal:
-        raise ValueError("causal attention has no mean field at arbitrary points")
+    if not isinstance(dynamics, AbstractFieldAttention):
+        raise ValueError(f"{type(dynamics).__name__} has no field at arbitrary points (a causal "
+                         "attention's depends on positions); the large-n reference needs a "
+                         "position-free attention or Sphere(attention)")
     return dynamics.query_field(queries, x, w, t)
 
 

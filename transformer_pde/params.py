@@ -96,8 +96,9 @@ def matrix_dim(param) -> int:
     return param_shape(param)[-1]
 
 
-def check_qkv(cls_name: str, Q, K, V, beta):
-    """Normalize and check (Q, K, V, beta) of a bilinear-score attention: Q, K (k, d); V (d, d)."""
+def bilinear_params(cls_name: str, Q, K, V, beta):
+    """The checked (Q, K, V, beta) of a bilinear-score attention: Q, K (k, d); V (d, d); beta a
+    scalar (:func:`scalar_param`)."""
     Q, K, V = as_param(Q, f"{cls_name}.Q"), as_param(K, f"{cls_name}.K"), as_param(V, f"{cls_name}.V")
     sq, sk, sv = param_shape(Q), param_shape(K), param_shape(V)
     if len(sq) != 2 or sq != sk:
@@ -107,8 +108,8 @@ def check_qkv(cls_name: str, Q, K, V, beta):
         raise ValueError(f"{cls_name}: V must be square with shape ({d}, {d}) to match Q, K of shape "
                          f"{sq}, got V {sv}")
     check_scalar(beta, f"{cls_name}.beta")
-    return Q, K, V
+    return Q, K, V, scalar_param(beta, f"{cls_name}.beta")
 
 
-__all__ = ["PiecewiseConstant", "as_param", "check_qkv", "evaluate", "matrix_dim", "param_shape",
+__all__ = ["PiecewiseConstant", "as_param", "bilinear_params", "evaluate", "matrix_dim", "param_shape",
            "scalar_param"]

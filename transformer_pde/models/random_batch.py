@@ -17,7 +17,7 @@ import jax.numpy as jnp
 from .._checks import check_int, check_scalar
 from ..kernels.random_partition import random_batch_field
 from .attention.base import AbstractAttention
-from .attention.softmax import SoftmaxAttention
+from .attention.softmax import CausalSoftmaxAttention
 from .base import AbstractDynamics
 
 __all__ = ["RandomBatch"]
@@ -45,7 +45,7 @@ class RandomBatch(AbstractDynamics):
         if not isinstance(attention, AbstractAttention):
             raise ValueError(f"RandomBatch wraps an attention (field at its own tokens), got "
                              f"{type(attention).__name__}")
-        if isinstance(attention, SoftmaxAttention) and attention.causal and not (
+        if isinstance(attention, CausalSoftmaxAttention) and not (
                 isinstance(attention.alibi, jax.core.Tracer) or float(attention.alibi) == 0.0):
             raise ValueError("RandomBatch does not support ALiBi position weights (alibi != 0): "
                              "their positions are global, a batch's are not")

@@ -15,8 +15,8 @@ With the fast kernel (an attention with ``backend=tp.kernels.Fast(...)``, or ``A
 picks the fast path) nothing of size n is gathered: each device spreads its own tokens onto the
 Fourier modes (a type-1 NUFFT), the mode arrays are summed across devices (one all-reduce of M
 numbers, independent of n, plus a few scalars), and each device evaluates the modes at its own
-tokens (type 2); :func:`transformer_pde.kernels.fast.fast_lse_average_with_info` (``axis_name``).
-Same numbers as one device up to the order of the sums.
+tokens (type 2): ``fast_lse_average_with_info(..., axis_name=)`` of the NUFFT module of
+:mod:`transformer_pde.kernels`. Same numbers as one device up to the order of the sums.
 
 Multi-host: the same code runs under JAX's multi-controller runtime. Call
 ``jax.distributed.initialize(...)`` in every process, build the mesh over ``jax.devices()``

@@ -1,6 +1,10 @@
 """Common machinery of the attention family (euclidean.md §1–2) and its capabilities.
 
-- :class:`AbstractAttention`: a field Γ_μ at arbitrary queries, with a declared ``causal`` flag.
+- :class:`AbstractAttention`: the velocity of every token, built from the measure of the tokens.
+- :class:`AbstractFieldAttention`: Γ_μ is a vector field on R^d determined by μ alone, evaluated
+  at arbitrary queries (``field``): the mean-field object of a position-free attention.
+- :class:`AbstractCausalAttention`: token i attends to tokens j <= i (euclidean.md §2f); its field
+  depends on positions, so it has neither ``field`` at arbitrary queries nor a Gaussian closure.
 - :class:`AbstractNormalizedAttention`: Γ_μ(x) is a weighted average of V y (softmax, ℓ²,
   Sinkhorn, multi-head), so the support grows at most like exp(∫‖V‖) (euclidean.md §3).
 - :class:`AbstractGaussianClosure`: the field of a Gaussian N(α, Σ) is affine, Jx + c, and the
@@ -24,21 +28,23 @@ from ..._linalg import symmetrize
 from ..._types import Param, Points, PointsLike, Queries, QueriesLike, Weights, WeightsLike
 from ...kernels.backends import AbstractBackend, KernelReport
 from ...kernels.reduction import SoftmaxReduction, gather_keys
-from ...params import check_qkv, evaluate, matrix_dim, scalar_param
+from ...params import evaluate, matrix_dim
 from ..base import AbstractDynamics
 
 
 class AbstractAttention(AbstractDynamics):
-    """Self-attention on R^d: Γ_μ(x) for μ = Σ_j w_j δ_{y_j}.
+    """Self-attention on R^d: the velocity of token i is Γ_μ at x_i, μ = Σ_j w_j δ_{x_j}.
 
-    Every subclass implements :meth:`query_field`, the field at arbitrary query points (the
-    mean-field object), and the token velocity is the field at the tokens themselves.
+    Every subclass implements :meth:`query_field`; the token velocity is the field at the tokens
+    themselves. A position-free attention is an :class:`AbstractFieldAttention`, a causal one an
+    :class:`AbstractCausalAttention`.
     """
 
     @abc.abstractmethod
     def query_field(self, queries: Queries, x: Points, weights: Weights, t, query_offset=0) -> Queries:
-        """Γ_μ(queries) for μ = Σ_j w_j δ_{x_j} (unchecked). Causal variants: query i is token
-        ``query_offset + i`` (a shard of the tokens, :class:`transformer_pde.Sharded`)."""
+        """Γ_μ(queries) for μ = Σ_j w_j δ_{x_j} (unchecked). Query i is token ``query_offset + i``
+        (a causal attention masks by it: the queries are then a block of the tokens, e.g. one
+        device's shard); a field attention ignores it."""
 
     def vector_field(self, x, weights, t):
         return self.query_field(x, x, weights, t)
@@ -53,14 +59,13 @@ class AbstractAttention(AbstractDynamics):
         offset = jax.lax.axis_index(axis_name) * x.shape[0]
         return self.query_field(x, keys[:num_tokens], w[:num_tokens], t, query_offset=offset)
 
-    causal: eqx.AbstractVar[bool]
-    """Token i attends to tokens j <= i in their given order (euclidean.md §2f)."""
+
+class AbstractFieldAttention(AbstractAttention):
+    """Γ_μ is a vector field on R^d determined by μ alone (no token positions): the mean-field
+    object, evaluated at arbitrary queries by :meth:`field` (``query_offset`` plays no part)."""
 
     def field(self, queries: QueriesLike, x: PointsLike, weights: WeightsLike | None = None, t=0.0) -> Queries:
         """The mean-field velocity Γ_μ evaluated at arbitrary ``queries`` (shape ``(m, d)``)."""
-        if self.causal:
-            raise ValueError("causal attention depends on token positions: the field is defined "
-                             "only at the tokens themselves; use velocity(x)")
         x = self.check_state(x, "x")
         queries = check_points(queries, "queries", x.shape[1])
         w = check_weights(weights, x.shape[0], x.dtype)
@@ -105,10 +110,11 @@ class AbstractKernelAttention(AbstractAttention):
     Gaussian sum for k <= 3 with ``Fast`` or ``Auto``. The attention never asks which.
 
     Subclasses hold ``backend`` (bound to the attention when built,
-    :func:`transformer_pde.kernels.bind_backend`), give :meth:`_reductions` (the reductions at
-    given queries, for reports) and :meth:`_value_width` (value columns per reduction), and accept
-    ``axis_name`` in ``query_field``: with it (inside ``shard_map``, :meth:`shard_field`) ``x``
-    and ``weights`` are this device's tokens, and the backend reduces over every device's.
+    :func:`transformer_pde.kernels.bind_backend`) and give :meth:`_reductions` (the reductions at
+    given queries, for reports) and :meth:`_value_width` (value columns per reduction). A
+    position-free one accepts ``axis_name`` in ``query_field``: with it (inside ``shard_map``,
+    :meth:`shard_field`) ``x`` and ``weights`` are this device's tokens, and the backend reduces
+    over every device's.
     """
 
     backend: eqx.AbstractVar[AbstractBackend]
@@ -125,7 +131,7 @@ class AbstractKernelAttention(AbstractAttention):
         """The kernel the backend takes for m queries and n keys of ``dtype``, and why (static:
         no data)."""
         return self.backend.choose(m=int(m), n=int(n), e=self._value_width(), dtype=dtype,
-                                   causal=self.causal)
+                                   causal=isinstance(self, AbstractCausalAttention))
 
     def kernel_report(self, x: PointsLike, weights: WeightsLike | None = None, t=0.0,
                       queries: QueriesLike | None = None) -> KernelReport:
@@ -139,7 +145,7 @@ class AbstractKernelAttention(AbstractAttention):
         return self.backend.report(self._reductions(queries, x, w, jnp.asarray(t, x.dtype)))
 
     def shard_field(self, x, weights, t, axis_name, num_tokens):
-        if self.causal:  # the exact kernel on every key, positions global
+        if isinstance(self, AbstractCausalAttention):  # positions are global: gather the tokens
             return super().shard_field(x, weights, t, axis_name, num_tokens)
         # the backend reduces over every device's keys from this device's (the zero-weight
         # padding adds nothing): Exact gathers the keys' projections, the fast kernel sums its
@@ -155,28 +161,29 @@ class AbstractNormalizedAttention(AbstractAttention):
         """The constant of |Γ_μ(x)| <= value_norm · max_j |y_j|: ‖V(t)‖ (Σ_h‖W_hV_h‖ multi-head)."""
 
 
-class AbstractGaussianClosure(AbstractAttention):
+class AbstractCausalAttention(AbstractAttention):
+    """Token i attends to tokens j <= i in their given order (euclidean.md §2f): query i of
+    :meth:`query_field` is token ``query_offset + i``, and the queries must be tokens.
+
+    The field depends on the positions (Γ_μ(s, x) on [0, 1] x R^d), so there is no ``field`` at
+    arbitrary points, and no Gaussian closure: the field of token s averages over the tokens
+    before s, and for Gaussian data with a position-dependent law that restriction is a Gaussian
+    mixture, not affine (euclidean.md §4f). When features are independent of position,
+    μ0 = Unif[0,1] ⊗ N(α, Σ), the causal dynamics equal the non-causal ones: use the non-causal
+    attention. Sharded, every device's tokens are gathered (positions are global).
+    """
+
+
+class AbstractGaussianClosure(AbstractFieldAttention):
     """The field of a Gaussian μ = N(α, Σ) is affine, Γ_μ(x) = Jx + c (euclidean.md §4).
 
     Subclasses give :meth:`affine_field`; the moment ODEs are written once, in
-    :meth:`gaussian_velocity`. A causal instance has no closure (euclidean.md §4f).
+    :meth:`gaussian_velocity`. Causal attention has no closure (:class:`AbstractCausalAttention`).
     """
 
     @abc.abstractmethod
-    def _affine_field(self, mean, cov, t):
-        """(J, c) of the variant (unchecked, non-causal)."""
-
     def affine_field(self, mean, cov, t=0.0):
         """(J, c) with Γ_{N(mean, cov)}(x) = Jx + c (euclidean.md §4)."""
-        if self.causal:
-            raise NotImplementedError(
-                f"{type(self).__name__}(causal=True) has no Gaussian closure: the field of token s "
-                "averages over the tokens before s, and for Gaussian data with position-dependent "
-                "law that restriction is a Gaussian mixture, so the field is not affine "
-                "(euclidean.md §4f). When features are independent of position, "
-                "μ0 = Unif[0,1] ⊗ N(α, Σ), the causal dynamics equal the non-causal ones: "
-                "use causal=False.")
-        return self._affine_field(mean, cov, t)
 
     def gaussian_velocity(self, mean, cov, t=0.0):
         r"""Right-hand side of the moment ODEs (euclidean.md §4, "Mechanism"):
@@ -189,9 +196,4 @@ class AbstractGaussianClosure(AbstractAttention):
         JS = J @ cov
         return J @ mean + c, symmetrize(JS + JS.T)
 
-
-def bilinear_fields(cls_name: str, Q, K, V, beta, causal):
-    """The checked fields (Q, K, V, beta, causal) of a bilinear-score attention."""
-    Q, K, V = check_qkv(cls_name, Q, K, V, beta)
-    return Q, K, V, scalar_param(beta, f"{cls_name}.beta"), bool(causal)
 

@@ -13,7 +13,7 @@ from ..._linalg import sqrtm_psd, symmetrize
 from ..._types import Param
 from ...kernels.backends import AbstractBackend, bind_backend
 from ...kernels.reduction import SoftmaxReduction
-from ...params import check_qkv, evaluate, scalar_param
+from ...params import bilinear_params, evaluate, scalar_param
 from .base import (
     AbstractAttention,
     AbstractBilinearAttention,
@@ -73,24 +73,20 @@ class SinkhornAttention(AbstractBilinearAttention, AbstractKernelAttention, Abst
     max_iterations: int = eqx.field(static=True)
     throw: bool = eqx.field(static=True)
     backend: AbstractBackend = eqx.field(static=True)
-    causal: bool = eqx.field(static=True)
-    """Always False: the self-coupling is of the whole measure."""
 
     def __init__(self, Q, K, V, beta=1.0, *, epsilon=1.0, threshold: float = 1e-6,
                  max_iterations: int = 2000, throw: bool = True,
                  backend: AbstractBackend | None = None):
         name = type(self).__name__
-        self.Q, self.K, self.V = check_qkv(name, Q, K, V, beta)
+        self.Q, self.K, self.V, self.beta = bilinear_params(name, Q, K, V, beta)
         check_scalar(epsilon, f"{name}.epsilon", positive=True)
         if not threshold > 0:
             raise ValueError(f"{name}.threshold must be > 0, got {threshold}")
         check_int(max_iterations, f"{name}.max_iterations", minimum=1)
-        self.beta = scalar_param(beta, f"{name}.beta")
         self.epsilon = scalar_param(epsilon, f"{name}.epsilon")
         self.threshold = float(threshold)
         self.max_iterations = int(max_iterations)
         self.throw = bool(throw)
-        self.causal = False
         factor = 1.0 / float(self.epsilon) if is_concrete(self.epsilon) else None
         self.backend = bind_backend(backend, name, Q=self.Q, K=self.K, beta=self.beta,
                                     gamma_factor=factor)
@@ -142,7 +138,7 @@ class SinkhornAttention(AbstractBilinearAttention, AbstractKernelAttention, Abst
         avg, _ = self.backend.lse_average(self._reduction(queries, x, g, t))
         return avg
 
-    def _affine_field(self, mean, cov, t):
+    def affine_field(self, mean, cov, t=0.0):
         r"""Sinkhorn attention (euclidean.md §4d) with Ã = βKᵀQ/ε: y | x ~ N(α + PÃ(x − α), P)
         (:func:`sinkhorn_conditional_cov`), so Γ(x) = V(α + PÃ(x − α)):
 
