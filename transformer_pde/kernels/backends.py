@@ -6,7 +6,6 @@ R^k$) takes ``backend=``, and hands it each reduction as a value
 (:class:`~.reduction.SoftmaxReduction`): ``backend.lse_average(reduction)`` returns the average
 and the log-normalizer, whichever kernel computes them. The backends are
 
-
 * :class:`Exact` (the default): the dense / exact streaming kernel of :mod:`.exact`, any k, causal
   included. ``Exact(layout)`` sets how it visits the pairs (:class:`~.exact.Dense`,
   :class:`~.exact.Streaming` blocks, or :class:`~.exact.DenseOrStreaming` by size, the default).
