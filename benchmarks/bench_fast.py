@@ -141,7 +141,6 @@ def auto_fn(gamma, k, tol, n, nthreads):
     """(choice, jitted fn or None): Auto bound to SoftmaxAttention.identity(k, γ)."""
     import transformer_pde as tp
     from transformer_pde.kernels import Auto
-    from transformer_pde.kernels.backends import fast_lse_average_checked
 
     backend = tp.SoftmaxAttention.identity(k, gamma, backend=Auto(tol=tol, nthreads=nthreads)).backend
     choice = backend.choose(m=n, n=n, e=k, dtype=jnp.float64, causal=False)
@@ -149,7 +148,7 @@ def auto_fn(gamma, k, tol, n, nthreads):
         return choice, None
 
     def f(gamma, x, bias):
-        return fast_lse_average_checked(backend, choice.plan, x, x, x, bias, gamma)
+        return backend.fast_lse_average(choice.plan, x, x, x, bias, gamma)
 
     return choice, jax.jit(f)
 

@@ -28,6 +28,7 @@ from jax.experimental import multihost_utils
 from sharding_common import VEL, rel_err
 
 import transformer_pde as tp
+from transformer_pde.kernels import Exact, Streaming
 from transformer_pde.models.sharding import Sharded, shard_tokens, token_mesh
 
 
@@ -35,17 +36,19 @@ def variants(d, rng):
     Q, K, V = (rng.normal(size=(d, d)) / np.sqrt(d) for _ in range(3))
     return {
         "softmax": tp.SoftmaxAttention(Q, K, V, 2.0),
-        "softmax_streaming": tp.SoftmaxAttention(Q, K, V, 2.0, block_size=16),
+        "softmax_streaming": tp.SoftmaxAttention(Q, K, V, 2.0, backend=Exact(Streaming(16))),
         "multihead": tp.MultiHeadAttention.split(Q, K, V, 2, 1.5),
         "l2": tp.L2Attention(Q, K, V, 0.7),
         "unnormalized": tp.UnnormalizedAttention(Q, K, V, 1.2),
         "sigmoid": tp.SigmoidAttention(Q, K, V, 1.0, bias=-0.5),
         "sinkhorn": tp.SinkhornAttention(Q, K, V, 1.0, epsilon=1.0, threshold=1e-12),
         # each shard's queries are tokens r n/D ... : the mask must use global positions
-        "causal": tp.SoftmaxAttention(Q, K, V, 2.0, causal=True),
-        "causal_streaming": tp.SoftmaxAttention(Q, K, V, 2.0, causal=True, block_size=8),
-        "causal_sigmoid_streaming": tp.SigmoidAttention(Q, K, V, 1.0, bias=-0.5, causal=True,
-                                                        block_size=8),
+        "causal": tp.CausalSoftmaxAttention(Q, K, V, 2.0),
+        "causal_streaming": tp.CausalSoftmaxAttention(Q, K, V, 2.0, backend=Exact(Streaming(8))),
+        # ALiBi positions j/N over the n tokens, not the padded count (n = 70 on 4 devices)
+        "causal_alibi": tp.CausalSoftmaxAttention(Q, K, V, 2.0, alibi=0.7, include_self=False),
+        "causal_sigmoid_streaming": tp.CausalSigmoidAttention(Q, K, V, 1.0, bias=-0.5,
+                                                              layout=Streaming(8)),
     }
 
 

@@ -87,13 +87,45 @@ def test_sinkhorn_reports_nonconvergence(data):
         strict.velocity(x, w)
 
 
-@pytest.mark.parametrize("name", ["softmax", "l2", "sigmoid", "unnormalized"])
+def test_causal_attention_has_only_what_it_can_do(data):
+    """Capabilities are types: a causal attention is a token velocity, with no field at arbitrary
+    points and no Gaussian closure; its position-free counterpart has both where it can."""
+    x, w, Q, K, V, _ = data
+    pairs = [(tp.SoftmaxAttention(Q, K, V), tp.CausalSoftmaxAttention(Q, K, V)),
+             (tp.L2Attention(Q, K, V), tp.CausalL2Attention(Q, K, V)),
+             (tp.UnnormalizedAttention(Q, K, V), tp.CausalUnnormalizedAttention(Q, K, V)),
+             (tp.SigmoidAttention(Q, K, V), tp.CausalSigmoidAttention(Q, K, V)),
+             (tp.MultiHeadAttention.split(np.eye(D), np.eye(D), np.eye(D), 1),
+              tp.CausalMultiHeadAttention.split(np.eye(D), np.eye(D), np.eye(D), 1))]
+    for free, causal in pairs:
+        assert isinstance(free, tp.AbstractFieldAttention) and not isinstance(free, tp.AbstractCausalAttention)
+        assert isinstance(causal, tp.AbstractCausalAttention)
+        assert not isinstance(causal, (tp.AbstractFieldAttention, tp.AbstractGaussianClosure))
+        assert not hasattr(causal, "field") and not hasattr(causal, "affine_field")
+        assert isinstance(free, tp.AbstractGaussianClosure) == hasattr(free, "affine_field")
+        # the last token sees every token: its causal velocity is the position-free one
+        np.testing.assert_allclose(causal.velocity(x, w)[-1], free.velocity(x, w)[-1], rtol=1e-12)
+    # the backend is bound knowing the attention masks: Fast refuses a causal one when built
+    with pytest.raises(ValueError, match="non-causal"):
+        tp.CausalL2Attention(np.eye(D), np.eye(D), np.eye(D), backend=tp.kernels.Fast())
+
+
+@pytest.mark.parametrize("name", ["softmax", "l2", "sigmoid", "unnormalized", "multihead"])
 def test_causal_matches_numpy(data, name):
     x, w, Q, K, V, _ = data
     beta = 0.9
-    cls = {"softmax": tp.SoftmaxAttention, "l2": tp.L2Attention, "sigmoid": tp.SigmoidAttention,
-           "unnormalized": tp.UnnormalizedAttention}[name]
-    attn = cls(Q, K, V, beta, causal=True)
+    if name == "multihead":
+        rng = np.random.default_rng(3)
+        Qs, Ks, Vs = (rng.normal(size=(2, KDIM, D)) for _ in range(3))
+        Ws = rng.normal(size=(2, D, KDIM))
+        attn = tp.CausalMultiHeadAttention(Qs, Ks, Vs, Ws, beta)
+        expected = sum(ref.softmax_field(x, x, w, Qs[h], Ks[h], Vs[h], beta, causal=True) @ Ws[h].T
+                       for h in range(2))
+        np.testing.assert_allclose(attn.velocity(x, weights=w), expected, rtol=1e-10, atol=1e-12)
+        return
+    cls = {"softmax": tp.CausalSoftmaxAttention, "l2": tp.CausalL2Attention,
+           "sigmoid": tp.CausalSigmoidAttention, "unnormalized": tp.CausalUnnormalizedAttention}[name]
+    attn = cls(Q, K, V, beta)
     if name == "softmax":
         expected = ref.softmax_field(x, x, w, Q, K, V, beta, causal=True)
     elif name == "sigmoid":

@@ -81,12 +81,12 @@ def test_litm_velocity_matches_numpy_loop():
 
 def test_causal_attention_matches_masked_softmax_and_alibi_reference():
     x = tp.uniform_sphere(jax.random.key(0), 7, 3)
-    ca = tp.SoftmaxAttention.identity(3, 2.0, causal=True, alibi=0.0)
-    sm = tp.SoftmaxAttention.identity(3, 2.0, causal=True)
+    ca = tp.CausalSoftmaxAttention.identity(3, 2.0, alibi=0.0)
+    sm = tp.CausalSoftmaxAttention.identity(3, 2.0)
     np.testing.assert_allclose(ca.velocity(x), sm.velocity(x), rtol=1e-12)
     lam, beta = 1.5, 2.0
     xv = np.asarray(x)
-    v = np.asarray(tp.SoftmaxAttention.identity(3, beta, causal=True, alibi=lam, include_self=False).velocity(x))
+    v = np.asarray(tp.CausalSoftmaxAttention.identity(3, beta, alibi=lam, include_self=False).velocity(x))
     for k in range(7):
         if k == 0:
             np.testing.assert_array_equal(v[0], 0.0)
@@ -94,14 +94,14 @@ def test_causal_attention_matches_masked_softmax_and_alibi_reference():
         w = np.array([np.exp(beta * xv[k] @ xv[j] - lam * (k - j) / 7) for j in range(k)])
         np.testing.assert_allclose(v[k], (w / w.sum()) @ xv[:k], rtol=1e-12)
     with pytest.raises(ValueError, match="alibi"):
-        tp.SoftmaxAttention.identity(3, 1.0, causal=True, alibi=-1.0)
+        tp.CausalSoftmaxAttention.identity(3, 1.0, alibi=-1.0)
 
 
 @pytest.mark.parametrize("d", [2, 3])
 def test_all_tokens_go_to_the_first_token(d):
     # sphere.md §4 Thm 1 with Q = K = V = I (the case the spec marks as checked)
     x0 = tp.uniform_sphere(jax.random.key(d), 10, d)
-    dyn = tp.Sphere(tp.SoftmaxAttention.identity(d, 1.0, causal=True))
+    dyn = tp.Sphere(tp.CausalSoftmaxAttention.identity(d, 1.0))
     sol = tp.solve(dyn, x0, t1=60.0, dt0=0.2, solver=diffrax.Tsit5())
     np.testing.assert_allclose(sol.final[0], x0[0], atol=1e-12)  # x_1 never moves
     assert float(jnp.max(jnp.linalg.norm(sol.final - x0[0][None, :], axis=-1))) < 1e-4
@@ -188,7 +188,7 @@ def test_litm_mean_field_linear_response_and_invariants():
 def test_float32_paths():
     x = tp.uniform_sphere(jax.random.key(0), 6, 3, dtype=jnp.float32)
     eye = jnp.eye(3, dtype=jnp.float32)
-    v = tp.SoftmaxAttention(eye, eye, eye, 2.0, causal=True, alibi=0.5).velocity(x)
+    v = tp.CausalSoftmaxAttention(eye, eye, eye, 2.0, alibi=0.5).velocity(x)
     assert v.dtype == jnp.float32 and bool(jnp.all(jnp.isfinite(v)))
     th = jnp.linspace(0, 6, 8, dtype=jnp.float32)[:, None]
     w = tp.LitMCircle(1.0, 1.0).velocity(th)

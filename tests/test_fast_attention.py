@@ -90,6 +90,70 @@ def max_err(a, b):
 
 
 # ------------------------------------------------------------------------------------------
+# the backends compute the reduction they are handed
+
+
+def numpy_lse_average(q, k, v, bias, causal=False, query_offset=0):
+    """Written plainly, row by row: (avg, lse) of the logits q_i·k_j + bias_j."""
+    q, k, v, bias = (np.asarray(z, np.float64) for z in (q, k, v, bias))
+    avg, lse = np.zeros((q.shape[0], v.shape[1])), np.full(q.shape[0], -np.inf)
+    for i in range(q.shape[0]):
+        seen = np.isfinite(bias) & ((np.arange(k.shape[0]) <= query_offset + i) if causal else True)
+        s = q[i] @ k[seen].T + bias[seen]
+        p = np.exp(s - s.max())
+        avg[i], lse[i] = p @ v[seen] / p.sum(), s.max() + np.log(p.sum())
+    return avg, lse
+
+
+def test_backends_compute_the_reduction_they_are_handed():
+    """Each backend against the NumPy reduction of the same SoftmaxReduction value: Exact with
+    either factorization and either layout, causal included; Fast and Auto (bound to a box of
+    radius 1) to their tolerance, Auto's exact choice bitwise Exact's; heads mapped alike."""
+    from transformer_pde.kernels import SoftmaxReduction, Streaming
+
+    rng = np.random.default_rng(11)
+    a, b = (ball(n, 3, s) for n, s in ((40, 1), (60, 2)))
+    v = jnp.asarray(rng.normal(size=(60, 2)))
+    bias = jnp.log(weights(60, 3))  # zero weights: bias -inf, ignored
+    gamma = jnp.asarray(2.0)
+    ref_avg, ref_lse = numpy_lse_average(2.0 * np.asarray(a), b, v, bias)
+    red = SoftmaxReduction(a, b, v, bias, gamma, jnp.float64)
+    M = jnp.asarray(rng.normal(size=(3, 3)))  # another factorization of the same logits
+    other = SoftmaxReduction(a, b, v, bias, gamma, jnp.float64,
+                             exact_scores=(a @ M, 2.0 * b @ jnp.linalg.inv(M).T))
+    for backend, r in ((Exact(), red), (Exact(Streaming(16, query_block=8)), red), (Exact(), other)):
+        avg, lse = backend.lse_average(r)
+        assert max_err(avg, ref_avg) < 1e-12 and max_err(lse, ref_lse) < 1e-12
+    causal = SoftmaxReduction(a, b, v, bias, gamma, jnp.float64, causal=True, query_offset=10)
+    c_avg, c_lse = numpy_lse_average(2.0 * np.asarray(a), b, v, bias, causal=True, query_offset=10)
+    avg, lse = Exact(Streaming(16)).lse_average(causal)
+    assert max_err(avg, c_avg) < 1e-12 and max_err(lse[np.isfinite(c_lse)], c_lse[np.isfinite(c_lse)]) < 1e-12
+
+    def bound(backend):
+        return backend.bind("test", Q=np.eye(3), K=np.eye(3), beta=2.0)
+
+    for backend in (bound(Fast(tol=1e-11)), bound(Auto(tol=1e-10, **AUTO))):
+        avg, lse = backend.lse_average(red)
+        assert max_err(avg, ref_avg) < 1e-8 and max_err(lse, ref_lse) < 1e-8
+    small = bound(Auto(tol=1e-10))  # predicted slower at this size: the exact kernel
+    assert not small.report([red]).fast
+    for got, want in zip(small.lse_average(red), Exact().lse_average(red)):
+        np.testing.assert_array_equal(got, want)
+    with pytest.raises(ValueError, match="causal mask is not a convolution"):
+        bound(Fast()).lse_average(causal)
+    # heads: Exact maps one vmapped kernel, Fast loops; the same numbers
+    stack = jnp.stack([a, 0.5 * a])
+
+    def head(ah):
+        return bound(Fast(tol=1e-11)).lse_average(SoftmaxReduction(ah, b, v, bias, gamma, jnp.float64))[0]
+
+    looped = bound(Fast(tol=1e-11)).over_heads(head, stack)
+    mapped = Exact().over_heads(lambda ah: Exact().lse_average(
+        SoftmaxReduction(ah, b, v, bias, gamma, jnp.float64))[0], stack)
+    assert looped.shape == (2, 40, 2) and max_err(looped, mapped) < 1e-8
+
+
+# ------------------------------------------------------------------------------------------
 # every variant, fast against exact
 
 
@@ -190,7 +254,7 @@ def test_auto_choice_and_reason():
     assert big.plan.eta <= 1e-8 / (2 * big.mass_ratio)
     assert small.path == "exact" and "below min_speedup" in small.reason
     # causal, k > 3, traced beta without a window
-    causal = tp.SoftmaxAttention.identity(3, 1.0, causal=True, backend=Auto())
+    causal = tp.CausalSoftmaxAttention.identity(3, 1.0, backend=Auto())
     assert "causal" in causal.kernel_choice(10**6, 10**6, jnp.float64).reason
     wide = tp.SoftmaxAttention.identity(4, 1.0, backend=Auto())
     assert "R^4" in wide.kernel_choice(10**6, 10**6, jnp.float64).reason
@@ -207,11 +271,7 @@ def test_auto_choice_and_reason():
     with pytest.raises(ValueError, match="k <= 3"):
         tp.SoftmaxAttention.identity(4, 1.0, backend=Fast())
     with pytest.raises(ValueError, match="non-causal"):
-        tp.SoftmaxAttention.identity(3, 1.0, causal=True, backend=Fast())
-    with pytest.raises(ValueError, match="pass block_size to the backend"):
-        tp.SoftmaxAttention.identity(3, 1.0, block_size=64, backend=Fast())
-    assert tp.SoftmaxAttention.identity(3, block_size=64).backend == Exact(block_size=64)
-    assert tp.SoftmaxAttention.identity(3, block_size=64).block_size == 64
+        tp.CausalSoftmaxAttention.identity(3, 1.0, backend=Fast())
 
 
 def unreliable_cloud():

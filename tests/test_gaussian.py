@@ -276,21 +276,17 @@ def test_no_closure_raises_with_reason():
     cases = [
         (tp.SigmoidAttention(Q, K, V), "not affine"),
         (tp.UnnormalizedAttention(Q, K, V), "not affine"),
-        (tp.SoftmaxAttention(Q, K, V, causal=True), "causal"),
-        (tp.L2Attention(Q, K, V, causal=True), "causal"),
-        (tp.MultiHeadAttention.split(Q, K, V, 2, causal=True), "causal"),
+        (tp.CausalSoftmaxAttention(Q, K, V), "no Gaussian closure"),
+        (tp.CausalL2Attention(Q, K, V), "no Gaussian closure"),
+        (tp.CausalMultiHeadAttention.split(Q, K, V, 2), "no Gaussian closure"),
         (tp.Sphere(tp.SoftmaxAttention(Q, K, V)), "sphere"),
     ]
     for dyn, why in cases:
         with pytest.raises((ValueError, NotImplementedError), match=why):
             tp.solve(dyn, g0, t1=1.0, dt0=0.1)
-        # the capability is a type: a variant has the moment ODEs exactly when it is a closure,
-        # and a causal instance of such a variant refuses them with the reason
-        if isinstance(dyn, tp.AbstractGaussianClosure):
-            with pytest.raises(NotImplementedError, match="no Gaussian closure"):
-                dyn.gaussian_velocity(g0.mean, g0.cov)
-        else:
-            assert why in ("not affine", "sphere")
+        # the capability is a type: a dynamics has the moment ODEs exactly when it is a closure
+        # (causal attention is not one: euclidean.md §4f)
+        assert not isinstance(dyn, tp.AbstractGaussianClosure)
 
 
 def test_gaussian_input_validation():

@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 import transformer_pde as tp
+from transformer_pde.kernels import Dense, DenseOrStreaming, Exact, Streaming
 from transformer_pde.kernels import exact as kernels
 
 
@@ -44,8 +45,8 @@ def problem(rng, m, n, p=3, e=2, dtype=np.float64, zero_every=5):
     return tuple(jnp.asarray(a, dtype) for a in (q, k, v, bias, w))
 
 
-# (query block, key block) chosen so that neither m nor n is a multiple of either
-BLOCKS = (16, 24)
+# query and key blocks chosen so that neither m nor n is a multiple of either
+BLOCKS = Streaming(key_block=24, query_block=16)
 
 
 @pytest.mark.parametrize("causal", [False, True])
@@ -54,8 +55,8 @@ def test_streaming_matches_numpy_float64(causal):
     m = n = 101
     q, k, v, bias, _ = problem(rng, m, n)
     ref_out, ref_lse = numpy_lse_average(q, k, v, bias, causal)
-    for bs in (BLOCKS, 0):
-        out, lse = jax.jit(lambda *a, bs=bs: kernels.lse_average(*a, causal=causal, block_size=bs))(
+    for bs in (BLOCKS, Dense()):
+        out, lse = jax.jit(lambda *a, bs=bs: kernels.lse_average(*a, causal=causal, layout=bs))(
             q, k, v, bias)
         np.testing.assert_allclose(out, ref_out, rtol=1e-12, atol=1e-12)
         np.testing.assert_allclose(lse, ref_lse, rtol=1e-12, atol=1e-12)
@@ -67,7 +68,7 @@ def test_streaming_rectangular_queries_and_float32():
     rng = np.random.default_rng(1)
     q, k, v, bias, _ = problem(rng, 37, 90, p=4, e=3, dtype=np.float32)
     ref_out, ref_lse = numpy_lse_average(q, k, v, bias)
-    out, lse = kernels.lse_average(q, k, v, bias, block_size=(8, 32))
+    out, lse = kernels.lse_average(q, k, v, bias, layout=Streaming(key_block=32, query_block=8))
     assert out.dtype == jnp.float32 and lse.dtype == jnp.float32
     np.testing.assert_allclose(out, ref_out, rtol=2e-5, atol=2e-5)
     np.testing.assert_allclose(lse, ref_lse, rtol=2e-5, atol=2e-5)
@@ -80,7 +81,7 @@ def test_streaming_wide_values(causal):
     q, k, v, bias, _ = problem(rng, 41, 53, p=10, e=kernels.NARROW + 1)
     for scale in (1.0, 200.0):  # 200: the Cauchy–Schwarz shift underflows, exact redo
         ref_out, ref_lse = numpy_lse_average(scale * q, k, v, bias, causal)
-        out, lse = kernels.lse_average(scale * q, k, v, bias, causal=causal, block_size=BLOCKS)
+        out, lse = kernels.lse_average(scale * q, k, v, bias, causal=causal, layout=BLOCKS)
         np.testing.assert_allclose(out, ref_out, rtol=1e-11, atol=1e-11)
         np.testing.assert_allclose(lse, ref_lse, rtol=1e-12)
 
@@ -92,23 +93,23 @@ def test_causal_query_offset_is_a_slice_of_the_full_problem():
     q, k, v, bias, w = problem(rng, 60, 60)
     full_out, full_lse = numpy_lse_average(q, k, v, bias, causal=True)
     rows = slice(20, 45)
-    for bs in (0, BLOCKS):
-        out, lse = kernels.lse_average(q[rows], k, v, bias, causal=True, query_offset=20, block_size=bs)
+    for bs in (Dense(), BLOCKS):
+        out, lse = kernels.lse_average(q[rows], k, v, bias, causal=True, query_offset=20, layout=bs)
         np.testing.assert_allclose(out, full_out[rows], rtol=1e-12, atol=1e-12)
         np.testing.assert_allclose(lse, full_lse[rows], rtol=1e-12)
         sig = kernels.sigmoid_kernel_sum(q[rows], k, v, w, causal=True, query_offset=jnp.int32(20),
-                                         block_size=bs)
+                                         layout=bs)
         np.testing.assert_allclose(sig, numpy_sigmoid_sum(q, k, v, w, True)[rows], rtol=1e-12)
 
     def loss(bs):
         def f(q, k, v):
             return (jnp.sum(jnp.sin(kernels.softmax_average(q, k, v, bias, causal=True, query_offset=20,
-                                                            block_size=bs)))
+                                                            layout=bs)))
                     + jnp.sum(jnp.cos(kernels.sigmoid_kernel_sum(q, k, v, w, causal=True, query_offset=20,
-                                                                 block_size=bs))))
+                                                                 layout=bs))))
         return jax.jit(jax.grad(f, argnums=(0, 1, 2)))
 
-    for a, b in zip(loss(0)(q[rows], k, v), loss(BLOCKS)(q[rows], k, v)):
+    for a, b in zip(loss(Dense())(q[rows], k, v), loss(BLOCKS)(q[rows], k, v)):
         np.testing.assert_allclose(b, a, rtol=1e-10, atol=1e-12)
 
 
@@ -119,13 +120,13 @@ def test_loose_bound_falls_back_to_exact_shift():
     q, k, v, bias, _ = problem(rng, 40, 50)
     q = 300.0 * q
     ref_out, ref_lse = numpy_lse_average(q, k, v, bias)
-    out, lse = kernels.lse_average(q, k, v, bias, block_size=(16, 16))
+    out, lse = kernels.lse_average(q, k, v, bias, layout=Streaming(16, 16))
     np.testing.assert_allclose(out, ref_out, rtol=1e-11, atol=1e-11)
     np.testing.assert_allclose(lse, ref_lse, rtol=1e-13)
     # under vmap (as for the heads of multi-head attention) one member needs the second
     # pass and the other does not: each must still be exact
     qs = jnp.stack([q, q / 300.0])
-    outs, lses = jax.vmap(lambda q: kernels.lse_average(q, k, v, bias, block_size=(16, 16)))(qs)
+    outs, lses = jax.vmap(lambda q: kernels.lse_average(q, k, v, bias, layout=Streaming(16, 16)))(qs)
     ref_small = numpy_lse_average(q / 300.0, k, v, bias)
     for got, want in zip((outs[0], outs[1], lses[0], lses[1]), (ref_out, ref_small[0], ref_lse,
                                                                 ref_small[1])):
@@ -138,15 +139,15 @@ def test_streaming_gradients_match_dense(causal):
     rng = np.random.default_rng(3)
     q, k, v, bias, _ = problem(rng, 45, 45, zero_every=7)
 
-    def loss(block_size):
+    def loss(layout):
         def f(q, k, v, bias):
-            out, lse = kernels.lse_average(q, k, v, bias, causal=causal, block_size=block_size)
+            out, lse = kernels.lse_average(q, k, v, bias, causal=causal, layout=layout)
             # both outputs carry a cotangent; -inf lse rows (causal row 0) are dropped
             return jnp.sum(jnp.sin(out)) + jnp.sum(jnp.where(jnp.isfinite(lse), lse, 0.0) ** 2)
         return f
 
     bias = bias.at[0].set(0.3)  # every row sees a key, so the dense autodiff is finite too
-    g_dense = jax.jit(jax.grad(loss(0), argnums=(0, 1, 2, 3)))(q, k, v, bias)
+    g_dense = jax.jit(jax.grad(loss(Dense()), argnums=(0, 1, 2, 3)))(q, k, v, bias)
     g_stream = jax.jit(jax.grad(loss(BLOCKS), argnums=(0, 1, 2, 3)))(q, k, v, bias)
     for a, b in zip(g_dense, g_stream):
         a = jnp.where(jnp.isfinite(a), a, 0.0)
@@ -158,7 +159,7 @@ def test_streaming_gradient_finite_difference():
     rng = np.random.default_rng(4)
     q, k, v, bias, _ = problem(rng, 30, 30, zero_every=1000)
     f = jax.jit(lambda q: jnp.sum(jnp.cos(kernels.exp_kernel_sum(q, k, v, bias,
-                                                                   block_size=(8, 8)))))
+                                                                   layout=Streaming(8, 8)))))
     direction = jnp.asarray(rng.normal(size=q.shape))
     h = 1e-6
     fd = (f(q + h * direction) - f(q - h * direction)) / (2 * h)
@@ -170,32 +171,32 @@ def test_sigmoid_streaming(causal):
     rng = np.random.default_rng(5)
     q, k, v, _, w = problem(rng, 50, 50)
     ref = numpy_sigmoid_sum(q, k, v, w, causal)
-    out = kernels.sigmoid_kernel_sum(q, k, v, w, causal=causal, block_size=BLOCKS)
+    out = kernels.sigmoid_kernel_sum(q, k, v, w, causal=causal, layout=BLOCKS)
     np.testing.assert_allclose(out, ref, rtol=1e-12, atol=1e-14)
     f = lambda bs: lambda q, k, v: jnp.sum(jnp.sin(
-        kernels.sigmoid_kernel_sum(q, k, v, w, causal=causal, block_size=bs)))
-    for a, b in zip(jax.jit(jax.grad(f(0), argnums=(0, 1, 2)))(q, k, v),
+        kernels.sigmoid_kernel_sum(q, k, v, w, causal=causal, layout=bs)))
+    for a, b in zip(jax.jit(jax.grad(f(Dense()), argnums=(0, 1, 2)))(q, k, v),
                     jax.jit(jax.grad(f(BLOCKS), argnums=(0, 1, 2)))(q, k, v)):
         np.testing.assert_allclose(b, a, rtol=1e-11, atol=1e-14)
 
 
-def _attention_family(d, rng, block_size):
+def _attention_family(d, rng, layout):
     Q, K, V = (rng.normal(size=(d, d)) / np.sqrt(d) for _ in range(3))
-    kw = {"block_size": block_size}
+    kw = {"backend": Exact(layout)}
     return {
         "softmax": tp.SoftmaxAttention(Q, K, V, 2.0, **kw),
-        "causal": tp.SoftmaxAttention(Q, K, V, 2.0, causal=True, **kw),
+        "causal": tp.CausalSoftmaxAttention(Q, K, V, 2.0, **kw),
         "multihead": tp.MultiHeadAttention.split(Q, K, V, 2, 1.5, **kw),
         "l2": tp.L2Attention(Q, K, V, 0.7, **kw),
         "unnormalized": tp.UnnormalizedAttention(Q, K, V, 1.2, shift=0.5, **kw),
-        "sigmoid": tp.SigmoidAttention(Q, K, V, 1.0, bias=-0.5, **kw),
+        "sigmoid": tp.SigmoidAttention(Q, K, V, 1.0, bias=-0.5, layout=layout),
         "sinkhorn": tp.SinkhornAttention(Q, K, V, 1.0, epsilon=1.0, threshold=1e-10, **kw),
     }
 
 
 def test_every_variant_streams_like_dense(monkeypatch):
-    # attention constructors take None (automatic: dense at this n) or a key block; a small
-    # tile makes the query block 16 rows, so both axes have several, ragged, blocks
+    # the default layout (dense at this n) against streaming with a key block; a small tile
+    # makes the query block 16 rows, so both axes have several, ragged, blocks
     monkeypatch.setattr(kernels, "DEFAULT_TILE", 16 * 24)
     rng = np.random.default_rng(6)
     d, n = 4, 70
@@ -203,8 +204,8 @@ def test_every_variant_streams_like_dense(monkeypatch):
     w = rng.random(n)
     w[3] = 0.0
     w /= w.sum()
-    dense = _attention_family(d, np.random.default_rng(7), None)
-    stream = _attention_family(d, np.random.default_rng(7), 24)
+    dense = _attention_family(d, np.random.default_rng(7), DenseOrStreaming())
+    stream = _attention_family(d, np.random.default_rng(7), Streaming(24))
     vel = jax.jit(lambda a, x, w: a.vector_field(x, w, jnp.zeros(())))
     for name in dense:
         np.testing.assert_allclose(vel(stream[name], x, w), vel(dense[name], x, w),
@@ -215,7 +216,7 @@ def test_every_variant_streams_like_dense(monkeypatch):
                                rtol=1e-10, atol=1e-12)
     f32 = lambda a: jnp.asarray(a, jnp.float32)
     s32 = tp.SoftmaxAttention(f32(dense["softmax"].Q), f32(dense["softmax"].K),
-                              f32(dense["softmax"].V), 2.0, block_size=24)
+                              f32(dense["softmax"].V), 2.0, backend=Exact(Streaming(24)))
     v32 = vel(s32, f32(x), f32(w))
     assert v32.dtype == jnp.float32
     np.testing.assert_allclose(v32, vel(dense["softmax"], x, w), rtol=1e-4, atol=1e-5)
@@ -228,7 +229,8 @@ def test_sinkhorn_streaming_potentials_match_dense(monkeypatch):
     Q, K, V = (rng.normal(size=(d, d)) / 2 for _ in range(3))
     x = rng.normal(size=(n, d))
     a = tp.SinkhornAttention(Q, K, V, 1.5, epsilon=0.8, threshold=1e-10)
-    b = tp.SinkhornAttention(Q, K, V, 1.5, epsilon=0.8, threshold=1e-10, block_size=16)
+    b = tp.SinkhornAttention(Q, K, V, 1.5, epsilon=0.8, threshold=1e-10,
+                             backend=Exact(Streaming(16)))
     pot = jax.jit(lambda attn, x: attn._potentials(x, jnp.full(n, 1.0 / n), jnp.zeros(())))
     pa, pb = pot(a, x), pot(b, x)
     assert bool(pb.converged) and int(pa.n_iters) == int(pb.n_iters)
@@ -236,16 +238,26 @@ def test_sinkhorn_streaming_potentials_match_dense(monkeypatch):
     np.testing.assert_allclose(pb.g, pa.g, rtol=1e-9, atol=1e-9)
 
 
-def test_automatic_choice_and_bad_block_size():
-    assert kernels.choose_path(100, 100) == 0
-    qb, kb = kernels.choose_path(4096, 4096)
+@pytest.mark.package_errors
+def test_layouts_and_bad_blocks():
+    auto = DenseOrStreaming()
+    assert auto.blocks(100, 100) is None
+    qb, kb = auto.blocks(4096, 4096)
     assert kb == kernels.DEFAULT_BLOCK and qb * kb <= kernels.DEFAULT_TILE
-    assert kernels.choose_path(10, 1000, 64) == (10, 64)  # blocks clipped to the problem
-    assert kernels.choose_path(10, 1000, 0) == 0
-    with pytest.raises(ValueError, match="block_size"):
-        kernels.choose_path(10, 10, -3)
-    with pytest.raises(ValueError, match="block sizes"):
-        kernels.choose_path(10, 10, (0, 4))
+    qb, kb = auto.blocks(4096, 4096, width=kernels.NARROW)  # wide values: the smaller tile
+    assert qb * kb <= kernels.WIDE_TILE
+    assert Streaming(64).blocks(10, 1000) == (10, 64)  # blocks clipped to the problem
+    assert Streaming(64, query_block=8).blocks(100, 1000) == (8, 64)
+    assert Dense().blocks(10**6, 10**6) is None
+    assert DenseOrStreaming(max_dense_pairs=0).blocks(2, 2) == (2, 2)
+    with pytest.raises(ValueError, match="Streaming.key_block must be >= 1, got 0"):
+        Streaming(0)
+    with pytest.raises(ValueError, match="Streaming.query_block must be >= 1, got -1"):
+        Streaming(4, query_block=-1)
+    with pytest.raises(ValueError, match="layout must be an exact-kernel layout"):
+        kernels.lse_average(*problem(np.random.default_rng(0), 4, 4)[:4], layout=64)
+    with pytest.raises(ValueError, match="Exact.layout must be"):
+        Exact((16, 24))
 
 
 def _temp_bytes(fn, *args):
@@ -265,7 +277,7 @@ def test_memory_is_linear_forward_and_backward():
         xs = jax.ShapeDtypeStruct((n, d), jnp.float32)
         bs = jax.ShapeDtypeStruct((n,), jnp.float32)
         g = jax.grad(lambda x, b: jnp.sum(kernels.softmax_average(x, x, x, b,
-                                                                  block_size=(256, 256)) ** 2))
+                                                                  layout=Streaming(256, 256)) ** 2))
         return _temp_bytes(g, xs, bs)
 
     small, large = grad_bytes(8192), grad_bytes(32768)

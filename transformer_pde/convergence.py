@@ -64,15 +64,11 @@ METRICS = ("mean", "cov", "bw", "coupling", "flow_bw", "w2")
 def gaussian_affine_field(dynamics: AbstractDynamics, mean, cov, t=0.0):
     r"""The affine field Γ_μ(x) = J x + c of μ = N(mean, cov) (euclidean.md §4, "Mechanism"),
     from :meth:`~transformer_pde.models.AbstractGaussianClosure.affine_field`; a ValueError when
-    there is no closure."""
+    there is no closure (causal attention included: its field depends on positions)."""
     if not isinstance(dynamics, AbstractGaussianClosure):
         raise ValueError(f"no Gaussian closure with an affine field for {type(dynamics).__name__}; use "
                          "a large-n reference instead (law given as a sampler)")
-    try:
-        return dynamics.affine_field(mean, cov, t)
-    except NotImplementedError as e:
-        raise ValueError(f"no Gaussian closure with an affine field for {type(dynamics).__name__} "
-                         f"({e}); use a large-n reference instead (law given as a sampler)") from e
+    return dynamics.affine_field(mean, cov, t)
 
 
 # --------------------------------------------------------------------------------------------

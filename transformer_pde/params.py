@@ -9,9 +9,10 @@ from __future__ import annotations
 import equinox as eqx
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jaxtyping import Array, ArrayLike, Float
 
-from ._checks import as_float_array, check_finite, check_scalar
+from ._checks import as_float_array, check_finite, check_scalar, is_concrete
 
 # Stage times that land on a layer boundary (t = t0 + l * dt) must select layer l even
 # after floating-point rounding; 1e-4 of a layer is far from every Runge-Kutta node.
@@ -72,4 +73,43 @@ def as_param(param, name: str):
     return check_finite(arr, name)
 
 
-__all__ = ["PiecewiseConstant", "evaluate", "param_shape", "as_param"]
+def scalar_param(value, name: str = "parameter"):
+    """A scalar parameter as a JAX array leaf (so jit does not recompile per value and grad
+    reaches it). Python numbers stay weakly typed: float32 tokens keep float32 arithmetic.
+
+    A value that is finite as given but overflows the stored dtype (β = 1e39 in float32) is an
+    error here, not an inf that turns every velocity into NaN later."""
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        out = jnp.asarray(float(value))
+    else:
+        out = jnp.asarray(value)
+        out = out if jnp.issubdtype(out.dtype, jnp.floating) else out.astype(float)
+    if is_concrete(out) and np.isfinite(np.asarray(value, dtype=np.float64)).all() and not bool(
+            jnp.all(jnp.isfinite(out))):
+        raise ValueError(f"{name}={value!r} overflows {out.dtype} (max {float(jnp.finfo(out.dtype).max):.3g}); "
+                         "enable float64 (jax_enable_x64) or rescale")
+    return out
+
+
+def matrix_dim(param) -> int:
+    """The number of columns of a matrix parameter (d for V: R^d -> R^d)."""
+    return param_shape(param)[-1]
+
+
+def bilinear_params(cls_name: str, Q, K, V, beta):
+    """The checked (Q, K, V, beta) of a bilinear-score attention: Q, K (k, d); V (d, d); beta a
+    scalar (:func:`scalar_param`)."""
+    Q, K, V = as_param(Q, f"{cls_name}.Q"), as_param(K, f"{cls_name}.K"), as_param(V, f"{cls_name}.V")
+    sq, sk, sv = param_shape(Q), param_shape(K), param_shape(V)
+    if len(sq) != 2 or sq != sk:
+        raise ValueError(f"{cls_name}: Q and K must both have shape (k, d), got Q {sq} and K {sk}")
+    d = sq[1]
+    if sv != (d, d):
+        raise ValueError(f"{cls_name}: V must be square with shape ({d}, {d}) to match Q, K of shape "
+                         f"{sq}, got V {sv}")
+    check_scalar(beta, f"{cls_name}.beta")
+    return Q, K, V, scalar_param(beta, f"{cls_name}.beta")
+
+
+__all__ = ["PiecewiseConstant", "as_param", "bilinear_params", "evaluate", "matrix_dim", "param_shape",
+           "scalar_param"]

@@ -23,7 +23,7 @@ from ott.tools import sinkhorn_divergence as _sd
 
 from .._checks import check_block_size, check_int, check_points, check_scalar, check_weights, is_concrete
 from .._linalg import sqrtm_psd
-from ..kernels.ott import StreamingSqEuclideanCloud
+from ..kernels.point_clouds import StreamingSqEuclideanCloud
 from ..models.attention.base import AbstractNormalizedAttention
 from ..models.attention.softmax import MultiHeadAttention, SoftmaxAttention
 from ..params import PiecewiseConstant
@@ -79,7 +79,7 @@ def sinkhorn_divergence(x, y, a=None, b=None, *, epsilon, p: float = 2.0, thresh
     estimates (convergence, stability) all call it. ``epsilon`` is required (ott's default
     scales with the data, STYLE.md). ``batch_size`` (p = 2 only) streams the cost in blocks of
     that many points instead of storing it (memory O(n · batch_size),
-    :class:`transformer_pde.kernels.ott.StreamingSqEuclideanCloud`).
+    :class:`transformer_pde.kernels.point_clouds.StreamingSqEuclideanCloud`).
 
     ``throw``: a divergence whose three Sinkhorn solves did not all reach ``threshold`` within
     ``max_iterations`` raises (``eqx.error_if``) instead of returning an unconverged value;

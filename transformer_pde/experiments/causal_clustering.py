@@ -21,7 +21,7 @@ import numpy as np
 
 from .. import plot
 from ..diagnostics import cluster_count
-from ..models import SoftmaxAttention, Sphere, uniform_sphere
+from ..models import CausalSoftmaxAttention, Sphere, uniform_sphere
 from ..solvers import solve
 from ..theory import causal
 from ._base import Experiment, register
@@ -55,7 +55,7 @@ def compute(cfg: CausalClusteringConfig, progress: bool = False) -> Result:
     renyi_low = np.zeros_like(counts)
     renyi_high = np.zeros_like(counts)
     for a, beta in enumerate(betas):
-        dyn = Sphere(SoftmaxAttention.identity(cfg.d, float(beta), causal=True))
+        dyn = Sphere(CausalSoftmaxAttention.identity(cfg.d, float(beta)))
         for s, x0 in enumerate(x0s):
             sol = solve(dyn, x0, t1=cfg.t1, dt0=cfg.dt, solver=diffrax.Euler())
             counts[a, s] = int(cluster_count(sol.final, cfg.threshold))
@@ -68,7 +68,7 @@ def compute(cfg: CausalClusteringConfig, progress: bool = False) -> Result:
     mean = counts.mean(1)
     slope = np.polyfit(np.log(betas), np.log(mean), 1)[0] if len(betas) > 1 else np.nan
     # the long run: all tokens to x_1(0)
-    dyn = Sphere(SoftmaxAttention.identity(cfg.d, cfg.beta_long, causal=True))
+    dyn = Sphere(CausalSoftmaxAttention.identity(cfg.d, cfg.beta_long))
     dist = []
     for x0 in x0s:
         sol = solve(dyn, x0, t1=cfg.t_long, dt0=cfg.dt, solver=diffrax.Tsit5(),

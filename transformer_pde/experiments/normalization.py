@@ -60,7 +60,7 @@ import numpy as np
 
 from .. import plot
 from ..diagnostics import clustered_pair_fraction
-from ..models import NGPT, LNScaling, MixLN, MultiHeadAttention, PeriLN, PostLN, PreLN, Sphere
+from ..models import NGPT, CausalMultiHeadAttention, LNScaling, MixLN, MultiHeadAttention, PeriLN, PostLN, PreLN, Sphere
 from ..solvers import layers
 from ._base import Experiment, register
 from ._options import Above, AtLeast, Between, Options
@@ -169,10 +169,12 @@ def draws(cfg: NormalizationConfig):
 
 
 def attention(Q, K, beta, causal: bool):
-    """H heads averaged: V_h = I, W_h = I/H (the authors' ``M2 += A_head / n_heads``)."""
+    """H heads averaged: V_h = I, W_h = I/H (the authors' ``M2 += A_head / n_heads``); the
+    causal mask (token i attends to j <= i) is :class:`CausalMultiHeadAttention`."""
     H, d = Q.shape[0], Q.shape[-1]
     eye = jnp.broadcast_to(jnp.eye(d, dtype=Q.dtype), (H, d, d))
-    return MultiHeadAttention(Q, K, eye, eye / H, beta, causal=causal)
+    heads = CausalMultiHeadAttention if causal else MultiHeadAttention
+    return heads(Q, K, eye, eye / H, beta)
 
 
 @jax.jit

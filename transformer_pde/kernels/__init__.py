@@ -1,38 +1,60 @@
 """Pair reductions behind every attention variant (the kernels floor of the house).
 
-- :mod:`.exact`: dense and exact streaming (blocked, flash-style) log-sum-exp reductions.
+- :mod:`.exact`: dense and exact streaming (blocked, flash-style) log-sum-exp reductions, with
+  their layouts as values (:class:`Dense`, :class:`Streaming`, :class:`DenseOrStreaming`).
 - :mod:`.fast`: the NUFFT Gaussian sum, O(n + M log M) for scores in R^k, k <= 3.
+- :mod:`.reduction`: :class:`SoftmaxReduction`, the reduction an attention hands its backend,
+  as a value.
 - :mod:`.backends`: the strategies an attention takes as ``backend=``: :class:`Exact`,
-  :class:`Fast`, :class:`Auto` (with :class:`KernelReport`, the choice and its reason).
-- :mod:`.ott`: ott-jax point clouds whose Sinkhorn kernel streams through :mod:`.exact`.
-- :mod:`.random_batch`: the random batch method (interactions inside random batches).
+  :class:`Fast`, :class:`Auto`, each computing the reductions it is handed
+  (``backend.lse_average(reduction)``), with :class:`KernelReport`, the choice and its reason;
+  :mod:`.binding`: what a fast plan needs from the attention (:class:`ScoreBox`).
+- :mod:`.point_clouds`: ott-jax point clouds whose Sinkhorn kernel streams through :mod:`.exact`.
+- :mod:`.random_partition`: the random batch method (random partitions into batches, and the
+  field each token feels inside its batch).
 """
 
-from . import backends, exact, fast, random_batch
-from .backends import Auto, Exact, Fast, KernelReport, ScoreBox
+from . import backends, binding, exact, fast, point_clouds, random_partition, reduction
+from .backends import AbstractBackend, Auto, Exact, Fast, KernelReport, bind_backend
+from .binding import ScoreBox
 from .exact import (
     DENSE_MAX_PAIRS,
-    choose_path,
+    AbstractLayout,
+    Dense,
+    DenseOrStreaming,
+    Streaming,
     exp_kernel_sum,
+    log_weights,
     lse_average,
     sigmoid_kernel_sum,
     softmax_average,
 )
+from .reduction import SoftmaxReduction
 
 __all__ = [
+    "AbstractBackend",
+    "AbstractLayout",
     "Auto",
+    "Dense",
+    "DenseOrStreaming",
     "Exact",
     "Fast",
     "KernelReport",
     "ScoreBox",
+    "SoftmaxReduction",
     "backends",
+    "bind_backend",
+    "binding",
     "fast",
     "DENSE_MAX_PAIRS",
-    "choose_path",
     "exact",
-    "random_batch",
+    "point_clouds",
+    "random_partition",
+    "reduction",
     "exp_kernel_sum",
+    "log_weights",
     "lse_average",
     "sigmoid_kernel_sum",
     "softmax_average",
+    "Streaming",
 ]

@@ -2,10 +2,13 @@ r"""Kernel backends: how an attention reduces its query-key pairs, as strategy v
 
 An attention whose field is made of softmax reductions of logits $\gamma\langle a_i,b_j\rangle
 +\mathrm{bias}_j$ (softmax, multi-head per head, ℓ², USA, Sinkhorn; $a=Qx$, $b=Ky$ in $\mathbb
-R^k$) takes ``backend=``, one of
+R^k$) takes ``backend=``, and hands it each reduction as a value
+(:class:`~.reduction.SoftmaxReduction`): ``backend.lse_average(reduction)`` returns the average
+and the log-normalizer, whichever kernel computes them. The backends are
 
 * :class:`Exact` (the default): the dense / exact streaming kernel of :mod:`.exact`, any k, causal
-  included. ``Exact(block_size=...)`` sets its blocks.
+  included. ``Exact(layout)`` sets how it visits the pairs (:class:`~.exact.Dense`,
+  :class:`~.exact.Streaming` blocks, or :class:`~.exact.DenseOrStreaming` by size, the default).
 * :class:`Fast`: the NUFFT Gaussian sum of :mod:`.fast`, forced (k <= 3, non-causal). Its error
   is planned a priori (``tol`` relative to the total mass, see below); a state outside the box
   it was planned for, or a β outside its window, raises.
@@ -42,7 +45,12 @@ spread uniformly over a sphere of radius R in score space), so that a query with
 meets ``tol``; every query whose computed bound (:class:`~.fast.FastSumInfo`) exceeds ``tol``
 (the average's in units of $\max(1,V)$) is recomputed with the exact kernel: up to
 ``PATCH_ROWS`` such rows alone, more by the exact kernel for all rows (``jax.lax.switch``; under
-``vmap`` every branch runs, so prefer :class:`Fast` inside ``vmap``).
+``vmap`` every branch runs, so prefer :class:`Fast` inside ``vmap``; an attention's heads go
+through :meth:`AbstractBackend.over_heads`, which loops over them on the fast backends).
+
+**Devices.** With ``axis_name`` (inside ``shard_map``) a reduction holds this device's keys:
+:class:`Exact` all-gathers them (every device then holds every key), the fast kernel sums its
+Fourier modes across devices and gathers nothing of size n (:mod:`.fast`).
 """
 
 from __future__ import annotations
@@ -58,9 +66,14 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
+from ott.geometry import costs, geometry
 
 from . import exact
+from .binding import ScoreBox, score_box
+from .exact import DEFAULT_LAYOUT, AbstractLayout
 from .fast import GaussianSumPlan, fast_lse_average_with_info, plan_gaussian_sum
+from .point_clouds import FastDotCloud, StreamingDotCloud
+from .reduction import SoftmaxReduction, gather_keys, keys_over_devices
 
 __all__ = [
     "AbstractBackend",
@@ -70,8 +83,7 @@ __all__ = [
     "KernelReport",
     "PATCH_ROWS",
     "ScoreBox",
-    "exact_lse_average",
-    "fast_lse_average_checked",
+    "bind_backend",
 ]
 
 # Queries recomputed one by one (an exact m' x n reduction) before Auto recomputes all of them.
@@ -87,27 +99,6 @@ MIN_SPEEDUP = {"float64": 1.0, "float32": 4.0}
 # machine, against milliseconds of work (measured at n = 300-3000).
 SMALL_PROBLEM = 100_000
 _MAX_K = 3
-
-
-class ScoreBox(eqx.Module):
-    """What a Gaussian-sum plan needs before tracing, worked out by the attention when built.
-
-    Attributes:
-        k: dimension of the score space (rows of Q and K).
-        radius: R with ``|Qx|_∞, |Kx|_∞ <= R`` over the run, or None (unknown: no fast plan).
-        gamma: the window ``(lo, hi)`` of γ, or None (β traced at construction, no declared
-            window: no fast plan).
-        note: where R and γ came from, or why they are unknown (in reports and error messages).
-    """
-
-    k: int = eqx.field(static=True)
-    radius: float | None = eqx.field(static=True)
-    gamma: tuple[float, float] | None = eqx.field(static=True)
-    note: str = eqx.field(static=True)
-
-    @property
-    def known(self) -> bool:
-        return self.radius is not None and self.gamma is not None
 
 
 class KernelReport(eqx.Module):
@@ -154,42 +145,82 @@ def _window(beta):
     return (float(beta[0]), float(beta[1]))
 
 
-def _blocks(block_size):
-    return tuple(block_size) if isinstance(block_size, list) else block_size
-
-
 class AbstractBackend(eqx.Module):
-    """How an attention computes its softmax reductions (a strategy value, all fields static)."""
+    """How an attention computes its softmax reductions (a strategy value, all fields static).
 
-    @property
-    @abc.abstractmethod
-    def block_size(self):
-        """Blocks of the exact kernel (``None``: automatic), where this backend uses it."""
+    A backend computes: :meth:`lse_average` reduces one :class:`~.reduction.SoftmaxReduction`,
+    :meth:`over_heads` maps a function of one head (that reduces with this backend) over the
+    heads, :meth:`dot_cost_geometry` gives Sinkhorn its ott-jax geometry. :meth:`choose` and
+    :meth:`report` say which kernel it takes for a problem, and why (reporting only: the
+    attention never asks).
+    """
 
     @abc.abstractmethod
     def choose(self, *, m: int, n: int, e: int, dtype, causal: bool) -> KernelReport:
-        """The path for an m-query, n-key reduction with e value columns (static)."""
+        """The kernel for an m-query, n-key reduction with e value columns (static)."""
 
-    def bind(self, box: ScoreBox, *, causal: bool, owner: str) -> AbstractBackend:
-        """This backend with the attention's score box filled in (called when it is built)."""
+    def bind(self, owner: str, *, Q, K, beta, gamma_factor=1.0, causal: bool = False) -> AbstractBackend:
+        """This backend as the attention ``owner`` uses it (called when the attention is built):
+        scores a = Qx, b = Kx with γ = ``gamma_factor`` · β (see :func:`~.binding.score_box`);
+        ``causal``: the attention masks."""
         return self
+
+    @abc.abstractmethod
+    def lse_average(self, reduction: SoftmaxReduction, *, axis_name=None):
+        """``(avg, lse)`` of ``reduction``. With ``axis_name`` (inside ``shard_map``) its keys are
+        this device's, and the reduction runs over every device's keys."""
+
+    @abc.abstractmethod
+    def over_heads(self, head, *stacked):
+        """``head(*per_head)`` for every head (the leading axis of ``stacked``), stacked."""
+
+    @abc.abstractmethod
+    def dot_cost_geometry(self, a, b, scale, *, epsilon, dtype) -> geometry.Geometry:
+        """An ott-jax geometry for the cost ``c_ij = -scale ⟨a_i, b_j⟩`` with regularization
+        ``epsilon``, whose log-sum-exp kernel this backend computes (Sinkhorn attention)."""
+
+    def report(self, reductions: list[SoftmaxReduction]) -> KernelReport:
+        """:meth:`choose` for these reductions (one per head; the same shapes), with the
+        a-posteriori bounds of the fast kernel on their data where it is taken."""
+        r = reductions[0]
+        return self.choose(m=r.num_queries, n=r.num_keys, e=r.value_width, dtype=r.dtype,
+                           causal=r.causal)
 
 
 class Exact(AbstractBackend):
-    """The exact kernel (:func:`.exact.lse_average`): dense up to ``DENSE_MAX_PAIRS`` pairs,
-    exact streaming above; any score dimension, causal included. The default.
+    """The exact kernel (:func:`.exact.lse_average`): any score dimension, causal included. The
+    default.
 
     Args:
-        block_size: see :func:`.exact.choose_path` (None: automatic).
+        layout: how it visits the pairs: :class:`~.exact.DenseOrStreaming` (the default: dense
+            up to ``DENSE_MAX_PAIRS`` pairs, exact streaming above), :class:`~.exact.Dense` or
+            :class:`~.exact.Streaming` (its key and query blocks).
     """
 
-    block_size: int | tuple[int, int] | None = eqx.field(static=True, default=None, converter=_blocks)
+    layout: AbstractLayout = eqx.field(static=True, default=DEFAULT_LAYOUT)
 
     def __check_init__(self):
-        exact.choose_path(1, 1, self.block_size)  # validates
+        exact.check_layout(self.layout, "Exact.layout")
 
     def choose(self, *, m, n, e, dtype, causal):
         return KernelReport(path="exact", reason="Exact backend", backend="Exact")
+
+    def lse_average(self, reduction, *, axis_name=None):
+        q, k, v, bias = reduction.exact_form()
+        k, v, bias = gather_keys(axis_name, k, v, bias)
+        return exact.lse_average(q, k, v, bias, causal=reduction.causal,
+                                 query_offset=reduction.query_offset, layout=self.layout)
+
+    def over_heads(self, head, *stacked):
+        return jax.vmap(head)(*stacked)  # one batched kernel
+
+    def dot_cost_geometry(self, a, b, scale, *, epsilon, dtype):
+        blocks = self.layout.blocks(a.shape[0], b.shape[0])
+        if blocks is None:
+            return geometry.Geometry(cost_matrix=-scale * (a @ b.T), epsilon=epsilon)
+        # the same cost, recomputed in blocks of keys: O(n·block), the n x n matrix never formed
+        return StreamingDotCloud(scale * a, b, costs.NegDotProduct(), batch_size=blocks[1],
+                                 epsilon=epsilon)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -238,15 +269,26 @@ class _AbstractGaussianBackend(AbstractBackend):
         if self.mass_ratio is not None and not self.mass_ratio >= 1:
             raise ValueError(f"{name}.mass_ratio must be None or >= 1, got {self.mass_ratio!r}")
 
-    def bind(self, box, *, causal, owner):
+    def bind(self, owner, *, Q, K, beta, gamma_factor=1.0, causal=False):
+        box = score_box(self, owner, Q=Q, K=K, beta=beta, gamma_factor=gamma_factor)
+        self._check_box(box, causal, owner)
         return dataclasses.replace(self, box=box)
+
+    def _check_box(self, box: ScoreBox, causal: bool, owner: str):
+        """Refuse, when the attention is built, what this backend cannot plan (Fast)."""
 
     def _rho(self) -> float:
         return float(self.mass_ratio) if self.mass_ratio is not None else _default_mass_ratio(self.box)
 
+    @abc.abstractmethod
     def _target(self) -> float:
         """The η the plan is asked for."""
-        raise NotImplementedError
+
+    @abc.abstractmethod
+    def fast_lse_average(self, plan: GaussianSumPlan, a, b, v, bias, gamma, *, axis_name=None):
+        """(avg, lse) of the logits ``gamma a_i·b_j + bias_j`` through the fast kernel with
+        ``plan``, checked (:class:`Fast` raises outside the plan, :class:`Auto` recomputes what
+        misses ``tol`` exactly)."""
 
     def plan_for(self, dtype, points: int | None = None) -> tuple[GaussianSumPlan, bool]:
         """The plan for ``dtype``; ``points`` (queries + keys) picks FINUFFT's threads when
@@ -263,6 +305,41 @@ class _AbstractGaussianBackend(AbstractBackend):
         return KernelReport(path="fast", reason=reason, backend=type(self).__name__, plan=plan,
                             predicted_speedup=plan.predicted_speedup(n, m, e),
                             predicted_error=2.0 * rho * plan.eta, mass_ratio=rho)
+
+    def over_heads(self, head, *stacked):
+        # one head at a time, not vmap: Auto's fallback is a lax.switch, which vmap would turn
+        # into running every branch
+        outs = [head(*(z[h] for z in stacked)) for h in range(stacked[0].shape[0])]
+        return jax.tree.map(lambda *zs: jnp.stack(zs), *outs)
+
+    def _fast_geometry(self, plan, a, b, scale, epsilon, dtype, layout):
+        # c_ij = -scale <a_i, b_j>: each Sinkhorn half-iteration a Gaussian sum of bandwidth
+        # scale/eps; ott's applications to a vector run on the exact kernel (``layout``'s blocks)
+        blocks = layout.blocks(a.shape[0], b.shape[0])
+        return FastDotCloud(a.astype(dtype), b.astype(dtype), jnp.asarray(scale).astype(dtype),
+                            backend=self, plan=plan, batch_size=blocks[1] if blocks else None,
+                            epsilon=epsilon)
+
+    def report(self, reductions):
+        report = super().report(reductions)
+        if not report.fast:
+            return report
+        plan, tol = report.plan, float(self.tol)
+        avg_b = lse_b = 0.0
+        bad = np.zeros(reductions[0].num_queries, bool)
+        for r in reductions:
+            info = _sum_info(r, plan)
+            ab, lb = np.asarray(info.avg_bound), np.asarray(info.lse_bound)
+            avg_b, lse_b = max(avg_b, float(ab.max())), max(lse_b, float(lb.max()))
+            scale = max(1.0, float(info.value_half_range))
+            bad |= ~np.asarray(info.in_box) | (lb > tol) | (ab > tol * scale)
+        return dataclasses.replace(report, max_avg_bound=avg_b, max_lse_bound=lse_b,
+                                   fallback_rows=int(bad.sum()))
+
+
+@eqx.filter_jit
+def _sum_info(reduction: SoftmaxReduction, plan):
+    return fast_lse_average_with_info(*reduction.gaussian_form(), plan, throw=False)[2]
 
 
 class Fast(_AbstractGaussianBackend):
@@ -299,14 +376,10 @@ class Fast(_AbstractGaussianBackend):
     def __check_init__(self):
         self._check_fields()
 
-    @property
-    def block_size(self):
-        return None
-
     def _target(self):
         return float(self.tol)
 
-    def bind(self, box, *, causal, owner):
+    def _check_box(self, box, causal, owner):
         if causal:
             raise ValueError(f"{owner}: backend=Fast needs a non-causal attention (a causal mask is "
                              "not a convolution); use Exact, or Auto (which takes the exact kernel)")
@@ -315,7 +388,6 @@ class Fast(_AbstractGaussianBackend):
                              f"(k, d)), got k={box.k}; use Exact, or Auto")
         if not box.known:
             raise ValueError(f"{owner}: backend=Fast cannot be planned before tracing: {box.note}")
-        return super().bind(box, causal=causal, owner=owner)
 
     def choose(self, *, m, n, e, dtype, causal):
         plan, reached = self.plan_for(dtype, m + n)
@@ -324,6 +396,26 @@ class Fast(_AbstractGaussianBackend):
             reason += (f"; tol={self.tol:g} is below what {np.dtype(dtype).name} reaches, "
                        f"achieved eta={plan.eta:.2g}")
         return self._fast_report(plan, m, n, e, reason)
+
+    def lse_average(self, reduction, *, axis_name=None):
+        if reduction.causal:
+            raise ValueError("Fast: a causal mask is not a convolution; use Exact or Auto")
+        m, n = reduction.num_queries, keys_over_devices(reduction.num_keys, axis_name)
+        plan, _ = self.plan_for(reduction.dtype, m + n)
+        return self.fast_lse_average(plan, *reduction.gaussian_form(), axis_name=axis_name)
+
+    def dot_cost_geometry(self, a, b, scale, *, epsilon, dtype):
+        plan, _ = self.plan_for(dtype, a.shape[0] + b.shape[0])
+        return self._fast_geometry(plan, a, b, scale, epsilon, dtype, DEFAULT_LAYOUT)
+
+    @eqx.filter_jit
+    def fast_lse_average(self, plan, a, b, v, bias, gamma, *, axis_name=None):
+        """A token outside the box or γ outside the window raises (compiled once per plan and
+        shapes, ``eqx.filter_jit``, so eager calls are not op by op)."""
+        avg, lse, info, in_window = _fast_sum(plan, a, b, v, bias, gamma, axis_name)
+        avg = eqx.error_if(avg, ~info.in_box, _box_message(self, plan))
+        avg = eqx.error_if(avg, ~in_window, _window_message(self, plan))
+        return avg, lse
 
 
 class Auto(_AbstractGaussianBackend):
@@ -344,7 +436,8 @@ class Auto(_AbstractGaussianBackend):
             4(1 + γR²)); queries with ρ_i beyond it are likely to be recomputed exactly.
         min_speedup: least predicted flop ratio for the fast path (None: ``MIN_SPEEDUP`` of the
             dtype, 1 in float64 and 4 in float32).
-        block_size: blocks of the exact kernel.
+        exact: the exact kernel it takes, or falls back to (an :class:`Exact` backend: its
+            layout).
         box: filled in by the attention; do not pass it.
     """
 
@@ -355,17 +448,13 @@ class Auto(_AbstractGaussianBackend):
     mass_ratio: float | None = eqx.field(static=True, default=None)
     min_speedup: float | None = eqx.field(static=True, default=None)
     nthreads: int = eqx.field(static=True, default=0)
-    exact_block_size: int | tuple[int, int] | None = eqx.field(static=True, default=None,
-                                                               converter=_blocks)
+    exact: Exact = eqx.field(static=True, default=Exact())
     box: ScoreBox | None = eqx.field(static=True, default=None)
 
     def __check_init__(self):
         self._check_fields()
-        exact.choose_path(1, 1, self.exact_block_size)
-
-    @property
-    def block_size(self):
-        return self.exact_block_size
+        if not isinstance(self.exact, Exact):
+            raise ValueError(f"Auto.exact must be an Exact backend, got {self.exact!r}")
 
     def _target(self):
         return float(self.tol) / (2.0 * self._rho())
@@ -401,24 +490,91 @@ class Auto(_AbstractGaussianBackend):
             f"{kw['predicted_error']:.2g} <= tol={self.tol:g} for queries with rho <= {rho:.3g}; "
             "others recomputed exactly"))
 
+    def lse_average(self, reduction, *, axis_name=None):
+        choice = self.choose(m=reduction.num_queries,
+                             n=keys_over_devices(reduction.num_keys, axis_name),
+                             e=reduction.value_width, dtype=reduction.dtype, causal=reduction.causal)
+        if not choice.fast:
+            return self.exact.lse_average(reduction, axis_name=axis_name)
+        return self.fast_lse_average(choice.plan, *reduction.gaussian_form(), axis_name=axis_name)
+
+    def dot_cost_geometry(self, a, b, scale, *, epsilon, dtype):
+        # ott's kernel applications average one column (its potentials)
+        choice = self.choose(m=a.shape[0], n=b.shape[0], e=1, dtype=dtype, causal=False)
+        if not choice.fast:
+            return self.exact.dot_cost_geometry(a, b, scale, epsilon=epsilon, dtype=dtype)
+        return self._fast_geometry(choice.plan, a, b, scale, epsilon, dtype, self.exact.layout)
+
+    @eqx.filter_jit
+    def fast_lse_average(self, plan, a, b, v, bias, gamma, *, axis_name=None):
+        """Every query whose a-posteriori bound misses ``tol`` is recomputed exactly (module
+        docstring); with ``axis_name`` the decision is taken jointly by all devices (the exact
+        branches gather keys)."""
+        avg, lse, info, in_window = _fast_sum(plan, a, b, v, bias, gamma, axis_name)
+        gamma = jnp.asarray(gamma, jnp.result_type(a))
+        tol = float(self.tol)
+        ok = (info.in_box & in_window & (info.lse_bound <= tol)
+              & (info.avg_bound <= tol * jnp.maximum(1.0, info.value_half_range)))
+        m = a.shape[0]
+        cap = min(m, PATCH_ROWS)
+        nbad = jnp.sum(~ok)
+        branch = jnp.where(nbad == 0, 0, jnp.where(nbad <= cap, 1, 2)).astype(jnp.int32)
+        if axis_name is not None:
+            branch = jax.lax.pmax(branch, axis_name)
+        exact_sum = functools.partial(_exact_rows, layout=self.exact.layout, axis_name=axis_name)
+
+        def keep(avg, lse):
+            return avg, lse
+
+        def patch(avg, lse):
+            rows = jnp.nonzero(~ok, size=cap, fill_value=m)[0]  # m: out of range, dropped below
+            q = gamma * a.at[rows].get(mode="fill", fill_value=0.0)
+            ex_avg, ex_lse = exact_sum(q, b, v, bias)
+            return (avg.at[rows].set(ex_avg.astype(avg.dtype), mode="drop"),
+                    lse.at[rows].set(ex_lse.astype(lse.dtype), mode="drop"))
+
+        def redo(avg, lse):
+            ex_avg, ex_lse = exact_sum(gamma * a, b, v, bias)
+            return ex_avg.astype(avg.dtype), ex_lse.astype(lse.dtype)
+
+        return jax.lax.switch(branch, [keep, patch, redo], avg, lse)
+
+
+def bind_backend(backend, owner: str, *, Q, K, beta, gamma_factor=1.0,
+                 causal: bool = False) -> AbstractBackend:
+    """The attention ``owner``'s backend, bound to it (:meth:`AbstractBackend.bind`; ``None`` is
+    ``Exact()``)."""
+    if backend is None:
+        backend = Exact()
+    if not isinstance(backend, AbstractBackend):
+        raise ValueError(f"{owner}.backend must be a kernel backend such as tp.kernels.Exact(), "
+                         f"tp.kernels.Fast(tol=1e-8) or tp.kernels.Auto(), got {backend!r}")
+    return backend.bind(owner, Q=Q, K=K, beta=beta, gamma_factor=gamma_factor, causal=causal)
+
 
 # ---------------------------------------------------------------------------------------------
-# the reductions
+# the fast reduction, and its messages
 
 
-def _gather(axis_name, *arrays):
-    if axis_name is None:
-        return arrays
-    return tuple(jax.lax.all_gather(a, axis_name, tiled=True) for a in arrays)
+def _exact_rows(q, b, v, bias, *, layout, axis_name):
+    b, v, bias = gather_keys(axis_name, b, v, bias)
+    return exact.lse_average(q, b, v, bias, layout=layout)
 
 
-def exact_lse_average(q, k, v, bias, *, causal=False, query_offset=0, block_size=None,
-                      axis_name=None):
-    """:func:`.exact.lse_average`; with ``axis_name`` (inside ``shard_map``), ``k, v, bias`` are
-    this device's keys and are all-gathered first (every device then holds every key)."""
-    k, v, bias = _gather(axis_name, k, v, bias)
-    return exact.lse_average(q, k, v, bias, causal=causal, query_offset=query_offset,
-                             block_size=block_size)
+def _in_window(gamma, plan):
+    return (gamma >= plan.gamma_min * (1 - 1e-9)) & (gamma <= plan.gamma_max * (1 + 1e-9))
+
+
+def _fast_sum(plan, a, b, v, bias, gamma, axis_name):
+    """The fast kernel's (avg, lse, info) and whether γ lies in the plan's window; outside it the
+    kernel runs at the nearest planned γ (its own check never fires): Fast raises, Auto
+    recomputes every row exactly."""
+    gamma = jnp.asarray(gamma, jnp.result_type(a))
+    in_window = _in_window(gamma, plan)
+    g_run = jnp.where(in_window, gamma, jnp.clip(gamma, plan.gamma_min, plan.gamma_max))
+    avg, lse, info = fast_lse_average_with_info(a, b, v, bias, g_run, plan, throw=False,
+                                                axis_name=axis_name)
+    return avg, lse, info, in_window
 
 
 def _box_message(backend, plan) -> str:
@@ -433,58 +589,3 @@ def _window_message(backend, plan) -> str:
     return (f"{type(backend).__name__}: gamma left the window [{plan.gamma_min:.6g}, "
             f"{plan.gamma_max:.6g}] the fast kernel was planned for ({backend.box.note}); "
             f"declare {type(backend).__name__}(beta=(lo, hi)) covering every beta of the run")
-
-
-def _in_window(gamma, plan):
-    return (gamma >= plan.gamma_min * (1 - 1e-9)) & (gamma <= plan.gamma_max * (1 + 1e-9))
-
-
-@eqx.filter_jit
-def fast_lse_average_checked(backend: _AbstractGaussianBackend, plan: GaussianSumPlan, a, b, v,
-                             bias, gamma, *, axis_name=None):
-    """(avg, lse) of the logits ``gamma a_i·b_j + bias_j`` through the fast kernel, checked.
-
-    :class:`Fast`: a token outside the box or γ outside the window raises. :class:`Auto`: every
-    query whose a-posteriori bound misses ``tol`` is recomputed exactly (module docstring); with
-    ``axis_name`` the decision is taken jointly by all devices (the exact branches gather keys).
-    Compiled once per plan and shapes (``eqx.filter_jit``), so eager calls are not op by op.
-    """
-    gamma = jnp.asarray(gamma, jnp.result_type(a))
-    in_window = _in_window(gamma, plan)
-    # outside the window the kernel runs at the nearest planned γ (its own check never fires):
-    # Fast raises below, Auto recomputes every row exactly
-    g_run = jnp.where(in_window, gamma, jnp.clip(gamma, plan.gamma_min, plan.gamma_max))
-    avg, lse, info = fast_lse_average_with_info(a, b, v, bias, g_run, plan, throw=False,
-                                                axis_name=axis_name)
-    if isinstance(backend, Fast):
-        avg = eqx.error_if(avg, ~info.in_box, _box_message(backend, plan))
-        avg = eqx.error_if(avg, ~in_window, _window_message(backend, plan))
-        return avg, lse
-
-    tol = float(backend.tol)
-    ok = (info.in_box & in_window & (info.lse_bound <= tol)
-          & (info.avg_bound <= tol * jnp.maximum(1.0, info.value_half_range)))
-    m = a.shape[0]
-    cap = min(m, PATCH_ROWS)
-    nbad = jnp.sum(~ok)
-    branch = jnp.where(nbad == 0, 0, jnp.where(nbad <= cap, 1, 2)).astype(jnp.int32)
-    if axis_name is not None:
-        branch = jax.lax.pmax(branch, axis_name)
-    block = backend.block_size
-
-    def keep(avg, lse):
-        return avg, lse
-
-    def patch(avg, lse):
-        rows = jnp.nonzero(~ok, size=cap, fill_value=m)[0]  # m: out of range, dropped below
-        q = gamma * a.at[rows].get(mode="fill", fill_value=0.0)
-        ex_avg, ex_lse = exact_lse_average(q, b, v, bias, block_size=block, axis_name=axis_name)
-        return (avg.at[rows].set(ex_avg.astype(avg.dtype), mode="drop"),
-                lse.at[rows].set(ex_lse.astype(lse.dtype), mode="drop"))
-
-    def redo(avg, lse):
-        ex_avg, ex_lse = exact_lse_average(gamma * a, b, v, bias, block_size=block,
-                                           axis_name=axis_name)
-        return ex_avg.astype(avg.dtype), ex_lse.astype(lse.dtype)
-
-    return jax.lax.switch(branch, [keep, patch, redo], avg, lse)

@@ -37,18 +37,24 @@ blocks of ``kb`` rows, so extra memory is $O((m+n)(p+e) + qb\cdot kb)$, never $O
 * Causal: only key blocks at or before the query block's last position are visited. Query i
   is token ``query_offset + i``, so one shard of the tokens is masked as on one device.
 
-The automatic choice (``block_size=None``) is dense up to ``DENSE_MAX_PAIRS`` query-key pairs.
+**Layouts.** How a reduction visits its pairs is a value (``layout=``): :class:`Dense`,
+:class:`Streaming` (its key and query blocks), or :class:`DenseOrStreaming` (the default: dense up
+to ``DENSE_MAX_PAIRS`` query-key pairs, streaming above).
 """
 
 from __future__ import annotations
 
+import abc
 import functools
 import math
 
+import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, Float
+
+from .._checks import check_int
 
 # Above this many query-key pairs (512 x 512) the automatic choice switches to the streaming
 # path, which is faster from ~1000 tokens on (benchmarks/README.md) and memory-linear.
@@ -75,6 +81,12 @@ def _causal_mask(m: int, n: int, q_offset=0, k_offset=0):
 def _safe(x, fill=0.0):
     """Replace -inf (a row that sees no key) by a finite value before subtracting it."""
     return jnp.where(jnp.isfinite(x), x, fill)
+
+
+def log_weights(weights):
+    """The key biases of a weighted measure, log w_j, with log 0 = -inf (zero-weight tokens are
+    ignored, not NaN)."""
+    return jnp.where(weights > 0, jnp.log(jnp.where(weights > 0, weights, 1.0)), -jnp.inf)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -108,18 +120,6 @@ def _pad_rows(a, rows, value=0.0):
     if pad == 0:
         return a
     return jnp.pad(a, [(0, pad)] + [(0, 0)] * (a.ndim - 1), constant_values=value)
-
-
-def _blocks(m: int, n: int, block_size, wide: bool = False) -> tuple[int, int]:
-    """(query block, key block) from the user's ``block_size`` (int = key block, or a pair)."""
-    if isinstance(block_size, (tuple, list)):
-        qb, kb = (int(b) for b in block_size)
-    else:
-        kb = int(block_size)
-        qb = max(1, (WIDE_TILE if wide else DEFAULT_TILE) // max(kb, 1))
-    if qb < 1 or kb < 1:
-        raise ValueError(f"block sizes must be positive, got {block_size!r}")
-    return min(qb, m), min(kb, n)
 
 
 def _key_blocks_for(q_off, qb, kb, nk, causal):
@@ -402,24 +402,80 @@ _streaming_sigmoid.defvjp(
 # public reductions
 
 
-def choose_path(m: int, n: int, block_size=None, width: int = 0):
-    """``0`` (dense) or the streaming ``(query block, key block)`` for an m x n reduction.
+class AbstractLayout(eqx.Module):
+    """How the exact kernel visits the m x n pairs of a reduction (a static strategy value)."""
 
-    ``block_size``: ``None`` is automatic (dense up to ``DENSE_MAX_PAIRS`` pairs); ``0`` forces
-    dense; a positive int forces streaming with that key block (query block: the tile size
-    divided by it, ``DEFAULT_TILE``, or ``WIDE_TILE`` when the values have more than ``NARROW``
-    columns, ``width``); a pair ``(qb, kb)`` sets both.
+    @abc.abstractmethod
+    def blocks(self, m: int, n: int, width: int = 0) -> tuple[int, int] | None:
+        """The streaming ``(query block, key block)`` for m queries, n keys and values of
+        ``width`` columns, or None for the dense path."""
+
+
+class Dense(AbstractLayout):
+    """The m x n logits materialized and max-subtracted: fastest for small problems, O(mn)
+    memory."""
+
+    def blocks(self, m, n, width=0):
+        return None
+
+
+class Streaming(AbstractLayout):
+    """Blocks of queries against blocks of keys: O((m + n)(p + e) + qb·kb) memory, never O(mn)
+    (module docstring).
+
+    Args:
+        key_block: keys per block.
+        query_block: queries per block; None: the tile size divided by ``key_block``
+            (``DEFAULT_TILE``, or ``WIDE_TILE`` when the values have more than ``NARROW`` columns).
+
+    Blocks larger than the problem are clipped to it.
     """
-    if block_size is None:
-        if m * n <= DENSE_MAX_PAIRS:
-            return 0
-        block_size = DEFAULT_BLOCK
-    if not isinstance(block_size, (tuple, list)):
-        if int(block_size) < 0:
-            raise ValueError(f"block_size must be None, 0 (dense) or positive, got {block_size}")
-        if int(block_size) == 0:
-            return 0
-    return _blocks(m, n, block_size, wide=width + 1 > NARROW)
+
+    key_block: int = eqx.field(static=True, default=DEFAULT_BLOCK)
+    query_block: int | None = eqx.field(static=True, default=None)
+
+    def __check_init__(self):
+        check_int(self.key_block, "Streaming.key_block", minimum=1)
+        if self.query_block is not None:
+            check_int(self.query_block, "Streaming.query_block", minimum=1)
+
+    def blocks(self, m, n, width=0):
+        kb = int(self.key_block)
+        qb = self.query_block
+        if qb is None:
+            qb = max(1, (WIDE_TILE if width + 1 > NARROW else DEFAULT_TILE) // kb)
+        return min(int(qb), m), min(kb, n)
+
+
+class DenseOrStreaming(AbstractLayout):
+    """Dense up to ``max_dense_pairs`` query-key pairs, ``streaming`` above: the default, since
+    the streaming path is faster from ~1000 tokens on (benchmarks/README.md) and memory-linear."""
+
+    max_dense_pairs: int = eqx.field(static=True, default=DENSE_MAX_PAIRS)
+    streaming: Streaming = eqx.field(static=True, default=Streaming())
+
+    def __check_init__(self):
+        check_int(self.max_dense_pairs, "DenseOrStreaming.max_dense_pairs", minimum=0)
+        if not isinstance(self.streaming, Streaming):
+            raise ValueError(f"DenseOrStreaming.streaming must be a Streaming layout, got "
+                             f"{self.streaming!r}")
+
+    def blocks(self, m, n, width=0):
+        if m * n <= self.max_dense_pairs:
+            return None
+        return self.streaming.blocks(m, n, width)
+
+
+DEFAULT_LAYOUT = DenseOrStreaming()
+"""The layout every reduction takes unless told otherwise."""
+
+
+def check_layout(layout, name: str = "layout") -> AbstractLayout:
+    """``layout`` if it is an exact-kernel layout, else a ValueError naming it."""
+    if not isinstance(layout, AbstractLayout):
+        raise ValueError(f"{name} must be an exact-kernel layout (tp.kernels.Dense(), "
+                         f"Streaming(key_block, query_block) or DenseOrStreaming()), got {layout!r}")
+    return layout
 
 
 def lse_average(
@@ -430,7 +486,7 @@ def lse_average(
     *,
     causal: bool = False,
     query_offset=0,
-    block_size: int | tuple[int, int] | None = None,
+    layout: AbstractLayout = DEFAULT_LAYOUT,
 ) -> tuple[Float[Array, "m e"], Float[Array, " m"]]:
     """Softmax-weighted average of values and the log-normalizer, for every query.
 
@@ -441,7 +497,7 @@ def lse_average(
         causal: query i sees keys j <= query_offset + i only.
         query_offset: position of query 0 among the keys (an int or a traced integer scalar;
             a device's first global row when the queries are one shard of the tokens).
-        block_size: see :func:`choose_path`.
+        layout: :class:`Dense`, :class:`Streaming` or :class:`DenseOrStreaming` (the default).
 
     Returns:
         ``(average, lse)`` with ``average[i] = Σ_j p_ij v_j`` and ``lse[i] = log Σ_j e^{logit_ij}``.
@@ -449,31 +505,30 @@ def lse_average(
         Gradients are memory-linear on the streaming path (custom VJP with recomputation).
     """
     q0 = jnp.asarray(query_offset, jnp.int32)
-    path = choose_path(q.shape[0], k.shape[0], block_size, v.shape[1])
-    if path == 0:
+    blocks = check_layout(layout).blocks(q.shape[0], k.shape[0], v.shape[1])
+    if blocks is None:
         return _dense_lse_average(q, k, v, bias, causal, q0)
     dtype = jnp.result_type(q, k, v, bias)
     q, k, v, bias = (a.astype(dtype) for a in (q, k, v, bias))
-    return _streaming_lse_average(q, k, v, bias, q0, bool(causal), *path)
+    return _streaming_lse_average(q, k, v, bias, q0, bool(causal), *blocks)
 
 
-def softmax_average(q, k, v, bias, *, causal=False, query_offset=0, block_size=None):
+def softmax_average(q, k, v, bias, *, causal=False, query_offset=0, layout=DEFAULT_LAYOUT):
     """``Σ_j softmax_j(q_i·k_j + bias_j) v_j`` (see :func:`lse_average`)."""
-    return lse_average(q, k, v, bias, causal=causal, query_offset=query_offset,
-                       block_size=block_size)[0]
+    return lse_average(q, k, v, bias, causal=causal, query_offset=query_offset, layout=layout)[0]
 
 
-def exp_kernel_sum(q, k, v, bias, *, causal=False, query_offset=0, block_size=None):
+def exp_kernel_sum(q, k, v, bias, *, causal=False, query_offset=0, layout=DEFAULT_LAYOUT):
     """``Σ_j exp(q_i·k_j + bias_j) v_j`` computed as ``exp(lse_i) · average_i``.
 
     The value is exact; it overflows only where the true sum exceeds the dtype's range.
     """
-    avg, lse = lse_average(q, k, v, bias, causal=causal, query_offset=query_offset,
-                           block_size=block_size)
+    avg, lse = lse_average(q, k, v, bias, causal=causal, query_offset=query_offset, layout=layout)
     return jnp.exp(lse)[:, None] * avg
 
 
-def sigmoid_kernel_sum(q, k, v, weights, *, causal=False, query_offset=0, block_size=None):
+def sigmoid_kernel_sum(q, k, v, weights, *, causal=False, query_offset=0,
+                       layout=DEFAULT_LAYOUT):
     """``Σ_j w_j σ(q_i·k_j) v_j`` (bias folded into q·k by the caller), blocked over keys.
 
     ``causal`` and ``query_offset`` as in :func:`lse_average`. The streaming path has a custom
@@ -481,9 +536,9 @@ def sigmoid_kernel_sum(q, k, v, weights, *, causal=False, query_offset=0, block_
     """
     q0 = jnp.asarray(query_offset, jnp.int32)
     wv = weights[:, None] * v
-    path = choose_path(q.shape[0], k.shape[0], block_size)
-    if path == 0:
+    blocks = check_layout(layout).blocks(q.shape[0], k.shape[0])
+    if blocks is None:
         return _dense_sigmoid(q, k, wv, causal, q0)
     dtype = jnp.result_type(q, k, wv)
     return _streaming_sigmoid(q.astype(dtype), k.astype(dtype), wv.astype(dtype), q0,
-                              bool(causal), *path)
+                              bool(causal), *blocks)

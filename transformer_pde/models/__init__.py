@@ -3,8 +3,10 @@
 - :mod:`.base`: :class:`AbstractDynamics` and the capabilities :class:`AbstractRetractedDynamics`,
   :class:`AbstractManifoldDynamics`.
 - :mod:`.attention`: the attention families on R^d (softmax, multi-head, ℓ², Sinkhorn, sigmoid,
-  unnormalized; causal is a flag, ALiBi a key bias), with the capabilities
-  :class:`AbstractNormalizedAttention` and :class:`AbstractGaussianClosure`.
+  unnormalized; the causal ones their own types, ALiBi a key bias), with the capabilities
+  :class:`AbstractFieldAttention` (a field at arbitrary queries), :class:`AbstractCausalAttention`,
+  :class:`AbstractKernelAttention`, :class:`AbstractNormalizedAttention` and
+  :class:`AbstractGaussianClosure`.
 - :mod:`.sphere`: the sphere (:class:`Sphere`, projected) and the post-LN layer (:class:`PostLN`).
 - :mod:`.normalization`: the normalization schemes of real Transformers (Pre-LN, Peri-LN, Mix-LN,
   nGPT, LN-scaling) as (field, retraction) pairs; :mod:`.mlp`: MLP sublayers and blocks.
@@ -16,9 +18,17 @@ from . import sharding
 from .attention import (
     AbstractAttention,
     AbstractBilinearAttention,
+    AbstractCausalAttention,
+    AbstractFieldAttention,
     AbstractGaussianClosure,
+    AbstractKernelAttention,
     AbstractNormalizedAttention,
     AttentionPerceptron,
+    CausalL2Attention,
+    CausalMultiHeadAttention,
+    CausalSigmoidAttention,
+    CausalSoftmaxAttention,
+    CausalUnnormalizedAttention,
     L2Attention,
     MultiHeadAttention,
     SigmoidAttention,
@@ -27,7 +37,6 @@ from .attention import (
     SoftmaxAttention,
     UnnormalizedAttention,
 )
-from .attention.base import AbstractKernelAttention
 from .base import AbstractDynamics, AbstractManifoldDynamics, AbstractRetractedDynamics, AbstractRetraction
 from .causal import LitMCircle
 from .mean_shift import MeanShift
@@ -56,7 +65,9 @@ __all__ = [
     "AbstractKernelAttention",
     "AbstractAttention",
     "AbstractBilinearAttention",
+    "AbstractCausalAttention",
     "AbstractDynamics",
+    "AbstractFieldAttention",
     "AbstractGaussianClosure",
     "AbstractManifoldDynamics",
     "AbstractNormalizationScheme",
@@ -66,6 +77,11 @@ __all__ = [
     "AbstractSwitched",
     "AttentionPerceptron",
     "Block",
+    "CausalL2Attention",
+    "CausalMultiHeadAttention",
+    "CausalSigmoidAttention",
+    "CausalSoftmaxAttention",
+    "CausalUnnormalizedAttention",
     "CommonNoiseSDE",
     "GaussianHeads",
     "L2Attention",

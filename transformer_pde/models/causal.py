@@ -6,7 +6,7 @@ $$\theta_j'=\mathcal Z_{N,j}^{-1}\sum_{k<j}e^{-\lambda(j-k)/N}w_\beta'(\theta_j-
 w_\beta(\theta)=e^{\beta\cos\theta},\quad \mathcal Z_{N,j}=\sum_{k<j}e^{-\lambda(j-k)/N}.$$
 
 Causal softmax attention with ALiBi weights on R^d or the sphere (the CSA model) is
-``SoftmaxAttention(..., causal=True, alibi=λ)``. The mean field, the Volterra closed forms and
+``CausalSoftmaxAttention(..., alibi=λ)``. The mean field, the Volterra closed forms and
 the retrieval profile are in :mod:`transformer_pde.theory.causal`.
 """
 
@@ -16,7 +16,7 @@ import jax
 import jax.numpy as jnp
 
 from .._checks import check_scalar
-from .attention.base import scalar_param
+from ..params import scalar_param
 from .base import AbstractDynamics
 
 __all__ = ["LitMCircle", "alibi_logits"]

@@ -11,8 +11,8 @@ import jax
 import jax.numpy as jnp
 
 from .._checks import check_scalar
-from ..kernels import softmax_average
-from .attention.base import log_weights, scalar_param
+from ..kernels import log_weights, softmax_average
+from ..params import scalar_param
 from .base import AbstractDynamics
 
 __all__ = ["MeanShift"]

@@ -48,8 +48,7 @@ import jax.numpy as jnp
 
 from .._checks import check_scalar
 from .._types import Param
-from ..params import as_param, evaluate, param_shape
-from .attention.base import scalar_param
+from ..params import as_param, evaluate, param_shape, scalar_param
 from .base import AbstractDynamics, AbstractManifoldDynamics, AbstractRetractedDynamics
 from .normalization import NGPT
 from .sphere import PostLN, Sphere, check_unit_points, normalize, tangent_projection

@@ -63,7 +63,7 @@ from jaxtyping import Array, Float
 
 from .._checks import as_float_array, check_finite, check_points, check_scalar, is_concrete
 from .._types import Points
-from .attention.base import scalar_param
+from ..params import scalar_param
 from .base import AbstractDynamics, AbstractManifoldDynamics, AbstractRetractedDynamics
 from .sphere import PostLN, check_unit_points, normalize, tangent_projection
 from .switched import AbstractSwitched, check_switch_time

@@ -25,8 +25,8 @@ import jax
 import jax.numpy as jnp
 
 from .._checks import check_scalar
-from ..kernels import exp_kernel_sum
-from .attention.base import log_weights, scalar_param
+from ..kernels import exp_kernel_sum, log_weights
+from ..params import scalar_param
 from .base import AbstractManifoldDynamics
 from .sphere import normalize, tangent_projection
 

@@ -5,7 +5,7 @@ r"""Any attention, evaluated by the random batch method (Jin–Li–Liu 2020; is
 ``dt0=τ``. The batches are redrawn at every step t_k = t0 + kτ (the step index is read from the
 time); with ``diffrax.Euler()`` (the RBM of the paper) every step sees one partition. Higher-order
 solvers evaluate stages at t_k + c τ; a stage at c = 1 already sees the next partition, so use
-Euler for the rates of :mod:`transformer_pde.kernels.random_batch`.
+Euler for the rates of :mod:`transformer_pde.kernels.random_partition`.
 """
 
 from __future__ import annotations
@@ -15,9 +15,9 @@ import jax
 import jax.numpy as jnp
 
 from .._checks import check_int, check_scalar
-from ..kernels.random_batch import random_batch_field
+from ..kernels.random_partition import random_batch_field
 from .attention.base import AbstractAttention
-from .attention.softmax import SoftmaxAttention
+from .attention.softmax import CausalSoftmaxAttention
 from .base import AbstractDynamics
 
 __all__ = ["RandomBatch"]
@@ -45,7 +45,7 @@ class RandomBatch(AbstractDynamics):
         if not isinstance(attention, AbstractAttention):
             raise ValueError(f"RandomBatch wraps an attention (field at its own tokens), got "
                              f"{type(attention).__name__}")
-        if isinstance(attention, SoftmaxAttention) and attention.causal and not (
+        if isinstance(attention, CausalSoftmaxAttention) and not (
                 isinstance(attention.alibi, jax.core.Tracer) or float(attention.alibi) == 0.0):
             raise ValueError("RandomBatch does not support ALiBi position weights (alibi != 0): "
                              "their positions are global, a batch's are not")

@@ -1,20 +1,22 @@
 r"""The token axis split over devices and hosts (jax.sharding + ``jax.shard_map``).
 
 The velocity of token i, $\Gamma_\mu(x_i)$, needs every key $x_j$ but only its own query
-(spec README, "Conventions"). With $D$ devices each device owns $n/D$ tokens (its queries);
-the keys, values and weights, $O(n\,d)$ numbers, are all-gathered, and each device runs the
-streaming kernel (:mod:`transformer_pde.kernels`) for its own query rows against all keys.
-Work and the $O(\text{block}\cdot n/D)$ kernel memory are split $D$ ways; the result is the
-same as on one device up to the order of floating-point sums inside a tile (bit-identical
-when the kernel's blocks fall the same way). Everything else in a solve (the diffrax step,
+(spec README, "Conventions"). With $D$ devices each device owns $n/D$ tokens (its queries) and
+evaluates its own shard (:meth:`~transformer_pde.models.AbstractAttention.shard_field`): an
+attention made of kernel reductions hands them to its backend with this device's keys
+(:class:`~transformer_pde.kernels.Exact` all-gathers the keys' projections and values, $O(n\,d)$
+numbers, and runs the streaming kernel for its own query rows against all keys); any other
+attention, and every causal one, gathers the tokens and weights first. Work and the
+$O(\text{block}\cdot n/D)$ kernel memory are split $D$ ways; the result is the same as on one
+device up to the order of floating-point sums. Everything else in a solve (the diffrax step,
 retractions, statistics) is elementwise over tokens and stays sharded.
 
 With the fast kernel (an attention with ``backend=tp.kernels.Fast(...)``, or ``Auto`` where it
 picks the fast path) nothing of size n is gathered: each device spreads its own tokens onto the
 Fourier modes (a type-1 NUFFT), the mode arrays are summed across devices (one all-reduce of M
 numbers, independent of n, plus a few scalars), and each device evaluates the modes at its own
-tokens (type 2); :func:`transformer_pde.kernels.fast.fast_lse_average_with_info` (``axis_name``).
-Same numbers as one device up to the order of the sums.
+tokens (type 2): ``fast_lse_average_with_info(..., axis_name=)`` of the NUFFT module of
+:mod:`transformer_pde.kernels`. Same numbers as one device up to the order of the sums.
 
 Multi-host: the same code runs under JAX's multi-controller runtime. Call
 ``jax.distributed.initialize(...)`` in every process, build the mesh over ``jax.devices()``
@@ -30,7 +32,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
-from .attention.base import AbstractAttention, AbstractKernelAttention
+from .attention.base import AbstractAttention
 from .base import AbstractDynamics
 
 TOKENS = "tokens"
@@ -66,10 +68,11 @@ class Sharded(AbstractDynamics):
 
     ``tp.Sharded(attn)`` is a dynamics like any other: pass it to :func:`transformer_pde.solve`,
     wrap it in :class:`transformer_pde.Sphere`, evaluate ``.velocity(x)``. Inside, each device
-    evaluates the field $\Gamma_\mu$ at its own tokens against the all-gathered measure
-    $\mu=\sum_j w_j\delta_{x_j}$ (``AbstractAttention.query_field``). When n is not a multiple of
-    the number of devices, the tokens are padded with zero-weight copies (they contribute
-    nothing) and the padding is dropped from the result.
+    evaluates the field $\Gamma_\mu$ at its own tokens against the measure of every device's
+    tokens $\mu=\sum_j w_j\delta_{x_j}$ (``AbstractAttention.shard_field``). When n is not a
+    multiple of the number of devices, the tokens are padded with zero-weight copies at the end
+    (they contribute nothing, and causal positions are those of the n tokens) and the padding is
+    dropped from the result.
 
     Args:
         dynamics: an attention variant. Causal variants get each shard's global position
@@ -109,21 +112,10 @@ class Sharded(AbstractDynamics):
         arrays, static = eqx.partition(self.dynamics, eqx.is_array)
         tok, rep = PartitionSpec(self.axis), PartitionSpec()
 
-        n_all = x.shape[0]
-
         def local(arrays, t, x_local, w_local):
-            dyn = eqx.combine(arrays, static)
-            if (isinstance(dyn, AbstractKernelAttention)
-                    and dyn._shards_keys(x_local.shape[0], n_all, x_local.dtype)):
-                # fast path: keys stay on their device; only the Fourier modes are summed
-                return dyn.query_field(x_local, x_local, w_local, t, axis_name=self.axis)
-            keys = jax.lax.all_gather(x_local, self.axis, tiled=True)
-            w = jax.lax.all_gather(w_local, self.axis, tiled=True)
-            if not dyn.causal:
-                return dyn.query_field(x_local, keys, w, t)
-            # padding tokens come last: real tokens never see them
-            offset = jax.lax.axis_index(self.axis) * x_local.shape[0]
-            return dyn.query_field(x_local, keys, w, t, query_offset=offset)
+            # the attention evaluates its own shard (AbstractAttention.shard_field); padding
+            # tokens come last, so causal tokens never see them
+            return eqx.combine(arrays, static).shard_field(x_local, w_local, t, self.axis, n)
 
         specs = (jax.tree.map(lambda _: rep, arrays), rep, tok, tok)
         # check_vma=False: the kernels start loop carries from fresh zeros (replicated type)

@@ -28,7 +28,7 @@ import numpy as np
 
 from .._checks import as_float_array, check_finite, check_weights, is_concrete
 from .._types import PointsLike, WeightsLike
-from ..models.attention.base import AbstractAttention, AbstractGaussianClosure
+from ..models.attention.base import AbstractFieldAttention, AbstractGaussianClosure
 from ..models.base import AbstractDynamics, AbstractRetractedDynamics, retract_at, retract_step
 from ..models.sphere import Sphere, tangent_projection
 from .events import BlowUp
@@ -156,9 +156,10 @@ class Particles(AbstractState):
     def check_field(self, dynamics):
         """ValueError unless the dynamics has a field at arbitrary points."""
         inner = dynamics.dynamics if isinstance(dynamics, Sphere) else dynamics
-        if not isinstance(inner, AbstractAttention) or inner.causal:
-            raise ValueError(f"{_dynamics_name(dynamics)} has no field at arbitrary points (test "
-                             "particles need an attention or Sphere(attention), non-causal)")
+        if not isinstance(inner, AbstractFieldAttention):
+            raise ValueError(f"{_dynamics_name(dynamics)} has no field at arbitrary points (a causal "
+                             "attention's depends on positions); test particles need a position-free "
+                             "attention or Sphere(attention)")
 
 
 def _field_at(dynamics, queries, x, weights, t):
@@ -255,7 +256,8 @@ class Gaussian(AbstractState):
         if not isinstance(dynamics, AbstractGaussianClosure):
             raise ValueError(
                 f"{_dynamics_name(dynamics)} has no Gaussian closure: its field of a Gaussian is not "
-                "affine in x (sigmoid, unnormalized and causal attention), or tokens live on the "
+                "affine in x (sigmoid, unnormalized and causal attention: a causal field depends on "
+                "positions), or tokens live on the "
                 "sphere, where no Gaussian on R^d is a state (euclidean.md §4 needs an affine field)")
         if dynamics.dim is not None and self.dim != dynamics.dim:
             raise ValueError(f"Gaussian has dimension {self.dim} but the dynamics act on d={dynamics.dim}")

@@ -2,7 +2,7 @@ r"""Causal (decoder) attention and the lost-in-the-middle retrieval profile (sph
 
 Two particle models with token order (position) mattering:
 
-* ``SoftmaxAttention(..., causal=True, alibi=λ)``, the CSA model of the Causal paper with
+* ``CausalSoftmaxAttention(..., alibi=λ)``, the CSA model of the Causal paper with
   ALiBi-type position weights (:mod:`transformer_pde.models.attention.softmax`);
 * :class:`~transformer_pde.models.LitMCircle`, the model of Duerinckx–Geshkovski–Rossi (LitM) on the torus: causal
   USA with ALiBi weights over k < j (self excluded), in angles,
@@ -34,8 +34,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from .._checks import check_scalar
-from ..models.attention.base import scalar_param
 from ..models.causal import LitMCircle
+from ..params import scalar_param
 from ..solvers import AbstractODE, solve
 
 __all__ = [

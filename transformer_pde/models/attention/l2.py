@@ -1,4 +1,4 @@
-"""ℓ² attention (Kim, Papamakarios, Mnih 2021; euclidean.md §2c)."""
+"""ℓ² attention (Kim, Papamakarios, Mnih 2021; euclidean.md §2c), and its causal variant."""
 
 from __future__ import annotations
 
@@ -7,23 +7,38 @@ import jax
 import jax.numpy as jnp
 
 from ..._types import Param
-from ...kernels.backends import AbstractBackend, exact_lse_average, fast_lse_average_checked
-from ...params import evaluate
+from ...kernels.backends import AbstractBackend, bind_backend
+from ...kernels.exact import log_weights
+from ...kernels.reduction import SoftmaxReduction
+from ...params import bilinear_params, evaluate
 from .base import (
     AbstractBilinearAttention,
+    AbstractCausalAttention,
     AbstractGaussianClosure,
     AbstractKernelAttention,
     AbstractNormalizedAttention,
-    GaussianSum,
-    bilinear_fields,
-    bind_backend,
-    log_weights,
 )
-from .softmax import global_keys
 
 
-class L2Attention(AbstractBilinearAttention, AbstractKernelAttention, AbstractNormalizedAttention,
-                  AbstractGaussianClosure):
+class _AbstractL2(AbstractBilinearAttention, AbstractKernelAttention, AbstractNormalizedAttention):
+    """What :class:`L2Attention` and :class:`CausalL2Attention` share: one softmax reduction with
+    logits β(2⟨Q q_i, K x_j⟩ − |K x_j|²)."""
+
+    def _value_width(self):
+        return self.dim
+
+    def _reduction(self, queries, x, weights, t, **mask):
+        Q, K = evaluate(self.Q, t), evaluate(self.K, t)
+        kx = x @ K.T
+        bias = log_weights(weights) - self.beta * jnp.sum(kx * kx, axis=-1)
+        return SoftmaxReduction(queries @ Q.T, kx, x, bias, 2.0 * self.beta, x.dtype, **mask)
+
+    def _average(self, reduction, t, axis_name=None):
+        avg, _ = self.backend.lse_average(reduction, axis_name=axis_name)
+        return avg @ evaluate(self.V, t).T
+
+
+class L2Attention(_AbstractL2, AbstractGaussianClosure):
     r"""ℓ² attention, kernel $e^{-\beta|Qx-Ky|^2}$ (euclidean.md §2c):
 
     $$\Gamma_\mu(x)=\frac{\int e^{-\beta|Qx-Ky|^2}\,Vy\,d\mu(y)}{\int e^{-\beta|Qx-Ky|^2}\,d\mu(y)}.$$
@@ -32,48 +47,30 @@ class L2Attention(AbstractBilinearAttention, AbstractKernelAttention, AbstractNo
     β(2⟨Qx, Ky⟩ − |Ky|²): a key-dependent bias (euclidean.md §7). No factor ½, Q and K
     not tied: the normalization fixed by the authors' Gaussian right-hand side.
 
-    ``block_size`` and ``backend`` as in :class:`SoftmaxAttention`; on the fast path the kernel
-    is the Gaussian $e^{-\beta|a-b|^2}$ itself (γ = 2β), with no weight range to widen the bound.
+    ``backend`` as in :class:`SoftmaxAttention`; on the fast kernel the kernel is the Gaussian
+    $e^{-\beta|a-b|^2}$ itself (γ = 2β), with no weight range to widen the bound. The causal
+    variant is :class:`CausalL2Attention`.
     """
 
     Q: Param
     K: Param
     V: Param
     beta: jax.Array
-    causal: bool = eqx.field(static=True)
     backend: AbstractBackend = eqx.field(static=True)
 
-    def __init__(self, Q, K, V, beta=1.0, *, causal: bool = False, block_size: int | None = None,
-                 backend: AbstractBackend | None = None):
+    def __init__(self, Q, K, V, beta=1.0, *, backend: AbstractBackend | None = None):
         name = type(self).__name__
-        self.Q, self.K, self.V, self.beta, self.causal, block_size = bilinear_fields(
-            name, Q, K, V, beta, causal, block_size)
+        self.Q, self.K, self.V, self.beta = bilinear_params(name, Q, K, V, beta)
         self.backend = bind_backend(backend, name, Q=self.Q, K=self.K, beta=self.beta,
-                                    gamma_factor=2.0, causal=self.causal, block_size=block_size)
+                                    gamma_factor=2.0)
 
-    def _value_width(self):
-        return self.dim
-
-    def _sums(self, queries, x, weights, t):
-        Q, K = evaluate(self.Q, t), evaluate(self.K, t)
-        kx = x @ K.T
-        bias = log_weights(weights) - self.beta * jnp.sum(kx * kx, axis=-1)
-        return [GaussianSum(queries @ Q.T, kx, x, bias, 2.0 * self.beta, x.dtype)]
+    def _reductions(self, queries, x, weights, t):
+        return [self._reduction(queries, x, weights, t)]
 
     def query_field(self, queries, x, weights, t, query_offset=0, axis_name=None):
-        V = evaluate(self.V, t)
-        (s,) = self._sums(queries, x, weights, t)
-        choice = self.kernel_choice(queries.shape[0], global_keys(x.shape[0], axis_name), x.dtype)
-        if choice.fast:
-            avg, _ = fast_lse_average_checked(self.backend, choice.plan, s.a, s.b, s.v, s.bias,
-                                              s.gamma, axis_name=axis_name)
-        else:
-            avg, _ = exact_lse_average(s.gamma * s.a, s.b, s.v, s.bias, causal=self.causal,
-                                       query_offset=query_offset, block_size=self.block_size,
-                                       axis_name=axis_name)
-        return avg @ V.T
+        return self._average(self._reduction(queries, x, weights, t), t, axis_name)
 
-    def _affine_field(self, mean, cov, t):
+    def affine_field(self, mean, cov, t=0.0):
         r"""ℓ² attention (euclidean.md §4c) with kernel e^{-β|Qx-Ky|²}. The key law tilted by
         the kernel has precision Σ⁻¹ + 2βKᵀK, so with M = I + 2βΣKᵀK
 
@@ -86,3 +83,27 @@ class L2Attention(AbstractBilinearAttention, AbstractKernelAttention, AbstractNo
         # one factorization for both right-hand sides
         sol = jnp.linalg.solve(M, jnp.concatenate([2.0 * self.beta * cov @ (K.T @ Q), mean[:, None]], 1))
         return V @ sol[:, :d], V @ sol[:, d]
+
+
+class CausalL2Attention(AbstractCausalAttention, _AbstractL2):
+    """Causal ℓ² attention (euclidean.md §2c, §2f): :class:`L2Attention` with token i attending to
+    tokens j <= i. ``backend``: ``tp.kernels.Exact()`` (default) or ``Auto`` (exact here)."""
+
+    Q: Param
+    K: Param
+    V: Param
+    beta: jax.Array
+    backend: AbstractBackend = eqx.field(static=True)
+
+    def __init__(self, Q, K, V, beta=1.0, *, backend: AbstractBackend | None = None):
+        name = type(self).__name__
+        self.Q, self.K, self.V, self.beta = bilinear_params(name, Q, K, V, beta)
+        self.backend = bind_backend(backend, name, Q=self.Q, K=self.K, beta=self.beta,
+                                    gamma_factor=2.0, causal=True)
+
+    def _reductions(self, queries, x, weights, t):
+        return [self._reduction(queries, x, weights, t, causal=True)]
+
+    def query_field(self, queries, x, weights, t, query_offset=0):
+        red = self._reduction(queries, x, weights, t, causal=True, query_offset=query_offset)
+        return self._average(red, t)

@@ -5,26 +5,21 @@ from __future__ import annotations
 import equinox as eqx
 import jax
 import jax.numpy as jnp
-from ott.geometry import costs, geometry
 from ott.problems.linear import linear_problem
 from ott.solvers.linear import sinkhorn
 
 from ..._checks import check_int, check_points, check_scalar, check_weights, is_concrete
 from ..._linalg import sqrtm_psd, symmetrize
 from ..._types import Param
-from ...kernels import choose_path
-from ...kernels.backends import AbstractBackend, exact_lse_average, fast_lse_average_checked
-from ...kernels.ott import FastDotCloud, StreamingDotCloud
-from ...params import evaluate
+from ...kernels.backends import AbstractBackend, bind_backend
+from ...kernels.reduction import SoftmaxReduction
+from ...params import bilinear_params, evaluate, scalar_param
 from .base import (
+    AbstractAttention,
     AbstractBilinearAttention,
     AbstractGaussianClosure,
     AbstractKernelAttention,
     AbstractNormalizedAttention,
-    GaussianSum,
-    bind_backend,
-    check_qkv,
-    scalar_param,
 )
 
 
@@ -61,13 +56,12 @@ class SinkhornAttention(AbstractBilinearAttention, AbstractKernelAttention, Abst
         max_iterations: Sinkhorn iteration cap.
         throw: raise (``eqx.error_if``) when Sinkhorn does not converge; otherwise use
             :meth:`potentials` to inspect convergence yourself.
-        block_size: kernel path (:func:`transformer_pde.kernels.choose_path`). On the
-            streaming path the n x n cost is never stored: ott-jax's Sinkhorn runs on a
-            ``PointCloud(βQx, Kx, NegDotProduct())`` whose log-sum-exp kernel streams
-            (:class:`transformer_pde.kernels.ott.StreamingDotCloud`), and the attention average streams too.
-        backend: as in :class:`SoftmaxAttention` (γ = β/ε, ε concrete when built). On the fast
-            path every Sinkhorn half-iteration is a Gaussian sum
-            (:class:`transformer_pde.kernels.ott.FastDotCloud`) and so is the attention average.
+        backend: as in :class:`SoftmaxAttention` (γ = β/ε, ε concrete when built). With
+            ``Exact(layout)`` streaming, the n x n cost is never stored: ott-jax's Sinkhorn runs
+            on a ``PointCloud(βQx, Kx, NegDotProduct())`` whose log-sum-exp kernel streams
+            (:class:`transformer_pde.kernels.point_clouds.StreamingDotCloud`), and the attention
+            average streams too. On the fast path every Sinkhorn half-iteration is a Gaussian sum
+            (:class:`transformer_pde.kernels.point_clouds.FastDotCloud`) and so is the attention average.
     """
 
     Q: Param
@@ -79,51 +73,32 @@ class SinkhornAttention(AbstractBilinearAttention, AbstractKernelAttention, Abst
     max_iterations: int = eqx.field(static=True)
     throw: bool = eqx.field(static=True)
     backend: AbstractBackend = eqx.field(static=True)
-    causal: bool = eqx.field(static=True)
-    """Always False: the self-coupling is of the whole measure."""
 
     def __init__(self, Q, K, V, beta=1.0, *, epsilon=1.0, threshold: float = 1e-6,
                  max_iterations: int = 2000, throw: bool = True,
-                 block_size: int | tuple[int, int] | None = None,
                  backend: AbstractBackend | None = None):
         name = type(self).__name__
-        self.Q, self.K, self.V = check_qkv(name, Q, K, V, beta)
+        self.Q, self.K, self.V, self.beta = bilinear_params(name, Q, K, V, beta)
         check_scalar(epsilon, f"{name}.epsilon", positive=True)
         if not threshold > 0:
             raise ValueError(f"{name}.threshold must be > 0, got {threshold}")
         check_int(max_iterations, f"{name}.max_iterations", minimum=1)
-        self.beta = scalar_param(beta, f"{name}.beta")
         self.epsilon = scalar_param(epsilon, f"{name}.epsilon")
         self.threshold = float(threshold)
         self.max_iterations = int(max_iterations)
         self.throw = bool(throw)
-        choose_path(1, 1, block_size)  # validates block_size
-        self.causal = False
         factor = 1.0 / float(self.epsilon) if is_concrete(self.epsilon) else None
         self.backend = bind_backend(backend, name, Q=self.Q, K=self.K, beta=self.beta,
-                                    gamma_factor=factor, block_size=block_size)
+                                    gamma_factor=factor)
 
     def _value_width(self):
         return self.dim
 
     def _potentials(self, x, weights, t) -> SinkhornPotentials:
         Q, K = evaluate(self.Q, t), evaluate(self.K, t)
-        path = choose_path(x.shape[0], x.shape[0], self.block_size)
-        choice = self.kernel_choice(x.shape[0], x.shape[0], x.dtype)
-        if choice.fast:
-            # c_ij = -β<Q x_i, K x_j>: each half-iteration a Gaussian sum of bandwidth β/ε
-            geom = FastDotCloud((x @ Q.T).astype(x.dtype), (x @ K.T).astype(x.dtype),
-                                self.beta.astype(x.dtype), backend=self.backend,
-                                plan=choice.plan, batch_size=path[1] if path else None,
-                                epsilon=self.epsilon)
-        elif path == 0:
-            scores = (x @ Q.T) @ (x @ K.T).T  # s_ij = <Q x_i, K x_j>, row i = query
-            cost = -self.beta * scores
-            geom = geometry.Geometry(cost_matrix=cost, epsilon=self.epsilon)
-        else:
-            # the same cost c_ij = -β<Q x_i, K x_j>, recomputed in blocks of rows: O(n·block)
-            geom = StreamingDotCloud(self.beta * (x @ Q.T), x @ K.T, costs.NegDotProduct(),
-                                      batch_size=path[1], epsilon=self.epsilon)
+        # the cost c_ij = -β<Q x_i, K x_j> (row i = query), its kernel computed by the backend
+        geom = self.backend.dot_cost_geometry(x @ Q.T, x @ K.T, self.beta, epsilon=self.epsilon,
+                                              dtype=x.dtype)
         problem = linear_problem.LinearProblem(geom, a=weights, b=weights)
         # inner_iterations=1 so the iteration count and the check happen every step
         solver = sinkhorn.Sinkhorn(threshold=self.threshold, max_iterations=self.max_iterations,
@@ -140,16 +115,18 @@ class SinkhornAttention(AbstractBilinearAttention, AbstractKernelAttention, Abst
         w = check_weights(weights, x.shape[0], x.dtype)
         return self._potentials(x, w, jnp.asarray(t, x.dtype))
 
-    def _sums(self, queries, x, weights, t):
+    def _reduction(self, queries, x, g, t):
         Q, K, V = evaluate(self.Q, t), evaluate(self.K, t), evaluate(self.V, t)
-        g = self._potentials(x, weights, t).g
-        return [GaussianSum(queries @ Q.T, x @ K.T, x @ V.T, g, self.beta / self.epsilon,
-                            x.dtype)]
+        return SoftmaxReduction(queries @ Q.T, x @ K.T, x @ V.T, g, self.beta / self.epsilon,
+                                x.dtype)
 
-    def _shards_keys(self, m, n, dtype):
-        return False  # the potentials need every key: Sharded all-gathers them
+    def _reductions(self, queries, x, weights, t):
+        return [self._reduction(queries, x, self._potentials(x, weights, t).g, t)]
 
-    def query_field(self, queries, x, weights, t, query_offset=0, axis_name=None):
+    # the potentials need the whole measure: every device's tokens are gathered
+    shard_field = AbstractAttention.shard_field
+
+    def query_field(self, queries, x, weights, t, query_offset=0):
         pot = self._potentials(x, weights, t)
         g = pot.g
         if self.throw:
@@ -158,18 +135,10 @@ class SinkhornAttention(AbstractBilinearAttention, AbstractKernelAttention, Abst
                              f"{self.max_iterations} (threshold={self.threshold}); raise "
                              "max_iterations or epsilon, or pass throw=False and inspect "
                              "SinkhornAttention.potentials(x)")
-        Q, K, V = evaluate(self.Q, t), evaluate(self.K, t), evaluate(self.V, t)
-        choice = self.kernel_choice(queries.shape[0], x.shape[0], x.dtype)
-        if choice.fast:
-            s = GaussianSum(queries @ Q.T, x @ K.T, x @ V.T, g, self.beta / self.epsilon, x.dtype)
-            avg, _ = fast_lse_average_checked(self.backend, choice.plan, s.a, s.b, s.v, s.bias,
-                                              s.gamma)
-            return avg
-        q = (self.beta / self.epsilon) * (queries @ Q.T)
-        avg, _ = exact_lse_average(q, x @ K.T, x @ V.T, g, block_size=self.block_size)
+        avg, _ = self.backend.lse_average(self._reduction(queries, x, g, t))
         return avg
 
-    def _affine_field(self, mean, cov, t):
+    def affine_field(self, mean, cov, t=0.0):
         r"""Sinkhorn attention (euclidean.md §4d) with Ã = βKᵀQ/ε: y | x ~ N(α + PÃ(x − α), P)
         (:func:`sinkhorn_conditional_cov`), so Γ(x) = V(α + PÃ(x − α)):
 

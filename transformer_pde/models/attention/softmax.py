@@ -1,4 +1,5 @@
-"""Softmax and multi-head attention (euclidean.md §2a–b; sphere.md §1 "General SA")."""
+"""Softmax and multi-head attention, and their causal variants (euclidean.md §2a–b, §2f;
+sphere.md §1 "General SA", §4 "CSA")."""
 
 from __future__ import annotations
 
@@ -6,30 +7,43 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 
-from ..._checks import as_float_array, check_block_size, check_scalar, is_concrete
+from ..._checks import as_float_array, check_scalar
 from ..._types import Param
-from ...kernels.backends import AbstractBackend, exact_lse_average, fast_lse_average_checked
-from ...params import as_param, evaluate, param_shape
+from ...kernels.backends import AbstractBackend, bind_backend
+from ...kernels.exact import log_weights
+from ...kernels.reduction import SoftmaxReduction
+from ...params import as_param, bilinear_params, evaluate, param_shape, scalar_param
 from .base import (
     AbstractBilinearAttention,
+    AbstractCausalAttention,
     AbstractGaussianClosure,
     AbstractKernelAttention,
     AbstractNormalizedAttention,
-    GaussianSum,
-    bilinear_fields,
-    bind_backend,
-    log_weights,
-    scalar_param,
 )
 
 
-def global_keys(n: int, axis_name) -> int:
-    """Number of keys over every device (``n`` per device inside ``shard_map``)."""
-    return n if axis_name is None else n * jax.lax.axis_size(axis_name)
+class _AbstractSoftmax(AbstractBilinearAttention, AbstractKernelAttention, AbstractNormalizedAttention):
+    """What :class:`SoftmaxAttention` and :class:`CausalSoftmaxAttention` share: one softmax
+    reduction of the scores β⟨Q q_i, K x_j⟩, averaging the tokens (V applied after)."""
+
+    def _value_width(self):
+        return self.dim
+
+    def _reduction(self, queries, x, bias, t, **mask):
+        Q, K = evaluate(self.Q, t), evaluate(self.K, t)
+        # With Q, K of full rank (k >= d) the exact kernel folds them: β⟨Q q_i, K x_j⟩ =
+        # ⟨q_i, β QᵀK x_j⟩, so only one (n, d) projection is held next to the output.
+        folded = (queries, self.beta * (x @ (K.T @ Q))) if Q.shape[0] >= Q.shape[1] else None
+        return SoftmaxReduction(queries @ Q.T, x @ K.T, x, bias, self.beta, x.dtype,
+                                exact_scores=folded, **mask)
+
+    def _average(self, reduction, t, axis_name=None):
+        # average the tokens and apply V after: Σ p_ij V x_j = V Σ p_ij x_j
+        avg, _ = self.backend.lse_average(reduction, axis_name=axis_name)
+        return avg @ evaluate(self.V, t).T
 
 
-class SoftmaxAttention(AbstractBilinearAttention, AbstractKernelAttention, AbstractNormalizedAttention,
-                       AbstractGaussianClosure):
+class SoftmaxAttention(_AbstractSoftmax, AbstractGaussianClosure):
     r"""Softmax self-attention (euclidean.md §2a):
 
     $$\Gamma_\mu(x)=\frac{\int e^{\beta\langle Qx,Ky\rangle}\,Vy\,d\mu(y)}
@@ -39,79 +53,33 @@ class SoftmaxAttention(AbstractBilinearAttention, AbstractKernelAttention, Abstr
         Q, K: shape ``(k, d)``, or callables ``t -> (k, d)`` (time-dependent weights).
         V: shape ``(d, d)``, or a callable.
         beta: inverse temperature β (scores are β⟨Qx, Ky⟩ = β yᵀ A x with A = KᵀQ).
-        causal: token i attends to tokens j <= i in their given order (euclidean.md §2f).
-        alibi: λ >= 0, ALiBi-type position weights e^{−λ(i−j)/N} of causal attention
-            (sphere.md §4, CSA): after the per-row constant −λi/N cancels in the softmax, a
-            per-key bias +λj/N, so the model streams and shards like any causal attention.
-            Needs ``causal=True``.
-        include_self: with ``causal=True``, False masks j < i (the LitM model): the first
-            token then sees no key and does not move.
-        block_size: blocks of the exact kernel, see :func:`transformer_pde.kernels.lse_average`
-            (shorthand for ``backend=tp.kernels.Exact(block_size)``).
         backend: how the reduction is computed (:mod:`transformer_pde.kernels.backends`):
-            ``tp.kernels.Exact()`` (default), ``Fast(tol, radius)`` or ``Auto(tol, radius)``, the
-            NUFFT Gaussian sum for Q, K of shape (k, d) with k <= 3, non-causal.
+            ``tp.kernels.Exact()`` (default; ``Exact(tp.kernels.Streaming(key_block))`` sets its
+            blocks), ``Fast(tol, radius)`` or ``Auto(tol, radius)``, the NUFFT Gaussian sum for
+            Q, K of shape (k, d) with k <= 3.
 
-    Many papers use A = KᵀQ/√d: pass ``Q / sqrt(d)`` (sphere.md §9). Token weights are the
-    masses of the causal measure too (uniform: the authors' CSA).
+    Many papers use A = KᵀQ/√d: pass ``Q / sqrt(d)`` (sphere.md §9). Token i attending to
+    tokens j <= i only is :class:`CausalSoftmaxAttention`.
     """
 
     Q: Param
     K: Param
     V: Param
     beta: jax.Array
-    alibi: jax.Array
-    causal: bool = eqx.field(static=True)
-    include_self: bool = eqx.field(static=True)
     backend: AbstractBackend = eqx.field(static=True)
 
-    def __init__(self, Q, K, V, beta=1.0, *, causal: bool = False, alibi=0.0, include_self: bool = True,
-                 block_size: int | None = None, backend: AbstractBackend | None = None):
+    def __init__(self, Q, K, V, beta=1.0, *, backend: AbstractBackend | None = None):
         name = type(self).__name__
-        self.Q, self.K, self.V, self.beta, self.causal, block_size = bilinear_fields(
-            name, Q, K, V, beta, causal, block_size)
-        self.backend = bind_backend(backend, name, Q=self.Q, K=self.K, beta=self.beta,
-                                    causal=self.causal, block_size=block_size)
-        check_scalar(alibi, f"{name}.alibi", nonnegative=True)
-        if not self.causal and (not include_self or is_concrete(alibi) and float(alibi) != 0):
-            raise ValueError(f"{name}: alibi={alibi} and include_self={include_self} are position "
-                             "weights of causal attention; pass causal=True")
-        self.alibi = scalar_param(alibi)
-        self.include_self = bool(include_self)
+        self.Q, self.K, self.V, self.beta = bilinear_params(name, Q, K, V, beta)
+        self.backend = bind_backend(backend, name, Q=self.Q, K=self.K, beta=self.beta)
 
-    def _value_width(self):
-        return self.dim
-
-    def _sums(self, queries, x, weights, t):
-        Q, K = evaluate(self.Q, t), evaluate(self.K, t)
-        return [GaussianSum(queries @ Q.T, x @ K.T, x, log_weights(weights), self.beta, x.dtype)]
+    def _reductions(self, queries, x, weights, t):
+        return [self._reduction(queries, x, log_weights(weights), t)]
 
     def query_field(self, queries, x, weights, t, query_offset=0, axis_name=None):
-        Q, K, V = evaluate(self.Q, t), evaluate(self.K, t), evaluate(self.V, t)
-        choice = self.kernel_choice(queries.shape[0], global_keys(x.shape[0], axis_name), x.dtype)
-        if choice.fast:
-            (s,) = self._sums(queries, x, weights, t)
-            avg, _ = fast_lse_average_checked(self.backend, choice.plan, s.a, s.b, s.v, s.bias,
-                                              s.gamma, axis_name=axis_name)
-            return avg @ V.T
-        # Average the tokens and apply V after: Σ p_ij V x_j = V Σ p_ij x_j. With Q, K of
-        # full rank (k >= d), fold them too: β⟨Q q_i, K x_j⟩ = ⟨q_i, β QᵀK x_j⟩. Only one
-        # (n, d) projection is then held next to the output, instead of three.
-        if Q.shape[0] >= Q.shape[1]:
-            q, k = queries, self.beta * (x @ (K.T @ Q))
-        else:
-            q, k = self.beta * (queries @ Q.T), x @ K.T
-        bias = log_weights(weights)
-        if self.causal:
-            # ALiBi: e^{−λ(i−j)/N} = e^{−λi/N} e^{λj/N}; the first factor cancels in the softmax
-            bias = bias + self.alibi * jnp.arange(x.shape[0], dtype=x.dtype) / x.shape[0]
-            if not self.include_self:
-                query_offset = query_offset - 1  # query i sees keys j <= i - 1
-        avg, _ = exact_lse_average(q, k, x, bias, causal=self.causal, query_offset=query_offset,
-                                   block_size=self.block_size, axis_name=axis_name)
-        return avg @ V.T
+        return self._average(self._reduction(queries, x, log_weights(weights), t), t, axis_name)
 
-    def _affine_field(self, mean, cov, t):
+    def affine_field(self, mean, cov, t=0.0):
         r"""Softmax (euclidean.md §4a): Γ(x) = V(α + ΣAx), so J = VΣA, c = Vα and
 
         $$\dot\alpha=V(I+\Sigma A)\alpha,\qquad\dot\Sigma=V\Sigma A\Sigma+\Sigma A^\top\Sigma V^\top.$$
@@ -120,49 +88,68 @@ class SoftmaxAttention(AbstractBilinearAttention, AbstractKernelAttention, Abstr
         return V @ cov @ self.score_matrix(t), V @ mean
 
 
-class MultiHeadAttention(AbstractKernelAttention, AbstractNormalizedAttention, AbstractGaussianClosure):
-    r"""Multi-head attention (euclidean.md §2b):
+class CausalSoftmaxAttention(AbstractCausalAttention, _AbstractSoftmax):
+    r"""Causal softmax attention (euclidean.md §2f; the CSA model of sphere.md §4): token i
+    attends to tokens j <= i in their given order,
 
-    $$\Gamma_\mu(x)=\sum_{h=1}^H W_h\,\frac{\int e^{\beta\langle Q_hx,K_hy\rangle}\,V_hy\,d\mu(y)}
-    {\int e^{\beta\langle Q_hx,K_hy\rangle}\,d\mu(y)}.$$
+    $$\dot x_i=\frac{\sum_{j\le i}w_je^{\beta\langle Qx_i,Kx_j\rangle-\lambda(i-j)/N}\,Vx_j}
+    {\sum_{j\le i}w_je^{\beta\langle Qx_i,Kx_j\rangle-\lambda(i-j)/N}}.$$
 
     Args:
-        Q, K: shape ``(H, k, d)``.
-        V: shape ``(H, k, d)`` (head values V_h: R^d -> R^k).
-        W: shape ``(H, d, k)`` (output maps W_h: R^k -> R^d).
-        beta: inverse temperature.
-        causal: causal masking, as in :class:`SoftmaxAttention`.
-        block_size, backend: as in :class:`SoftmaxAttention`; the fast kernel runs per head
-            (scores in R^k, k <= 3), with one plan for every head (R over all heads' rows).
+        Q, K, V, beta: as in :class:`SoftmaxAttention`.
+        alibi: λ >= 0, ALiBi-type position weights e^{−λ(i−j)/N} (sphere.md §4, CSA): after the
+            per-row constant −λi/N cancels in the softmax, a per-key bias +λj/N, so the model
+            streams and shards like any causal attention.
+        include_self: False masks j < i (the LitM model): the first token then sees no key and
+            does not move.
+        backend: ``tp.kernels.Exact()`` (default) or ``Auto`` (which takes the exact kernel: a
+            causal mask is not a convolution).
+
+    Token weights are the masses of the causal measure (uniform: the authors' CSA). It has no
+    field at arbitrary points and no Gaussian closure (:class:`AbstractCausalAttention`).
     """
 
     Q: Param
     K: Param
     V: Param
-    W: Param
     beta: jax.Array
-    causal: bool = eqx.field(static=True)
+    alibi: jax.Array
+    include_self: bool = eqx.field(static=True)
     backend: AbstractBackend = eqx.field(static=True)
 
-    def __init__(self, Q, K, V, W, beta=1.0, *, causal: bool = False, block_size: int | None = None,
+    def __init__(self, Q, K, V, beta=1.0, *, alibi=0.0, include_self: bool = True,
                  backend: AbstractBackend | None = None):
         name = type(self).__name__
-        self.Q, self.K = as_param(Q, f"{name}.Q"), as_param(K, f"{name}.K")
-        self.V, self.W = as_param(V, f"{name}.V"), as_param(W, f"{name}.W")
-        sq, sk, sv, sw = (param_shape(p) for p in (self.Q, self.K, self.V, self.W))
-        if len(sq) != 3 or sq != sk:
-            raise ValueError(f"{name}: Q and K must both have shape (H, k, d), got Q {sq} and K {sk}")
-        H, _, d = sq
-        if len(sv) != 3 or sv[0] != H or sv[2] != d:
-            raise ValueError(f"{name}: V must have shape (H, k_v, d) = ({H}, k_v, {d}), got {sv}")
-        if sw != (H, d, sv[1]):
-            raise ValueError(f"{name}: W must have shape (H, d, k_v) = ({H}, {d}, {sv[1]}), got {sw}")
-        check_scalar(beta, f"{name}.beta")
-        self.beta = scalar_param(beta)
-        self.causal = bool(causal)
-        block_size = check_block_size(block_size, f"{type(self).__name__}.block_size")
-        self.backend = bind_backend(backend, name, Q=self.Q, K=self.K, beta=self.beta,
-                                    causal=self.causal, block_size=block_size)
+        self.Q, self.K, self.V, self.beta = bilinear_params(name, Q, K, V, beta)
+        self.backend = bind_backend(backend, name, Q=self.Q, K=self.K, beta=self.beta, causal=True)
+        check_scalar(alibi, f"{name}.alibi", nonnegative=True)
+        self.alibi = scalar_param(alibi)
+        self.include_self = bool(include_self)
+
+    def _causal_reduction(self, queries, x, weights, t, query_offset):
+        # ALiBi: e^{−λ(i−j)/N} = e^{−λi/N} e^{λj/N}; the first factor cancels in the softmax
+        bias = log_weights(weights) + self.alibi * jnp.arange(x.shape[0], dtype=x.dtype) / x.shape[0]
+        # without itself, query i sees keys j <= i - 1
+        offset = query_offset if self.include_self else query_offset - 1
+        return self._reduction(queries, x, bias, t, causal=True, query_offset=offset)
+
+    def _reductions(self, queries, x, weights, t):
+        return [self._causal_reduction(queries, x, weights, t, 0)]
+
+    def query_field(self, queries, x, weights, t, query_offset=0):
+        return self._average(self._causal_reduction(queries, x, weights, t, query_offset), t)
+
+
+class _AbstractMultiHead(AbstractKernelAttention, AbstractNormalizedAttention):
+    """What :class:`MultiHeadAttention` and :class:`CausalMultiHeadAttention` share: the heads'
+    parameters, their checks, and one softmax reduction per head."""
+
+    Q: eqx.AbstractVar[Param]
+    K: eqx.AbstractVar[Param]
+    V: eqx.AbstractVar[Param]
+    W: eqx.AbstractVar[Param]
+    beta: eqx.AbstractVar[jax.Array]
+    backend: eqx.AbstractVar[AbstractBackend]
 
     @classmethod
     def split(cls, Q, K, V, num_heads: int, beta=1.0, **kwargs):
@@ -192,34 +179,6 @@ class MultiHeadAttention(AbstractKernelAttention, AbstractNormalizedAttention, A
     def _value_width(self):
         return param_shape(self.V)[1]
 
-    def _sums(self, queries, x, weights, t):
-        Q, K, V = (evaluate(p, t) for p in (self.Q, self.K, self.V))
-        logw = log_weights(weights)
-        return [GaussianSum(queries @ Q[h].T, x @ K[h].T, x @ V[h].T, logw, self.beta,
-                            x.dtype) for h in range(self.num_heads)]
-
-    def query_field(self, queries, x, weights, t, query_offset=0, axis_name=None):
-        Q, K, V, W = (evaluate(p, t) for p in (self.Q, self.K, self.V, self.W))
-        logw = log_weights(weights)
-        choice = self.kernel_choice(queries.shape[0], global_keys(x.shape[0], axis_name), x.dtype)
-        if choice.fast:
-            # one head at a time (not vmap: Auto's fallback is a lax.switch, which vmap would
-            # turn into running every branch)
-            out = 0.0
-            for h, s in enumerate(self._sums(queries, x, weights, t)):
-                avg, _ = fast_lse_average_checked(self.backend, choice.plan, s.a, s.b, s.v, s.bias,
-                                                  s.gamma, axis_name=axis_name)
-                out = out + avg @ W[h].T
-            return out
-
-        def head(Qh, Kh, Vh, Wh):
-            avg, _ = exact_lse_average(self.beta * (queries @ Qh.T), x @ Kh.T, x @ Vh.T, logw,
-                                       causal=self.causal, query_offset=query_offset,
-                                       block_size=self.block_size, axis_name=axis_name)
-            return avg @ Wh.T
-
-        return jnp.sum(jax.vmap(head)(Q, K, V, W), axis=0)
-
     def score_matrix(self, t=0.0):
         """The stack A_h = β K_hᵀQ_h, shape ``(H, d, d)``."""
         Q, K = evaluate(self.Q, t), evaluate(self.K, t)
@@ -229,9 +188,108 @@ class MultiHeadAttention(AbstractKernelAttention, AbstractNormalizedAttention, A
         WV = jnp.einsum("hdk,hke->hde", evaluate(self.W, t), evaluate(self.V, t))
         return jnp.sum(jnp.linalg.norm(WV, ord=2, axis=(-2, -1)))
 
-    def _affine_field(self, mean, cov, t):
+    def _head_reduction(self, queries, x, logw, Qh, Kh, Vh, **mask):
+        return SoftmaxReduction(queries @ Qh.T, x @ Kh.T, x @ Vh.T, logw, self.beta, x.dtype, **mask)
+
+    def _head_reductions(self, queries, x, weights, t, **mask):
+        Q, K, V = (evaluate(p, t) for p in (self.Q, self.K, self.V))
+        logw = log_weights(weights)
+        return [self._head_reduction(queries, x, logw, Q[h], K[h], V[h], **mask)
+                for h in range(self.num_heads)]
+
+    def _heads_field(self, queries, x, weights, t, axis_name=None, **mask):
+        Q, K, V, W = (evaluate(p, t) for p in (self.Q, self.K, self.V, self.W))
+        logw = log_weights(weights)
+
+        def head(Qh, Kh, Vh, Wh):
+            red = self._head_reduction(queries, x, logw, Qh, Kh, Vh, **mask)
+            avg, _ = self.backend.lse_average(red, axis_name=axis_name)
+            return avg @ Wh.T
+
+        return jnp.sum(self.backend.over_heads(head, Q, K, V, W), axis=0)
+
+
+def _multihead_params(name: str, Q, K, V, W, beta):
+    """The checked (Q, K, V, W, beta) of a multi-head attention."""
+    Q, K, V, W = (as_param(p, f"{name}.{n}") for p, n in ((Q, "Q"), (K, "K"), (V, "V"), (W, "W")))
+    sq, sk, sv, sw = (param_shape(p) for p in (Q, K, V, W))
+    if len(sq) != 3 or sq != sk:
+        raise ValueError(f"{name}: Q and K must both have shape (H, k, d), got Q {sq} and K {sk}")
+    H, _, d = sq
+    if len(sv) != 3 or sv[0] != H or sv[2] != d:
+        raise ValueError(f"{name}: V must have shape (H, k_v, d) = ({H}, k_v, {d}), got {sv}")
+    if sw != (H, d, sv[1]):
+        raise ValueError(f"{name}: W must have shape (H, d, k_v) = ({H}, {d}, {sv[1]}), got {sw}")
+    check_scalar(beta, f"{name}.beta")
+    return Q, K, V, W, scalar_param(beta)
+
+
+class MultiHeadAttention(_AbstractMultiHead, AbstractGaussianClosure):
+    r"""Multi-head attention (euclidean.md §2b):
+
+    $$\Gamma_\mu(x)=\sum_{h=1}^H W_h\,\frac{\int e^{\beta\langle Q_hx,K_hy\rangle}\,V_hy\,d\mu(y)}
+    {\int e^{\beta\langle Q_hx,K_hy\rangle}\,d\mu(y)}.$$
+
+    Args:
+        Q, K: shape ``(H, k, d)``.
+        V: shape ``(H, k, d)`` (head values V_h: R^d -> R^k).
+        W: shape ``(H, d, k)`` (output maps W_h: R^k -> R^d).
+        beta: inverse temperature.
+        backend: as in :class:`SoftmaxAttention`; the fast kernel runs per head (scores in R^k,
+            k <= 3), with one plan for every head (R over all heads' rows).
+
+    The causal variant is :class:`CausalMultiHeadAttention`.
+    """
+
+    Q: Param
+    K: Param
+    V: Param
+    W: Param
+    beta: jax.Array
+    backend: AbstractBackend = eqx.field(static=True)
+
+    def __init__(self, Q, K, V, W, beta=1.0, *, backend: AbstractBackend | None = None):
+        name = type(self).__name__
+        self.Q, self.K, self.V, self.W, self.beta = _multihead_params(name, Q, K, V, W, beta)
+        self.backend = bind_backend(backend, name, Q=self.Q, K=self.K, beta=self.beta)
+
+    def _reductions(self, queries, x, weights, t):
+        return self._head_reductions(queries, x, weights, t)
+
+    def query_field(self, queries, x, weights, t, query_offset=0, axis_name=None):
+        return self._heads_field(queries, x, weights, t, axis_name)
+
+    def affine_field(self, mean, cov, t=0.0):
         r"""Multi-head (euclidean.md §4b): Γ(x) = Σ_h W_hV_h(α + ΣA_hx), so
         J = Σ_h W_hV_hΣA_h and c = Σ_h W_hV_hα."""
         WV = jnp.einsum("hdk,hke->hde", evaluate(self.W, t), evaluate(self.V, t))
         return (jnp.einsum("hde,ef,hfg->dg", WV, cov, self.score_matrix(t)),
                 jnp.einsum("hde,e->d", WV, mean))
+
+
+class CausalMultiHeadAttention(AbstractCausalAttention, _AbstractMultiHead):
+    """Causal multi-head attention (euclidean.md §2b, §2f): every head of
+    :class:`MultiHeadAttention` with token i attending to tokens j <= i.
+
+    Args:
+        Q, K, V, W, beta: as in :class:`MultiHeadAttention`.
+        backend: ``tp.kernels.Exact()`` (default) or ``Auto`` (which takes the exact kernel).
+    """
+
+    Q: Param
+    K: Param
+    V: Param
+    W: Param
+    beta: jax.Array
+    backend: AbstractBackend = eqx.field(static=True)
+
+    def __init__(self, Q, K, V, W, beta=1.0, *, backend: AbstractBackend | None = None):
+        name = type(self).__name__
+        self.Q, self.K, self.V, self.W, self.beta = _multihead_params(name, Q, K, V, W, beta)
+        self.backend = bind_backend(backend, name, Q=self.Q, K=self.K, beta=self.beta, causal=True)
+
+    def _reductions(self, queries, x, weights, t):
+        return self._head_reductions(queries, x, weights, t, causal=True)
+
+    def query_field(self, queries, x, weights, t, query_offset=0):
+        return self._heads_field(queries, x, weights, t, causal=True, query_offset=query_offset)

@@ -13,8 +13,12 @@ import jax
 import jax.numpy as jnp
 from ott.geometry import costs, pointcloud
 
-from .backends import fast_lse_average_checked
-from .exact import lse_average
+from .exact import DenseOrStreaming, Streaming, lse_average
+
+
+def batch_layout(batch_size: int | None):
+    """The exact kernel's layout for ott's ``batch_size`` (keys per block; None: automatic)."""
+    return DenseOrStreaming() if batch_size is None else Streaming(key_block=int(batch_size))
 
 
 class _StreamingCloud(pointcloud.PointCloud):
@@ -37,7 +41,7 @@ class _StreamingCloud(pointcloud.PointCloud):
         m, alpha_a, alpha_b = self._split(a, b)
         values = jnp.ones((b.shape[0], 1), a.dtype) if vec is None else vec[:, None]
         avg, lse = lse_average(a * (m / eps), b, values, (h + alpha_b) / eps,
-                               block_size=self._batch_size)
+                               layout=batch_layout(self._batch_size))
         avg = avg[:, 0]
         return eps * (lse + jnp.log(jnp.abs(avg))) + alpha_a, jnp.sign(avg)
 
@@ -66,7 +70,7 @@ class StreamingSqEuclideanCloud(_StreamingCloud):
 @jax.tree_util.register_pytree_node_class
 class FastDotCloud(_StreamingCloud):
     r"""Point cloud for the cost c(a, b) = −γ⟨a, b⟩ whose log-sum-exp kernel is the NUFFT
-    Gaussian sum (:func:`.backends.fast_lse_average_checked`).
+    Gaussian sum (the backend's checked ``fast_lse_average``, :mod:`.backends`).
 
     ott's log-domain Sinkhorn touches the cost only through ``apply_lse_kernel``: with potential
     h, ``eps·log Σ_j exp((h_j + γ⟨a_i, b_j⟩)/eps)`` is the log-normalizer of logits
@@ -100,8 +104,7 @@ class FastDotCloud(_StreamingCloud):
             return super().apply_lse_kernel(f, g, eps, vec, axis)
         a, b, h = (self.x, self.y, g) if axis == 1 else (self.y, self.x, f)
         ones = jnp.ones((b.shape[0], 1), a.dtype)
-        _, lse = fast_lse_average_checked(self.backend, self.plan, a, b, ones, h / eps,
-                                          self.gamma / eps)
+        _, lse = self.backend.fast_lse_average(self.plan, a, b, ones, h / eps, self.gamma / eps)
         return eps * lse, jnp.ones_like(lse)
 
     def tree_flatten(self):

@@ -3,19 +3,18 @@ model (sphere.md §7, "Interp", Geshkovski–Rigollet–Ruiz-Balet, arXiv 2411.0
 
 from __future__ import annotations
 
-import equinox as eqx
 import jax
 import jax.numpy as jnp
 
 from ..._types import Param
-from ...kernels import softmax_average
+from ...kernels import log_weights, softmax_average
 from ...params import PiecewiseConstant, as_param, evaluate, param_shape
-from .base import AbstractAttention, log_weights
+from .base import AbstractFieldAttention
 
 __all__ = ["AttentionPerceptron"]
 
 
-class AttentionPerceptron(AbstractAttention):
+class AttentionPerceptron(AbstractFieldAttention):
     r"""Attention plus a one-hidden-layer perceptron, the field of the Interp model (sphere.md §7):
 
     $$\Gamma_\mu(t,x)=V(t)\,\mathcal A_{B(t)}[\mu](x)+W(t)\big(U(t)x+b(t)\big)_+ .$$
@@ -33,11 +32,9 @@ class AttentionPerceptron(AbstractAttention):
     W: Param
     U: Param
     b: Param
-    causal: bool = eqx.field(static=True)
 
     def __init__(self, V, B, W, U, b):
         name = type(self).__name__
-        self.causal = False
         self.V, self.B = as_param(V, f"{name}.V"), as_param(B, f"{name}.B")
         self.W, self.U, self.b = as_param(W, f"{name}.W"), as_param(U, f"{name}.U"), as_param(b, f"{name}.b")
         sv, sB, sW, sU, sb = (param_shape(p) for p in (self.V, self.B, self.W, self.U, self.b))
