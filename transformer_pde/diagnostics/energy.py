@@ -56,8 +56,8 @@ def log_interaction_energy(x: PointsLike, beta, weights: WeightsLike | None = No
 def interaction_energy(x: PointsLike, beta, weights: WeightsLike | None = None, D=None) -> jax.Array:
     r"""E_β = (1/2β) Σ_{i,j} w_i w_j e^{β⟨x_i, D x_j⟩} (sphere.md §1; D = I unless given).
 
-    Non-decreasing along SA and USA (and along Burger's ascent flow with Qᵀ K = V = D);
-    see :func:`energy_rate` for its exact time derivative. Requires β > 0.
+    Non-decreasing along SA and USA (and along Burger's ascent flow with Qᵀ K = V = D): its
+    time derivative is the dissipation identity of sphere.md §1. Requires β > 0.
     """
     return jnp.exp(log_interaction_energy(x, beta, weights, D))
 
@@ -109,28 +109,6 @@ def mean_token(x: PointsLike, weights: WeightsLike | None = None) -> jax.Array:
     return _weights(x, weights) @ x
 
 
-def energy_rate(x: PointsLike, beta, model: str = "SA", weights: WeightsLike | None = None) -> jax.Array:
-    r"""The dissipation identity for dE_β/dt along SA or USA on the sphere (sphere.md §1):
-
-    USA (GLPR's 1/n): dE/dt = Σ_i w_i |ẋ_i|², ẋ_i = P⊥_{x_i} Σ_j w_j e^{β⟨x_i,x_j⟩} x_j;
-    SA:               dE/dt = Σ_i w_i Z_i |ẋ_i|², Z_i = Σ_j w_j e^{β⟨x_i,x_j⟩},
-                      ẋ_i = P⊥_{x_i} Σ_j w_j e^{β⟨x_i,x_j⟩} x_j / Z_i.
-
-    Written out here from the formulas (not through the attention modules), so tests can
-    set it against the solver's finite-difference dE/dt.
-    """
-    if model not in ("SA", "USA"):
-        raise ValueError(f"model must be 'SA' or 'USA', got {model!r}")
-    w = _weights(x, weights)
-    kern = jnp.exp(beta * (x @ x.T)) * w[None, :]
-    s = kern @ x
-    z = jnp.sum(kern, axis=1)
-    tangent = s - jnp.sum(s * x, axis=1, keepdims=True) * x
-    if model == "USA":
-        return jnp.sum(w * jnp.sum(tangent**2, axis=1))
-    return jnp.sum(w * jnp.sum(tangent**2, axis=1) / z)
-
-
 def perceptron_energy(block, x, weights=None):
     r"""Energy of a :class:`~transformer_pde.models.PerceptronBlock` (sphere.md §7):
     E_{β,ϑ}(μ) = (1/2β) Σ_{ij} w_i w_j e^{β⟨x_i,x_j⟩} + ½ Σ_i w_i v_ϑ(x_i) (ReLU: φ = s_+²)."""
@@ -144,5 +122,5 @@ def perceptron_energy(block, x, weights=None):
     return inter + 0.5 * jnp.sum(w * v)
 
 
-__all__ = ["attention_matrix", "energy_rate", "interaction_energy", "log_interaction_energy", "mean_token",
+__all__ = ["attention_matrix", "interaction_energy", "log_interaction_energy", "mean_token",
            "normalized_energy", "numerical_rank", "perceptron_energy"]
