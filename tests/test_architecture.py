@@ -17,7 +17,7 @@ LAYERS = [
     {"models"},
     {"solvers"},
     {"diagnostics", "theory"},
-    {"sweeps", "fitting", "convergence", "plot"},
+    {"sweeps", "fitting", "convergence", "statistics", "plot"},
     {"experiments"},
     {"cli"},
 ]
@@ -128,8 +128,8 @@ def test_importing_the_library_does_not_import_experiments():
 def test_module_names_are_not_shadowed():
     import transformer_pde as tp
 
-    for name in ("solvers", "sweeps", "fitting", "convergence", "diagnostics", "theory", "models",
-                 "kernels"):
+    for name in ("solvers", "sweeps", "fitting", "convergence", "statistics", "diagnostics", "theory",
+                 "models", "kernels"):
         assert type(getattr(tp, name)).__name__ == "module", name
     assert callable(tp.sweeps.first_time) and callable(tp.solvers.integrate)
 
