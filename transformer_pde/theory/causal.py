@@ -46,8 +46,8 @@ __all__ = [
     "litm_kernel",
     "renyi_centers",
     "retrieval_discrete",
-    "retrieval_monte_carlo",
     "retrieval_profile",
+    "retrieval_weights",
     "smallness_holds",
     "u_shape",
     "volterra_closed_form",
@@ -197,47 +197,6 @@ def u_shape(profile) -> dict:
         "unique_min": bool(changes == 1 and signs[0] < 0 and 0 < i < len(p) - 1),
         "argmin": i,
     }
-
-
-def _litm_deltas(key, dyn, n, t, dt, num_runs, chunk):
-    """For num_runs i.i.d. uniform starts: θ_N(t) − θ_i(0) and θ_N(0) − θ_i(0), i = 1..N−1."""
-    def one(k):
-        th0 = jax.random.uniform(k, (n, 1), minval=0.0, maxval=2 * jnp.pi)
-        term = diffrax.ODETerm(lambda s, y, args: dyn.vector_field(y, None, s))
-        sol = integrate(term, diffrax.Tsit5(), 0.0, t, dt, th0, saveat=diffrax.SaveAt(t1=True),
-                        max_steps=int(np.ceil(t / dt)) + 1)
-        thN = sol.ys[0, -1, 0]
-        return thN - th0[:-1, 0], th0[-1, 0] - th0[:-1, 0]
-
-    keys = jax.random.split(key, num_runs)
-    out = jax.lax.map(jax.vmap(one), keys.reshape(-1, chunk))
-    return out[0].reshape(num_runs, n - 1), out[1].reshape(num_runs, n - 1)
-
-
-def retrieval_monte_carlo(key, t, n: int, beta, lam, M: int = 8, n_max: int = 20, *,
-                          num_runs: int = 1024, dt: float = 0.05, chunk: int = 256):
-    r"""Monte Carlo estimate of S_t(σ0) at σ0 = i/N, i = 1..N−1, from particle simulations.
-
-    S_MC = N Σ_{n>=1} ω_n E[cos n(θ_N(t) − θ_i(0)) − cos n(θ_N(0) − θ_i(0))], which equals
-    (MN/√(2π))(A_N − √(π/2)/M) since the soft accuracy is
-    A_N = (√(π/2)/M) Σ_n ω_n E e^{inΔ}. The subtracted t = 0 term has mean zero for i.i.d.
-    tokens (a control variate that removes most of the variance).
-
-    Returns ``(sigma0, mean, stderr)``.
-    """
-    if num_runs % chunk:
-        raise ValueError(f"num_runs={num_runs} must be a multiple of chunk={chunk}")
-    dyn = LitMCircle(beta, lam)
-    d_t, d_0 = _litm_deltas(key, dyn, n, float(t), float(dt), num_runs, chunk)
-    om = jnp.asarray(retrieval_weights(M, n_max))
-    ns = jnp.arange(1, n_max + 1)
-
-    def stat(dt_, d0_):
-        return n * jnp.sum(om[:, None] * (jnp.cos(ns[:, None] * dt_[None, :]) - jnp.cos(ns[:, None] * d0_[None, :])), 0)
-
-    vals = np.asarray(jax.lax.map(lambda a: stat(*a), (d_t, d_0)))
-    sigma0 = np.arange(1, n) / n
-    return sigma0, vals.mean(0), vals.std(0, ddof=1) / np.sqrt(num_runs)
 
 
 def retrieval_discrete(t, n: int, beta, lam, M: int = 8, n_max: int = 20):
