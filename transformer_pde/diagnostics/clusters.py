@@ -1,4 +1,5 @@
-"""Clusters of tokens: single linkage, masses, clustered pairs (sphere.md §2 and §10).
+"""Clusters of tokens: single linkage, masses, clustered pairs (sphere.md §2 and §10), Rényi centers
+(sphere.md §4).
 
 The published runs count clusters by single linkage with ⟨x_i, x_j⟩ > 0.999 (sphere.md §10);
 the authors' phase diagrams also report the fraction of pairs i ≠ j with ⟨x_i, x_j⟩ > 0.999
@@ -139,10 +140,25 @@ def atoms(x, threshold: float | Scalar = 0.9999):
     return pos, mass
 
 
+def renyi_centers(x, delta):
+    r"""Strong Rényi centers of a token sequence: indices s with dist(x_s, x_i) > δ for all i < s.
+
+    Geodesic distance on the sphere (arccos of the inner product). Returns a boolean mask. Their
+    expected number for uniform tokens (Rényi parking, sphere.md §4) is
+    :func:`transformer_pde.theory.causal.expected_renyi_centers`.
+    """
+    x = jnp.asarray(x)
+    n = x.shape[0]
+    ang = jnp.arccos(jnp.clip(x @ x.T, -1.0, 1.0))
+    earlier = jnp.arange(n)[None, :] < jnp.arange(n)[:, None]
+    return ~jnp.any(earlier & (ang <= delta), axis=1)
+
+
 def gap_clusters(x, gap) -> int:
     """Clusters of points on the line: split the sorted points where consecutive gaps exceed ``gap``."""
     xs = np.sort(np.asarray(x, dtype=float).ravel())
     return int(1 + np.sum(np.diff(xs) > gap))
 
 
-__all__ = ["atoms", "cluster_count", "cluster_labels", "cluster_masses", "clustered_pair_fraction", "gap_clusters"]
+__all__ = ["atoms", "cluster_count", "cluster_labels", "cluster_masses", "clustered_pair_fraction", "gap_clusters",
+           "renyi_centers"]

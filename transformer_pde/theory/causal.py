@@ -44,7 +44,6 @@ __all__ = [
     "cap_measure",
     "expected_renyi_centers",
     "litm_kernel",
-    "renyi_centers",
     "retrieval_discrete",
     "retrieval_profile",
     "retrieval_weights",
@@ -223,18 +222,6 @@ def retrieval_discrete(t, n: int, beta, lam, M: int = 8, n_max: int = 20):
 # Rényi parking (sphere.md §4, metastability)
 
 
-def renyi_centers(x, delta):
-    r"""Strong Rényi centers of a token sequence: indices s with dist(x_s, x_i) > δ for all i < s.
-
-    Geodesic distance on the sphere (arccos of the inner product). Returns a boolean mask.
-    """
-    x = jnp.asarray(x)
-    n = x.shape[0]
-    ang = jnp.arccos(jnp.clip(x @ x.T, -1.0, 1.0))
-    earlier = jnp.arange(n)[None, :] < jnp.arange(n)[:, None]
-    return ~jnp.any(earlier & (ang <= delta), axis=1)
-
-
 def cap_measure(delta, d: int):
     r"""σ(B_δ): normalized surface measure of a geodesic ball of radius δ on S^{d-1}.
 
@@ -251,7 +238,8 @@ def cap_measure(delta, d: int):
 
 
 def expected_renyi_centers(n: int, d: int, delta) -> float:
-    r"""E #strong centers among n i.i.d. uniform tokens: Σ_{s=1}^n (1−p)^{s−1} = (1 − (1−p)^n)/p,
+    r"""E #strong centers (:func:`transformer_pde.diagnostics.renyi_centers`) among n i.i.d. uniform
+    tokens: Σ_{s=1}^n (1−p)^{s−1} = (1 − (1−p)^n)/p,
     p = σ(B_δ) (→ 1/σ(B_δ) as n → ∞; Θ(β^{(d−1)/2}) at δ = cβ^{−1/2})."""
     p = cap_measure(delta, d)
     return float(n) if p == 0 else float((1 - (1 - p) ** n) / p)
