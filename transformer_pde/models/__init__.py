@@ -8,8 +8,8 @@
 - :mod:`.sphere`: the sphere (:class:`Sphere`, projected) and the post-LN layer (:class:`PostLN`).
 - :mod:`.normalization`: the normalization schemes of real Transformers (Pre-LN, Peri-LN, Mix-LN,
   nGPT, LN-scaling) as (field, retraction) pairs; :mod:`.mlp`: MLP sublayers and blocks.
-- :mod:`.causal`, :mod:`.perceptron`, :mod:`.random_heads`, :mod:`.mean_shift`, :mod:`.rescaled`:
-  the models of single papers; :mod:`.sharding`: any attention split over devices.
+- :mod:`.litm` (lost in the middle), :mod:`.perceptron`, :mod:`.random_heads`, :mod:`.mean_shift`,
+  :mod:`.rescaled`: the models of single papers; :mod:`.sharding`: any attention split over devices.
 """
 
 from . import sharding
@@ -29,7 +29,7 @@ from .attention import (
 )
 from .attention.base import AbstractKernelAttention
 from .base import AbstractDynamics, AbstractManifoldDynamics, AbstractRetractedDynamics
-from .causal import LitMCircle
+from .litm import LitMCircle
 from .mean_shift import MeanShift
 from .mlp import MLP, Block, SphereBlock
 from .normalization import (

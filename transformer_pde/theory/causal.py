@@ -35,7 +35,7 @@ import numpy as np
 
 from .._checks import check_scalar
 from ..models.attention.base import scalar_param
-from ..models.causal import LitMCircle
+from ..models.litm import LitMCircle
 from ..solvers.core import integrate
 
 __all__ = [
