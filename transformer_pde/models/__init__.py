@@ -44,7 +44,7 @@ from .normalization import (
     polar,
     polar_velocity,
 )
-from .perceptron import PerceptronBlock
+from .perceptron import AbstractActivation, AbstractPotentialActivation, PerceptronBlock, ReLU, Softplus
 from .random_batch import RandomBatch
 from .random_heads import CommonNoiseSDE, GaussianHeads, RandomHeadsField
 from .rescaled import RescaledSoftmax
@@ -53,6 +53,7 @@ from .sphere import PostLN, Sphere, UnitSphere, normalize, tangent_projection, u
 from .switched import AbstractSwitched, Switched
 
 __all__ = [
+    "AbstractActivation",
     "AbstractKernelAttention",
     "AbstractAttention",
     "AbstractBilinearAttention",
@@ -61,6 +62,7 @@ __all__ = [
     "AbstractManifoldDynamics",
     "AbstractNormalizationScheme",
     "AbstractNormalizedAttention",
+    "AbstractPotentialActivation",
     "AbstractRetractedDynamics",
     "AbstractSwitched",
     "AttentionPerceptron",
@@ -82,12 +84,14 @@ __all__ = [
     "PreLN",
     "RandomBatch",
     "RandomHeadsField",
+    "ReLU",
     "RescaledSoftmax",
     "Sharded",
     "SigmoidAttention",
     "SinkhornAttention",
     "SinkhornPotentials",
     "SoftmaxAttention",
+    "Softplus",
     "Sphere",
     "SphereBlock",
     "Switched",

@@ -5,9 +5,8 @@
   field) (sphere.md §4).
 - :mod:`.equiangular`: the reduced ODE of equiangular starts (sphere.md §1).
 - :mod:`.random_heads`: the logistic overlap law (sphere.md §5).
-- :mod:`.perceptron`: stationarity of atomic measures (sphere.md §7).
 """
 
-from . import causal, equiangular, gaussian, perceptron, random_heads
+from . import causal, equiangular, gaussian, random_heads
 
-__all__ = ["causal", "equiangular", "gaussian", "perceptron", "random_heads"]
+__all__ = ["causal", "equiangular", "gaussian", "random_heads"]
