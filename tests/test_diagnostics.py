@@ -93,6 +93,15 @@ def test_cluster_masses_and_pair_fraction():
         clustered_pair_fraction(x[:1])
 
 
+def test_euclidean_clusters_are_gaps_on_the_line():
+    """Single linkage with |x_i − x_j| < δ on the line splits where sorted neighbours are δ apart
+    (gap_clusters, plain NumPy)."""
+    pts = np.random.default_rng(3).uniform(0, 5, 40)
+    x = jnp.asarray(pts[:, None])
+    for gap in (0.05, 0.2, 0.5):
+        assert int(cluster_count(x, gap, metric=tp.diagnostics.Euclidean())) == tp.diagnostics.gap_clusters(pts, gap)
+
+
 def test_bad_input_named():
     x = _tokens()
     with pytest.raises(ValueError, match="beta must be > 0"):
@@ -100,7 +109,7 @@ def test_bad_input_named():
     with pytest.raises(ValueError, match="beta must be >= 0"):
         normalized_energy(x, -1.0)
     with pytest.raises(ValueError, match="metric must be"):
-        cluster_masses(x, metric="manhattan")
+        cluster_masses(x, metric="euclidean")  # a value, not a name
 
 
 def test_float32():
