@@ -427,7 +427,7 @@ def convergence_study(
     t1a, dt0a, tsa = (jnp.asarray(v, dtype) for v in (t1, dt0, ts))
     max_steps = int(np.ceil(float(t1) / float(dt0) * (1 + 1e-6))) + 1
     errors = {k: np.zeros((ns.size, len(seeds), ts.size)) for k in METRICS}
-    reference = mean_field_reference(dynamics, law, n_ref or 8 * ns[-1], dtype)
+    reference = mean_field_reference(dynamics, law, int(n_ref or 8 * ns[-1]), dtype)
     for i, n in enumerate(ns):
         with_w2 = bool(n <= w2_max_n)
         out = reference.errors(dynamics, keys, int(n), tsa, t1a, dt0a, solver, w2_epsilon, with_w2,
