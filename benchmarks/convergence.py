@@ -63,7 +63,7 @@ def main(argv=None) -> int:
               flush=True)
     full = cv.ConvergenceResult(ns=ns, seeds=np.arange(args.seeds), ts=np.asarray(ts),
                                 errors={k: np.stack(v) for k, v in errors.items()}, dim=args.d,
-                                reference="gaussian")
+                                reference=res.reference)
     args.out.mkdir(parents=True, exist_ok=True)
     rate_rows = [r for t_i in range(len(ts)) for r in cv.rate_table(full, time_index=t_i)]
     print(f"\n{'metric':>9} {'t':>5} {'slope':>7} {'95% interval':>18}   (n^-1/2: -0.5, n^-1/d: "

@@ -1,4 +1,5 @@
-"""Plain NumPy references for the attention velocity fields (euclidean.md §2, sphere.md §1).
+"""Plain NumPy references for the attention velocity fields and the energy dissipation identity
+(euclidean.md §2, sphere.md §1).
 
 Written loop-by-loop from the formulas, independent of the package's kernels.
 """
@@ -75,3 +76,20 @@ def sinkhorn_field(x, w, Q, K, V, beta, epsilon, iters=20000, tol=1e-15):
     P = u[:, None] * Kmat * v[None, :]
     assert np.allclose(P.sum(1), w, rtol=1e-12, atol=0) and np.allclose(P.sum(0), w, rtol=1e-10)
     return (P @ (x @ V.T)) / P.sum(1, keepdims=True)
+
+
+def energy_rate(x, beta, w, *, normalized):
+    """dE_β/dt along SA (``normalized``) or USA on the sphere, from the dissipation identity
+    (sphere.md §1), for E_β = (1/2β) Σ_ij w_i w_j e^{β⟨x_i,x_j⟩}:
+
+    USA: dE/dt = Σ_i w_i |ẋ_i|², ẋ_i = P⊥_{x_i} Σ_j w_j e^{β⟨x_i,x_j⟩} x_j;
+    SA:  dE/dt = Σ_i w_i Z_i |ẋ_i|², Z_i = Σ_j w_j e^{β⟨x_i,x_j⟩}, ẋ_i = P⊥_{x_i} Σ_j w_j e^{β⟨x_i,x_j⟩} x_j / Z_i.
+    """
+    x, w = np.asarray(x), np.asarray(w)
+    total = 0.0
+    for wi, xi in zip(w, x):
+        k = w * np.exp(beta * (x @ xi))
+        s = k @ x
+        tangent = s - (s @ xi) * xi  # Z_i ẋ_i for SA, ẋ_i for USA
+        total += wi * (tangent @ tangent) / (k.sum() if normalized else 1.0)
+    return total

@@ -17,7 +17,7 @@ LAYERS = [
     {"models"},
     {"solvers"},
     {"diagnostics", "theory"},
-    {"sweeps", "fitting", "convergence", "plot"},
+    {"sweeps", "fitting", "convergence", "statistics", "plot"},
     {"experiments"},
     {"cli"},
 ]
@@ -105,6 +105,16 @@ def test_no_experiment_defines_a_dynamics():
                     f"{p.name} defines {node.name}({', '.join(bases)}): dynamics live in models/")
 
 
+def test_experiments_share_through_common_not_each_other():
+    """An experiment imports the library and the experiments' private helpers (``_common``,
+    ``_options``, ...), never another experiment."""
+    pkg = "transformer_pde.experiments."
+    public = lambda m: m.startswith(pkg) and not m[len(pkg):].startswith("_")  # noqa: E731
+    bad = [f"{m} imports {t}" for m, targets in _edges(_modules()).items() if public(m)
+           for t in sorted(targets) if public(t)]
+    assert not bad, "\n".join(bad)
+
+
 def test_no_attribute_sniffing_of_models():
     """Capabilities are types: no hasattr/getattr on dynamics or attention objects."""
     offenders = []
@@ -128,8 +138,8 @@ def test_importing_the_library_does_not_import_experiments():
 def test_module_names_are_not_shadowed():
     import transformer_pde as tp
 
-    for name in ("solvers", "sweeps", "fitting", "convergence", "diagnostics", "theory", "models",
-                 "kernels"):
+    for name in ("solvers", "sweeps", "fitting", "convergence", "statistics", "diagnostics", "theory",
+                 "models", "kernels"):
         assert type(getattr(tp, name)).__name__ == "module", name
     assert callable(tp.sweeps.first_time) and callable(tp.solvers.layers)
 

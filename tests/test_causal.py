@@ -111,7 +111,7 @@ def test_all_tokens_go_to_the_first_token(d):
 def test_renyi_expected_count(d):
     delta, n, reps = 0.5, 40, 400
     keys = jax.random.split(jax.random.key(1), reps)
-    counts = jax.vmap(lambda k: causal.renyi_centers(tp.uniform_sphere(k, n, d), delta).sum())(keys)
+    counts = jax.vmap(lambda k: tp.diagnostics.renyi_centers(tp.uniform_sphere(k, n, d), delta).sum())(keys)
     expected = causal.expected_renyi_centers(n, d, delta)
     se = float(np.std(counts)) / np.sqrt(reps)
     assert abs(float(np.mean(counts)) - expected) < 4 * se

@@ -9,6 +9,7 @@ from _runs import tiny_run
 import transformer_pde as tp
 from transformer_pde import convergence as cv
 from transformer_pde import diagnostics as dg
+from transformer_pde.statistics import fit_rate
 
 
 def _models(d, key):
@@ -62,13 +63,13 @@ def test_bures_wasserstein_closed_forms():
     a, b = jnp.array([1.0, 4.0, 0.25]), jnp.array([9.0, 1.0, 1.0])
     # commuting covariances: |Δm|² + Σ (√a − √b)²
     expect = np.sqrt(np.sum((m1 - m2) ** 2) + np.sum((np.sqrt(a) - np.sqrt(b)) ** 2))
-    np.testing.assert_allclose(cv.bures_wasserstein(m1, jnp.diag(a), m2, jnp.diag(b)), expect, rtol=1e-12)
+    np.testing.assert_allclose(dg.bures_wasserstein(m1, jnp.diag(a), m2, jnp.diag(b)), expect, rtol=1e-12)
     # rotation invariance and symmetry on a non-commuting pair
     R = jnp.linalg.qr(jax.random.normal(jax.random.key(0), (3, 3)))[0]
     S1, S2 = R @ jnp.diag(a) @ R.T, jnp.diag(b)
-    d12 = cv.bures_wasserstein(m1, S1, m2, S2)
-    np.testing.assert_allclose(d12, cv.bures_wasserstein(m2, S2, m1, S1), rtol=1e-10)
-    np.testing.assert_allclose(cv.bures_wasserstein(R @ m1, R @ S1 @ R.T, R @ m2, R @ S2 @ R.T), d12,
+    d12 = dg.bures_wasserstein(m1, S1, m2, S2)
+    np.testing.assert_allclose(d12, dg.bures_wasserstein(m2, S2, m1, S1), rtol=1e-10)
+    np.testing.assert_allclose(dg.bures_wasserstein(R @ m1, R @ S1 @ R.T, R @ m2, R @ S2 @ R.T), d12,
                                rtol=1e-10)
 
 
@@ -106,13 +107,13 @@ def test_fit_rate_recovers_a_known_slope():
     rng = np.random.default_rng(0)
     ns = 2 ** np.arange(4, 14)
     errors = 3.0 * ns[:, None] ** -0.7 * np.exp(0.2 * rng.normal(size=(ns.size, 8)))
-    fit = cv.fit_rate(ns, errors)
+    fit = fit_rate(ns, errors)
     assert abs(fit.slope + 0.7) < 0.05
     assert fit.slope_ci[0] < -0.7 < fit.slope_ci[1]
     lo, hi = fit.band(ns)
     assert np.all(lo < fit.predict(ns)) and np.all(fit.predict(ns) < hi)
     with pytest.raises(ValueError, match="finite and > 0"):
-        cv.fit_rate(ns, np.where(errors > 0.1, 0.0, errors))
+        fit_rate(ns, np.where(errors > 0.1, 0.0, errors))
 
 
 def test_reference_run_of_the_reference_itself_has_zero_error():
@@ -122,7 +123,8 @@ def test_reference_run_of_the_reference_itself_has_zero_error():
     dyn = tp.Sphere(tp.SoftmaxAttention.identity(3, 2.0))
     res = cv.convergence_study(dyn, sampler, [24], n_ref=24, t1=0.6, dt0=0.2, ts=[0.0, 0.6],
                                seeds=[0], w2_max_n=0)
-    assert res.reference == "particles(24)"
+    assert isinstance(res.reference, cv.ParticleReference) and res.reference.n_ref == 24
+    assert str(res.reference) == "particles(24)"
     for k in ("mean", "cov", "bw", "coupling", "flow_bw"):
         np.testing.assert_allclose(res.errors[k], 0.0, atol=1e-6)
     assert np.isnan(res.errors["w2"]).all()
@@ -148,7 +150,8 @@ def test_stationary_reference_agrees_with_the_particle_reference():
     exact = cv.convergence_study(dyn, cv.uniform_sphere_law(3), [64], **kw)
     sampler = lambda key, n: tp.uniform_sphere(key, n, 3)  # noqa: E731
     approx = cv.convergence_study(dyn, sampler, [64], n_ref=4096, **kw)
-    assert exact.reference == "stationary" and approx.reference == "particles(4096)"
+    assert isinstance(exact.reference, cv.StationaryReference)
+    assert isinstance(approx.reference, cv.ParticleReference) and approx.reference.n_ref == 4096
     # the reference's own moments (it starts from jax.random.key(2**31 - 1), as the study does)
     xr = np.asarray(tp.uniform_sphere(jax.random.key(2**31 - 1), 4096, 3))
     floor_mean = np.linalg.norm(xr.mean(0))

@@ -5,6 +5,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+import reference as ref
 
 import transformer_pde as tp
 from transformer_pde.diagnostics import (
@@ -12,7 +13,6 @@ from transformer_pde.diagnostics import (
     cluster_count,
     cluster_masses,
     clustered_pair_fraction,
-    energy_rate,
     interaction_energy,
     log_interaction_energy,
     mean_token,
@@ -93,21 +93,28 @@ def test_cluster_masses_and_pair_fraction():
         clustered_pair_fraction(x[:1])
 
 
+def test_euclidean_clusters_are_gaps_on_the_line():
+    """Single linkage with |x_i − x_j| < δ on the line splits where sorted neighbours are δ apart
+    (gap_clusters, plain NumPy)."""
+    pts = np.random.default_rng(3).uniform(0, 5, 40)
+    x = jnp.asarray(pts[:, None])
+    for gap in (0.05, 0.2, 0.5):
+        assert int(cluster_count(x, gap, metric=tp.diagnostics.Euclidean())) == tp.diagnostics.gap_clusters(pts, gap)
+
+
 def test_bad_input_named():
     x = _tokens()
     with pytest.raises(ValueError, match="beta must be > 0"):
         interaction_energy(x, 0.0)
     with pytest.raises(ValueError, match="beta must be >= 0"):
         normalized_energy(x, -1.0)
-    with pytest.raises(ValueError, match="model must be"):
-        energy_rate(x, 1.0, model="SAA")
     with pytest.raises(ValueError, match="metric must be"):
-        cluster_masses(x, metric="manhattan")
+        cluster_masses(x, metric="euclidean")  # a value, not a name
 
 
 def test_float32():
     x = _tokens().astype(jnp.float32)
-    for f in (normalized_energy(x, 3.0), interaction_energy(x, 3.0), energy_rate(x, 3.0)):
+    for f in (normalized_energy(x, 3.0), interaction_energy(x, 3.0)):
         assert f.dtype == jnp.float32 and np.isfinite(float(f))
     assert attention_matrix(x, 1.0).dtype == jnp.float32
 
@@ -129,7 +136,8 @@ def test_stationary_configurations(model):
 @pytest.mark.parametrize("model", ["SA", "USA"])
 def test_energy_dissipation_identity(model):
     """dE/dt along the flow equals the dissipation identity (sphere.md §1, §8.2): the
-    derivative of E along tp's velocity (autodiff) against energy_rate (written out)."""
+    derivative of E along tp's velocity (autodiff) against the identity written out in NumPy
+    (reference.energy_rate)."""
     beta = 1.3
     cls = tp.SoftmaxAttention if model == "SA" else tp.UnnormalizedAttention
     dyn = tp.Sphere(cls.identity(3, beta))
@@ -137,7 +145,7 @@ def test_energy_dissipation_identity(model):
     w = jnp.asarray(_weights(9))
     v = dyn.velocity(x, w)
     _, dE = jax.jvp(lambda y: interaction_energy(y, beta, w), (x,), (v,))
-    np.testing.assert_allclose(dE, energy_rate(x, beta, model, w), rtol=1e-10)
+    np.testing.assert_allclose(dE, ref.energy_rate(x, beta, w, normalized=model == "SA"), rtol=1e-10)
     assert float(dE) > 0
 
 

@@ -152,6 +152,10 @@ def test_fit_rejects_bad_input():
         tp.fit(m, lambda m: jnp.sum(m.V), optimizer=optax.sgd(0.1), steps=1, trainable=lambda m: ())
     with pytest.raises(ValueError, match="loss is nan at step 0"):
         tp.fit(m, lambda m: jnp.sum(m.V) * jnp.nan, optimizer=optax.sgd(0.1), steps=2)
+    # an optimizer is an optax GradientTransformation, not anything with init and update methods
+    duck = type("Duck", (), {"init": lambda self, p: (), "update": lambda self, g, s, p=None: (g, s)})()
+    with pytest.raises(ValueError, match="optax GradientTransformation"):
+        tp.fit(m, lambda m: jnp.sum(m.V), optimizer=duck, steps=1)
 
 
 def test_attention_perceptron_field_matches_numpy():

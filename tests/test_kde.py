@@ -6,8 +6,9 @@ import pytest
 from _runs import tiny_run
 
 import transformer_pde as tp
+from transformer_pde.diagnostics import kde
+from transformer_pde.experiments.kde_modes import kde_mode_fit
 from transformer_pde.models import MeanShift
-from transformer_pde.theory import kde
 
 
 def _extrema_numpy(x, beta, h, chunk=2048):
@@ -44,7 +45,7 @@ def test_modes_and_minima_match_numpy_reference(beta):
 
 def test_mode_fit_recovers_law():
     b = np.array([100.0, 1000.0, 10000.0])
-    fit = kde.kde_mode_fit(b, 0.5 * np.sqrt(b * np.log(b)))
+    fit = kde_mode_fit(b, 0.5 * np.sqrt(b * np.log(b)))
     np.testing.assert_allclose(fit["slope_beta_log_beta"], 0.5, rtol=1e-12)
     np.testing.assert_allclose(fit["const"], 0.5, rtol=1e-12)
     assert fit["slope_beta"] > 0.5

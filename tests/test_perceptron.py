@@ -8,9 +8,8 @@ import pytest
 from _runs import tiny_run
 
 import transformer_pde as tp
-from transformer_pde.diagnostics import perceptron_energy
+from transformer_pde.diagnostics import perceptron_energy, stationarity_residual
 from transformer_pde.models import PerceptronBlock
-from transformer_pde.theory.perceptron import stationarity_residual
 
 
 def _block(sign=1.0, beta=1.5, d=3):
@@ -64,6 +63,22 @@ def test_stationarity_residual_and_validation():
         PerceptronBlock(1.0, np.eye(2), np.ones(2), sign=2)
     with pytest.raises(ValueError, match="omega"):
         PerceptronBlock(1.0, np.eye(2), np.ones(3))
+    # the activation is a value: a name is refused, and one without a closed-form potential has no energy
+    with pytest.raises(ValueError, match="AbstractActivation"):
+        PerceptronBlock(1.0, np.eye(2), np.ones(2), activation="relu")
+    with pytest.raises(ValueError, match="no closed-form energy"):
+        perceptron_energy(PerceptronBlock(1.0, np.eye(2), np.ones(2), activation=tp.Softplus()), np.eye(2))
+
+
+def test_softplus_field_matches_numpy():
+    a = np.asarray(tp.uniform_sphere(jax.random.key(7), 3, 3))
+    om, beta = np.array([1.0, -2.0, 0.5]), 1.5
+    blk = PerceptronBlock(beta, a, om, activation=tp.Softplus())
+    x = np.asarray(tp.uniform_sphere(jax.random.key(1), 5, 3))
+    raw = np.mean(np.exp(beta * x @ x.T)[:, :, None] * x[None, :, :], axis=1)
+    raw += (np.log1p(np.exp(x @ a.T)) * om) @ a
+    ref = raw - np.sum(raw * x, axis=1, keepdims=True) * x
+    np.testing.assert_allclose(blk.velocity(x), ref, rtol=1e-12, atol=1e-14)
 
 
 def test_experiment_perceptron_tiny(tmp_path_factory):

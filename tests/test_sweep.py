@@ -135,7 +135,7 @@ def test_sweep_shards_over_two_devices():
 def test_sweep_phase_experiment_tiny(tmp_path_factory):
     res, cfg, run_dir = tiny_run("sweep-phase", tmp_path_factory)
     assert (run_dir / "sweep-phase.png").exists()
-    D, B, S = len(res["dims"]), cfg.num_beta, cfg.seeds
+    D, B, S = len(res["dims"]), cfg.num_betas, cfg.seeds
     assert B * S >= 64 and res["t_one"].shape == (D, B, S)
     t_one, clusters = res["t_one"], res["clusters"]
     # the time to one cluster is where the saved count first reaches one, and one cluster stays one

@@ -6,11 +6,12 @@ follows the continuity equation ∂_t μ + div(μ Γ_μ) = 0 (spec: ``shared/spe
 The house, by role (``docs/architecture.md``): :mod:`.kernels` (pair reductions) →
 :mod:`.models` (every dynamics) → :mod:`.solvers` (the one place that integrates) →
 :mod:`.diagnostics` and :mod:`.theory` (functions of states; closed forms) →
-:mod:`.sweeps`, :mod:`.fitting`, :mod:`.convergence` → :mod:`.experiments` → :mod:`.cli`.
+:mod:`.sweeps`, :mod:`.fitting`, :mod:`.convergence`, :mod:`.statistics` → :mod:`.experiments` →
+:mod:`.cli`.
 Importing the package does not import the experiments.
 """
 
-from . import convergence, diagnostics, kernels, models, plot, solvers, theory
+from . import convergence, diagnostics, kernels, models, plot, solvers, statistics, theory
 from ._checks import NonFiniteStateError
 from .fitting import FitResult, checkpointed_adjoint, fit
 from .models import *  # noqa: F403  (every dynamics is top-level: tp.SoftmaxAttention; list in models)
@@ -56,6 +57,7 @@ __all__ = [
     "plot",
     "solve",
     "solvers",
+    "statistics",
     "sweep",
     "theory",
 ]

@@ -18,16 +18,20 @@ error O(n^{-1/2}) on bounded time intervals; moment errors follow the Monte Carl
 n^{-1/2}; W_2 between an empirical measure and its law decays like n^{-1/d} for d >= 3 (and
 (log n / n)^{1/2} for d = 2).
 
-**Mean-field references.**
+**Mean-field references** (values, :func:`mean_field_reference`, chosen once from the type of the law).
 * Gaussian data with a Gaussian closure (euclidean.md §4): μ_t = N(α(t), Σ(t)) from the moment
   ODEs, and the characteristics are affine, dz/dt = J(t) z + c(t), with (J, c) the affine field
-  of the closure (:func:`gaussian_affine_field`).
+  of the closure (:func:`gaussian_affine_field`; :class:`GaussianClosureReference`).
 * A law whose mean field vanishes, Γ_{μ_0} ≡ 0 (:class:`StationaryLaw`; the uniform law on
   S^{d-1} under SA with Q = K = V = I, :func:`uniform_sphere_law`): μ_t = μ_0 and the tracers
   stay where they start, so the reference is exact at every n (no floor): this is what takes the
-  study to n = 2²² with the fast kernel.
+  study to n = 2²² with the fast kernel (:class:`StationaryReference`).
 * Any other law: a large-n reference system x^ref (n_ref particles, its own seed) integrated
-  jointly; tracers follow the field of μ^{ref}_t. Its own error (n_ref^{-1/2}) is a floor.
+  jointly; tracers follow the field of μ^{ref}_t. Its own error (n_ref^{-1/2}) is a floor
+  (:class:`ParticleReference`).
+
+The rate fits (:func:`transformer_pde.statistics.fit_rate`) are generic statistics, in their own
+module.
 
 The distances (``metrics``): ``mean`` |x̄ − α|; ``cov`` ‖Ĉ − Σ‖_F; ``bw`` the Bures–Wasserstein
 distance between the moment-matched Gaussians; ``coupling`` (above); ``flow_bw`` the ``bw`` of
@@ -37,6 +41,7 @@ independent n-sample of μ_t (resp. the reference), with explicit ε (ott-jax).
 
 from __future__ import annotations
 
+import abc
 import dataclasses
 from collections.abc import Callable, Sequence
 
@@ -53,6 +58,7 @@ from .models.attention.base import AbstractGaussianClosure
 from .models.base import AbstractDynamics
 from .models.sphere import uniform_sphere
 from .solvers import Coupled, Gaussian, Particles, Tracers, solve
+from .statistics import RateFit, fit_rate
 
 METRICS = ("mean", "cov", "bw", "coupling", "flow_bw", "w2")
 
@@ -201,6 +207,100 @@ def _run_reference(dynamics, sampler, keys, ref_key, n, n_ref, ts, t1, dt0, solv
     return jax.lax.map(one, keys)
 
 
+# --------------------------------------------------------------------------------------------
+# References: the mean field a law is compared with, chosen once from the type of the law
+
+
+class AbstractMeanFieldReference(abc.ABC):
+    """The mean-field reference of a study: it runs the n-particle systems of one n (every seed)
+    beside the mean field and returns their errors, metric name -> ``(seeds, times)``."""
+
+    dim: int
+
+    @abc.abstractmethod
+    def errors(self, dynamics, keys, n, ts, t1, dt0, solver, w2_epsilon, with_w2, max_steps) -> dict:
+        ...
+
+
+@dataclasses.dataclass(frozen=True)
+class GaussianClosureReference(AbstractMeanFieldReference):
+    """μ_t = N(α(t), Σ(t)) from the moment ODEs of the Gaussian closure, started at
+    N(``mean``, ``cov``); the tracers move along the closure's affine field."""
+
+    mean: jax.Array
+    cov: jax.Array
+
+    @property
+    def dim(self) -> int:
+        return int(self.mean.shape[0])
+
+    def errors(self, dynamics, keys, n, ts, t1, dt0, solver, w2_epsilon, with_w2, max_steps) -> dict:
+        return _run_gaussian(dynamics, self.mean, self.cov, keys, n, ts, t1, dt0, solver, w2_epsilon,
+                             with_w2, max_steps)
+
+    def __str__(self):
+        return "gaussian"
+
+
+@dataclasses.dataclass(frozen=True)
+class StationaryReference(AbstractMeanFieldReference):
+    """μ_t = μ_0 for a :class:`StationaryLaw` (its moments ``mean``, ``cov`` in the study's dtype):
+    exact at every n, the tracers at rest."""
+
+    law: StationaryLaw
+    mean: jax.Array
+    cov: jax.Array
+
+    @property
+    def dim(self) -> int:
+        return int(self.mean.shape[0])
+
+    def errors(self, dynamics, keys, n, ts, t1, dt0, solver, w2_epsilon, with_w2, max_steps) -> dict:
+        return _run_stationary(dynamics, self.law.sample, self.mean, self.cov, keys, n, ts, t1, dt0,
+                               solver, w2_epsilon, with_w2, max_steps)
+
+    def __str__(self):
+        return "stationary"
+
+
+@dataclasses.dataclass(frozen=True)
+class ParticleReference(AbstractMeanFieldReference):
+    """A large system of ``n_ref`` particles sampled by ``sampler`` from its own ``key``, integrated
+    beside the n-particle systems; the tracers follow its field. Its own n_ref^{-1/2} error is a
+    floor."""
+
+    sampler: Callable
+    n_ref: int
+    key: jax.Array
+    dim: int
+
+    def errors(self, dynamics, keys, n, ts, t1, dt0, solver, w2_epsilon, with_w2, max_steps) -> dict:
+        return _run_reference(dynamics, self.sampler, keys, self.key, n, self.n_ref, ts, t1, dt0,
+                              solver, w2_epsilon, with_w2, max_steps)
+
+    def __str__(self):
+        return f"particles({self.n_ref})"
+
+
+def mean_field_reference(dynamics: AbstractDynamics, law, n_ref: int, dtype) -> AbstractMeanFieldReference:
+    """The reference a law is compared with: a :class:`~transformer_pde.Gaussian` (the dynamics
+    must have a Gaussian closure) gives :class:`GaussianClosureReference`, a :class:`StationaryLaw`
+    :class:`StationaryReference`, a sampler ``(key, n) -> (n, d)`` an ``n_ref``-particle
+    :class:`ParticleReference` (seeded by ``jax.random.key(2**31 - 1)``)."""
+    if isinstance(law, Gaussian):
+        if dynamics.dim is not None and dynamics.dim != law.dim:
+            raise ValueError(f"the Gaussian has dimension {law.dim} but the dynamics act on d={dynamics.dim}")
+        gaussian_affine_field(dynamics, law.mean, law.cov)  # raises early if there is no closure
+        return GaussianClosureReference(law.mean.astype(dtype), law.cov.astype(dtype))
+    if isinstance(law, StationaryLaw):
+        return StationaryReference(law, jnp.asarray(law.mean, dtype), jnp.asarray(law.cov, dtype))
+    if callable(law):
+        d = int(jax.eval_shape(lambda k: law(k, 2), jax.random.key(0)).shape[-1])
+        return ParticleReference(law, int(n_ref), jax.random.key(2**31 - 1), d)
+    raise ValueError(f"law must be a tp.Gaussian, a StationaryLaw or a sampler (key, n) -> (n, d), got "
+                     f"{type(law).__name__}")
+
+
 @dataclasses.dataclass(frozen=True)
 class ConvergenceResult:
     """Errors of n-particle systems against the mean field.
@@ -210,7 +310,8 @@ class ConvergenceResult:
         errors: metric name -> array ``(N, S, T)`` (see the module docstring; ``w2`` is NaN
             where it was not computed).
         dim: the dimension d (for the n^{-1/d} comparison).
-        reference: ``"gaussian"``, ``"stationary"`` or ``"particles(n_ref)"``.
+        reference: the mean field compared with (:func:`mean_field_reference`; ``str`` of it
+            reads ``gaussian``, ``stationary`` or ``particles(n_ref)``).
     """
 
     ns: np.ndarray
@@ -218,10 +319,11 @@ class ConvergenceResult:
     ts: np.ndarray
     errors: dict
     dim: int
-    reference: str
+    reference: AbstractMeanFieldReference
 
     def rates(self, metric: str, time_index: int = -1, **kwargs) -> RateFit:
-        """Log-log fit of ``errors[metric][:, :, time_index]`` against n (:func:`fit_rate`)."""
+        """Log-log fit of ``errors[metric][:, :, time_index]`` against n
+        (:func:`transformer_pde.statistics.fit_rate`)."""
         return fit_rate(self.ns, self.errors[metric][:, :, time_index], **kwargs)
 
 
@@ -279,107 +381,22 @@ def convergence_study(
     t1a, dt0a, tsa = (jnp.asarray(v, dtype) for v in (t1, dt0, ts))
     max_steps = int(np.ceil(float(t1) / float(dt0) * (1 + 1e-6))) + 1
     errors = {k: np.zeros((ns.size, len(seeds), ts.size)) for k in METRICS}
-    if isinstance(law, Gaussian):
-        d = law.dim
-        if dynamics.dim is not None and dynamics.dim != d:
-            raise ValueError(f"the Gaussian has dimension {d} but the dynamics act on d={dynamics.dim}")
-        gaussian_affine_field(dynamics, law.mean, law.cov)  # raises early if there is no closure
-        reference = "gaussian"
-        mean0, cov0 = law.mean.astype(dtype), law.cov.astype(dtype)
-    elif isinstance(law, StationaryLaw):
-        reference = "stationary"
-        mean0, cov0 = jnp.asarray(law.mean, dtype), jnp.asarray(law.cov, dtype)
-        d = int(mean0.shape[0])
-    elif callable(law):
-        n_ref = int(n_ref or 8 * ns[-1])
-        d = int(jax.eval_shape(lambda k: law(k, 2), jax.random.key(0)).shape[-1])
-        reference = f"particles({n_ref})"
-        ref_key = jax.random.key(2**31 - 1)
-    else:
-        raise ValueError(f"law must be a tp.Gaussian, a StationaryLaw or a sampler (key, n) -> (n, d), got "
-                         f"{type(law).__name__}")
+    reference = mean_field_reference(dynamics, law, int(n_ref or 8 * ns[-1]), dtype)
     for i, n in enumerate(ns):
         with_w2 = bool(n <= w2_max_n)
-        if reference == "gaussian":
-            out = _run_gaussian(dynamics, mean0, cov0, keys, int(n), tsa, t1a, dt0a, solver,
-                                w2_epsilon, with_w2, max_steps)
-        elif reference == "stationary":
-            out = _run_stationary(dynamics, law.sample, mean0, cov0, keys, int(n), tsa, t1a, dt0a,
-                                  solver, w2_epsilon, with_w2, max_steps)
-        else:
-            out = _run_reference(dynamics, law, keys, ref_key, int(n), n_ref, tsa, t1a, dt0a,
-                                 solver, w2_epsilon, with_w2, max_steps)
+        out = reference.errors(dynamics, keys, int(n), tsa, t1a, dt0a, solver, w2_epsilon, with_w2,
+                               max_steps)
         for k in METRICS:
             errors[k][i] = np.asarray(out[k], dtype=np.float64)
         if progress is not None:
             progress(f"n={n}: " + ", ".join(f"{k}={np.mean(errors[k][i, :, -1]):.3g}"
                                            for k in METRICS if with_w2 or k != "w2"))
-    return ConvergenceResult(ns=ns, seeds=np.asarray(seeds), ts=ts, errors=errors, dim=d,
+    return ConvergenceResult(ns=ns, seeds=np.asarray(seeds), ts=ts, errors=errors, dim=reference.dim,
                              reference=reference)
 
 
 # --------------------------------------------------------------------------------------------
 # Rates
-
-
-@dataclasses.dataclass(frozen=True)
-class RateFit:
-    """log err ≈ intercept + slope · log n, fitted on the seed-averaged log errors.
-
-    ``slope_ci`` is a bootstrap percentile interval (seeds resampled at every n);
-    ``band(ns)`` gives the pointwise interval of the fitted line, for plots.
-    """
-
-    slope: float
-    intercept: float
-    slope_ci: tuple
-    boot_slopes: np.ndarray
-    boot_intercepts: np.ndarray
-    level: float
-
-    def predict(self, ns):
-        return np.exp(self.intercept + self.slope * np.log(np.asarray(ns, dtype=float)))
-
-    def band(self, ns):
-        logn = np.log(np.asarray(ns, dtype=float))
-        lines = self.boot_intercepts[:, None] + self.boot_slopes[:, None] * logn[None, :]
-        a = (1 - self.level) / 2
-        return np.exp(np.quantile(lines, a, axis=0)), np.exp(np.quantile(lines, 1 - a, axis=0))
-
-
-def _ols(x, y):
-    xm = x.mean()
-    slope = np.sum((x - xm) * (y - y.mean())) / np.sum((x - xm) ** 2)
-    return slope, y.mean() - slope * xm
-
-
-def fit_rate(ns, errors, *, level: float = 0.95, num_bootstrap: int = 1000, seed: int = 0) -> RateFit:
-    """Fit err ∝ n^slope to ``errors`` of shape ``(N, S)`` (N particle counts, S seeds).
-
-    The line is fitted to the mean over seeds of log err at each n (a geometric mean, since
-    errors are log-normal-ish across seeds); the interval comes from resampling the seeds.
-    """
-    ns = np.asarray(ns, dtype=float)
-    e = np.asarray(errors, dtype=float)
-    if e.ndim == 1:
-        e = e[:, None]
-    if e.shape[0] != ns.size or ns.size < 2:
-        raise ValueError(f"errors must have shape (len(ns), seeds) with len(ns) >= 2, got {e.shape} "
-                         f"for {ns.size} particle counts")
-    if not np.all(np.isfinite(e)) or np.any(e <= 0):
-        raise ValueError("errors must be finite and > 0 to fit a rate on a log scale")
-    x, le = np.log(ns), np.log(e)
-    slope, intercept = _ols(x, le.mean(axis=1))
-    rng = np.random.default_rng(seed)
-    S = le.shape[1]
-    idx = rng.integers(0, S, size=(num_bootstrap, ns.size, S))
-    boot_y = np.take_along_axis(le[None], idx, axis=2).mean(axis=2)  # (B, N)
-    xm = x.mean()
-    bs = ((x - xm)[None] * (boot_y - boot_y.mean(1, keepdims=True))).sum(1) / np.sum((x - xm) ** 2)
-    bi = boot_y.mean(1) - bs * xm
-    a = (1 - level) / 2
-    ci = (float(np.quantile(bs, a)), float(np.quantile(bs, 1 - a)))
-    return RateFit(float(slope), float(intercept), ci, bs, bi, level)
 
 
 def reference_rates(d: int) -> dict:
@@ -412,15 +429,16 @@ def geometric_ns(lo: int, hi: int, step: int = 1) -> np.ndarray:
 
 
 __all__ = [
+    "AbstractMeanFieldReference",
     "ConvergenceResult",
-    "RateFit",
+    "GaussianClosureReference",
+    "ParticleReference",
     "StationaryLaw",
-    "bures_wasserstein",
+    "StationaryReference",
     "convergence_study",
-    "empirical_moments",
-    "fit_rate",
     "gaussian_affine_field",
     "geometric_ns",
+    "mean_field_reference",
     "rate_table",
     "reference_rates",
     "uniform_sphere_law",

@@ -26,9 +26,7 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
-
-from .diagnostics.distances import sinkhorn_divergence
-from .solvers import Particles, solve
+import optax
 
 
 class FitResult(NamedTuple):
@@ -93,7 +91,7 @@ def fit(
         raise ValueError(f"steps must be >= 1, got {steps}")
     if not callable(loss):
         raise ValueError(f"loss must be a callable loss(model) -> scalar, got {loss!r}")
-    if not hasattr(optimizer, "init") or not hasattr(optimizer, "update"):
+    if not isinstance(optimizer, optax.GradientTransformation):
         raise ValueError(f"optimizer must be an optax GradientTransformation, got {optimizer!r}")
     spec = trainable_filter(model, trainable)
     params, static = eqx.partition(model, spec)
@@ -165,42 +163,3 @@ def checkpointed_adjoint(num_steps: int, memory: int | None = None) -> diffrax.R
 
 
 
-
-# ---------------------------------------------------------------------------------------------
-# Measure-to-measure interpolation (sphere.md §7, Interp): the loss that fit() minimizes
-
-
-def flow(model, inputs, *, t1, dt0, weights=None, solver=None, adjoint=None):
-    """Push every input measure through its own dynamics: ``inputs (N, n, d) -> (N, n, d)`` at t1.
-
-    ``model`` is a dynamics (e.g. ``Sphere(AttentionPerceptron(...))``); the measures do not
-    interact (each sequence is processed alone), so this is a vmap of :func:`tp.solve`.
-    """
-    inputs = jnp.asarray(inputs)
-    if inputs.ndim != 3:
-        raise ValueError(f"inputs must have shape (N, n, d) (N measures of n tokens), got {inputs.shape}")
-
-    def one(x0, w):
-        return solve(model, Particles(x0, w), t1=t1, dt0=dt0, solver=solver, adjoint=adjoint).final
-
-    w = None if weights is None else jnp.asarray(weights)
-    if w is None:
-        return jax.vmap(lambda x0: one(x0, None))(inputs)
-    return jax.vmap(one)(inputs, w)
-
-
-@eqx.filter_jit
-def interpolation_loss(model, inputs, targets, *, t1, dt0, epsilon, solver=None, adjoint=None):
-    """Mean over i of S_ε(Φ_T#μ^i, ν^i) (:func:`transformer_pde.diagnostics.sinkhorn_divergence`,
-    threshold 1e-5, 1000 iterations; an unconverged
-    step of the descent is tolerated, throw=False): ``inputs (N, n, d)``, ``targets (N, m, d)``."""
-    targets = jnp.asarray(targets)
-    if targets.ndim != 3 or targets.shape[0] != jnp.shape(inputs)[0]:
-        raise ValueError(f"targets must have shape (N, m, d) with N = {jnp.shape(inputs)[0]} "
-                         f"inputs, got {targets.shape}")
-    out = flow(model, inputs, t1=t1, dt0=dt0, solver=solver, adjoint=adjoint)
-    return jnp.mean(jax.vmap(lambda x, y: sinkhorn_divergence(
-        x, y, epsilon=epsilon, threshold=1e-5, max_iterations=1000, throw=False))(out, targets))
-
-
-__all__ = ["FitResult", "checkpointed_adjoint", "fit", "flow", "interpolation_loss", "trainable_filter"]

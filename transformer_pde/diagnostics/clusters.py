@@ -1,8 +1,12 @@
-"""Clusters of tokens: single linkage, masses, clustered pairs (sphere.md §2 and §10).
+"""Clusters of tokens: single linkage, masses, clustered pairs (sphere.md §2 and §10), Rényi centers
+(sphere.md §4).
 
 The published runs count clusters by single linkage with ⟨x_i, x_j⟩ > 0.999 (sphere.md §10);
 the authors' phase diagrams also report the fraction of pairs i ≠ j with ⟨x_i, x_j⟩ > 0.999
 (``rotf/phase-diagrams.py``, sphere.md §2 "Cluster counting"). All functions work under jit.
+
+Which pairs are linked is a value, the ``metric``: :class:`Cosine` (⟨x_i, x_j⟩ > threshold, the
+default, for unit tokens) or :class:`Euclidean` (|x_i − x_j| < threshold, for tokens in R^d).
 
 The array functions are module-level ``jax.jit`` programs (``metric`` static, ``threshold`` and
 ``weights`` traced): called outside jit they compile once per shape, dtype and metric, not on every
@@ -11,8 +15,10 @@ call (a fresh ``lax.while_loop`` trace per call cost ~0.2 s; the cached call cos
 
 from __future__ import annotations
 
+import abc
 import functools
 
+import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -21,11 +27,27 @@ from .._checks import check_points, check_scalar, check_weights
 from .._types import PointsLike, Scalar, WeightsLike
 
 
-def _adjacency(x, threshold, metric):
-    if metric == "cosine":
+class AbstractClusterMetric(eqx.Module):
+    """Which tokens are linked, at a threshold: single linkage joins linked pairs into clusters."""
+
+    @abc.abstractmethod
+    def adjacency(self, x, threshold):
+        """The boolean matrix ``(n, n)`` of linked pairs of the tokens ``x`` ``(n, d)``."""
+
+
+class Cosine(AbstractClusterMetric):
+    """⟨x_i, x_j⟩ > threshold: for unit tokens (the published runs use 0.999, sphere.md §10)."""
+
+    def adjacency(self, x, threshold):
         return (x @ x.T) > threshold
-    sq = jnp.sum(x * x, axis=-1)  # metric == "euclidean" (checked by _check_metric)
-    return (sq[:, None] + sq[None, :] - 2 * x @ x.T) < threshold**2
+
+
+class Euclidean(AbstractClusterMetric):
+    """|x_i − x_j| < threshold: for tokens in R^d."""
+
+    def adjacency(self, x, threshold):
+        sq = jnp.sum(x * x, axis=-1)
+        return (sq[:, None] + sq[None, :] - 2 * x @ x.T) < threshold**2
 
 
 def _checked(x, threshold):
@@ -36,16 +58,21 @@ def _checked(x, threshold):
 
 
 def _check_metric(metric):
-    if metric not in ("cosine", "euclidean"):
-        raise ValueError(f"metric must be 'cosine' or 'euclidean', got {metric!r}")
+    if not isinstance(metric, AbstractClusterMetric):
+        raise ValueError(f"metric must be an AbstractClusterMetric such as Cosine() or Euclidean(), got "
+                         f"{metric!r}")
     return metric
 
 
-def cluster_labels(x: PointsLike, threshold: float | Scalar = 0.999, *, metric: str = "cosine") -> jax.Array:
+COSINE = Cosine()
+"""The default metric (a module-level value: defaults are never built per call)."""
+
+
+def cluster_labels(x: PointsLike, threshold: float | Scalar = 0.999, *, metric=COSINE) -> jax.Array:
     """Connected components of the graph {i ~ j : ⟨x_i, x_j⟩ > threshold}.
 
     Each token gets the smallest index of its component, so labels are canonical and
-    ``labels[i] == i`` marks one representative per cluster. With ``metric="euclidean"``
+    ``labels[i] == i`` marks one representative per cluster. With ``metric=Euclidean()``
     the edge rule is |x_i − x_j| < threshold (for tokens in R^d).
 
     Works under ``jit``: min-label propagation with pointer jumping, O(n²) per sweep and
@@ -58,7 +85,7 @@ def cluster_labels(x: PointsLike, threshold: float | Scalar = 0.999, *, metric: 
 @functools.partial(jax.jit, static_argnames="metric")
 def _cluster_labels(x, threshold, metric):
     n = x.shape[0]
-    adj = _adjacency(x, threshold, metric) | jnp.eye(n, dtype=bool)
+    adj = metric.adjacency(x, threshold) | jnp.eye(n, dtype=bool)
     big = jnp.iinfo(jnp.int32).max
 
     def sweep(state):
@@ -72,7 +99,7 @@ def _cluster_labels(x, threshold, metric):
     return labels
 
 
-def cluster_count(x: PointsLike, threshold: float | Scalar = 0.999, *, metric: str = "cosine") -> jax.Array:
+def cluster_count(x: PointsLike, threshold: float | Scalar = 0.999, *, metric=COSINE) -> jax.Array:
     """Number of clusters (connected components, see :func:`cluster_labels`)."""
     x, threshold = _checked(x, threshold)
     return _cluster_count(x, threshold, _check_metric(metric))
@@ -85,7 +112,7 @@ def _cluster_count(x, threshold, metric):
 
 
 def cluster_masses(x: PointsLike, threshold: float | Scalar = 0.999, weights: WeightsLike | None = None, *,
-                   metric: str = "cosine") -> jax.Array:
+                   metric=COSINE) -> jax.Array:
     """Masses m_k of the clusters, sorted in decreasing order and padded with zeros to ``(n,)``.
 
     m_k = Σ_{i in cluster k} w_i (w_i = 1/n by default), so the masses sum to one and
@@ -139,10 +166,25 @@ def atoms(x, threshold: float | Scalar = 0.9999):
     return pos, mass
 
 
+def renyi_centers(x, delta):
+    r"""Strong Rényi centers of a token sequence: indices s with dist(x_s, x_i) > δ for all i < s.
+
+    Geodesic distance on the sphere (arccos of the inner product). Returns a boolean mask. Their
+    expected number for uniform tokens (Rényi parking, sphere.md §4) is
+    :func:`transformer_pde.theory.causal.expected_renyi_centers`.
+    """
+    x = jnp.asarray(x)
+    n = x.shape[0]
+    ang = jnp.arccos(jnp.clip(x @ x.T, -1.0, 1.0))
+    earlier = jnp.arange(n)[None, :] < jnp.arange(n)[:, None]
+    return ~jnp.any(earlier & (ang <= delta), axis=1)
+
+
 def gap_clusters(x, gap) -> int:
     """Clusters of points on the line: split the sorted points where consecutive gaps exceed ``gap``."""
     xs = np.sort(np.asarray(x, dtype=float).ravel())
     return int(1 + np.sum(np.diff(xs) > gap))
 
 
-__all__ = ["atoms", "cluster_count", "cluster_labels", "cluster_masses", "clustered_pair_fraction", "gap_clusters"]
+__all__ = ["AbstractClusterMetric", "Cosine", "Euclidean", "atoms", "cluster_count", "cluster_labels",
+           "cluster_masses", "clustered_pair_fraction", "gap_clusters", "renyi_centers"]

@@ -1,13 +1,14 @@
-r"""Wasserstein distances, support radius and the stability bounds of euclidean.md §3.
+r"""Wasserstein distances and the support radius of measures (euclidean.md §3).
 
 * :func:`bures_wasserstein`: W₂ between Gaussians (closed form).
 * :func:`sinkhorn_wasserstein`: W_p between weighted empirical measures through ott-jax's
   debiased Sinkhorn divergence with an explicit ε (jit-able, differentiable).
 * :func:`exact_wasserstein`: exact W_p for small n (assignment or linear program, on the host).
-* :func:`support_radius`, :func:`support_radius_bound`: R(t) = max|x_i| and
-  R₀ exp(∫‖V‖) (euclidean.md §3, "Support radius").
-* :func:`stability_ratio`, :func:`stability_bound`: W_p(μ_t, ν_t)/W_p(μ_0, ν_0) and the
-  Dobrushin bound exp(∫L) (euclidean.md §3, "Stability").
+* :func:`support_radius`: R = max|x_i| over the support (euclidean.md §3, "Support radius").
+* :func:`stability_ratio`: W_p(μ_t, ν_t)/W_p(μ_0, ν_0) along two trajectories (euclidean.md §3,
+  "Stability").
+
+The a-priori bounds these are checked against are in :mod:`.bounds`.
 """
 
 from __future__ import annotations
@@ -24,9 +25,6 @@ from ott.tools import sinkhorn_divergence as _sd
 from .._checks import check_block_size, check_int, check_points, check_scalar, check_weights, is_concrete
 from .._linalg import sqrtm_psd
 from ..kernels.point_clouds import StreamingSqEuclideanCloud
-from ..models.attention.base import AbstractNormalizedAttention
-from ..models.attention.softmax import MultiHeadAttention, SoftmaxAttention
-from ..params import PiecewiseConstant
 
 
 def bures_wasserstein(mean1, cov1, mean2, cov2) -> jax.Array:
@@ -172,77 +170,6 @@ def support_radius(x, weights=None) -> jax.Array:
     return jnp.max(r, axis=-1)
 
 
-def _cumulative_integral(f, ts, t0, substeps):
-    """∫_{t0}^{t} f for t in ts by the midpoint rule on ``substeps`` cells per save interval.
-
-    Exact for constant f; for piecewise-constant parameters the error is confined to the
-    cells that contain a jump.
-    """
-    ts = jnp.asarray(ts)
-    edges = jnp.concatenate([jnp.asarray([t0], ts.dtype), ts])
-    frac = (jnp.arange(substeps, dtype=ts.dtype) + 0.5) / substeps
-    mids = edges[:-1, None] + (edges[1:] - edges[:-1])[:, None] * frac[None, :]
-    vals = jax.vmap(jax.vmap(f))(mids)
-    return jnp.cumsum(jnp.mean(vals, axis=1) * (edges[1:] - edges[:-1]))
-
-
-def _check_normalized(attn, what: str):
-    if not isinstance(attn, AbstractNormalizedAttention):
-        raise ValueError(f"{what} holds for normalized attention (softmax, ℓ², Sinkhorn, multi-head: "
-                         f"the field averages V y, euclidean.md §3), got {type(attn).__name__}")
-
-
-def value_norm_integral(attn, ts, t0=0.0, substeps: int = 64) -> jax.Array:
-    """∫_{t0}^{t} ‖V(τ)‖ dτ at each t of ``ts`` (Σ_h‖W_hV_h‖ for multi-head; euclidean.md §3),
-    for a normalized attention (:meth:`AbstractNormalizedAttention.value_norm`)."""
-    _check_normalized(attn, "the support bound R(t) <= R0 exp(∫‖V‖)")
-    ts = jnp.asarray(ts, dtype=jnp.result_type(float))
-    values = (attn.V, attn.W) if isinstance(attn, MultiHeadAttention) else (attn.V,)
-    if not any(callable(v) for v in values):
-        return (ts - t0) * attn.value_norm(t0)
-    if isinstance(attn.V, PiecewiseConstant) and not isinstance(attn, MultiHeadAttention):
-        substeps = max(substeps, 256)
-    return _cumulative_integral(attn.value_norm, ts, t0, substeps)
-
-
-def support_radius_bound(attn, R0, ts, t0=0.0) -> jax.Array:
-    r"""R(t) ≤ R₀ exp(∫_{t0}^t ‖V(τ)‖ dτ) (euclidean.md §3), for softmax, ℓ², Sinkhorn and
-    multi-head attention (with Σ_h‖W_hV_h‖), at each t of ``ts``."""
-    check_scalar(R0, "R0", nonnegative=True)
-    return R0 * jnp.exp(value_norm_integral(attn, ts, t0))
-
-
-def lipschitz_rate(attn, R, t=0.0) -> jax.Array:
-    r"""L = ‖V‖‖A‖R² + ‖V‖(1 + 2‖A‖R²) e^{2‖A‖R²}: the Lipschitz constant of the softmax
-    field in x plus its Lipschitz constant in μ (for W₁), for supports in B(0, R)
-    (euclidean.md §3, "Lipschitz bounds"). Single-head softmax attention only.
-    """
-    if not isinstance(attn, SoftmaxAttention):
-        raise ValueError(f"the Lipschitz bounds of euclidean.md §3 are stated for SoftmaxAttention, "
-                         f"got {type(attn).__name__}")
-    nv, na = attn.value_norm(t), jnp.linalg.norm(attn.score_matrix(t), ord=2)
-    r2 = na * jnp.asarray(R) ** 2
-    return nv * r2 + nv * (1.0 + 2.0 * r2) * jnp.exp(2.0 * r2)
-
-
-def stability_bound(attn, R0, ts, t0=0.0, substeps: int = 64) -> jax.Array:
-    r"""exp(∫_{t0}^t L(τ) dτ) with L of :func:`lipschitz_rate` and R(τ) = R₀exp(∫‖V‖): the
-    bound of euclidean.md §3 (stability),
-    W_p(μ_t, ν_t) ≤ exp(∫L) W_p(μ_0, ν_0), for two softmax solutions supported in B(0, R₀).
-
-    The integral uses right-endpoint sums on ``substeps`` cells per interval: L(R(τ)) is
-    non-decreasing in τ, so the result is an upper bound of the exact expression.
-    """
-    check_scalar(R0, "R0", nonnegative=True)
-    ts = jnp.asarray(ts, dtype=jnp.result_type(float))
-    edges = jnp.concatenate([jnp.asarray([t0], ts.dtype), ts])
-    frac = (jnp.arange(substeps, dtype=ts.dtype) + 1.0) / substeps
-    right = edges[:-1, None] + (edges[1:] - edges[:-1])[:, None] * frac[None, :]
-    R = support_radius_bound(attn, R0, right.ravel(), t0).reshape(right.shape)
-    L = jax.vmap(jax.vmap(lambda tau, r: lipschitz_rate(attn, r, tau)))(right, R)
-    return jnp.exp(jnp.cumsum(jnp.mean(L, axis=1) * (edges[1:] - edges[:-1])))
-
-
 def stability_ratio(xs, ys, weights_x=None, weights_y=None, *, p: float = 2.0,
                     epsilon=None) -> np.ndarray:
     r"""W_p(μ_t, ν_t) / W_p(μ_0, ν_0) along two saved trajectories ``xs, ys`` of shape ``(T, n, d)``.
@@ -267,12 +194,8 @@ def stability_ratio(xs, ys, weights_x=None, weights_y=None, *, p: float = 2.0,
 __all__ = [
     "bures_wasserstein",
     "exact_wasserstein",
-    "lipschitz_rate",
     "sinkhorn_divergence",
     "sinkhorn_wasserstein",
-    "stability_bound",
     "stability_ratio",
     "support_radius",
-    "support_radius_bound",
-    "value_norm_integral",
 ]

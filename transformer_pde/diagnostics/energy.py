@@ -12,6 +12,8 @@ Normalizations differ across papers (sphere.md §9); the ones used here:
   sphere: the quantity of GKPR's staircase after their erratum (sphere.md §2), finite for
   every β, equal to 1 exactly at a Dirac mass, and to Σ_k (m_k)^2 for well-separated
   point clusters of masses m_k.
+* :func:`perceptron_energy`, :func:`stationarity_residual` — the perceptron block's energy
+  E_{β,ϑ} and the residual of its critical points, for an atomic measure (sphere.md §7).
 """
 
 from __future__ import annotations
@@ -21,7 +23,8 @@ import jax.numpy as jnp
 
 from .._checks import check_scalar, is_concrete
 from .._types import PointsLike, WeightsLike
-from ..models.perceptron import PERCEPTRON_ACTIVATIONS
+from ..models.perceptron import AbstractPotentialActivation, PerceptronBlock
+from ..models.sphere import tangent_projection
 
 
 def _weights(x, weights):
@@ -56,8 +59,8 @@ def log_interaction_energy(x: PointsLike, beta, weights: WeightsLike | None = No
 def interaction_energy(x: PointsLike, beta, weights: WeightsLike | None = None, D=None) -> jax.Array:
     r"""E_β = (1/2β) Σ_{i,j} w_i w_j e^{β⟨x_i, D x_j⟩} (sphere.md §1; D = I unless given).
 
-    Non-decreasing along SA and USA (and along Burger's ascent flow with Qᵀ K = V = D);
-    see :func:`energy_rate` for its exact time derivative. Requires β > 0.
+    Non-decreasing along SA and USA (and along Burger's ascent flow with Qᵀ K = V = D): its
+    time derivative is the dissipation identity of sphere.md §1. Requires β > 0.
     """
     return jnp.exp(log_interaction_energy(x, beta, weights, D))
 
@@ -109,40 +112,29 @@ def mean_token(x: PointsLike, weights: WeightsLike | None = None) -> jax.Array:
     return _weights(x, weights) @ x
 
 
-def energy_rate(x: PointsLike, beta, model: str = "SA", weights: WeightsLike | None = None) -> jax.Array:
-    r"""The dissipation identity for dE_β/dt along SA or USA on the sphere (sphere.md §1):
-
-    USA (GLPR's 1/n): dE/dt = Σ_i w_i |ẋ_i|², ẋ_i = P⊥_{x_i} Σ_j w_j e^{β⟨x_i,x_j⟩} x_j;
-    SA:               dE/dt = Σ_i w_i Z_i |ẋ_i|², Z_i = Σ_j w_j e^{β⟨x_i,x_j⟩},
-                      ẋ_i = P⊥_{x_i} Σ_j w_j e^{β⟨x_i,x_j⟩} x_j / Z_i.
-
-    Written out here from the formulas (not through the attention modules), so tests can
-    set it against the solver's finite-difference dE/dt.
-    """
-    if model not in ("SA", "USA"):
-        raise ValueError(f"model must be 'SA' or 'USA', got {model!r}")
-    w = _weights(x, weights)
-    kern = jnp.exp(beta * (x @ x.T)) * w[None, :]
-    s = kern @ x
-    z = jnp.sum(kern, axis=1)
-    tangent = s - jnp.sum(s * x, axis=1, keepdims=True) * x
-    if model == "USA":
-        return jnp.sum(w * jnp.sum(tangent**2, axis=1))
-    return jnp.sum(w * jnp.sum(tangent**2, axis=1) / z)
-
-
-def perceptron_energy(block, x, weights=None):
+def perceptron_energy(block: PerceptronBlock, x, weights=None):
     r"""Energy of a :class:`~transformer_pde.models.PerceptronBlock` (sphere.md §7):
-    E_{β,ϑ}(μ) = (1/2β) Σ_{ij} w_i w_j e^{β⟨x_i,x_j⟩} + ½ Σ_i w_i v_ϑ(x_i) (ReLU: φ = s_+²)."""
-    phi = PERCEPTRON_ACTIVATIONS[block.activation][1]
-    if phi is None:
-        raise ValueError(f"no closed-form energy for activation {block.activation!r}")
+    E_{β,ϑ}(μ) = (1/2β) Σ_{ij} w_i w_j e^{β⟨x_i,x_j⟩} + ½ Σ_i w_i v_ϑ(x_i), v_ϑ = Σ_j ω_j φ(a_j·x)
+    with the activation's potential φ (ReLU: φ = s_+²); a ValueError for an activation without one."""
+    if not isinstance(block.activation, AbstractPotentialActivation):
+        raise ValueError(f"no closed-form energy for activation {block.activation!r} (its potential φ, "
+                         "φ' = 2σ, has none)")
     x = jnp.asarray(x)
     w = jnp.full((x.shape[0],), 1.0 / x.shape[0], x.dtype) if weights is None else jnp.asarray(weights)
     inter = w @ jnp.exp(block.beta * (x @ x.T)) @ w / (2 * block.beta)
-    v = phi(x @ block.a.T) @ block.omega
+    v = block.activation.potential(x @ block.a.T) @ block.omega
     return inter + 0.5 * jnp.sum(w * v)
 
 
-__all__ = ["attention_matrix", "energy_rate", "interaction_energy", "log_interaction_energy", "mean_token",
-           "normalized_energy", "numerical_rank", "perceptron_energy"]
+def stationarity_residual(block: PerceptronBlock, positions, masses):
+    r"""max_k |P⊥_{z_k}(Σ_l m_l e^{β⟨z_k,z_l⟩} z_l + Σ_j ω_j σ(a_j·z_k) a_j)| for μ = Σ_k m_k δ_{z_k}.
+
+    Zero exactly when the atomic measure is a critical point of E_{β,ϑ} (sphere.md §7).
+    """
+    z = jnp.asarray(positions)
+    v = tangent_projection(z, block.raw_field(z, jnp.asarray(masses, z.dtype)))
+    return float(jnp.max(jnp.linalg.norm(v, axis=-1)))
+
+
+__all__ = ["attention_matrix", "interaction_energy", "log_interaction_energy", "mean_token",
+           "normalized_energy", "numerical_rank", "perceptron_energy", "stationarity_residual"]

@@ -1,9 +1,12 @@
-"""Helpers shared by the experiments (not experiments themselves)."""
+"""Helpers shared by the experiments (not experiments themselves): experiments share through this
+module or the library, never by importing each other."""
 
 from __future__ import annotations
 
 import jax.numpy as jnp
 import numpy as np
+
+from ..models import PostLN, SoftmaxAttention, Sphere, UnnormalizedAttention
 
 
 def circle_angles(x):
@@ -36,3 +39,26 @@ def kernel_backend(name: str, tol: float, radius: float = STAGE_RADIUS):
 
     return {"exact": lambda: Exact(), "fast": lambda: Fast(tol=tol, radius=radius),
             "auto": lambda: Auto(tol=tol, radius=radius)}[name]()
+
+
+ATTENTIONS = {"SA": SoftmaxAttention, "USA": UnnormalizedAttention}
+"""GLPR's two models on the sphere (sphere.md §1), by option name: SA (softmax) and USA
+(unnormalized, GLPR's 1/n)."""
+MODELS = tuple(ATTENTIONS)
+SCHEMES = {"projected": Sphere, "post-ln": PostLN}
+"""The layer schemes on the sphere, by option name: the projected flow and the authors' post-LN."""
+
+
+def model_dynamics(model: str, d: int, beta, scheme: str = "projected", backend=None):
+    """The dynamics an experiment's ``model`` and ``scheme`` options name (mapped here, once per
+    run): SA or USA with Q = K = V = I (:data:`ATTENTIONS`, sphere.md §1) in the layer scheme
+    ``scheme`` (:data:`SCHEMES`): Sphere(attention) by default, PostLN(attention) for the authors'
+    post-LN layer; ``backend`` a kernel backend object (default exact)."""
+    kwargs = {} if backend is None else {"backend": backend}
+    return SCHEMES[scheme](ATTENTIONS[model].identity(d, beta, **kwargs))
+
+
+def rescaled_usa_step(dt: float, beta: float) -> float:
+    """USA moves e^β times faster than SA near clusters; the authors' step rule (sphere.md §2,
+    phase-diagram defaults): dt / max(sqrt(β) e^{β − 1/2}, 1)."""
+    return dt / max(np.sqrt(beta) * np.exp(beta - 0.5), 1.0)

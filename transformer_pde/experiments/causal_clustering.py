@@ -20,7 +20,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from .. import plot
-from ..diagnostics import cluster_count
+from ..diagnostics import cluster_count, renyi_centers
 from ..models import CausalSoftmaxAttention, Sphere, uniform_sphere
 from ..solvers import solve
 from ..theory import causal
@@ -59,8 +59,8 @@ def compute(cfg: CausalClusteringConfig, progress: bool = False) -> Result:
         for s, x0 in enumerate(x0s):
             sol = solve(dyn, x0, t1=cfg.t1, dt0=cfg.dt, solver=diffrax.Euler())
             counts[a, s] = int(cluster_count(sol.final, cfg.threshold))
-            renyi_low[a, s] = int(causal.renyi_centers(x0, cfg.c_high / np.sqrt(beta)).sum())
-            renyi_high[a, s] = int(causal.renyi_centers(x0, cfg.c_low / np.sqrt(beta)).sum())
+            renyi_low[a, s] = int(renyi_centers(x0, cfg.c_high / np.sqrt(beta)).sum())
+            renyi_high[a, s] = int(renyi_centers(x0, cfg.c_low / np.sqrt(beta)).sum())
     expected_low = np.array([causal.expected_renyi_centers(cfg.n, cfg.d, cfg.c_high / np.sqrt(b))
                              for b in betas])
     expected_high = np.array([causal.expected_renyi_centers(cfg.n, cfg.d, cfg.c_low / np.sqrt(b))

@@ -12,7 +12,7 @@ times, the cluster count (single linkage, ⟨x_i,x_j⟩ > threshold) and the nor
 over time, and an animated GIF of the tokens.
 
 **Layer scheme and solver.** ``scheme`` names the layer normalization, mapped once to a
-dynamics (:data:`SCHEMES`): ``projected`` is ``tp.Sphere`` (GLPR's projected flow, whose Euler
+dynamics (:data:`._common.SCHEMES`): ``projected`` is ``tp.Sphere`` (GLPR's projected flow, whose Euler
 step is x ← N(x + hP⊥_xΓ(x))), ``post-ln`` is ``tp.PostLN``, the authors' post-LN layer
 x ← N(x + hΓ(x)) (sphere.md §9; GLPR ``sphere.py``, GKPR ``kinetic.py``). ``solver = "tsit5"``
 (default) integrates the flow, where the two schemes agree to the solver's order;
@@ -44,16 +44,13 @@ import numpy as np
 from .. import plot
 from .._io import save_gif
 from ..diagnostics import cluster_count, normalized_energy
-from ..models import PostLN, SoftmaxAttention, Sphere, UnnormalizedAttention, normalize, uniform_sphere
+from ..models import normalize, uniform_sphere
 from ..solvers.checkpoint import solve_checkpointed
 from ._base import Experiment, register
-from ._common import STAGE_RADIUS, kernel_backend
+from ._common import MODELS, STAGE_RADIUS, kernel_backend, model_dynamics, rescaled_usa_step
 from ._options import Above, AtLeast, Options
 from ._result import Result
 
-MODELS = ("SA", "USA")
-SCHEMES = {"projected": Sphere, "post-ln": PostLN}
-"""The layer schemes on the sphere, by option name: the projected flow and the authors' post-LN."""
 # GKPR kinetic.py's fixed start of the five-token circle movie (unit to 1e-8; normalized on use)
 KINETIC_Z0 = np.array([
     [0.99806638, 0.06215705],
@@ -120,26 +117,11 @@ class ClusteringConfig(Options):
         return self.dt if model == "SA" or self.usa_step == "raw" else rescaled_usa_step(self.dt, self.beta)
 
 
-def model_dynamics(model: str, d: int, beta, scheme: str = "projected", backend=None):
-    """SA or USA with Q = K = V = I (sphere.md §1), in the layer scheme ``scheme`` (:data:`SCHEMES`):
-    Sphere(attention) by default, PostLN(attention) for the authors' post-LN layer; ``backend``
-    a kernel backend object (default exact)."""
-    cls = SoftmaxAttention if model == "SA" else UnnormalizedAttention
-    kwargs = {} if backend is None else {"backend": backend}
-    return SCHEMES[scheme](cls.identity(d, beta, **kwargs))
-
-
 def initial_tokens(cfg: "ClusteringConfig"):
     """The start: uniform on S^{d-1} from ``key(seed)``, or kinetic.py's z0 (normalized)."""
     if cfg.start == "kinetic":
         return normalize(jnp.asarray(KINETIC_Z0, dtype=jnp.asarray(1.0).dtype))
     return uniform_sphere(jax.random.key(cfg.seed), cfg.n, cfg.d)
-
-
-def rescaled_usa_step(dt: float, beta: float) -> float:
-    """USA moves e^β times faster than SA near clusters; the authors' step rule (sphere.md §2,
-    phase-diagram defaults): dt / max(sqrt(β) e^{β − 1/2}, 1)."""
-    return dt / max(np.sqrt(beta) * np.exp(beta - 0.5), 1.0)
 
 
 def compute(cfg: ClusteringConfig, progress: bool = False, checkpoint=None) -> Result:
@@ -156,12 +138,14 @@ def compute(cfg: ClusteringConfig, progress: bool = False, checkpoint=None) -> R
                                          replace=False))
         saveat = diffrax.SaveAt(ts=ts, fn=lambda t, x, args: x[sub])
         out["saved_tokens"] = np.asarray(sub)
+    # the options, mapped once to objects: the solver, the kernel backend (Euler layers evaluate on
+    # the sphere; Tsit5's stages leave it by O(h²)) and each model's dynamics
     solver = diffrax.Euler() if cfg.solver == "euler" else None  # None: solve's Tsit5
-    for model in cfg.models:
-        # Euler layers evaluate on the sphere; Tsit5's stages leave it by O(h²)
-        backend = kernel_backend(cfg.backend, cfg.tol, radius=1.0 if cfg.solver == "euler" else STAGE_RADIUS)
-        sol = solve_checkpointed(model_dynamics(model, cfg.d, cfg.beta, cfg.scheme, backend), x0, t1=cfg.t1,
-                                 dt0=cfg.step_of(model), saveat=saveat, progress=progress, solver=solver,
+    backend = kernel_backend(cfg.backend, cfg.tol, radius=1.0 if cfg.solver == "euler" else STAGE_RADIUS)
+    dynamics = {model: model_dynamics(model, cfg.d, cfg.beta, cfg.scheme, backend) for model in cfg.models}
+    for model, dyn in dynamics.items():
+        sol = solve_checkpointed(dyn, x0, t1=cfg.t1, dt0=cfg.step_of(model), saveat=saveat, progress=progress,
+                                 solver=solver,
                                  checkpoint=None if checkpoint is None else checkpoint.stage(f"trajectory_{model}"))
         xs = sol.xs if sol.xs is not None else sol.stats
         out[f"xs_{model}"] = np.asarray(xs)

@@ -25,16 +25,10 @@ import numpy as np
 
 from .. import plot
 from .._io import atomic_write_bytes
-from ..convergence import (
-    METRICS,
-    convergence_study,
-    fit_rate,
-    geometric_ns,
-    reference_rates,
-    uniform_sphere_law,
-)
+from ..convergence import METRICS, convergence_study, geometric_ns, reference_rates, uniform_sphere_law
 from ..models import SoftmaxAttention, Sphere, uniform_sphere
 from ..solvers import Gaussian
+from ..statistics import fit_rate
 from ._base import Experiment, register
 from ._common import kernel_backend
 from ._options import Above, AtLeast, Options, require_at_least

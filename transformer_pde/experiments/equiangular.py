@@ -28,11 +28,10 @@ from .. import plot
 from ..solvers import solve
 from ..theory.equiangular import equiangular_start, reduced_gap
 from ._base import Experiment, register
-from ._common import pid
+from ._common import MODELS, model_dynamics, pid
 from ._options import Above, AtLeast, Options
 from ._progress import solver_meter
 from ._result import Result
-from .clustering import MODELS, model_dynamics
 
 
 @dataclasses.dataclass(frozen=True)

@@ -4,7 +4,8 @@ N input measures (caps around random centres, n tokens each) must be carried to 
 by the same Transformer: v[μ](t, x) = P⊥_x(V(t) A_B[μ](x) + W(t)(U(t)x + b(t))_+), parameters
 piecewise constant over ``layers`` layers on [0, T]. The parameters are learned with Adam on
 the mean Sinkhorn divergence S_ε(Φ_T#μ^i, ν^i) (ott-jax, explicit ε) by differentiating
-through the solver; the figure shows inputs, outputs and targets, and the loss curve.
+through the solver (:func:`flow` pushes the measures, :func:`interpolation_loss` is the loss
+``tp.fit`` minimizes); the figure shows inputs, outputs and targets, and the loss curve.
 """
 
 from __future__ import annotations
@@ -13,14 +14,17 @@ import dataclasses
 from typing import Annotated, Literal
 
 import diffrax
+import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
 
 from .. import plot
-from ..fitting import fit, flow, interpolation_loss
+from ..diagnostics import sinkhorn_divergence
+from ..fitting import fit
 from ..models import AttentionPerceptron, Sphere, cap_sample
+from ..solvers import Particles, solve
 from ._base import Experiment, register
 from ._options import Above, AtLeast, Options
 from ._result import Result
@@ -57,6 +61,39 @@ def problem(cfg: InterpolationConfig, d: int = 3):
                          for i, k in enumerate(jax.random.split(k_out, N))])
     model = Sphere(AttentionPerceptron.random(k_model, d, cfg.width, cfg.layers, t1=cfg.t1))
     return inputs, targets, model
+
+
+def flow(model, inputs, *, t1, dt0, weights=None, solver=None, adjoint=None):
+    """Push every input measure through its own dynamics: ``inputs (N, n, d) -> (N, n, d)`` at t1.
+
+    ``model`` is a dynamics (e.g. ``Sphere(AttentionPerceptron(...))``); the measures do not
+    interact (each sequence is processed alone), so this is a vmap of :func:`tp.solve`.
+    """
+    inputs = jnp.asarray(inputs)
+    if inputs.ndim != 3:
+        raise ValueError(f"inputs must have shape (N, n, d) (N measures of n tokens), got {inputs.shape}")
+
+    def one(x0, w):
+        return solve(model, Particles(x0, w), t1=t1, dt0=dt0, solver=solver, adjoint=adjoint).final
+
+    w = None if weights is None else jnp.asarray(weights)
+    if w is None:
+        return jax.vmap(lambda x0: one(x0, None))(inputs)
+    return jax.vmap(one)(inputs, w)
+
+
+@eqx.filter_jit
+def interpolation_loss(model, inputs, targets, *, t1, dt0, epsilon, solver=None, adjoint=None):
+    """Mean over i of S_ε(Φ_T#μ^i, ν^i) (:func:`transformer_pde.diagnostics.sinkhorn_divergence`,
+    threshold 1e-5, 1000 iterations; an unconverged
+    step of the descent is tolerated, throw=False): ``inputs (N, n, d)``, ``targets (N, m, d)``."""
+    targets = jnp.asarray(targets)
+    if targets.ndim != 3 or targets.shape[0] != jnp.shape(inputs)[0]:
+        raise ValueError(f"targets must have shape (N, m, d) with N = {jnp.shape(inputs)[0]} "
+                         f"inputs, got {targets.shape}")
+    out = flow(model, inputs, t1=t1, dt0=dt0, solver=solver, adjoint=adjoint)
+    return jnp.mean(jax.vmap(lambda x, y: sinkhorn_divergence(
+        x, y, epsilon=epsilon, threshold=1e-5, max_iterations=1000, throw=False))(out, targets))
 
 
 def compute(cfg: InterpolationConfig, progress: bool = False) -> Result:

@@ -16,10 +16,9 @@ import jax.numpy as jnp
 import numpy as np
 
 from .. import plot
-from ..diagnostics import gap_clusters
+from ..diagnostics import gap_clusters, kde_critical_points, kde_modes
 from ..models import MeanShift
 from ..solvers import solve
-from ..theory import kde
 from ._base import Experiment, register
 from ._options import Above, AtLeast, Options
 from ._result import Result, grid
@@ -43,6 +42,21 @@ class KDEModesConfig(Options):
     seed: int = 0
 
 
+def kde_mode_fit(betas, counts):
+    r"""Least-squares fits of log E#modes against log β and against log(β log β).
+
+    Returns ``{"slope_beta", "slope_beta_log_beta", "const"}``: for the √(β log β) law the
+    second slope is 1/2 and the first 1/2 + 1/(2 log β) (≈ 0.6 for β ~ 100); ``const`` is
+    C in E#modes ≈ C(β log β)^{1/2} (geometric mean of the ratios).
+    """
+    b = np.asarray(betas, dtype=float)
+    c = np.asarray(counts, dtype=float)
+    s1 = np.polyfit(np.log(b), np.log(c), 1)[0]
+    s2 = np.polyfit(np.log(b * np.log(b)), np.log(c), 1)[0]
+    const = float(np.exp(np.mean(np.log(c) - 0.5 * np.log(b * np.log(b)))))
+    return {"slope_beta": float(s1), "slope_beta_log_beta": float(s2), "const": const}
+
+
 def compute(cfg: KDEModesConfig, progress: bool = False) -> Result:
     rng = np.random.default_rng(cfg.seed)
     betas = np.asarray(cfg.betas)
@@ -51,8 +65,8 @@ def compute(cfg: KDEModesConfig, progress: bool = False) -> Result:
     for r in range(cfg.runs):
         X = rng.standard_normal(cfg.n)
         for a, b in enumerate(betas):
-            modes[a, r], minima[a, r] = kde.kde_critical_points(X, b)
-    fit = kde.kde_mode_fit(betas, modes.mean(1))
+            modes[a, r], minima[a, r] = kde_critical_points(X, b)
+    fit = kde_mode_fit(betas, modes.mean(1))
     # metastable clusters of the 1-D attention dynamics, against the modes of the same samples
     bd = np.asarray(cfg.betas_dynamics)
     X = rng.standard_normal(cfg.n_dynamics)
@@ -60,11 +74,11 @@ def compute(cfg: KDEModesConfig, progress: bool = False) -> Result:
     clusters = np.zeros((len(bd), len(ts)), dtype=int)
     modes_dyn = np.zeros(len(bd), dtype=int)
     for a, b in enumerate(bd):
-        modes_dyn[a] = kde.kde_modes(X, b)
+        modes_dyn[a] = kde_modes(X, b)
         sol = solve(MeanShift(float(b)), jnp.asarray(X)[:, None], t1=float(ts[-1]), dt0=cfg.dt,
                     solver=diffrax.Euler(), saveat=ts)
         clusters[a] = [gap_clusters(x, cfg.cluster_gap / np.sqrt(b)) for x in np.asarray(sol.xs)]
-    fit_clusters = kde.kde_mode_fit(bd, clusters[:, 2])
+    fit_clusters = kde_mode_fit(bd, clusters[:, 2])
     arrays = {
         "betas": betas, "modes": modes, "minima": minima, "mean_modes": modes.mean(1),
         "slope_beta": np.asarray(fit["slope_beta"]),

@@ -19,10 +19,9 @@ import jax.numpy as jnp
 import numpy as np
 
 from .. import plot
-from ..diagnostics import atoms, perceptron_energy
-from ..models import PerceptronBlock
+from ..diagnostics import atoms, perceptron_energy, stationarity_residual
+from ..models import PerceptronBlock, ReLU
 from ..solvers import solve
-from ..theory.perceptron import stationarity_residual
 from ._base import Experiment, register
 from ._options import Above, AtLeast, Options, format_value
 from ._result import Result
@@ -60,8 +59,8 @@ def compute(cfg: PerceptronConfig, progress: bool = False) -> Result:
     ts = jnp.linspace(0.0, cfg.t1, cfg.num_saves)
     ctrl = diffrax.PIDController(rtol=cfg.rtol, atol=cfg.rtol * 1e-2)
     out: dict = {"ts": np.asarray(ts), "ns": ns, "a": a, "omega": omega}
-    for mode, sign, act in (("descent", -1, "relu"), ("ascent", 1, "relu")):
-        blk = PerceptronBlock(cfg.beta, a, omega, sign=sign, activation=act)
+    for mode, sign in (("descent", -1), ("ascent", 1)):
+        blk = PerceptronBlock(cfg.beta, a, omega, sign=sign, activation=ReLU())
         for n in ns:
             sol = solve(blk, _uniform_circle(n), t1=cfg.t1, saveat=ts, stepsize_controller=ctrl,
                         max_steps=500_000)
@@ -75,9 +74,7 @@ def compute(cfg: PerceptronConfig, progress: bool = False) -> Result:
             out[f"{key}_residual"] = np.asarray(stationarity_residual(blk, pos, mass))
             out[f"{key}_speed"] = np.asarray(float(jnp.max(jnp.linalg.norm(
                 blk.velocity(sol.xs[-1]), axis=-1))))
-            if act == "relu":
-                E = np.array([float(perceptron_energy(blk, x)) for x in sol.xs])
-                out[f"{key}_energy"] = E
+            out[f"{key}_energy"] = np.array([float(perceptron_energy(blk, x)) for x in sol.xs])
     return Result(out)
 
 

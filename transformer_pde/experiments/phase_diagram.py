@@ -31,10 +31,9 @@ from ..diagnostics import cluster_count, clustered_pair_fraction
 from ..models import uniform_sphere
 from ..solvers import solve
 from ._base import Experiment, register
-from ._common import circle_angles
+from ._common import circle_angles, model_dynamics
 from ._options import Above, AtLeast, Options
 from ._result import Result, grid
-from .clustering import model_dynamics
 
 # sphere.md §10.4: fraction of clustered pairs, rows β, columns t = 7.5 and 30.
 PUBLISHED_BETAS = np.array([1.0, 11 / 3, 19 / 3, 9.0])

@@ -23,7 +23,7 @@ from ..diagnostics import mean_overlap
 from ..models import uniform_sphere
 from ..models.random_heads import GaussianHeads, expected_head
 from ..solvers.random_heads import diffusive_chain, sde
-from ..theory.random_heads import logistic
+from ..theory.logistic_overlap import logistic
 from ._base import Experiment, register
 from ._options import AtLeast, Options
 from ._progress import progress_bar

@@ -30,7 +30,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from .. import plot
-from ..diagnostics import attention_matrix, cluster_labels, numerical_rank
+from ..diagnostics import Euclidean, attention_matrix, cluster_labels, numerical_rank
 from ..models import SoftmaxAttention
 from ..models.rescaled import RescaledSoftmax
 from ..solvers import solve
@@ -110,7 +110,7 @@ def compute(cfg: RdSpectrumConfig, progress: bool = False) -> Result:
     dist = np.linalg.norm(np.asarray(zs[-1])[:, None] - np.asarray(z0)[hull][None], axis=-1).min(1)
     # the limit points (tokens merged at distance tol) must be vertices of their own hull
     zf = np.asarray(zs[-1])
-    labels = np.asarray(cluster_labels(jnp.asarray(zf), cfg.tol, metric="euclidean"))
+    labels = np.asarray(cluster_labels(jnp.asarray(zf), cfg.tol, metric=Euclidean()))
     limits = zf[np.unique(labels)]
     out.update(identity_limit_points=limits, identity_limits_are_vertices=np.asarray(
         len(limits) < 3 or len(convex_hull_vertices(limits)) == len(limits)))

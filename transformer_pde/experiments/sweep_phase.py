@@ -37,7 +37,7 @@ class SweepPhaseConfig(Options):
     """dimensions d (one compiled sweep each)."""
     beta_min: float = 0.5
     beta_max: float = 12.0
-    num_beta: Annotated[int, AtLeast(1)] = 16
+    num_betas: Annotated[int, AtLeast(1)] = 16
     seeds: Annotated[int, AtLeast(1)] = 4
     t1: Annotated[float, Above(0)] = 60.0
     dt: Annotated[float, Above(0)] = 0.1
@@ -62,7 +62,7 @@ def compute(cfg: SweepPhaseConfig, progress: bool = False) -> Result:
             ts=ts, fn=lambda t, x, args: cluster_count(x, cfg.threshold).astype(ts.dtype)))
         return {"clusters": sol.stats, "t_one": first_time(ts, sol.stats == 1)}
 
-    betas = np.linspace(cfg.beta_min, cfg.beta_max, cfg.num_beta)
+    betas = np.linspace(cfg.beta_min, cfg.beta_max, cfg.num_betas)
     with progress_bar(progress, total=len(cfg.dims), desc="sweep-phase (dimensions)") as bar:
         def report(line):
             bar.update()
@@ -112,7 +112,7 @@ def figures(res: Result, cfg: SweepPhaseConfig, out_dir) -> list:
     for ax in axes:
         ax.set_yticks(res["dims"])
         ax.set_xlabel("β")
-    fig.suptitle(f"SA on S^(d-1), n = {cfg.n}: (β, d) phase diagram, {cfg.num_beta}×{cfg.seeds} "
+    fig.suptitle(f"SA on S^(d-1), n = {cfg.n}: (β, d) phase diagram, {cfg.num_betas}×{cfg.seeds} "
                  "points per vmapped sweep")
     return [plot.save_figure(fig, out_dir / "sweep-phase.png")]
 
@@ -120,4 +120,4 @@ def figures(res: Result, cfg: SweepPhaseConfig, out_dir) -> list:
 register(Experiment(
     "sweep-phase", "(beta, d) phase diagram of the time to one cluster on the sphere (vmapped sweep)",
     SweepPhaseConfig, compute, figures,
-    tiny=dict(n=12, dims=(2, 3), num_beta=16, seeds=4, beta_max=9.0, t1=12.0, dt=0.25, num_saves=25)))
+    tiny=dict(n=12, dims=(2, 3), num_betas=16, seeds=4, beta_max=9.0, t1=12.0, dt=0.25, num_saves=25)))

@@ -10,8 +10,8 @@
 - :mod:`.sphere`: the sphere (:class:`Sphere`, projected) and the post-LN layer (:class:`PostLN`).
 - :mod:`.normalization`: the normalization schemes of real Transformers (Pre-LN, Peri-LN, Mix-LN,
   nGPT, LN-scaling) as (field, retraction) pairs; :mod:`.mlp`: MLP sublayers and blocks.
-- :mod:`.causal`, :mod:`.perceptron`, :mod:`.random_heads`, :mod:`.mean_shift`, :mod:`.rescaled`:
-  the models of single papers; :mod:`.sharding`: any attention split over devices.
+- :mod:`.litm` (lost in the middle), :mod:`.perceptron`, :mod:`.random_heads`, :mod:`.mean_shift`,
+  :mod:`.rescaled`: the models of single papers; :mod:`.sharding`: any attention split over devices.
 """
 
 from . import sharding
@@ -38,7 +38,7 @@ from .attention import (
     UnnormalizedAttention,
 )
 from .base import AbstractDynamics, AbstractManifoldDynamics, AbstractRetractedDynamics, AbstractRetraction
-from .causal import LitMCircle
+from .litm import LitMCircle
 from .mean_shift import MeanShift
 from .mlp import MLP, Block, SphereBlock
 from .normalization import (
@@ -53,7 +53,7 @@ from .normalization import (
     polar,
     polar_velocity,
 )
-from .perceptron import PerceptronBlock
+from .perceptron import AbstractActivation, AbstractPotentialActivation, PerceptronBlock, ReLU, Softplus
 from .random_batch import RandomBatch
 from .random_heads import CommonNoiseSDE, GaussianHeads, RandomHeadsField
 from .rescaled import RescaledSoftmax
@@ -62,6 +62,7 @@ from .sphere import PostLN, Sphere, UnitSphere, cap_sample, normalize, tangent_p
 from .switched import AbstractSwitched, Switched
 
 __all__ = [
+    "AbstractActivation",
     "AbstractKernelAttention",
     "AbstractAttention",
     "AbstractBilinearAttention",
@@ -72,6 +73,7 @@ __all__ = [
     "AbstractManifoldDynamics",
     "AbstractNormalizationScheme",
     "AbstractNormalizedAttention",
+    "AbstractPotentialActivation",
     "AbstractRetractedDynamics",
     "AbstractRetraction",
     "AbstractSwitched",
@@ -99,12 +101,14 @@ __all__ = [
     "PreLN",
     "RandomBatch",
     "RandomHeadsField",
+    "ReLU",
     "RescaledSoftmax",
     "Sharded",
     "SigmoidAttention",
     "SinkhornAttention",
     "SinkhornPotentials",
     "SoftmaxAttention",
+    "Softplus",
     "Sphere",
     "SphereBlock",
     "Switched",

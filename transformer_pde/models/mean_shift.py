@@ -2,7 +2,7 @@ r"""Blurring mean shift: self-attention on R^d with a Gaussian kernel (sphere.md
 
 dx_i/dt = Σ_j softmax_j(−β|x_i − x_j|²/2)(x_j − x_i) = β^{-1} ∂_x log P̂_{μ_t}(x_i): ℓ² attention
 minus the identity. Its metastable clusters track the modes of the Gaussian KDE
-(:mod:`transformer_pde.theory.kde`).
+(:mod:`transformer_pde.diagnostics.kde`).
 """
 
 from __future__ import annotations

@@ -16,9 +16,15 @@ Indeed δE/δμ = β^{-1}∫e^{β⟨x,y⟩}dμ + ½v and ½∇v = Σ_j ω_j σ(a
 dE/dt = s∫|velocity|² dμ (a test). Critical points satisfy
 ∫e^{β x·y}P⊥_x y dμ + P⊥_x Σ_j ω_j σ(a_j·x) a_j = 0 on supp μ. For σ = ReLU (φ(s) = s_+²,
 not real-analytic) stationary measures are σ_d-null, and in d = 2 finitely atomic (Perc).
+
+The activation σ is a value (:class:`ReLU`, :class:`Softplus`); one whose potential φ has a closed
+form is an :class:`AbstractPotentialActivation`, and only then does the energy have one
+(:func:`transformer_pde.diagnostics.perceptron_energy`).
 """
 
 from __future__ import annotations
+
+import abc
 
 import equinox as eqx
 import jax
@@ -30,13 +36,41 @@ from ..params import scalar_param
 from .base import AbstractManifoldDynamics
 from .sphere import normalize, tangent_projection
 
-__all__ = ["PERCEPTRON_ACTIVATIONS", "PerceptronBlock"]
+__all__ = ["AbstractActivation", "AbstractPotentialActivation", "PerceptronBlock", "ReLU", "Softplus"]
 
-PERCEPTRON_ACTIVATIONS = {
-    # name: (σ, φ with φ' = 2σ)
-    "relu": (jax.nn.relu, lambda s: jnp.maximum(s, 0.0) ** 2),
-    "softplus": (jax.nn.softplus, None),  # φ has no elementary closed form; energy unavailable
-}
+
+class AbstractActivation(eqx.Module):
+    """The hidden layer's activation σ, applied elementwise: ``activation(s)``."""
+
+    @abc.abstractmethod
+    def __call__(self, s):
+        ...
+
+
+class AbstractPotentialActivation(AbstractActivation):
+    """An activation whose potential φ (φ' = 2σ, so ½∇v_ϑ is the perceptron's field) has a closed
+    form: the capability the block's energy E_{β,ϑ} needs."""
+
+    @abc.abstractmethod
+    def potential(self, s):
+        ...
+
+
+class ReLU(AbstractPotentialActivation):
+    """σ(s) = s_+, φ(s) = s_+² (not real-analytic: finitely atomic critical points in d = 2)."""
+
+    def __call__(self, s):
+        return jax.nn.relu(s)
+
+    def potential(self, s):
+        return jnp.maximum(s, 0.0) ** 2
+
+
+class Softplus(AbstractActivation):
+    """σ(s) = log(1 + e^s), real-analytic; its potential has no elementary closed form (no energy)."""
+
+    def __call__(self, s):
+        return jax.nn.softplus(s)
 
 
 class PerceptronBlock(AbstractManifoldDynamics):
@@ -47,7 +81,8 @@ class PerceptronBlock(AbstractManifoldDynamics):
         a: hidden-layer directions, shape ``(J, d)``.
         omega: output weights, shape ``(J,)`` (gradient case: the output vectors are ω_j a_j).
         sign: +1 for the Transformer (gradient ascent of E), −1 for gradient descent.
-        activation: ``"relu"`` (φ(s) = s_+²) or ``"softplus"`` (real-analytic; no energy).
+        activation: σ, an :class:`AbstractActivation`: :class:`ReLU` (default; φ(s) = s_+²) or
+            :class:`Softplus` (real-analytic; no closed-form energy).
 
     This is already a sphere dynamics: do not wrap it in ``tp.Sphere``; ``retract`` normalizes.
     """
@@ -56,9 +91,9 @@ class PerceptronBlock(AbstractManifoldDynamics):
     a: jax.Array
     omega: jax.Array
     sign: float = eqx.field(static=True)
-    activation: str = eqx.field(static=True)
+    activation: AbstractActivation
 
-    def __init__(self, beta, a, omega, *, sign: float = 1.0, activation: str = "relu"):
+    def __init__(self, beta, a, omega, *, sign: float = 1.0, activation=None):
         check_scalar(beta, "PerceptronBlock.beta", nonnegative=True)
         a = jnp.asarray(a, dtype=jnp.result_type(float))
         omega = jnp.asarray(omega, dtype=jnp.result_type(float))
@@ -67,8 +102,10 @@ class PerceptronBlock(AbstractManifoldDynamics):
                              f"omega {omega.shape}")
         if sign not in (1, -1, 1.0, -1.0):
             raise ValueError(f"sign must be +1 (ascent) or -1 (descent), got {sign!r}")
-        if activation not in PERCEPTRON_ACTIVATIONS:
-            raise ValueError(f"activation must be one of {sorted(PERCEPTRON_ACTIVATIONS)}, got {activation!r}")
+        activation = ReLU() if activation is None else activation
+        if not isinstance(activation, AbstractActivation):
+            raise ValueError(f"activation must be an AbstractActivation such as ReLU() or Softplus(), got "
+                             f"{activation!r}")
         self.beta = scalar_param(beta)
         self.a, self.omega = a, omega
         self.sign = float(sign)
@@ -83,9 +120,8 @@ class PerceptronBlock(AbstractManifoldDynamics):
 
     def raw_field(self, x, weights):
         """∫ e^{β⟨x_i,y⟩} y dμ + Σ_j ω_j σ(a_j·x_i) a_j (before projection)."""
-        sig = PERCEPTRON_ACTIVATIONS[self.activation][0]
         attn = exp_kernel_sum(self.beta * x, x, x, log_weights(weights))
-        mlp = (sig(x @ self.a.T) * self.omega[None, :]) @ self.a
+        mlp = (self.activation(x @ self.a.T) * self.omega[None, :]) @ self.a
         return attn + mlp
 
     def vector_field(self, x, weights, t):

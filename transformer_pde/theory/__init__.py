@@ -4,11 +4,9 @@
 - :mod:`.causal`: lost in the middle (Volterra, Bessel profile, Rényi parking, the LitM mean
   field) (sphere.md §4).
 - :mod:`.equiangular`: the reduced ODE of equiangular starts (sphere.md §1).
-- :mod:`.random_heads`: the logistic overlap law (sphere.md §5).
-- :mod:`.kde`: Gaussian KDE mode counts (sphere.md §6).
-- :mod:`.perceptron`: stationarity of atomic measures (sphere.md §7).
+- :mod:`.logistic_overlap`: the logistic law of random-heads overlaps (sphere.md §5).
 """
 
-from . import causal, equiangular, gaussian, kde, perceptron, random_heads
+from . import causal, equiangular, gaussian, logistic_overlap
 
-__all__ = ["causal", "equiangular", "gaussian", "kde", "perceptron", "random_heads"]
+__all__ = ["causal", "equiangular", "gaussian", "logistic_overlap"]

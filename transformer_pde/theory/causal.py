@@ -34,7 +34,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from .._checks import check_scalar
-from ..models.causal import LitMCircle
+from ..models.litm import LitMCircle
 from ..params import scalar_param
 from ..solvers import AbstractODE, solve
 
@@ -44,10 +44,9 @@ __all__ = [
     "cap_measure",
     "expected_renyi_centers",
     "litm_kernel",
-    "renyi_centers",
     "retrieval_discrete",
-    "retrieval_monte_carlo",
     "retrieval_profile",
+    "retrieval_weights",
     "smallness_holds",
     "u_shape",
     "volterra_closed_form",
@@ -199,45 +198,6 @@ def u_shape(profile) -> dict:
     }
 
 
-def _litm_deltas(key, dyn, n, t, dt, num_runs, chunk):
-    """For num_runs i.i.d. uniform starts: θ_N(t) − θ_i(0) and θ_N(0) − θ_i(0), i = 1..N−1."""
-    def one(k):
-        th0 = jax.random.uniform(k, (n, 1), minval=0.0, maxval=2 * jnp.pi)
-        sol = solve(dyn, th0, t1=t, dt0=dt, max_steps=int(np.ceil(t / dt)) + 1)
-        thN = sol.xs[0, -1, 0]
-        return thN - th0[:-1, 0], th0[-1, 0] - th0[:-1, 0]
-
-    keys = jax.random.split(key, num_runs)
-    out = jax.lax.map(jax.vmap(one), keys.reshape(-1, chunk))
-    return out[0].reshape(num_runs, n - 1), out[1].reshape(num_runs, n - 1)
-
-
-def retrieval_monte_carlo(key, t, n: int, beta, lam, M: int = 8, n_max: int = 20, *,
-                          num_runs: int = 1024, dt: float = 0.05, chunk: int = 256):
-    r"""Monte Carlo estimate of S_t(σ0) at σ0 = i/N, i = 1..N−1, from particle simulations.
-
-    S_MC = N Σ_{n>=1} ω_n E[cos n(θ_N(t) − θ_i(0)) − cos n(θ_N(0) − θ_i(0))], which equals
-    (MN/√(2π))(A_N − √(π/2)/M) since the soft accuracy is
-    A_N = (√(π/2)/M) Σ_n ω_n E e^{inΔ}. The subtracted t = 0 term has mean zero for i.i.d.
-    tokens (a control variate that removes most of the variance).
-
-    Returns ``(sigma0, mean, stderr)``.
-    """
-    if num_runs % chunk:
-        raise ValueError(f"num_runs={num_runs} must be a multiple of chunk={chunk}")
-    dyn = LitMCircle(beta, lam)
-    d_t, d_0 = _litm_deltas(key, dyn, n, float(t), float(dt), num_runs, chunk)
-    om = jnp.asarray(retrieval_weights(M, n_max))
-    ns = jnp.arange(1, n_max + 1)
-
-    def stat(dt_, d0_):
-        return n * jnp.sum(om[:, None] * (jnp.cos(ns[:, None] * dt_[None, :]) - jnp.cos(ns[:, None] * d0_[None, :])), 0)
-
-    vals = np.asarray(jax.lax.map(lambda a: stat(*a), (d_t, d_0)))
-    sigma0 = np.arange(1, n) / n
-    return sigma0, vals.mean(0), vals.std(0, ddof=1) / np.sqrt(num_runs)
-
-
 def retrieval_discrete(t, n: int, beta, lam, M: int = 8, n_max: int = 20):
     r"""The finite-N linearization: u' = a_n K(u + e_{i*}) with the exact ALiBi matrix K.
 
@@ -262,18 +222,6 @@ def retrieval_discrete(t, n: int, beta, lam, M: int = 8, n_max: int = 20):
 # Rényi parking (sphere.md §4, metastability)
 
 
-def renyi_centers(x, delta):
-    r"""Strong Rényi centers of a token sequence: indices s with dist(x_s, x_i) > δ for all i < s.
-
-    Geodesic distance on the sphere (arccos of the inner product). Returns a boolean mask.
-    """
-    x = jnp.asarray(x)
-    n = x.shape[0]
-    ang = jnp.arccos(jnp.clip(x @ x.T, -1.0, 1.0))
-    earlier = jnp.arange(n)[None, :] < jnp.arange(n)[:, None]
-    return ~jnp.any(earlier & (ang <= delta), axis=1)
-
-
 def cap_measure(delta, d: int):
     r"""σ(B_δ): normalized surface measure of a geodesic ball of radius δ on S^{d-1}.
 
@@ -290,7 +238,8 @@ def cap_measure(delta, d: int):
 
 
 def expected_renyi_centers(n: int, d: int, delta) -> float:
-    r"""E #strong centers among n i.i.d. uniform tokens: Σ_{s=1}^n (1−p)^{s−1} = (1 − (1−p)^n)/p,
+    r"""E #strong centers (:func:`transformer_pde.diagnostics.renyi_centers`) among n i.i.d. uniform
+    tokens: Σ_{s=1}^n (1−p)^{s−1} = (1 − (1−p)^n)/p,
     p = σ(B_δ) (→ 1/σ(B_δ) as n → ∞; Θ(β^{(d−1)/2}) at δ = cβ^{−1/2})."""
     p = cap_measure(delta, d)
     return float(n) if p == 0 else float((1 - (1 - p) ** n) / p)

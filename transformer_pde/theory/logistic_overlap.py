@@ -1,4 +1,8 @@
-"""Closed forms of the random Transformer (sphere.md §5)."""
+"""The logistic law of the mean overlap of random-heads Transformers (sphere.md §5, "Trade-offs").
+
+For β ∈ [0, 1] the mean overlap m = n^{-2} Σ_ij ⟨x_i, x_j⟩ of the random-heads chain
+(:mod:`transformer_pde.models.random_heads`) follows u' = u(1 − u) in the diffusive clock, up to
+O(1/d)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-r"""Modes of a Gaussian kernel density estimate and the 1-D mean-shift dynamics (sphere.md §6).
+r"""Modes of a Gaussian kernel density estimate of 1-D tokens (sphere.md §6).
 
 The estimator with bandwidth β^{-1/2} of samples X_1..X_n is
 
@@ -11,8 +11,10 @@ sign changes + → − of P̂' (over R there is exactly one more mode than minim
 every sample and < 0 right of every sample).
 
 Self-attention at bandwidth β^{-1/2} is the blurring mean shift (sphere.md §6, "Link to
-clusters"): dx_i/dt = Σ_j softmax_j(−β(x_i − x_j)²/2)(x_j − x_i) = β^{-1} ∂_x log P̂_{μ_t}(x_i),
-the L2 attention on R minus the identity. Its metastable clusters track the KDE modes.
+clusters"; :class:`transformer_pde.models.MeanShift`): dx_i/dt = Σ_j softmax_j(−β(x_i − x_j)²/2)(x_j − x_i)
+= β^{-1} ∂_x log P̂_{μ_t}(x_i), the L2 attention on R minus the identity. Its metastable clusters
+track the KDE modes. The √(β log β) law of the expected count is fitted in the ``kde-modes``
+experiment.
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ import numpy as np
 
 from .._checks import check_scalar
 
-__all__ = ["kde_critical_points", "kde_mode_fit", "kde_modes"]
+__all__ = ["kde_critical_points", "kde_modes"]
 
 
 def _scaled_derivative(grid, x, beta):
@@ -67,18 +69,3 @@ def kde_critical_points(samples, beta, *, resolution: float = 0.05, block: int =
 def kde_modes(samples, beta, **kwargs) -> int:
     """Number of modes (local maxima) of the Gaussian KDE, see :func:`kde_critical_points`."""
     return kde_critical_points(samples, beta, **kwargs)[0]
-
-
-def kde_mode_fit(betas, counts):
-    r"""Least-squares fits of log E#modes against log β and against log(β log β).
-
-    Returns ``{"slope_beta", "slope_beta_log_beta", "const"}``: for the √(β log β) law the
-    second slope is 1/2 and the first 1/2 + 1/(2 log β) (≈ 0.6 for β ~ 100); ``const`` is
-    C in E#modes ≈ C(β log β)^{1/2} (geometric mean of the ratios).
-    """
-    b = np.asarray(betas, dtype=float)
-    c = np.asarray(counts, dtype=float)
-    s1 = np.polyfit(np.log(b), np.log(c), 1)[0]
-    s2 = np.polyfit(np.log(b * np.log(b)), np.log(c), 1)[0]
-    const = float(np.exp(np.mean(np.log(c) - 0.5 * np.log(b * np.log(b)))))
-    return {"slope_beta": float(s1), "slope_beta_log_beta": float(s2), "const": const}

@@ -1,4 +1,4 @@
-r"""The LitM particle model of Duerinckx–Geshkovski–Rossi on the torus (sphere.md §4).
+r"""Lost in the middle (LitM): the particle model of Duerinckx–Geshkovski–Rossi on the torus (sphere.md §4).
 
 Causal USA with ALiBi weights over k < j (self excluded), in angles,
 
