@@ -18,6 +18,7 @@ LAYERS = [
     {"solvers"},
     {"diagnostics", "theory"},
     {"sweeps", "fitting", "convergence", "plot"},
+    {"runs"},
     {"experiments"},
     {"cli"},
 ]

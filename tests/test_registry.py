@@ -27,6 +27,7 @@ from transformer_pde.experiments._options import (
     option_bounds,
     option_docs,
 )
+from transformer_pde.runs import run_info
 
 
 def _no_compute(*args, **kwargs):
@@ -58,6 +59,19 @@ def test_tiny_run_draws_and_plot_redraws_from_saved_data(name, tmp_path_factory,
         for dim in ds.dims:  # every swept axis is named and, where it has values, labelled
             if dim in ds.coords:
                 assert ds[dim].size == ds.sizes[dim]
+    info = run_info(run_dir)  # transformer-pde info names the grids and how to open them
+    assert all(repr(g) in info for g in result.grids)
+    assert ("group=NAME" in info) == (len(result.grids) > 1)
+    if result.grids:  # opened without a group, results.nc is the one grid, or lists the groups
+        import xarray as xr
+
+        with xr.open_dataset(run_dir / "results.nc", engine="h5netcdf") as root:
+            if len(result.grids) == 1:
+                (only,) = result.grids.values()
+                assert root.attrs["grid"] == meta["grid_names"][0] and set(root.data_vars) == set(only.data_vars)
+            else:
+                assert list(root["grids"].values) == list(result.grids) == meta["grid_names"]
+                assert "group=NAME" in root.attrs["description"]
 
     # redraw from disk into another directory, with compute disabled: the same files, byte for byte
     monkeypatch.setitem(REGISTRY, name, dataclasses.replace(exp, compute=_no_compute))
@@ -74,7 +88,7 @@ def test_grids_hold_the_saved_arrays(tmp_path_factory):
     import xarray as xr
 
     result, cfg, run_dir = tiny_run("sweep-phase", tmp_path_factory)
-    ds = xr.open_dataset(run_dir / "results.nc", group="sweep", engine="h5netcdf")
+    ds = xr.open_dataset(run_dir / "results.nc", engine="h5netcdf")  # the run's one grid, "sweep"
     try:
         assert ds["clusters"].dims == ("d", "beta", "seed", "t")
         np.testing.assert_array_equal(ds["clusters"].values, result["clusters"])
@@ -118,11 +132,13 @@ def test_resumability_is_declared():
 
 
 def test_compute_must_return_a_result(tmp_path):
-    from transformer_pde.experiments._runner import run_experiment
+    from transformer_pde.runs import FailedRun, run_experiment
 
     exp = dataclasses.replace(get("kde-modes"), compute=lambda cfg, progress: {"a": np.zeros(2)})
-    with pytest.raises(ValueError, match="compute must return a Result, got dict"):
+    with pytest.raises(FailedRun) as failed:  # the run had started: a failed run, by type
         run_experiment(exp, exp.make_config(), tmp_path, progress=False)
+    assert failed.value.run_dir == tmp_path and isinstance(failed.value.cause, ValueError)
+    assert "compute must return a Result, got dict" in str(failed.value.cause)
     assert json.loads((tmp_path / "metadata.json").read_text())["status"] == "failed"
 
 

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 import transformer_pde as tp
-from transformer_pde.solvers.checkpoint import run_fingerprint
+from transformer_pde.runs import Checkpoint, run_fingerprint, solve_checkpointed
 
 X0 = tp.uniform_sphere(jax.random.key(0), 16, 3)
 SA = tp.SoftmaxAttention.identity(3, 1.0)
@@ -82,9 +82,9 @@ def test_beta_that_overflows_float32_is_refused_at_construction():
 @pytest.fixture()
 def checkpointed(tmp_path):
     ts = jnp.linspace(0.0, 1.0, 5)
-    ck = tp.Checkpoint(tmp_path, every=2)
+    ck = Checkpoint(tmp_path, every=2)
     dyn = tp.Sphere(SA)
-    first = tp.solve(dyn, X0, t1=1.0, dt0=0.1, saveat=ts, checkpoint=ck)
+    first = solve_checkpointed(dyn, X0, t1=1.0, dt0=0.1, saveat=ts, checkpoint=ck)
     return dyn, ts, ck, first
 
 
@@ -110,13 +110,13 @@ def test_checkpoint_refuses_any_other_run(checkpointed, change):
         V = jnp.eye(3).at[0, 1].set(0.1)
         dyn = tp.Sphere(tp.SoftmaxAttention(jnp.eye(3), jnp.eye(3), V, 1.0))
     with pytest.raises(ValueError, match=r"belongs to a different run \(mismatch in \[.*'run'"):
-        tp.solve(dyn, x0, **kw)
+        solve_checkpointed(dyn, x0, **kw)
 
 
 def test_checkpoint_resumes_the_same_run(checkpointed):
     dyn, ts, ck, first = checkpointed
-    again = tp.solve(tp.Sphere(tp.SoftmaxAttention.identity(3, 1.0)), X0, t1=1.0, dt0=0.1, saveat=ts,
-                     checkpoint=ck)
+    again = solve_checkpointed(tp.Sphere(tp.SoftmaxAttention.identity(3, 1.0)), X0, t1=1.0, dt0=0.1,
+                               saveat=ts, checkpoint=ck)
     np.testing.assert_array_equal(again.xs, first.xs)
 
 

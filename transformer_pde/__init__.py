@@ -6,28 +6,30 @@ follows the continuity equation ∂_t μ + div(μ Γ_μ) = 0 (spec: ``shared/spe
 The house, by role (``docs/architecture.md``): :mod:`.kernels` (pair reductions) →
 :mod:`.models` (every dynamics) → :mod:`.solvers` (the one place that integrates) →
 :mod:`.diagnostics` and :mod:`.theory` (functions of states; closed forms) →
-:mod:`.sweeps`, :mod:`.fitting`, :mod:`.convergence` → :mod:`.experiments` → :mod:`.cli`.
+:mod:`.sweeps`, :mod:`.fitting`, :mod:`.convergence` → :mod:`.runs` (run directories,
+resumable solves) → :mod:`.experiments` → :mod:`.cli`.
 Importing the package does not import the experiments.
 """
 
-from . import convergence, diagnostics, kernels, models, plot, solvers, theory
+from . import convergence, diagnostics, kernels, models, plot, runs, solvers, theory
 from ._checks import NonFiniteStateError
 from .fitting import FitResult, checkpointed_adjoint, fit
 from .measures import Gaussian, cap_sample
 from .models import *  # noqa: F403  (every dynamics is top-level: tp.SoftmaxAttention; list in models)
 from .params import PiecewiseConstant
-from .solvers import Checkpoint, GaussianSolution, Retracted, Solution, layers, solve
+from .runs import Result
+from .solvers import GaussianSolution, Retracted, Solution, layers, solve
 from .sweeps import heatmap, sweep
 
 __version__ = "0.1.0"
 
 __all__ = [
-    "Checkpoint",
     "FitResult",
     "Gaussian",
     "GaussianSolution",
     "NonFiniteStateError",
     "PiecewiseConstant",
+    "Result",
     "Retracted",
     "Solution",
     "cap_sample",
@@ -40,6 +42,7 @@ __all__ = [
     "layers",
     "models",
     "plot",
+    "runs",
     "solve",
     "solvers",
     "sweep",

@@ -22,11 +22,11 @@ import numpy as np
 from .. import plot
 from ..diagnostics import cluster_count
 from ..models import SoftmaxAttention, Sphere, uniform_sphere
+from ..runs.result import Result, grid
 from ..solvers import solve
 from ..theory import causal
 from ._base import Experiment, register
 from ._options import Above, AtLeast, Options
-from ._result import Result, grid
 
 
 @dataclasses.dataclass(frozen=True)

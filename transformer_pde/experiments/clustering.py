@@ -45,11 +45,11 @@ from .. import plot
 from .._io import save_gif
 from ..diagnostics import cluster_count, normalized_energy
 from ..models import PostLN, SoftmaxAttention, Sphere, UnnormalizedAttention, normalize, uniform_sphere
-from ..solvers.checkpoint import solve_checkpointed
+from ..runs.chunked import solve_checkpointed
+from ..runs.result import Result
 from ._base import Experiment, register
 from ._common import STAGE_RADIUS, kernel_backend
 from ._options import Above, AtLeast, Options
-from ._result import Result
 
 MODELS = ("SA", "USA")
 SCHEMES = {"projected": Sphere, "post-ln": PostLN}
@@ -144,7 +144,7 @@ def rescaled_usa_step(dt: float, beta: float) -> float:
 
 def compute(cfg: ClusteringConfig, progress: bool = False, checkpoint=None) -> Result:
     """Resumable: integrated in fixed chunks of save intervals (``checkpoint.every``), each
-    checkpointed when the runner passes a :class:`~transformer_pde.solvers.Checkpoint`."""
+    checkpointed when the runner passes a :class:`~transformer_pde.runs.Checkpoint`."""
     x0 = initial_tokens(cfg)
     ts = jnp.linspace(0.0, cfg.t1, cfg.num_saves)
     out = {"ts": np.asarray(ts)}

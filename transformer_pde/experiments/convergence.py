@@ -35,11 +35,11 @@ from ..convergence import (
 )
 from ..measures import Gaussian
 from ..models import SoftmaxAttention, Sphere, uniform_sphere
+from ..runs.result import Result, grid
 from ._base import Experiment, register
 from ._common import kernel_backend
 from ._options import Above, AtLeast, Options, require_at_least
 from ._progress import progress_bar
-from ._result import Result, grid
 
 _LABELS = {
     "mean": "|mean − α|",

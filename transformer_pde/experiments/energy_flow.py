@@ -36,11 +36,11 @@ import numpy as np
 from .. import plot
 from ..diagnostics import cluster_labels, cluster_masses, interaction_energy
 from ..models import SoftmaxAttention, Sphere, uniform_sphere
+from ..runs.result import Result
 from ..solvers import solve
 from ._base import Experiment, register
 from ._common import pid
 from ._options import Above, AtLeast, Between, Options
-from ._result import Result
 
 
 @dataclasses.dataclass(frozen=True)

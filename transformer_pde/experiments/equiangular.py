@@ -25,12 +25,12 @@ import jax.numpy as jnp
 import numpy as np
 
 from .. import plot
+from ..runs.result import Result
 from ..solvers import solve
 from ..theory.equiangular import equiangular_start, reduced_gap
 from ._base import Experiment, register
 from ._common import pid
 from ._options import Above, AtLeast, Options
-from ._result import Result
 from .clustering import MODELS, model_dynamics
 
 

@@ -19,8 +19,9 @@ Diverging runs are drawn after normalization Σ/tr Σ in the disk (u/v, w/v). Un
 authors' projected Euler scheme, the moment ODEs are integrated with adaptive Tsit5 and the
 solve stops when tr Σ exceeds ``tol_high`` (a diffrax event).
 
-The runs are saved labelled too (``results.nc``, one group per regime: dims variant × start ×
-save × row × col, with the save times per variant and the outcome codes).
+The runs are saved labelled too (``results.nc``, one grid per regime: dims variant × start ×
+save × row × col, with the save times per variant and the outcome codes; several regimes are one
+netCDF group each, layout in :mod:`transformer_pde.runs.result`).
 """
 
 from __future__ import annotations
@@ -41,11 +42,11 @@ from ..models import (
     SinkhornAttention,
     SoftmaxAttention,
 )
+from ..runs.result import Result, grid
 from ..solvers import solve
 from ._base import Experiment, register
 from ._options import Above, AtLeast, Options
 from ._progress import progress_bar
-from ._result import Result, grid
 
 REGIMES = ("zero", "line", "two-lines", "blowup", "mixed")
 VARIANTS = ("softmax", "l2", "multihead", "sinkhorn")

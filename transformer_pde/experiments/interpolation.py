@@ -22,9 +22,9 @@ from .. import plot
 from ..fitting import fit, flow, interpolation_loss
 from ..measures import cap_sample
 from ..models import AttentionPerceptron, Sphere
+from ..runs.result import Result
 from ._base import Experiment, register
 from ._options import Above, AtLeast, Options
-from ._result import Result
 
 _SOLVERS = {"euler": diffrax.Euler, "heun": diffrax.Heun, "tsit5": diffrax.Tsit5}
 

@@ -18,11 +18,11 @@ import numpy as np
 from .. import plot
 from ..diagnostics import gap_clusters
 from ..models import MeanShift
+from ..runs.result import Result, grid
 from ..solvers import solve
 from ..theory import kde
 from ._base import Experiment, register
 from ._options import Above, AtLeast, Options
-from ._result import Result, grid
 
 
 @dataclasses.dataclass(frozen=True)

@@ -31,11 +31,11 @@ import numpy as np
 from .. import plot
 from ..diagnostics import cluster_count
 from ..models import LitMCircle
+from ..runs.result import Result
 from ..solvers import solve
 from ..theory import causal
 from ._base import Experiment, register
 from ._options import Above, AtLeast, Options
-from ._result import Result
 
 
 @dataclasses.dataclass(frozen=True)

@@ -38,11 +38,11 @@ import numpy as np
 from .. import plot
 from ..diagnostics import cluster_labels, cluster_masses, normalized_energy
 from ..models import SoftmaxAttention, Sphere
+from ..runs.result import Result, grid
 from ..solvers import solve
 from ._base import Experiment, register
 from ._common import pid
 from ._options import Above, AtLeast, Between, Options
-from ._result import Result, grid
 
 # sphere.md §10.3 (authors' code rerun): plateau values and collapse times in rescaled time.
 PUBLISHED_PLATEAUS = np.array([0.28, 0.44, 0.52, 1.0])

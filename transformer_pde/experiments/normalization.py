@@ -33,8 +33,8 @@ Measured at every layer l (t = lh), averaged over the ``seeds`` draws:
 * **radius**: (1/n) Σ_i |x_i(l)| (1 for the schemes on the sphere; Pre-, Peri-LN, LN-scaling and the
   Pre-LN part of Mix-LN let it grow, which slows θ: |θ̇| = |P⊥A|/r).
 
-Saved labelled (``results.nc``, group ``depth``: dims scheme × beta × causal × layer, coordinate
-t along layer).
+Saved labelled (``results.nc``, whose root dataset is the grid ``depth``: dims scheme × beta ×
+causal × layer, coordinate t along layer).
 
 **Published numbers.** The public numbers of the authors' code for Pre-LN and Peri-LN
 (P(clustered pair) at t = 20: Pre-LN 0.42/0.29/0.20, Peri-LN 0.58/0.41/0.26 at β = 1/5/9) come
@@ -61,11 +61,11 @@ import numpy as np
 from .. import plot
 from ..diagnostics import clustered_pair_fraction
 from ..models import NGPT, LNScaling, MixLN, MultiHeadAttention, PeriLN, PostLN, PreLN, Sphere
+from ..runs.result import Result, grid
 from ..solvers import layers
 from ._base import Experiment, register
 from ._options import Above, AtLeast, Between, Options
 from ._progress import progress_bar
-from ._result import Result, grid
 
 Scheme = Literal["post-ln", "projected", "pre-ln", "peri-ln", "ngpt", "mix-ln", "ln-scaling"]
 SCHEME_NAMES = typing.get_args(Scheme)

@@ -21,11 +21,11 @@ import numpy as np
 from .. import plot
 from ..diagnostics import atoms, perceptron_energy
 from ..models import PerceptronBlock
+from ..runs.result import Result
 from ..solvers import solve
 from ..theory.perceptron import stationarity_residual
 from ._base import Experiment, register
 from ._options import Above, AtLeast, Options, format_value
-from ._result import Result
 
 
 @dataclasses.dataclass(frozen=True)

@@ -12,8 +12,8 @@ t = 30 falls with β. The default size matches the authors' run of sphere.md §1
 (batch 256, step 0.1, their post-LN layer x ← N(x + h Γ(x)), ``scheme = "post-ln"``; the
 projected layer x ← N(x + h P⊥Γ(x)) is ``scheme = "projected"``); the published fractions are
 saved alongside ours (``published_*``) and drawn on the figure. The (β, t) grids are saved
-labelled (``results.nc``: group ``grid`` with dims beta × t, group ``histograms`` with the token
-angles, dims beta × t × token).
+labelled (``results.nc``: grid ``grid`` with dims beta × t and, where histograms are drawn, grid
+``histograms`` with the token angles, dims beta × t × token; layout in :mod:`transformer_pde.runs.result`).
 """
 
 from __future__ import annotations
@@ -29,11 +29,11 @@ import numpy as np
 from .. import plot
 from ..diagnostics import cluster_count, clustered_pair_fraction
 from ..models import uniform_sphere
+from ..runs.result import Result, grid
 from ..solvers import solve
 from ._base import Experiment, register
 from ._common import circle_angles
 from ._options import Above, AtLeast, Options
-from ._result import Result, grid
 from .clustering import model_dynamics
 
 # sphere.md §10.4: fraction of clustered pairs, rows β, columns t = 7.5 and 30.

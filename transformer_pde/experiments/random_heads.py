@@ -22,12 +22,12 @@ from .. import plot
 from ..diagnostics import mean_overlap
 from ..models import uniform_sphere
 from ..models.random_heads import GaussianHeads, expected_head
+from ..runs.result import Result, grid
 from ..solvers.random_heads import diffusive_chain, sde
 from ..theory.random_heads import logistic
 from ._base import Experiment, register
 from ._options import AtLeast, Options
 from ._progress import progress_bar
-from ._result import Result, grid
 
 
 @dataclasses.dataclass(frozen=True)

@@ -47,11 +47,11 @@ import numpy as np
 from .. import plot
 from ..measures import Gaussian
 from ..models import L2Attention, SoftmaxAttention
+from ..runs.result import Result
 from ..solvers import solve
 from ._base import Experiment, register
 from ._options import Above, AtLeast, Between, Options
 from ._progress import progress_bar
-from ._result import Result
 
 VARIANTS = ("softmax", "l2")
 VALUES = ("identity", "spd")

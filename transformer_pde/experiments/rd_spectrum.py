@@ -33,11 +33,11 @@ from .. import plot
 from ..diagnostics import attention_matrix, cluster_labels, numerical_rank
 from ..models import SoftmaxAttention
 from ..models.rescaled import RescaledSoftmax
+from ..runs.result import Result
 from ..solvers import solve
 from ._base import Experiment, register
 from ._common import pid
 from ._options import Above, AtLeast, Between, Options
-from ._result import Result
 
 
 def convex_hull_vertices(p) -> np.ndarray:

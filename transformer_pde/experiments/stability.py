@@ -34,11 +34,11 @@ from ..models import (
     SinkhornAttention,
     SoftmaxAttention,
 )
+from ..runs.result import Result, grid
 from ..solvers import solve
 from ._base import Experiment, register
 from ._options import Above, AtLeast, Options
 from ._progress import progress_bar
-from ._result import Result, grid
 
 VARIANTS = ("softmax", "l2", "multihead", "sinkhorn")
 

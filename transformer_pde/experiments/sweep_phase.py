@@ -6,7 +6,8 @@ with β, because tokens first gather in metastable clusters (sphere.md §2, GKPR
 several clusters can persist. The time to one cluster (single linkage, ⟨x_i, x_j⟩ > threshold,
 as in sphere.md §10) is read from the cluster count saved along each run; runs still split at
 t1 are censored (shown blank). All (β, seed) points of a dimension run in one ``tp.sweep`` call.
-The grids are saved labelled (``results.nc``, group ``sweep``: dims d × beta × seed × t).
+The grids are saved labelled (``results.nc``, whose root dataset is the grid ``sweep``: dims d ×
+beta × seed × t).
 """
 
 from __future__ import annotations
@@ -22,12 +23,12 @@ import numpy as np
 from .. import plot
 from ..diagnostics import cluster_count
 from ..models import SoftmaxAttention, Sphere, uniform_sphere
+from ..runs.result import Result, grid
 from ..solvers import solve
 from ..sweeps import first_time, heatmap, sweep
 from ._base import Experiment, register
 from ._options import Above, AtLeast, Options
 from ._progress import progress_bar
-from ._result import Result, grid
 
 
 @dataclasses.dataclass(frozen=True)

@@ -1,0 +1,246 @@
+"""Resumable integration: ``tp.solve`` in fixed chunks of save intervals, a checkpoint after each.
+
+A long run is cut at its save times ``ts``: chunk ``j`` integrates from the last save of
+chunk ``j-1`` (``t0`` for the first chunk) to the last of its ``every`` save times, one
+:func:`transformer_pde.solve` call each, and the state at that time starts chunk ``j+1``.
+After each chunk its outputs and end state are written (:class:`~.checkpoint.Checkpoint`),
+so resuming recomputes only the missing chunks. This is a host loop: ``tp.solve`` itself
+writes nothing.
+
+The chunking depends only on ``(t0, saveat, every)``, never on where a run was interrupted,
+so each chunk executes the same compiled program on the same input bits: a resumed run ends
+bitwise equal to an uninterrupted one on the same machine. (It is *not* bitwise equal to one
+unchunked ``tp.solve``, whose constant-step grid runs across save times.)
+"""
+
+from __future__ import annotations
+
+import hashlib
+import types
+
+import diffrax
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from .._checks import check_weights
+from ..models.base import AbstractDynamics, retract_at
+from ..solvers import Solution, solve
+from .checkpoint import DEFAULT_EVERY, Checkpoint, check_every
+
+_FORMAT = 2  # 2: chunks are tp.solve calls with their own step cap (1: one cap for all chunks)
+_SAVE_STATES = diffrax.SaveAt(t1=True).subs.fn  # diffrax's fn when SaveAt saves the states
+
+
+def run_fingerprint(*objects) -> str:
+    """SHA-256 of pytrees: every array leaf to the bit (dtype, shape, bytes), every other leaf
+    and the tree structure (static fields, solver and controller classes and options) by repr."""
+    h = hashlib.sha256()
+    leaves, treedef = jax.tree_util.tree_flatten(objects, is_leaf=lambda v: v is None)
+    h.update(str(treedef).encode())
+    for leaf in leaves:
+        if isinstance(leaf, (jax.Array, np.ndarray, np.generic)):
+            if jax.dtypes.issubdtype(leaf.dtype, jax.dtypes.prng_key):
+                leaf = jax.random.key_data(leaf)
+            a = np.asarray(leaf)
+            h.update(f"{a.dtype}{a.shape}".encode())
+            h.update(np.ascontiguousarray(a).tobytes())
+        elif isinstance(leaf, (types.FunctionType, types.BuiltinFunctionType)):
+            h.update(leaf.__qualname__.encode())  # a lambda's repr holds its address
+        elif callable(leaf):
+            h.update(type(leaf).__qualname__.encode())
+        else:
+            h.update(repr(leaf).encode())
+    return h.hexdigest()
+
+
+def _save_times(saveat, t0: float, t1: float, dtype) -> tuple[np.ndarray, object]:
+    """``(ts, fn)`` of the explicit save times a chunked solve needs: an array of times, or
+    ``diffrax.SaveAt(ts=..., fn=...)`` (``fn`` None: the states are saved)."""
+    fn = None
+    if isinstance(saveat, diffrax.SaveAt):
+        sub = saveat.subs
+        if not isinstance(sub, diffrax.SubSaveAt) or sub.ts is None or sub.t0 or sub.t1 or sub.steps \
+                or saveat.dense:
+            raise ValueError(f"a checkpointed solve takes save times: an array, or diffrax.SaveAt(ts=..., "
+                             f"fn=...) (no t0, t1, steps, dense or subs), got {saveat}")
+        saveat, fn = sub.ts, (None if sub.fn is _SAVE_STATES else sub.fn)
+    if not t1 > t0:
+        raise ValueError(f"Must have t1 > t0, got t0={t0} and t1={t1}")
+    if saveat is None:
+        raise ValueError("a checkpointed solve needs explicit save times saveat=... (chunks end there)")
+    ts = np.asarray(jnp.asarray(saveat, dtype))
+    if ts.ndim != 1 or ts.shape[0] < 1:
+        raise ValueError(f"saveat must be a non-empty 1-D array of times, got shape {ts.shape}")
+    if not np.isfinite(ts).all() or np.any(np.diff(ts) < 0):
+        raise ValueError(f"saveat must be finite and non-decreasing, got {ts}")
+    slack = 1e-6 * max(1.0, abs(t1))
+    if ts[0] < t0 - slack or ts[-1] > t1 + slack:
+        raise ValueError(f"saveat times must lie in [t0, t1] = [{t0}, {t1}], got [{ts[0]}, {ts[-1]}]")
+    return np.asarray(jnp.clip(jnp.asarray(ts), t0, t1)), fn
+
+
+def _chunks(num_saves: int, every: int) -> list[range]:
+    return [range(s, min(s + every, num_saves)) for s in range(0, num_saves, every)]
+
+
+def solve_checkpointed(
+    dynamics: AbstractDynamics,
+    x0,
+    *,
+    t1,
+    saveat,
+    t0=0.0,
+    dt0=None,
+    weights=None,
+    checkpoint: Checkpoint | None = None,
+    every: int | None = None,
+    progress: bool = False,
+    throw: bool = True,
+    **solve_kwargs,
+) -> Solution:
+    """:func:`~transformer_pde.solve` in fixed chunks of ``every`` save intervals, resumable.
+
+    Same arguments and result as ``solve`` for particles (save times are required: the chunks
+    are cut at them). With a ``checkpoint``, every finished chunk is written to
+    ``checkpoint.stage_dir(checkpoint.name)`` and a rerun with the same inputs resumes after
+    the last complete chunk; ``every`` then comes from the checkpoint. Without one the run is
+    chunked identically (``every`` or :data:`DEFAULT_EVERY`), so results agree bitwise either
+    way. ``progress`` draws a bar of chunks.
+
+    Solver options (``solver``, ``stepsize_controller``, ``max_steps``, ...) pass through to
+    ``solve`` for each chunk. A chunk that stops on a non-finite state (``throw=False``) ends
+    the run: later saves are ``inf`` and ``Solution.nonfinite_time`` says when. A checkpoint
+    of another run (other dynamics, x0, weights, solver options, dt0 or save times: see
+    :func:`run_fingerprint`) is refused, never mixed in.
+    """
+    if not isinstance(dynamics, AbstractDynamics):
+        raise ValueError(f"dynamics must be an attention or tp.Sphere(attention), got "
+                         f"{type(dynamics).__name__}")
+    if checkpoint is not None and not isinstance(checkpoint, Checkpoint):
+        raise ValueError(f"checkpoint must be a tp.runs.Checkpoint or None, got {type(checkpoint).__name__}")
+    if "adjoint" in solve_kwargs:
+        raise ValueError("solve_checkpointed writes files between chunks and does not support "
+                         "gradients; use tp.solve for differentiable runs")
+    if checkpoint is not None:
+        if every is not None and check_every(every) != checkpoint.every:
+            raise ValueError(f"every={every} differs from the checkpoint's every={checkpoint.every}")
+        every = checkpoint.every
+    every = DEFAULT_EVERY if every is None else check_every(every)
+    name = "solve" if checkpoint is None else checkpoint.name
+
+    x0 = dynamics.check_state(x0, "x0")
+    dtype = x0.dtype
+    w = check_weights(weights, x0.shape[0], dtype)
+    t0f = float(t0)
+    ts, stats = _save_times(saveat, t0f, float(t1), dtype)
+    chunks = _chunks(len(ts), every)
+    width = len(chunks[0])
+
+    if stats is None:
+        out_struct = jax.ShapeDtypeStruct(x0.shape, dtype)
+    else:
+        out_struct = jax.eval_shape(stats, jnp.zeros((), dtype), x0, None)
+    leaves_struct, treedef = jax.tree_util.tree_flatten(out_struct)
+    chunk_fn = None if stats is None else (lambda t, x, args: (stats(t, x, args), x))
+
+    # identity of the run: resuming with different inputs must fail loudly, not mix runs. The
+    # fingerprint hashes everything that determines the run: the dynamics (parameters and static
+    # configuration), x0 and weights to the bit, the solver options, dt0 and the save times.
+    signature = {
+        "format": _FORMAT, "every": every, "num_chunks": len(chunks),
+        "ts": [float(t) for t in ts], "t0": t0f, "x0_shape": list(x0.shape), "dtype": str(dtype),
+        "x0_sum": float(np.sum(np.asarray(x0, np.float64))),
+        "run": run_fingerprint(dynamics, x0, w, dt0, stats, solve_kwargs),
+    }
+
+    start = 0
+    outputs: list[list[np.ndarray]] = []
+    num_steps = 0
+    x = x0
+    if checkpoint is not None:
+        man = checkpoint.manifest(name)
+        if man is not None:
+            diff = sorted(k for k in signature if man.get(k) != signature[k])
+            if diff:
+                raise ValueError(f"checkpoint {checkpoint.stage_dir(name)} belongs to a different run "
+                                 f"(mismatch in {diff}); use a fresh output directory")
+            start = int(man["completed"])
+            for j in range(start):
+                data = checkpoint.read_chunk(name, j)
+                outputs.append([data[f"out_{i}"] for i in range(len(leaves_struct))])
+                num_steps += int(data["num_steps"])
+            if start:
+                x = jnp.asarray(checkpoint.read_chunk(name, start - 1)["state"], dtype)
+
+    bar = None
+    if progress and start < len(chunks):
+        from tqdm.auto import tqdm
+
+        bar = tqdm(total=len(chunks), initial=start, desc=f"{name} (chunks)", unit="chunk")
+    nonfinite_time = np.inf
+    result = diffrax.RESULTS.successful
+    try:
+        for j in range(start, len(chunks)):
+            idx = chunks[j]
+            a = t0f if j == 0 else float(ts[idx.start - 1])
+            b = float(ts[idx[-1]])
+            save = jnp.asarray(ts[idx.start: idx.stop], dtype)
+            if b > a:
+                # a short last chunk repeats its final time, keeping one shape (one compile)
+                padded = jnp.concatenate([save, jnp.full((width - len(idx),), b, dtype)])
+                chunk_saveat = padded if stats is None else diffrax.SaveAt(ts=padded, fn=chunk_fn)
+                sol = solve(dynamics, x, t0=a, t1=b, dt0=dt0, saveat=chunk_saveat, weights=w, throw=throw,
+                            **solve_kwargs)
+                if stats is None:
+                    out, x_end = sol.xs, sol.xs[-1]
+                else:
+                    out, xs_chunk = sol.stats
+                    x_end = xs_chunk[-1]
+                out = jax.tree_util.tree_map(lambda o: o[: len(idx)], out)
+                steps = int(sol.num_steps)
+                nf = float(sol.nonfinite_time) if sol.nonfinite_time is not None else np.inf
+                if not sol.succeeded and sol.result != diffrax.RESULTS.event_occurred:
+                    result = sol.result
+            else:  # every save time of this chunk equals its start: nothing to integrate
+                xr = retract_at(dynamics, x, save[0])
+                out = (jnp.broadcast_to(xr, (len(idx),) + xr.shape) if stats is None else
+                       jax.tree_util.tree_map(lambda *l: jnp.stack(l), *[stats(t, xr, None) for t in save]))
+                x_end, steps, nf = xr, 0, np.inf
+            leaves = [np.asarray(v) for v in jax.tree_util.tree_leaves(out)]
+            outputs.append(leaves)
+            num_steps += steps
+            if np.isfinite(nf) or result != diffrax.RESULTS.successful:
+                nonfinite_time = nf
+                if np.isfinite(nf):
+                    result = diffrax.RESULTS.event_occurred
+                break  # a failed chunk is not checkpointed: a resume retries it
+            if checkpoint is not None:
+                arrays = {f"out_{i}": v for i, v in enumerate(leaves)}
+                arrays["state"] = np.asarray(x_end)
+                arrays["num_steps"] = np.asarray(steps)
+                checkpoint.write_chunk(name, j, arrays, signature)
+                if checkpoint.safe_point is not None:
+                    checkpoint.safe_point()
+            x = x_end
+            if bar is not None:
+                bar.update(1)
+    finally:
+        if bar is not None:
+            bar.close()
+
+    # pad the saves after a stopped run with inf, as diffrax does
+    done = sum(len(chunks[j]) for j in range(len(outputs)))
+    cat = [np.concatenate([o[i] for o in outputs], axis=0) for i in range(len(leaves_struct))]
+    if done < len(ts):
+        cat = [np.concatenate([c, np.full((len(ts) - done,) + c.shape[1:], np.inf, c.dtype)])
+               for c in cat]
+    out = jax.tree_util.tree_unflatten(treedef, [jnp.asarray(c) for c in cat])
+    return Solution(
+        ts=jnp.asarray(ts, dtype), xs=out if stats is None else None,
+        stats=None if stats is None else out, weights=w, num_steps=jnp.asarray(num_steps),
+        result=result, nonfinite_time=jnp.asarray(nonfinite_time, dtype),
+    )
+
+
+__all__ = ["run_fingerprint", "solve_checkpointed"]
