@@ -109,7 +109,14 @@ def _text_parser(exp, key: str, typ):
 
 
 def _option_parser(exp) -> argparse.ArgumentParser:
-    from .experiments._options import format_value, list_item_type, option_bounds, option_docs, type_name
+    from .experiments._options import (
+        describe_range,
+        format_value,
+        list_item_type,
+        option_bounds,
+        option_docs,
+        type_name,
+    )
 
     p = _Parser(prog=f"transformer-pde run {exp.name}", description=exp.summary,
                 argument_default=argparse.SUPPRESS)
@@ -118,7 +125,7 @@ def _option_parser(exp) -> argparse.ArgumentParser:
     for f in dataclasses.fields(exp.config):
         typ = hints[f.name]
         flags = [option_flag(f.name)]
-        ranges = "".join(f"{b.describe()}; " for b in bounds.get(f.name, ()))
+        ranges = f"{describe_range(bounds[f.name])}; " if f.name in bounds else ""
         doc = f"{docs.get(f.name, '')} ({ranges}default {format_value(f.default)})".strip()
         doc = doc.replace("%", "%%")  # argparse %-formats help texts
         if typ is bool:

@@ -18,6 +18,7 @@ import diffrax
 import jax
 import jax.numpy as jnp
 import numpy as np
+from annotated_types import Ge, Gt
 
 from .. import plot
 from ..diagnostics import cluster_count
@@ -26,24 +27,27 @@ from ..runs.result import Result, grid
 from ..solvers import solve
 from ..theory import causal
 from ._base import Experiment, register
-from ._options import Above, AtLeast, Options
+from ._options import Options
 
 
 @dataclasses.dataclass(frozen=True)
 class CausalClusteringConfig(Options):
-    n: Annotated[int, AtLeast(2)] = 128
-    d: Annotated[int, AtLeast(2)] = 2
-    betas: Annotated[tuple[float, ...], Above(0)] = (4.0, 9.0, 16.0, 36.0, 64.0)
-    seeds: Annotated[int, AtLeast(1)] = 4
-    t1: Annotated[float, Above(0)] = 200.0
+    n: Annotated[int, Ge(2)] = 128
+    d: Annotated[int, Ge(2)] = 2
+    betas: Annotated[tuple[float, ...], Gt(0)] = (4.0, 9.0, 16.0, 36.0, 64.0)
+    """Inverse temperatures β at which the metastable clusters are counted (at t1)."""
+    seeds: Annotated[int, Ge(1)] = 4
+    t1: Annotated[float, Gt(0)] = 200.0
     """time at which metastable clusters are counted"""
-    dt: Annotated[float, Above(0)] = 0.1
+    dt: Annotated[float, Gt(0)] = 0.1
     c_low: float = 3.0
+    """Parking radius δ = c_low/√β of the blog code: the higher count of Rényi centers."""
     c_high: float = 4.4
     """parking radii δ = c/√β of the blog code (c_high gives the lower count)"""
     threshold: float = 0.9995
     beta_long: float = 1.0
-    t_long: Annotated[float, Above(0)] = 100.0
+    """β of the long run (t_long) in which every token reaches x_1(0)."""
+    t_long: Annotated[float, Gt(0)] = 100.0
     """a run long enough to reach the limit x_1(0) (small β)"""
 
 

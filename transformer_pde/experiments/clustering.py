@@ -40,6 +40,7 @@ import diffrax
 import jax
 import jax.numpy as jnp
 import numpy as np
+from annotated_types import Ge, Gt
 
 from .. import plot
 from .._io import save_gif
@@ -49,7 +50,7 @@ from ..runs.chunked import solve_checkpointed
 from ..runs.result import Result
 from ._base import Experiment, register
 from ._common import STAGE_RADIUS, kernel_backend
-from ._options import Above, AtLeast, Options
+from ._options import Options
 
 MODELS = ("SA", "USA")
 SCHEMES = {"projected": Sphere, "post-ln": PostLN}
@@ -66,20 +67,20 @@ KINETIC_Z0 = np.array([
 
 @dataclasses.dataclass(frozen=True)
 class ClusteringConfig(Options):
-    n: Annotated[int, AtLeast(1)] = 256
-    d: Annotated[int, AtLeast(2)] = 3
-    beta: Annotated[float, AtLeast(0)] = 1.0
-    t1: Annotated[float, Above(0)] = 30.0
-    dt: Annotated[float, Above(0)] = 0.1
+    n: Annotated[int, Ge(1)] = 256
+    d: Annotated[int, Ge(2)] = 3
+    beta: Annotated[float, Ge(0)] = 1.0
+    t1: Annotated[float, Gt(0)] = 30.0
+    dt: Annotated[float, Gt(0)] = 0.1
     """Step of SA; USA uses dt / max(sqrt(β) e^{β−1/2}, 1) (the authors' rule)."""
     seed: int = 0
     models: tuple[Literal["SA", "USA"], ...] = MODELS
     """Models to run: SA (softmax) and/or USA (unnormalized, GLPR's 1/n)."""
-    num_saves: Annotated[int, AtLeast(2)] = 61
+    num_saves: Annotated[int, Ge(2)] = 61
     threshold: float = 0.999
     animate: bool = True
     """Write clustering.gif (tokens over time; d = 2 or 3)."""
-    frames: Annotated[int, AtLeast(2)] = 31
+    frames: Annotated[int, Ge(2)] = 31
     """Animation frames (at most num_saves), spread evenly over the saves."""
     scheme: Literal["projected", "post-ln"] = "projected"
     """Layer normalization: 'projected' x ← N(x + h P⊥Γ(x)) (tp.Sphere, GLPR's flow) or 'post-ln'
@@ -94,7 +95,7 @@ class ClusteringConfig(Options):
     minutes), 'auto' (fast where predicted cheaper and accurate; kernels/backends.py)."""
     tol: float = 1e-8
     """planned error of the fast kernel, relative to the total mass."""
-    max_tokens_saved: Annotated[int, AtLeast(2)] = 4096
+    max_tokens_saved: Annotated[int, Ge(2)] = 4096
     """Above this n, the saved trajectories, cluster counts, energies and figures use a fixed random
     subsample of this many tokens (counts and energies are O(n²) in the tokens they see; the
     dynamics always moves all n). With ``backend = "fast"`` this runs n = 10⁶."""

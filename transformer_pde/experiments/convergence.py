@@ -22,6 +22,7 @@ from typing import Annotated, Literal
 import jax
 import jax.numpy as jnp
 import numpy as np
+from annotated_types import Ge, Gt
 
 from .. import plot
 from .._io import atomic_write_bytes
@@ -38,7 +39,7 @@ from ..models import SoftmaxAttention, Sphere, uniform_sphere
 from ..runs.result import Result, grid
 from ._base import Experiment, register
 from ._common import kernel_backend
-from ._options import Above, AtLeast, Options, require_at_least
+from ._options import Options, require_at_least
 from ._progress import progress_bar
 
 _LABELS = {
@@ -58,18 +59,22 @@ class ConvergenceConfig(Options):
     uniform data, large-n reference)."""
     d: int = 3
     beta: float = 1.0
-    log2_n_min: Annotated[int, AtLeast(1)] = 6
+    log2_n_min: Annotated[int, Ge(1)] = 6
+    """Smallest particle number, n = 2^log2_n_min."""
     log2_n_max: int = 16
-    log2_n_step: Annotated[int, AtLeast(1)] = 1
-    seeds: Annotated[int, AtLeast(2)] = 4  # >= 2: confidence bands
-    t1: Annotated[float, Above(0)] = 1.0
-    dt: Annotated[float, Above(0)] = 0.05
-    num_times: Annotated[int, AtLeast(2)] = 3
+    """Largest particle number, n = 2^log2_n_max (above log2_n_min)."""
+    log2_n_step: Annotated[int, Ge(1)] = 1
+    """Step of log2 n between the particle numbers of the study."""
+    seeds: Annotated[int, Ge(2)] = 4  # >= 2: confidence bands
+    t1: Annotated[float, Gt(0)] = 1.0
+    dt: Annotated[float, Gt(0)] = 0.05
+    num_times: Annotated[int, Ge(2)] = 3
+    """Times at which the errors are measured, evenly spaced from 0 to t1."""
     reference: Literal["uniform", "particles"] = "uniform"
     """model='sphere': the exact stationary reference ('uniform') or a 2^log2_n_ref-particle system."""
     log2_n_ref: int = 14
     """reference size for model='sphere', reference='particles'."""
-    w2_epsilon: Annotated[float, AtLeast(0)] = 0.0
+    w2_epsilon: Annotated[float, Ge(0)] = 0.0
     """ε of the Sinkhorn W₂ (squared-distance units); 0: the model's own, 0.01 for 'gaussian' and
     0.05 for 'sphere' (two 64-samples of the uniform law on S² at ε = 0.01 may need more than the
     2000 Sinkhorn iterations allowed: the run stopped there)."""
@@ -80,7 +85,7 @@ class ConvergenceConfig(Options):
     backend: Literal["exact", "fast", "auto"] = "exact"
     """kernel of the particle and reference runs (model='sphere' only: the fast kernel plans for
     bounded tokens): 'fast' takes n = 2^22 on a workstation (issue 13)."""
-    tol: Annotated[float, Above(0)] = 1e-8
+    tol: Annotated[float, Gt(0)] = 1e-8
     """planned error of the fast kernel, relative to the total mass."""
 
     @property

@@ -32,6 +32,7 @@ from typing import Annotated
 import jax
 import jax.numpy as jnp
 import numpy as np
+from annotated_types import Ge, Gt, Interval
 
 from .. import plot
 from ..diagnostics import cluster_labels, cluster_masses, interaction_energy
@@ -40,23 +41,25 @@ from ..runs.result import Result
 from ..solvers import solve
 from ._base import Experiment, register
 from ._common import pid
-from ._options import Above, AtLeast, Between, Options
+from ._options import Options
 
 
 @dataclasses.dataclass(frozen=True)
 class EnergyFlowConfig(Options):
-    n: Annotated[int, AtLeast(2)] = 8
-    beta: Annotated[float, Above(0)] = 1.0
-    t1: Annotated[float, Above(0)] = 300.0
-    num_saves: Annotated[int, AtLeast(2)] = 60
+    n: Annotated[int, Ge(2)] = 8
+    beta: Annotated[float, Gt(0)] = 1.0
+    t1: Annotated[float, Gt(0)] = 300.0
+    num_saves: Annotated[int, Ge(2)] = 60
     """Saved times: 0, then a geometric grid from 0.01 to t1."""
     rtol: float = 1e-7
     threshold: float = 0.9999
     indefinite_d2: tuple[float, ...] = (0.2, 1.0)
     """d₂ values of the indefinite cases D = diag(−1, d₂)."""
-    four_d1: Annotated[float, Above(0)] = 1.0  # four particles: D = diag(d1, d2), d1, d2 > 0
-    four_d2: Annotated[float, Above(0)] = 2.0
-    four_x1: Annotated[float, Between(0, 1, closed="()")] = 0.3
+    four_d1: Annotated[float, Gt(0)] = 1.0  # four particles: D = diag(d1, d2), d1, d2 > 0
+    """d₁ of D = diag(d₁, d₂) in the four-particle descent."""
+    four_d2: Annotated[float, Gt(0)] = 2.0
+    """d₂ of D = diag(d₁, d₂) in the four-particle descent."""
+    four_x1: Annotated[float, Interval(gt=0, lt=1)] = 0.3
     """Start of the four-particle descent: (±x1, ±sqrt(1 − x1²))."""
     seed: int = 0
 

@@ -23,6 +23,7 @@ import diffrax
 import jax
 import jax.numpy as jnp
 import numpy as np
+from annotated_types import Ge, Gt
 
 from .. import plot
 from ..runs.result import Result
@@ -30,7 +31,7 @@ from ..solvers import solve
 from ..theory.equiangular import equiangular_start, reduced_gap
 from ._base import Experiment, register
 from ._common import pid
-from ._options import Above, AtLeast, Options
+from ._options import Options
 from .clustering import MODELS, model_dynamics
 
 
@@ -38,12 +39,13 @@ from .clustering import MODELS, model_dynamics
 class EquiangularConfig(Options):
     n: int = 16
     d: int = 16
-    betas: Annotated[tuple[float, ...], AtLeast(0)] = (0.5, 1.0, 4.0)
+    betas: Annotated[tuple[float, ...], Ge(0)] = (0.5, 1.0, 4.0)
+    """Inverse temperatures β; each runs both SA and USA against the reduced ODE."""
     rho0: float = 0.0
     """Common initial inner product, in [−1/(n−1), 1); 0 = orthogonal tokens."""
-    t1: Annotated[float, Above(0)] = 10.0
-    num_saves: Annotated[int, AtLeast(2)] = 101
-    rtol: Annotated[float, Above(0)] = 1e-8
+    t1: Annotated[float, Gt(0)] = 10.0
+    num_saves: Annotated[int, Ge(2)] = 101
+    rtol: Annotated[float, Gt(0)] = 1e-8
     """Relative tolerance of both adaptive solves (Tsit5 with a PID controller)."""
     seed: int = 0
 

@@ -33,6 +33,7 @@ import diffrax
 import jax
 import jax.numpy as jnp
 import numpy as np
+from annotated_types import Ge, Gt
 
 from .. import plot
 from ..measures import Gaussian
@@ -45,7 +46,7 @@ from ..models import (
 from ..runs.result import Result, grid
 from ..solvers import solve
 from ._base import Experiment, register
-from ._options import Above, AtLeast, Options
+from ._options import Options
 from ._progress import progress_bar
 
 REGIMES = ("zero", "line", "two-lines", "blowup", "mixed")
@@ -59,25 +60,28 @@ OUTCOMES = ("to zero", "rank one", "full rank", "blow-up", "unbounded", "unfinis
 
 @dataclasses.dataclass(frozen=True)
 class AnisotropyConfig(Options):
-    grid: Annotated[int, AtLeast(2)] = 10
+    grid: Annotated[int, Ge(2)] = 10
     """Grid points per axis for ``zero`` and ``line``; ``two-lines``, ``mixed`` and ``blowup``
     use 2×, 3× and 4× as many (the authors' 10/20/30/40)."""
-    t_long: Annotated[float, Above(0)] = 1e4
+    t_long: Annotated[float, Gt(0)] = 1e4
     """Horizon of ``zero`` and ``line`` (convergence is O(1/t))."""
-    t_two_lines: Annotated[float, Above(0)] = 500.0
-    t_mixed: Annotated[float, Above(0)] = 150.0
+    t_two_lines: Annotated[float, Gt(0)] = 500.0
+    """Horizon of ``two-lines``."""
+    t_mixed: Annotated[float, Gt(0)] = 150.0
     """Horizons of ``two-lines`` and ``mixed`` (the authors' step × max_iter)."""
-    max_steps: Annotated[int, AtLeast(1)] = 10_000
+    max_steps: Annotated[int, Ge(1)] = 10_000
     """Step budget per run (runs are vmapped in lockstep, so one stiff run costs the whole
     batch this many steps); a run that exhausts it is reported as 'unfinished'."""
-    tol_high: Annotated[float, Above(1)] = 1e4
+    tol_high: Annotated[float, Gt(1)] = 1e4
     """The solve stops when tr Σ exceeds this (the authors' ``tol_high``)."""
-    rtol: Annotated[float, Above(0)] = 1e-7
-    num_saves: Annotated[int, AtLeast(3)] = 120
+    rtol: Annotated[float, Gt(0)] = 1e-7
+    num_saves: Annotated[int, Ge(3)] = 120
     """Saved times: evenly spaced for ``blowup``; 0, then a geometric grid from 10⁻³ of the horizon
     to it for the regimes that converge like 1/t."""
     regimes: tuple[Regime, ...] = REGIMES
+    """Regimes to run: zero, line, two-lines, blowup, mixed (the module docstring says what each shows)."""
     variants: tuple[Variant, ...] = VARIANTS
+    """Attention variants run in every regime: softmax, l2, multihead (H = 2), sinkhorn."""
 
 
 def to_cone(covs):

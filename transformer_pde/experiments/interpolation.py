@@ -17,6 +17,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
+from annotated_types import Ge, Gt
 
 from .. import plot
 from ..fitting import fit, flow, interpolation_loss
@@ -24,26 +25,34 @@ from ..measures import cap_sample
 from ..models import AttentionPerceptron, Sphere
 from ..runs.result import Result
 from ._base import Experiment, register
-from ._options import Above, AtLeast, Options
+from ._options import Options
 
 _SOLVERS = {"euler": diffrax.Euler, "heun": diffrax.Heun, "tsit5": diffrax.Tsit5}
 
 
 @dataclasses.dataclass(frozen=True)
 class InterpolationConfig(Options):
-    num_measures: Annotated[int, AtLeast(1)] = 3
-    n: Annotated[int, AtLeast(2)] = 48
-    layers: Annotated[int, AtLeast(1)] = 6
-    width: Annotated[int, AtLeast(1)] = 16
-    t1: Annotated[float, Above(0)] = 3.0
-    substeps: Annotated[int, AtLeast(1)] = 2
+    num_measures: Annotated[int, Ge(1)] = 3
+    """Number N of input measures, each carried to its own target cap."""
+    n: Annotated[int, Ge(2)] = 48
+    """Tokens per measure."""
+    layers: Annotated[int, Ge(1)] = 6
+    """Layers of the Transformer: its parameters are piecewise constant over this many pieces of [0, t1]."""
+    width: Annotated[int, Ge(1)] = 16
+    """Hidden width of the perceptron block."""
+    t1: Annotated[float, Gt(0)] = 3.0
+    substeps: Annotated[int, Ge(1)] = 2
     """solver steps per layer."""
     solver: Literal["euler", "heun", "tsit5"] = "heun"
     """'euler' (the discrete layer-normalized Transformer), 'heun' or 'tsit5'."""
-    epsilon: Annotated[float, Above(0)] = 0.01
-    steps: Annotated[int, AtLeast(1)] = 300
-    learning_rate: Annotated[float, Above(0)] = 0.03
-    spread: Annotated[float, Above(0)] = 0.15
+    epsilon: Annotated[float, Gt(0)] = 0.01
+    """Entropic regularization ε of the Sinkhorn divergence in the loss."""
+    steps: Annotated[int, Ge(1)] = 300
+    """Adam steps of the training."""
+    learning_rate: Annotated[float, Gt(0)] = 0.03
+    """Adam learning rate."""
+    spread: Annotated[float, Gt(0)] = 0.15
+    """Spread of the caps: tokens are normalize(centre + spread · N(0, I))."""
     seed: int = 0
 
 

@@ -14,6 +14,7 @@ from typing import Annotated
 import diffrax
 import jax.numpy as jnp
 import numpy as np
+from annotated_types import Ge, Gt
 
 from .. import plot
 from ..diagnostics import gap_clusters
@@ -22,19 +23,22 @@ from ..runs.result import Result, grid
 from ..solvers import solve
 from ..theory import kde
 from ._base import Experiment, register
-from ._options import Above, AtLeast, Options
+from ._options import Options
 
 
 @dataclasses.dataclass(frozen=True)
 class KDEModesConfig(Options):
-    n: Annotated[int, AtLeast(2)] = 10000
-    betas: Annotated[tuple[float, ...], Above(1)] = (1000.0, 3000.0, 10000.0)
+    n: Annotated[int, Ge(2)] = 10000
+    betas: Annotated[tuple[float, ...], Gt(1)] = (1000.0, 3000.0, 10000.0)
     """β from n^0.75 to n: at n = 10^4 the ratio count/√(β log β) is 0.21, 0.33 at β = 100, 300
     (pre-asymptotic), 0.49, 0.49, 0.45 at β = 10^3, 3·10^3, 10^4, and 0.40 at 3·10^4 ≳ n, where
     the count starts to saturate; the window where the law holds is narrow at this n."""
-    runs: Annotated[int, AtLeast(1)] = 16
-    n_dynamics: Annotated[int, AtLeast(2)] = 2000
-    betas_dynamics: Annotated[tuple[float, ...], Above(1)] = (30.0, 100.0, 300.0, 1000.0)  # log β > 0
+    runs: Annotated[int, Ge(1)] = 16
+    """Independent samples of n points whose KDE modes are counted, per β."""
+    n_dynamics: Annotated[int, Ge(2)] = 2000
+    """Points of the sample started in the mean-shift dynamics."""
+    betas_dynamics: Annotated[tuple[float, ...], Gt(1)] = (30.0, 100.0, 300.0, 1000.0)  # log β > 0
+    """Inverse temperatures β of the mean-shift dynamics (log β > 0)."""
     t_dynamics: float = 20.0
     """time at which the mean-shift clusters are counted (a plateau: counts are flat on [10, 40])"""
     dt: float = 0.1

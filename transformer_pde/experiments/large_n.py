@@ -21,6 +21,7 @@ import diffrax
 import jax
 import jax.numpy as jnp
 import numpy as np
+from annotated_types import Ge, Gt
 
 from .. import plot
 from ..diagnostics import cluster_count
@@ -29,21 +30,23 @@ from ..runs.result import Result, grid
 from ..solvers import solve
 from ._base import Experiment, register
 from ._common import kernel_backend
-from ._options import Above, AtLeast, Options
+from ._options import Options
 
 
 @dataclasses.dataclass(frozen=True)
 class LargeNConfig(Options):
-    n: Annotated[int, AtLeast(2)] = 1_000_000
+    n: Annotated[int, Ge(2)] = 1_000_000
     beta: float = 1.0
-    t1: Annotated[float, Above(0)] = 30.0
-    dt: Annotated[float, Above(0)] = 0.2
+    t1: Annotated[float, Gt(0)] = 30.0
+    dt: Annotated[float, Gt(0)] = 0.2
     """layer step: one Euler step is one residual attention layer + normalization."""
-    num_saves: Annotated[int, AtLeast(2)] = 16
+    num_saves: Annotated[int, Ge(2)] = 16
     backend: Literal["fast", "auto", "exact"] = "fast"
-    tol: Annotated[float, Above(0)] = 1e-8
+    """Pair kernel: 'fast' (NUFFT Gaussian sums), 'auto' (fast where predicted cheaper and accurate) or 'exact'."""
+    tol: Annotated[float, Gt(0)] = 1e-8
     """the fast kernel's planned error, relative to the total mass (kernels/backends.py)."""
-    num_plotted: Annotated[int, AtLeast(1)] = 3000
+    num_plotted: Annotated[int, Ge(1)] = 3000
+    """Size of the fixed random subsample of tokens saved, drawn and counted in clusters."""
     threshold: float = 0.999
     seed: int = 0
 

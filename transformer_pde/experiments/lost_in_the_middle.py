@@ -27,6 +27,7 @@ import diffrax
 import jax
 import jax.numpy as jnp
 import numpy as np
+from annotated_types import Ge, Gt
 
 from .. import plot
 from ..diagnostics import cluster_count
@@ -35,24 +36,30 @@ from ..runs.result import Result
 from ..solvers import solve
 from ..theory import causal
 from ._base import Experiment, register
-from ._options import Above, AtLeast, Options
+from ._options import Options
 
 
 @dataclasses.dataclass(frozen=True)
 class LitMConfig(Options):
-    n: Annotated[int, AtLeast(4)] = 64
-    beta: Annotated[float, AtLeast(0)] = 1.0
-    lam: Annotated[float, AtLeast(0)] = 1.0
-    t: Annotated[float, Above(0)] = 1.0
+    n: Annotated[int, Ge(4)] = 64
+    beta: Annotated[float, Ge(0)] = 1.0
+    lam: Annotated[float, Ge(0)] = 1.0
+    """ALiBi slope λ: token j weighs an earlier token k by e^{−λ(j−k)/N}."""
+    t: Annotated[float, Gt(0)] = 1.0
     """depth at which the profile is read. The smallness condition allows t <= 2.23 at
     β = λ = 1, but the O(1/N) corrections grow with t (token self-decorrelation, ~ n²t²/(σ0N)):
     at t = 2 and N <= 64 Monte Carlo sits ~35% below the closed form, at t = 1 it agrees."""
     M: int = 8
+    """Width M of the soft retrieval accuracy (Fourier weights ω_n = e^{−π²n²/(2M²)})."""
     n_max: int = 20
+    """Fourier modes n = 1..n_max kept in the profile's sums."""
     num_runs: int = 16384
+    """Monte Carlo runs (i.i.d. starts) of the particle estimate (a multiple of chunk)."""
     chunk: int = 512
-    dt: Annotated[float, Above(0)] = 0.1
-    bins: Annotated[int, AtLeast(2)] = 16
+    """Monte Carlo runs simulated together (vmapped) at a time."""
+    dt: Annotated[float, Gt(0)] = 0.1
+    bins: Annotated[int, Ge(2)] = 16
+    """Source positions are averaged into this many bins for the Monte Carlo profile (at most n - 1)."""
     seed: int = 0
 
     def validate(self):

@@ -57,6 +57,7 @@ from typing import Annotated, Literal
 import jax
 import jax.numpy as jnp
 import numpy as np
+from annotated_types import Ge, Gt, Interval
 
 from .. import plot
 from ..diagnostics import clustered_pair_fraction
@@ -64,7 +65,7 @@ from ..models import NGPT, LNScaling, MixLN, MultiHeadAttention, PeriLN, PostLN,
 from ..runs.result import Result, grid
 from ..solvers import layers
 from ._base import Experiment, register
-from ._options import Above, AtLeast, Between, Options
+from ._options import Options
 from ._progress import progress_bar
 
 Scheme = Literal["post-ln", "projected", "pre-ln", "peri-ln", "ngpt", "mix-ln", "ln-scaling"]
@@ -86,25 +87,28 @@ SIMUFORMER_NGPT_STEP = 0.2
 
 @dataclasses.dataclass(frozen=True)
 class NormalizationConfig(Options):
-    n: Annotated[int, AtLeast(2)] = 64
-    d: Annotated[int, AtLeast(2)] = 16
-    heads: Annotated[int, AtLeast(1)] = 8
+    n: Annotated[int, Ge(2)] = 64
+    d: Annotated[int, Ge(2)] = 16
+    heads: Annotated[int, Ge(1)] = 8
     """Heads, averaged (W_h = I/H); each head is full width: Q_h, K_h, V_h are (d, d)."""
-    betas: Annotated[tuple[float, ...], AtLeast(0)] = (1.0, 5.0, 9.0)
+    betas: Annotated[tuple[float, ...], Ge(0)] = (1.0, 5.0, 9.0)
+    """Inverse temperatures β of the attention."""
     masks: tuple[Literal["none", "causal"], ...] = MASKS
     """'none': every token attends to all; 'causal': token i attends to j <= i."""
     schemes: tuple[Scheme, ...] = SCHEME_NAMES
-    t1: Annotated[float, Above(0)] = 30.0
+    """Layer schemes compared (table in the module docstring): post-ln, projected, pre-ln, peri-ln, ngpt, mix-
+    ln, ln-scaling."""
+    t1: Annotated[float, Gt(0)] = 30.0
     """Depth: t1/step layers."""
-    step: Annotated[float, Above(0)] = 0.1
+    step: Annotated[float, Gt(0)] = 0.1
     """The layer step h (the authors' 0.1)."""
-    seeds: Annotated[int, AtLeast(1)] = 32
+    seeds: Annotated[int, Ge(1)] = 32
     """Independent draws (tokens and weights) averaged."""
     seed: int = 0
-    threshold: Annotated[float, Between(-1, 1, closed="()")] = 0.999
-    ngpt_alpha: Annotated[float, Above(0)] = 0.2
+    threshold: Annotated[float, Interval(gt=-1, lt=1)] = 0.999
+    ngpt_alpha: Annotated[float, Gt(0)] = 0.2
     """nGPT's eigen learning rate α (scalar; the authors' code takes the step 0.2h, α = 0.2/(1 + 0.2h))."""
-    mix_fraction: Annotated[float, Between(0, 1, closed="(]")] = 0.25
+    mix_fraction: Annotated[float, Interval(gt=0, le=1)] = 0.25
     """Mix-LN: the fraction α of post-LN layers, ⌊αL⌋ (the Mix-LN scripts use 1/4)."""
 
     def validate(self):

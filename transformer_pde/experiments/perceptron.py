@@ -17,6 +17,7 @@ from typing import Annotated
 import diffrax
 import jax.numpy as jnp
 import numpy as np
+from annotated_types import Ge, Gt
 
 from .. import plot
 from ..diagnostics import atoms, perceptron_energy
@@ -25,20 +26,23 @@ from ..runs.result import Result
 from ..solvers import solve
 from ..theory.perceptron import stationarity_residual
 from ._base import Experiment, register
-from ._options import Above, AtLeast, Options, format_value
+from ._options import Options, format_value
 
 
 @dataclasses.dataclass(frozen=True)
 class PerceptronConfig(Options):
-    beta: Annotated[float, Above(0)] = 3.0
+    beta: Annotated[float, Gt(0)] = 3.0
     angles: tuple[float, ...] = (0.3, 2.0, 4.0)
     """directions a_j = (cos, sin) of the hidden units"""
     omegas: tuple[float, ...] = (20.0, -15.0, 10.0)
-    ns: Annotated[tuple[int, ...], AtLeast(2)] = (64, 256)
-    t1: Annotated[float, Above(0)] = 10.0
+    """Output weights ω_j of the hidden units (one per angle)."""
+    ns: Annotated[tuple[int, ...], Ge(2)] = (64, 256)
+    """Token numbers of the runs: the atoms must not depend on n."""
+    t1: Annotated[float, Gt(0)] = 10.0
     """the flows settle by t ≈ 2 at these parameters"""
     rtol: float = 1e-6
     atom_threshold: float = 0.9999
+    """Tokens whose cosine exceeds this form one atom."""
     num_saves: int = 101
 
     def validate(self):

@@ -25,6 +25,7 @@ import diffrax
 import jax
 import jax.numpy as jnp
 import numpy as np
+from annotated_types import Ge, Gt
 
 from .. import plot
 from ..diagnostics import cluster_count, clustered_pair_fraction
@@ -33,7 +34,7 @@ from ..runs.result import Result, grid
 from ..solvers import solve
 from ._base import Experiment, register
 from ._common import circle_angles
-from ._options import Above, AtLeast, Options
+from ._options import Options
 from .clustering import model_dynamics
 
 # sphere.md §10.4: fraction of clustered pairs, rows β, columns t = 7.5 and 30.
@@ -44,16 +45,19 @@ PUBLISHED_FRACTION = np.array([[0.50, 1.00], [0.39, 0.53], [0.31, 0.41], [0.28, 
 
 @dataclasses.dataclass(frozen=True)
 class PhaseDiagramConfig(Options):
-    n: Annotated[int, AtLeast(2)] = 32
-    d: Annotated[int, AtLeast(2)] = 2
-    batch: Annotated[int, AtLeast(1)] = 256
+    n: Annotated[int, Ge(2)] = 32
+    d: Annotated[int, Ge(2)] = 2
+    batch: Annotated[int, Ge(1)] = 256
+    """Uniform starts per β, averaged."""
     beta_min: float = 1.0
+    """Smallest β of the grid."""
     beta_max: float = 9.0
-    num_betas: Annotated[int, AtLeast(1)] = 25
+    """Largest β of the grid."""
+    num_betas: Annotated[int, Ge(1)] = 25
     """β grid: linspace(beta_min, beta_max, num_betas); the default holds 1, 11/3, 19/3, 9."""
-    t1: Annotated[float, Above(0)] = 30.0
-    dt: Annotated[float, Above(0)] = 0.1
-    num_saves: Annotated[int, AtLeast(2)] = 61
+    t1: Annotated[float, Gt(0)] = 30.0
+    dt: Annotated[float, Gt(0)] = 0.1
+    num_saves: Annotated[int, Ge(2)] = 61
     threshold: float = 0.999
     scheme: Literal["post-ln", "projected"] = "post-ln"
     """The layer: 'post-ln' x ← N(x + h Γ(x)) (tp.PostLN, the authors' code, sphere.md §9);

@@ -17,6 +17,7 @@ from typing import Annotated
 
 import jax
 import numpy as np
+from annotated_types import Ge
 
 from .. import plot
 from ..diagnostics import mean_overlap
@@ -26,29 +27,43 @@ from ..runs.result import Result, grid
 from ..solvers.random_heads import diffusive_chain, sde
 from ..theory.random_heads import logistic
 from ._base import Experiment, register
-from ._options import AtLeast, Options
+from ._options import Options
 from ._progress import progress_bar
 
 
 @dataclasses.dataclass(frozen=True)
 class RandomHeadsConfig(Options):
-    n: Annotated[int, AtLeast(2)] = 6
-    d: Annotated[int, AtLeast(2)] = 3
+    n: Annotated[int, Ge(2)] = 6
+    d: Annotated[int, Ge(2)] = 3
     beta: float = 1.0
-    num_heads: Annotated[int, AtLeast(1)] = 1
+    num_heads: Annotated[int, Ge(1)] = 1
+    """Heads H per layer of the chain."""
     s1: float = 2.0
-    depths: Annotated[tuple[int, ...], AtLeast(1)] = (1, 2, 4, 8, 16, 32)
+    """End of the diffusive clock s = ℓη²σ²/H at which chain and SDE are compared."""
+    depths: Annotated[tuple[int, ...], Ge(1)] = (1, 2, 4, 8, 16, 32)
+    """Depths L of the chain at fixed s1 (the weak error decreases like 1/L)."""
     chain_paths: int = 32768
+    """Paths of the chain per depth."""
     sde_paths: int = 16384
+    """Paths of the common-noise SDE."""
     sde_steps: int = 64
+    """Euler–Maruyama steps of the SDE over [0, s1]."""
     sde_nodes: int = 16
+    """Quadrature nodes A_q of the SDE's noise (one matrix Brownian motion each)."""
     drift_samples: int = 20000
-    logistic_n: Annotated[int, AtLeast(2)] = 8
-    logistic_dims: Annotated[tuple[int, ...], AtLeast(3)] = (8, 32)
+    """Head draws of the Monte Carlo mean field E_θ B_θ (zero drift)."""
+    logistic_n: Annotated[int, Ge(2)] = 8
+    """Tokens of the logistic-overlap runs."""
+    logistic_dims: Annotated[tuple[int, ...], Ge(3)] = (8, 32)
+    """Dimensions d of the logistic-overlap runs (the law holds up to O(1/d))."""
     logistic_beta: float = 0.5
+    """β of the logistic-overlap runs (small β)."""
     logistic_s1: float = 4.0
+    """End of the diffusive clock of the logistic-overlap runs."""
     logistic_layers: int = 100
+    """Layers of the logistic-overlap chain (a multiple of 10: saved every tenth)."""
     logistic_paths: int = 256
+    """Paths of the logistic-overlap chain, per dimension."""
     seed: int = 0
 
     def validate(self):

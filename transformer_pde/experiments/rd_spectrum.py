@@ -28,6 +28,7 @@ from typing import Annotated
 import jax
 import jax.numpy as jnp
 import numpy as np
+from annotated_types import Ge, Gt, Interval
 
 from .. import plot
 from ..diagnostics import attention_matrix, cluster_labels, numerical_rank
@@ -37,7 +38,7 @@ from ..runs.result import Result
 from ..solvers import solve
 from ._base import Experiment, register
 from ._common import pid
-from ._options import Above, AtLeast, Between, Options
+from ._options import Options
 
 
 def convex_hull_vertices(p) -> np.ndarray:
@@ -70,16 +71,19 @@ def distinct_values(v, tol) -> int:
 class RdSpectrumConfig(Options):
     n: int = 20
     d: int = 2
-    box: Annotated[float, Above(0)] = 5.0
+    box: Annotated[float, Gt(0)] = 5.0
     """Start: i.i.d. uniform on [−box, box]^d (the authors' set-up, sphere.md §10.5)."""
-    t1: Annotated[float, Above(0)] = 10.0
-    top_ratio: Annotated[float, Between(0, 1, closed="[)", why="simple top eigenvalue")] = 0.5
+    t1: Annotated[float, Gt(0)] = 10.0
+    top_ratio: Annotated[float, Interval(ge=0, lt=1)] = 0.5
     """V = diag(1, top_ratio, ...) for the simple-top-eigenvalue case (needs top_ratio < 1)."""
-    n1d: Annotated[int, AtLeast(2)] = 12
-    t1_1d: Annotated[float, Above(0)] = 8.0
-    num_saves: Annotated[int, AtLeast(2)] = 41
+    n1d: Annotated[int, Ge(2)] = 12
+    """Tokens of the d = 1 'leaders' run."""
+    t1_1d: Annotated[float, Gt(0)] = 8.0
+    """Final time of the d = 1 'leaders' run."""
+    num_saves: Annotated[int, Ge(2)] = 41
     rtol: float = 1e-8
     rank_rtol: float = 1e-3
+    """Relative tolerance of the numerical rank of the attention matrix P."""
     tol: float = 0.1
     """Distance at which a token counts as at a hull vertex / on a hyperplane."""
     seed: int = 0

@@ -19,6 +19,7 @@ from typing import Annotated, Literal
 import jax
 import jax.numpy as jnp
 import numpy as np
+from annotated_types import Ge, Gt
 
 from .. import plot
 from ..diagnostics import (
@@ -37,7 +38,7 @@ from ..models import (
 from ..runs.result import Result, grid
 from ..solvers import solve
 from ._base import Experiment, register
-from ._options import Above, AtLeast, Options
+from ._options import Options
 from ._progress import progress_bar
 
 VARIANTS = ("softmax", "l2", "multihead", "sinkhorn")
@@ -45,16 +46,18 @@ VARIANTS = ("softmax", "l2", "multihead", "sinkhorn")
 
 @dataclasses.dataclass(frozen=True)
 class StabilityConfig(Options):
-    n: Annotated[int, AtLeast(2)] = 128
-    d: Annotated[int, AtLeast(1)] = 2
-    t1: Annotated[float, Above(0)] = 2.0
-    dt: Annotated[float, Above(0)] = 0.02
-    num_saves: Annotated[int, AtLeast(2)] = 21
-    radius: Annotated[float, Above(0)] = 1.0
+    n: Annotated[int, Ge(2)] = 128
+    d: Annotated[int, Ge(1)] = 2
+    t1: Annotated[float, Gt(0)] = 2.0
+    dt: Annotated[float, Gt(0)] = 0.02
+    num_saves: Annotated[int, Ge(2)] = 21
+    radius: Annotated[float, Gt(0)] = 1.0
+    """Radius R₀ of the disk in which the tokens start uniformly."""
     beta: float = 1.0
     scale: float = 0.7
     """Entries of Q, K, V are scale · N(0, 1)."""
-    deltas: Annotated[tuple[float, ...], Above(0)] = (0.001, 0.01, 0.1)
+    deltas: Annotated[tuple[float, ...], Gt(0)] = (0.001, 0.01, 0.1)
+    """Sizes δ of the perturbation ν_0 = μ_0 moved by δ·ξ (ξ standard normal)."""
     seed: int = 0
     variants: tuple[Literal["softmax", "l2", "multihead", "sinkhorn"], ...] = VARIANTS
     """Variants whose support radius is tracked (multi-head needs an even d)."""

@@ -19,6 +19,7 @@ import diffrax
 import jax
 import jax.numpy as jnp
 import numpy as np
+from annotated_types import Ge, Gt
 
 from .. import plot
 from ..diagnostics import cluster_count
@@ -27,24 +28,27 @@ from ..runs.result import Result, grid
 from ..solvers import solve
 from ..sweeps import first_time, heatmap, sweep
 from ._base import Experiment, register
-from ._options import Above, AtLeast, Options
+from ._options import Options
 from ._progress import progress_bar
 
 
 @dataclasses.dataclass(frozen=True)
 class SweepPhaseConfig(Options):
-    n: Annotated[int, AtLeast(2)] = 32
-    dims: Annotated[tuple[int, ...], AtLeast(2)] = (2, 3, 4, 8)
+    n: Annotated[int, Ge(2)] = 32
+    dims: Annotated[tuple[int, ...], Ge(2)] = (2, 3, 4, 8)
     """dimensions d (one compiled sweep each)."""
     beta_min: float = 0.5
+    """Smallest β of the grid linspace(beta_min, beta_max, num_beta)."""
     beta_max: float = 12.0
-    num_beta: Annotated[int, AtLeast(1)] = 16
-    seeds: Annotated[int, AtLeast(1)] = 4
-    t1: Annotated[float, Above(0)] = 60.0
-    dt: Annotated[float, Above(0)] = 0.1
-    num_saves: Annotated[int, AtLeast(2)] = 241
+    """Largest β of the grid."""
+    num_beta: Annotated[int, Ge(1)] = 16
+    """Number of β values of the grid."""
+    seeds: Annotated[int, Ge(1)] = 4
+    t1: Annotated[float, Gt(0)] = 60.0
+    dt: Annotated[float, Gt(0)] = 0.1
+    num_saves: Annotated[int, Ge(2)] = 241
     threshold: float = 0.999
-    chunk_size: Annotated[int, AtLeast(0)] = 0
+    chunk_size: Annotated[int, Ge(0)] = 0
     """points per vmapped chunk (0: all points of a dimension in one chunk)."""
 
     def validate(self):
