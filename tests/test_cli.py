@@ -109,6 +109,25 @@ def test_bad_option_value_is_named(capsys):
     assert "invalid float value: 'hot'" in capsys.readouterr().err
 
 
+_HEAVY = ("jax", "jaxlib", "diffrax", "equinox", "optax", "ott", "matplotlib", "xarray", "h5netcdf", "scipy", "tqdm")
+
+
+@pytest.mark.parametrize("argv", [["list"], ["run", "clustering", "--help"], ["run", "--help"], ["info", "{run}"]],
+                         ids=["list", "run-help", "run-no-name-help", "info"])
+def test_text_commands_import_no_heavy_library(argv, tmp_path):
+    """list, --help and info answer at once: they print text without importing JAX, diffrax,
+    matplotlib or xarray (checked in a fresh process, not timed)."""
+    (tmp_path / "metadata.json").write_text(json.dumps({"experiment": "clustering", "status": "running",
+                                                        "config": {"n": 8}}))
+    argv = [a.replace("{run}", str(tmp_path)) for a in argv]
+    code = (f"import sys\nfrom transformer_pde.cli import main\ntry:\n    main({argv!r})\n"
+            f"except SystemExit:\n    pass\n"
+            f"print(sorted(m for m in sys.modules if m.split('.')[0] in {_HEAVY!r}), file=sys.stderr)")
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert res.stdout.strip(), res.stderr
+    assert res.stderr.strip().splitlines()[-1] == "[]", res.stderr[-2000:]
+
+
 def test_console_script_entry_point():
     res = subprocess.run([sys.executable, "-m", "transformer_pde.cli", "list"], capture_output=True,
                          text=True, timeout=120)

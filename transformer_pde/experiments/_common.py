@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-import jax.numpy as jnp
 import numpy as np
+
+from .._lazy import jnp
 
 
 def circle_angles(x):

@@ -14,18 +14,13 @@ from __future__ import annotations
 import dataclasses
 from typing import Annotated
 
-import diffrax
-import jax
-import jax.numpy as jnp
 import numpy as np
 from annotated_types import Ge, Gt
 
-from .. import plot
-from ..diagnostics import cluster_count
-from ..models import SoftmaxAttention, Sphere, uniform_sphere
+import transformer_pde as tp
+
+from .._lazy import diffrax, jax, jnp
 from ..runs.result import Result, grid
-from ..solvers import solve
-from ..theory import causal
 from ._base import Experiment, register
 from ._options import Options
 
@@ -54,28 +49,28 @@ class CausalClusteringConfig(Options):
 def compute(cfg: CausalClusteringConfig, progress: bool = False) -> Result:
     betas = np.asarray(cfg.betas)
     keys = jax.random.split(jax.random.key(0), cfg.seeds)
-    x0s = [uniform_sphere(k, cfg.n, cfg.d) for k in keys]
+    x0s = [tp.uniform_sphere(k, cfg.n, cfg.d) for k in keys]
     counts = np.zeros((len(betas), cfg.seeds), dtype=int)
     renyi_low = np.zeros_like(counts)
     renyi_high = np.zeros_like(counts)
     for a, beta in enumerate(betas):
-        dyn = Sphere(SoftmaxAttention.identity(cfg.d, float(beta), causal=True))
+        dyn = tp.Sphere(tp.SoftmaxAttention.identity(cfg.d, float(beta), causal=True))
         for s, x0 in enumerate(x0s):
-            sol = solve(dyn, x0, t1=cfg.t1, dt0=cfg.dt, solver=diffrax.Euler())
-            counts[a, s] = int(cluster_count(sol.final, cfg.threshold))
-            renyi_low[a, s] = int(causal.renyi_centers(x0, cfg.c_high / np.sqrt(beta)).sum())
-            renyi_high[a, s] = int(causal.renyi_centers(x0, cfg.c_low / np.sqrt(beta)).sum())
-    expected_low = np.array([causal.expected_renyi_centers(cfg.n, cfg.d, cfg.c_high / np.sqrt(b))
+            sol = tp.solve(dyn, x0, t1=cfg.t1, dt0=cfg.dt, solver=diffrax.Euler())
+            counts[a, s] = int(tp.diagnostics.cluster_count(sol.final, cfg.threshold))
+            renyi_low[a, s] = int(tp.theory.causal.renyi_centers(x0, cfg.c_high / np.sqrt(beta)).sum())
+            renyi_high[a, s] = int(tp.theory.causal.renyi_centers(x0, cfg.c_low / np.sqrt(beta)).sum())
+    expected_low = np.array([tp.theory.causal.expected_renyi_centers(cfg.n, cfg.d, cfg.c_high / np.sqrt(b))
                              for b in betas])
-    expected_high = np.array([causal.expected_renyi_centers(cfg.n, cfg.d, cfg.c_low / np.sqrt(b))
+    expected_high = np.array([tp.theory.causal.expected_renyi_centers(cfg.n, cfg.d, cfg.c_low / np.sqrt(b))
                               for b in betas])
     mean = counts.mean(1)
     slope = np.polyfit(np.log(betas), np.log(mean), 1)[0] if len(betas) > 1 else np.nan
     # the long run: all tokens to x_1(0)
-    dyn = Sphere(SoftmaxAttention.identity(cfg.d, cfg.beta_long, causal=True))
+    dyn = tp.Sphere(tp.SoftmaxAttention.identity(cfg.d, cfg.beta_long, causal=True))
     dist = []
     for x0 in x0s:
-        sol = solve(dyn, x0, t1=cfg.t_long, dt0=cfg.dt, solver=diffrax.Tsit5(),
+        sol = tp.solve(dyn, x0, t1=cfg.t_long, dt0=cfg.dt, solver=diffrax.Tsit5(),
                     saveat=jnp.linspace(0, cfg.t_long, 51))
         dist.append(np.asarray(jnp.max(jnp.linalg.norm(sol.xs - x0[0][None, None, :], axis=-1), axis=-1)))
     arrays = {
@@ -126,7 +121,7 @@ def figures(res: Result, cfg: CausalClusteringConfig, out_dir) -> list:
     ax.set_ylabel("max_k |x_k(t) − x_1(0)|")
     ax.set_title(f"β={cfg.beta_long:g}: all tokens go to x_1(0)")
     ax.grid(alpha=0.3)
-    return [plot.save_figure(fig, out_dir / "causal_clustering.png")]
+    return [tp.plot.save_figure(fig, out_dir / "causal_clustering.png")]
 
 
 register(Experiment(

@@ -36,25 +36,22 @@ from __future__ import annotations
 import dataclasses
 from typing import Annotated, Literal
 
-import diffrax
-import jax
-import jax.numpy as jnp
 import numpy as np
 from annotated_types import Ge, Gt
 
-from .. import plot
+import transformer_pde as tp
+
 from .._io import save_gif
-from ..diagnostics import cluster_count, normalized_energy
-from ..models import PostLN, SoftmaxAttention, Sphere, UnnormalizedAttention, normalize, uniform_sphere
-from ..runs.chunked import solve_checkpointed
+from .._lazy import diffrax, jax, jnp
 from ..runs.result import Result
 from ._base import Experiment, register
 from ._common import STAGE_RADIUS, kernel_backend
 from ._options import Options
 
 MODELS = ("SA", "USA")
-SCHEMES = {"projected": Sphere, "post-ln": PostLN}
-"""The layer schemes on the sphere, by option name: the projected flow and the authors' post-LN."""
+SCHEMES = {"projected": "Sphere", "post-ln": "PostLN"}
+"""The layer schemes on the sphere, by option name: the projected flow and the authors' post-LN
+(the names of their ``tp`` classes, looked up when a run builds its dynamics)."""
 # GKPR kinetic.py's fixed start of the five-token circle movie (unit to 1e-8; normalized on use)
 KINETIC_Z0 = np.array([
     [0.99806638, 0.06215705],
@@ -125,16 +122,17 @@ def model_dynamics(model: str, d: int, beta, scheme: str = "projected", backend=
     """SA or USA with Q = K = V = I (sphere.md §1), in the layer scheme ``scheme`` (:data:`SCHEMES`):
     Sphere(attention) by default, PostLN(attention) for the authors' post-LN layer; ``backend``
     a kernel backend object (default exact)."""
-    cls = SoftmaxAttention if model == "SA" else UnnormalizedAttention
+    cls = tp.SoftmaxAttention if model == "SA" else tp.UnnormalizedAttention
     kwargs = {} if backend is None else {"backend": backend}
-    return SCHEMES[scheme](cls.identity(d, beta, **kwargs))
+    layer = {"Sphere": tp.Sphere, "PostLN": tp.PostLN}[SCHEMES[scheme]]
+    return layer(cls.identity(d, beta, **kwargs))
 
 
 def initial_tokens(cfg: "ClusteringConfig"):
     """The start: uniform on S^{d-1} from ``key(seed)``, or kinetic.py's z0 (normalized)."""
     if cfg.start == "kinetic":
-        return normalize(jnp.asarray(KINETIC_Z0, dtype=jnp.asarray(1.0).dtype))
-    return uniform_sphere(jax.random.key(cfg.seed), cfg.n, cfg.d)
+        return tp.normalize(jnp.asarray(KINETIC_Z0, dtype=jnp.asarray(1.0).dtype))
+    return tp.uniform_sphere(jax.random.key(cfg.seed), cfg.n, cfg.d)
 
 
 def rescaled_usa_step(dt: float, beta: float) -> float:
@@ -161,19 +159,19 @@ def compute(cfg: ClusteringConfig, progress: bool = False, checkpoint=None) -> R
     for model in cfg.models:
         # Euler layers evaluate on the sphere; Tsit5's stages leave it by O(h²)
         backend = kernel_backend(cfg.backend, cfg.tol, radius=1.0 if cfg.solver == "euler" else STAGE_RADIUS)
-        sol = solve_checkpointed(model_dynamics(model, cfg.d, cfg.beta, cfg.scheme, backend), x0, t1=cfg.t1,
+        sol = tp.runs.solve_checkpointed(model_dynamics(model, cfg.d, cfg.beta, cfg.scheme, backend), x0, t1=cfg.t1,
                                  dt0=cfg.step_of(model), saveat=saveat, progress=progress, solver=solver,
                                  checkpoint=None if checkpoint is None else checkpoint.stage(f"trajectory_{model}"))
         xs = sol.xs if sol.xs is not None else sol.stats
         out[f"xs_{model}"] = np.asarray(xs)
-        out[f"clusters_{model}"] = np.asarray(over_saves(lambda x: cluster_count(x, cfg.threshold))(xs))
-        out[f"energy_{model}"] = np.asarray(over_saves(lambda x: normalized_energy(x, cfg.beta))(xs))
+        out[f"clusters_{model}"] = np.asarray(over_saves(lambda x: tp.diagnostics.cluster_count(x, cfg.threshold))(xs))
+        out[f"energy_{model}"] = np.asarray(over_saves(lambda x: tp.diagnostics.normalized_energy(x, cfg.beta))(xs))
     return Result(out)
 
 
 def _draw_tokens(ax, x, d, title):
     if d == 3:
-        plot.sphere_points(ax, x, size=5, title=title)
+        tp.plot.sphere_points(ax, x, size=5, title=title)
     else:
         ax.plot(np.cos(np.linspace(0, 2 * np.pi, 200)), np.sin(np.linspace(0, 2 * np.pi, 200)),
                 color="0.8", lw=0.8)
@@ -215,7 +213,7 @@ def figures(res: Result, cfg: ClusteringConfig, out_dir) -> list:
         ax.grid(alpha=0.3)
     shown = "" if cfg.n <= cfg.max_tokens_saved else f" ({cfg.max_tokens_saved} random tokens shown and counted)"
     fig.suptitle(f"n={cfg.n}, d={cfg.d}, β={cfg.beta:g}, uniform start (seed {cfg.seed}){shown}")
-    paths = [plot.save_figure(fig, out_dir / "clustering.png")]
+    paths = [tp.plot.save_figure(fig, out_dir / "clustering.png")]
     if cfg.animate and draw:
         paths.append(animation(res, cfg, out_dir / "clustering.gif"))
     return paths
@@ -234,7 +232,7 @@ def animation(res: Result, cfg: ClusteringConfig, path):
         x = res[f"xs_{model}"]
         if cfg.d == 3:
             ax = fig.add_subplot(1, len(models), k + 1, projection="3d")
-            plot.sphere_points(ax, x[0], size=4)
+            tp.plot.sphere_points(ax, x[0], size=4)
             sc = ax.collections[-1]
         else:
             ax = fig.add_subplot(1, len(models), k + 1)

@@ -29,16 +29,13 @@ from __future__ import annotations
 import dataclasses
 from typing import Annotated
 
-import jax
-import jax.numpy as jnp
 import numpy as np
 from annotated_types import Ge, Gt, Interval
 
-from .. import plot
-from ..diagnostics import cluster_labels, cluster_masses, interaction_energy
-from ..models import SoftmaxAttention, Sphere, uniform_sphere
+import transformer_pde as tp
+
+from .._lazy import jax, jnp
 from ..runs.result import Result
-from ..solvers import solve
 from ._base import Experiment, register
 from ._common import pid
 from ._options import Options
@@ -70,16 +67,16 @@ class EnergyFlowConfig(Options):
         return out
 
 
-def energy_flow(D, beta, sign: int) -> Sphere:
+def energy_flow(D, beta, sign: int) -> tp.Sphere:
     """Sphere(SA) with Q = D, K = I (so Kᵀ Q = D) and V = sign · D: ascent (+1) / descent (−1)."""
     D = jnp.asarray(D, dtype=jnp.result_type(float))
-    return Sphere(SoftmaxAttention(D, jnp.eye(D.shape[0], dtype=D.dtype), sign * D, beta))
+    return tp.Sphere(tp.SoftmaxAttention(D, jnp.eye(D.shape[0], dtype=D.dtype), sign * D, beta))
 
 
 def classify(x, threshold=0.9999) -> str:
     """Name the measure of a final state: Dirac, antipodal pair, spread (all distinct), k clusters."""
     x = np.asarray(x)
-    labels = np.asarray(cluster_labels(jnp.asarray(x), threshold))
+    labels = np.asarray(tp.diagnostics.cluster_labels(jnp.asarray(x), threshold))
     reps = np.unique(labels)
     if len(reps) == 1:
         return "Dirac"
@@ -115,7 +112,7 @@ def four_particle_root(d1, d2, beta, tol=1e-14) -> float:
 
 
 def _run(dyn, x0, cfg, ts):
-    return solve(dyn, x0, t1=cfg.t1, dt0=1e-2, saveat=ts, stepsize_controller=pid(cfg.rtol, x0.dtype))
+    return tp.solve(dyn, x0, t1=cfg.t1, dt0=1e-2, saveat=ts, stepsize_controller=pid(cfg.rtol, x0.dtype))
 
 
 def compute(cfg: EnergyFlowConfig, progress: bool = False) -> Result:
@@ -123,15 +120,15 @@ def compute(cfg: EnergyFlowConfig, progress: bool = False) -> Result:
     out = {"ts": np.asarray(ts)}
     for name, D in cfg.cases().items():
         d = D.shape[0]
-        x0 = uniform_sphere(jax.random.key(cfg.seed), cfg.n, d)
+        x0 = tp.uniform_sphere(jax.random.key(cfg.seed), cfg.n, d)
         out[f"{name}_D"] = D
         for direction, sign in (("ascent", 1), ("descent", -1)):
             sol = _run(energy_flow(D, cfg.beta, sign), x0, cfg, ts)
             key = f"{name}_{direction}"
             out[f"{key}_xs"] = np.asarray(sol.xs)
             out[f"{key}_energy"] = np.asarray(
-                jax.vmap(lambda x: interaction_energy(x, cfg.beta, D=D))(sol.xs))
-            out[f"{key}_masses"] = np.asarray(cluster_masses(sol.xs[-1], cfg.threshold))
+                jax.vmap(lambda x: tp.diagnostics.interaction_energy(x, cfg.beta, D=D))(sol.xs))
+            out[f"{key}_masses"] = np.asarray(tp.diagnostics.cluster_masses(sol.xs[-1], cfg.threshold))
             # D is diagonal: the coordinate axes are its eigenvectors; one-hot = on ±e_k
             out[f"{key}_axis_weight"] = np.asarray(jnp.mean(sol.xs[-1] ** 2, axis=0))
             out[f"{key}_speed"] = np.asarray(
@@ -207,7 +204,7 @@ def figures(res: Result, cfg: EnergyFlowConfig, out_dir) -> list:
     ax.set_title(f"four particles, D=diag({cfg.four_d1:g},{cfg.four_d2:g}), β={cfg.beta:g}", fontsize=9)
     ax.legend(fontsize=7)
     ax.grid(alpha=0.3)
-    return [plot.save_figure(fig, out_dir / "energy_flow.png")]
+    return [tp.plot.save_figure(fig, out_dir / "energy_flow.png")]
 
 
 register(Experiment(

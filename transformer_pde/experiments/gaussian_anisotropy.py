@@ -29,22 +29,13 @@ from __future__ import annotations
 import dataclasses
 from typing import Annotated, Literal
 
-import diffrax
-import jax
-import jax.numpy as jnp
 import numpy as np
 from annotated_types import Ge, Gt
 
-from .. import plot
-from ..measures import Gaussian
-from ..models import (
-    L2Attention,
-    MultiHeadAttention,
-    SinkhornAttention,
-    SoftmaxAttention,
-)
+import transformer_pde as tp
+
+from .._lazy import diffrax, jax, jnp
 from ..runs.result import Result, grid
-from ..solvers import solve
 from ._base import Experiment, register
 from ._options import Options
 from ._progress import progress_bar
@@ -132,13 +123,13 @@ def regime_parameters(regime: str):
 def make_attention(variant: str, Q, K, V):
     d = 2
     if variant == "softmax":
-        return SoftmaxAttention(Q, K, V, 1 / np.sqrt(d))
+        return tp.SoftmaxAttention(Q, K, V, 1 / np.sqrt(d))
     if variant == "l2":
-        return L2Attention(Q, K, V, 1 / np.sqrt(d))
+        return tp.L2Attention(Q, K, V, 1 / np.sqrt(d))
     if variant == "multihead":
-        return MultiHeadAttention.split(Q, K, V, 2, 1.0)  # heads of width k = 1: 1/√k = 1
+        return tp.MultiHeadAttention.split(Q, K, V, 2, 1.0)  # heads of width k = 1: 1/√k = 1
     if variant == "sinkhorn":
-        return SinkhornAttention(Q, K, V, 1.0, epsilon=1.0)
+        return tp.SinkhornAttention(Q, K, V, 1.0, epsilon=1.0)
     raise ValueError(variant)
 
 
@@ -185,7 +176,7 @@ def _solve_batch(attns, covs0, t1s, tss, cfg):
     stacked = jax.tree.map(lambda *xs: jnp.stack(xs), *attns)
 
     def one(attn, cov0, t1, ts):
-        sol = solve(attn, Gaussian(jnp.zeros(2, cov0.dtype), cov0), t1=t1, dt0=1e-3,
+        sol = tp.solve(attn, tp.Gaussian(jnp.zeros(2, cov0.dtype), cov0), t1=t1, dt0=1e-3,
                              saveat=ts, stepsize_controller=pid, max_steps=cfg.max_steps,
                              blowup_threshold=cfg.tol_high, throw=False)
         return sol.covs, sol.final_cov, sol.final_time, sol.blowup_time, sol.succeeded
@@ -330,7 +321,7 @@ def figures(res: Result, cfg: AnisotropyConfig, out_dir) -> list:
             ax.set_title(title, fontsize=9)
         fig.suptitle(f"Gaussian closure, d = 2: regime '{regime}'"
                      + (" (Σ/tr Σ)" if normalized else " (PSD cone)"))
-        paths.append(plot.save_figure(fig, out_dir / f"anisotropy_{regime}.png"))
+        paths.append(tp.plot.save_figure(fig, out_dir / f"anisotropy_{regime}.png"))
     return paths
 
 

@@ -12,22 +12,15 @@ from __future__ import annotations
 import dataclasses
 from typing import Annotated, Literal
 
-import diffrax
-import jax
-import jax.numpy as jnp
 import numpy as np
-import optax
 from annotated_types import Ge, Gt
 
-from .. import plot
-from ..fitting import fit, flow, interpolation_loss
-from ..measures import cap_sample
-from ..models import AttentionPerceptron, Sphere
+import transformer_pde as tp
+
+from .._lazy import diffrax, jax, jnp, optax
 from ..runs.result import Result
 from ._base import Experiment, register
 from ._options import Options
-
-_SOLVERS = {"euler": diffrax.Euler, "heun": diffrax.Heun, "tsit5": diffrax.Tsit5}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -61,27 +54,27 @@ def problem(cfg: InterpolationConfig, d: int = 3):
     k_in, k_out, k_c, k_model = jax.random.split(jax.random.key(cfg.seed), 4)
     N = cfg.num_measures
     centres = jax.random.normal(k_c, (2 * N, d))
-    inputs = jnp.stack([cap_sample(k, centres[i], cfg.n, cfg.spread)
+    inputs = jnp.stack([tp.cap_sample(k, centres[i], cfg.n, cfg.spread)
                         for i, k in enumerate(jax.random.split(k_in, N))])
-    targets = jnp.stack([cap_sample(k, centres[N + i], cfg.n, cfg.spread)
+    targets = jnp.stack([tp.cap_sample(k, centres[N + i], cfg.n, cfg.spread)
                          for i, k in enumerate(jax.random.split(k_out, N))])
-    model = Sphere(AttentionPerceptron.random(k_model, d, cfg.width, cfg.layers, t1=cfg.t1))
+    model = tp.Sphere(tp.AttentionPerceptron.random(k_model, d, cfg.width, cfg.layers, t1=cfg.t1))
     return inputs, targets, model
 
 
 def compute(cfg: InterpolationConfig, progress: bool = False) -> Result:
     inputs, targets, model = problem(cfg)
     dt0 = cfg.t1 / (cfg.layers * cfg.substeps)
-    solver = _SOLVERS[cfg.solver]()
+    solver = {"euler": diffrax.Euler, "heun": diffrax.Heun, "tsit5": diffrax.Tsit5}[cfg.solver]()
 
     def loss(m):
-        return interpolation_loss(m, inputs, targets, t1=cfg.t1, dt0=dt0, epsilon=cfg.epsilon,
+        return tp.fitting.interpolation_loss(m, inputs, targets, t1=cfg.t1, dt0=dt0, epsilon=cfg.epsilon,
                                   solver=solver)
 
-    before = flow(model, inputs, t1=cfg.t1, dt0=dt0, solver=solver)
-    trained, losses, final = fit(model, loss, optimizer=optax.adam(cfg.learning_rate), steps=cfg.steps,
+    before = tp.fitting.flow(model, inputs, t1=cfg.t1, dt0=dt0, solver=solver)
+    trained, losses, final = tp.fit(model, loss, optimizer=optax.adam(cfg.learning_rate), steps=cfg.steps,
                                  progress=progress)
-    after = flow(trained, inputs, t1=cfg.t1, dt0=dt0, solver=solver)
+    after = tp.fitting.flow(trained, inputs, t1=cfg.t1, dt0=dt0, solver=solver)
     return Result({
         "inputs": np.asarray(inputs), "targets": np.asarray(targets),
         "outputs_before": np.asarray(before), "outputs": np.asarray(after),
@@ -120,7 +113,7 @@ def figures(res: Result, cfg: InterpolationConfig, out_dir) -> list:
     ax.grid(alpha=0.3, which="both")
     fig.suptitle(f"measure-to-measure interpolation: {cfg.num_measures} measures, {cfg.layers} layers, "
                  f"perceptron width {cfg.width}")
-    return [plot.save_figure(fig, out_dir / "interpolation.png")]
+    return [tp.plot.save_figure(fig, out_dir / "interpolation.png")]
 
 
 register(Experiment(

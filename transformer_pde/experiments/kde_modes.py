@@ -11,17 +11,13 @@ from __future__ import annotations
 import dataclasses
 from typing import Annotated
 
-import diffrax
-import jax.numpy as jnp
 import numpy as np
 from annotated_types import Ge, Gt
 
-from .. import plot
-from ..diagnostics import gap_clusters
-from ..models import MeanShift
+import transformer_pde as tp
+
+from .._lazy import diffrax, jnp
 from ..runs.result import Result, grid
-from ..solvers import solve
-from ..theory import kde
 from ._base import Experiment, register
 from ._options import Options
 
@@ -55,8 +51,8 @@ def compute(cfg: KDEModesConfig, progress: bool = False) -> Result:
     for r in range(cfg.runs):
         X = rng.standard_normal(cfg.n)
         for a, b in enumerate(betas):
-            modes[a, r], minima[a, r] = kde.kde_critical_points(X, b)
-    fit = kde.kde_mode_fit(betas, modes.mean(1))
+            modes[a, r], minima[a, r] = tp.theory.kde.kde_critical_points(X, b)
+    fit = tp.theory.kde.kde_mode_fit(betas, modes.mean(1))
     # metastable clusters of the 1-D attention dynamics, against the modes of the same samples
     bd = np.asarray(cfg.betas_dynamics)
     X = rng.standard_normal(cfg.n_dynamics)
@@ -64,11 +60,11 @@ def compute(cfg: KDEModesConfig, progress: bool = False) -> Result:
     clusters = np.zeros((len(bd), len(ts)), dtype=int)
     modes_dyn = np.zeros(len(bd), dtype=int)
     for a, b in enumerate(bd):
-        modes_dyn[a] = kde.kde_modes(X, b)
-        sol = solve(MeanShift(float(b)), jnp.asarray(X)[:, None], t1=float(ts[-1]), dt0=cfg.dt,
+        modes_dyn[a] = tp.theory.kde.kde_modes(X, b)
+        sol = tp.solve(tp.MeanShift(float(b)), jnp.asarray(X)[:, None], t1=float(ts[-1]), dt0=cfg.dt,
                     solver=diffrax.Euler(), saveat=ts)
-        clusters[a] = [gap_clusters(x, cfg.cluster_gap / np.sqrt(b)) for x in np.asarray(sol.xs)]
-    fit_clusters = kde.kde_mode_fit(bd, clusters[:, 2])
+        clusters[a] = [tp.diagnostics.gap_clusters(x, cfg.cluster_gap / np.sqrt(b)) for x in np.asarray(sol.xs)]
+    fit_clusters = tp.theory.kde.kde_mode_fit(bd, clusters[:, 2])
     arrays = {
         "betas": betas, "modes": modes, "minima": minima, "mean_modes": modes.mean(1),
         "slope_beta": np.asarray(fit["slope_beta"]),
@@ -116,7 +112,7 @@ def figures(res: Result, cfg: KDEModesConfig, out_dir) -> list:
     ax.set_title(f"1-D self-attention (mean shift), n={cfg.n_dynamics}")
     ax.legend(fontsize=8)
     ax.grid(alpha=0.3, which="both")
-    return [plot.save_figure(fig, out_dir / "kde_modes.png")]
+    return [tp.plot.save_figure(fig, out_dir / "kde_modes.png")]
 
 
 register(Experiment(

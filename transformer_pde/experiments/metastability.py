@@ -30,17 +30,13 @@ from __future__ import annotations
 import dataclasses
 from typing import Annotated
 
-import diffrax
-import jax
-import jax.numpy as jnp
 import numpy as np
 from annotated_types import Ge, Gt, Interval
 
-from .. import plot
-from ..diagnostics import cluster_labels, cluster_masses, normalized_energy
-from ..models import SoftmaxAttention, Sphere
+import transformer_pde as tp
+
+from .._lazy import diffrax, jax, jnp
 from ..runs.result import Result, grid
-from ..solvers import solve
 from ._base import Experiment, register
 from ._common import pid
 from ._options import Options
@@ -119,7 +115,7 @@ def exit_times(cfg: MetastabilityConfig):
     for beta in np.asarray(cfg.cap_betas):
         # the exit is expected near e^{(1 - cos θ0) β}; look 50x beyond
         t1 = 50.0 * np.exp(beta * (1 - np.cos(cfg.cap_angle))) + 10.0
-        sol = solve(Sphere(SoftmaxAttention.identity(2, beta)), x0, t1=t1, dt0=1e-2,
+        sol = tp.solve(tp.Sphere(tp.SoftmaxAttention.identity(2, beta)), x0, t1=t1, dt0=1e-2,
                     stepsize_controller=pid(cfg.rtol, x0.dtype), max_steps=2_000_000,
                     saveat=diffrax.SaveAt(ts=fractions * t1,
                                           fn=lambda t, x, args: jnp.min(jnp.sum(x * Wq, axis=1))))
@@ -154,14 +150,14 @@ def _staircase(theta0, beta, h, num_chunks, every):
         norm = jnp.linalg.norm(g)
         theta = theta + h * log_beta * jnp.where(norm > 0, g / jnp.where(norm > 0, norm, 1.0), 0.0)
         x = _circle(theta)
-        labels = cluster_labels(x, merge)
+        labels = tp.diagnostics.cluster_labels(x, merge)
         s = jnp.zeros_like(x).at[labels].add(x)  # merged clusters sit at their mean direction
         return jnp.arctan2(s[labels, 1], s[labels, 0]), None
 
     def chunk(theta, _):
         theta, _ = jax.lax.scan(step, theta, None, length=every)
         x = _circle(theta)
-        return theta, (normalized_energy(x, beta), cluster_masses(x, 1 - 1e-6), theta)
+        return theta, (tp.diagnostics.normalized_energy(x, beta), tp.diagnostics.cluster_masses(x, 1 - 1e-6), theta)
 
     _, out = jax.lax.scan(chunk, theta0, None, length=num_chunks)
     return out
@@ -274,7 +270,7 @@ def figures(res: Result, cfg: MetastabilityConfig, out_dir) -> list:
     ax.set_ylabel("θ_i")
     ax.set_title(f"angles, β = {res['stair_betas'][k]:g}: sequential merging", fontsize=9)
     ax.grid(alpha=0.3)
-    return [plot.save_figure(fig, out_dir / "metastability.png")]
+    return [tp.plot.save_figure(fig, out_dir / "metastability.png")]
 
 
 register(Experiment(

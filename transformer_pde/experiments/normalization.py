@@ -54,16 +54,13 @@ import typing
 from collections.abc import Callable
 from typing import Annotated, Literal
 
-import jax
-import jax.numpy as jnp
 import numpy as np
 from annotated_types import Ge, Gt, Interval
 
-from .. import plot
-from ..diagnostics import clustered_pair_fraction
-from ..models import NGPT, LNScaling, MixLN, MultiHeadAttention, PeriLN, PostLN, PreLN, Sphere
+import transformer_pde as tp
+
+from .._lazy import jax, jnp
 from ..runs.result import Result, grid
-from ..solvers import layers
 from ._base import Experiment, register
 from ._options import Options
 from ._progress import progress_bar
@@ -141,21 +138,21 @@ class LayerScheme:
 
     def states(self, attention, x0, num_layers: int, step: float):
         """The L + 1 states (input included), shape ``(L + 1, n, d)``."""
-        return layers(self.wrap(attention), x0, num_layers, step).xs
+        return tp.layers(self.wrap(attention), x0, num_layers, step).xs
 
 
 def make_schemes(cfg: NormalizationConfig) -> tuple:
     """The config's scheme names, each mapped once to the object that runs it."""
     objects = {
-        "post-ln": LayerScheme("post-ln", "post-LN", PostLN),
-        "projected": LayerScheme("projected", "projected (Sphere)", Sphere),
-        "pre-ln": LayerScheme("pre-ln", "Pre-LN", PreLN),
-        "peri-ln": LayerScheme("peri-ln", "Peri-LN", PeriLN),
+        "post-ln": LayerScheme("post-ln", "post-LN", tp.PostLN),
+        "projected": LayerScheme("projected", "projected (Sphere)", tp.Sphere),
+        "pre-ln": LayerScheme("pre-ln", "Pre-LN", tp.PreLN),
+        "peri-ln": LayerScheme("peri-ln", "Peri-LN", tp.PeriLN),
         "ngpt": LayerScheme("ngpt", f"nGPT (α = {cfg.ngpt_alpha:g})",
-                            lambda attn: NGPT(attn, cfg.ngpt_alpha)),
+                            lambda attn: tp.NGPT(attn, cfg.ngpt_alpha)),
         "mix-ln": LayerScheme("mix-ln", f"Mix-LN (α = {cfg.mix_fraction:g})",
-                              lambda attn: MixLN.from_layers(attn, cfg.num_layers, cfg.step, cfg.mix_fraction)),
-        "ln-scaling": LayerScheme("ln-scaling", "LN-scaling", lambda attn: LNScaling(attn, cfg.step)),
+                              lambda attn: tp.MixLN.from_layers(attn, cfg.num_layers, cfg.step, cfg.mix_fraction)),
+        "ln-scaling": LayerScheme("ln-scaling", "LN-scaling", lambda attn: tp.LNScaling(attn, cfg.step)),
     }
     return tuple(objects[name] for name in cfg.schemes)
 
@@ -176,17 +173,17 @@ def attention(Q, K, beta, causal: bool):
     """H heads averaged: V_h = I, W_h = I/H (the authors' ``M2 += A_head / n_heads``)."""
     H, d = Q.shape[0], Q.shape[-1]
     eye = jnp.broadcast_to(jnp.eye(d, dtype=Q.dtype), (H, d, d))
-    return MultiHeadAttention(Q, K, eye, eye / H, beta, causal=causal)
+    return tp.MultiHeadAttention(Q, K, eye, eye / H, beta, causal=causal)
 
 
-@jax.jit
 def depth_statistics(xs, step, threshold):
     """Per layer, for a batch of runs ``(S, L + 1, n, d)``: P(clustered pair) and mean |x|, and the
-    token speed mean_i |θ_i(l) − θ_i(l − 1)|/h (NaN at l = 0); each ``(S, L + 1)``. One compiled
-    program for every scheme (the schemes differ in their layers, not in their states' shape)."""
+    token speed mean_i |θ_i(l) − θ_i(l − 1)|/h (NaN at l = 0); each ``(S, L + 1)``. Compiled once
+    per run (``compute`` jits it) for every scheme (the schemes differ in their layers, not in
+    their states' shape)."""
     r = jnp.linalg.norm(xs, axis=-1)
     theta = xs / r[..., None]
-    fraction = jax.vmap(jax.vmap(lambda y: clustered_pair_fraction(y, threshold)))(theta)
+    fraction = jax.vmap(jax.vmap(lambda y: tp.diagnostics.clustered_pair_fraction(y, threshold)))(theta)
     speed = jnp.mean(jnp.linalg.norm(jnp.diff(theta, axis=1), axis=-1), axis=-1) / step
     speed = jnp.concatenate([jnp.full(speed.shape[:1] + (1,), jnp.nan, speed.dtype), speed], axis=1)
     return fraction, speed, jnp.mean(r, axis=-1)
@@ -211,6 +208,7 @@ def compute(cfg: NormalizationConfig, progress: bool = False) -> Result:
     sem = lambda a: a.std(axis=0) / np.sqrt(cfg.seeds)  # noqa: E731
     bar = progress_bar(progress, total=len(schemes) * len(cfg.masks) * len(cfg.betas),
                        desc="normalization")
+    statistics = jax.jit(depth_statistics)
     with bar:
         for c, mask in enumerate(cfg.masks):
             for s, scheme in enumerate(schemes):
@@ -218,7 +216,7 @@ def compute(cfg: NormalizationConfig, progress: bool = False) -> Result:
                 for b, beta in enumerate(cfg.betas):
                     xs = states(jnp.asarray(beta, dtype), x0, Q, K)
                     frac, speed, radius = (np.asarray(a, np.float64) for a in
-                                           depth_statistics(xs, cfg.step, cfg.threshold))
+                                           statistics(xs, cfg.step, cfg.threshold))
                     stats["fraction"][s, b, c] = frac.mean(axis=0)
                     stats["fraction_sem"][s, b, c] = sem(frac)
                     stats["speed"][s, b, c] = speed.mean(axis=0)
@@ -282,7 +280,7 @@ def figures(res: Result, cfg: NormalizationConfig, out_dir) -> list:
                      f"averaged, random KᵀQ, V = I, h = {cfg.step:g}, {cfg.seeds} draws"
                      + (" (○ authors' code at their t = 20)" if published and not is_causal else ""))
         fig.tight_layout()
-        paths.append(plot.save_figure(fig, out_dir / f"normalization_{mask}.png"))
+        paths.append(tp.plot.save_figure(fig, out_dir / f"normalization_{mask}.png"))
     return paths
 
 

@@ -14,17 +14,13 @@ from __future__ import annotations
 import dataclasses
 from typing import Annotated
 
-import diffrax
-import jax.numpy as jnp
 import numpy as np
 from annotated_types import Ge, Gt
 
-from .. import plot
-from ..diagnostics import atoms, perceptron_energy
-from ..models import PerceptronBlock
+import transformer_pde as tp
+
+from .._lazy import diffrax, jnp
 from ..runs.result import Result
-from ..solvers import solve
-from ..theory.perceptron import stationarity_residual
 from ._base import Experiment, register
 from ._options import Options, format_value
 
@@ -65,22 +61,22 @@ def compute(cfg: PerceptronConfig, progress: bool = False) -> Result:
     ctrl = diffrax.PIDController(rtol=cfg.rtol, atol=cfg.rtol * 1e-2)
     out: dict = {"ts": np.asarray(ts), "ns": ns, "a": a, "omega": omega}
     for mode, sign, act in (("descent", -1, "relu"), ("ascent", 1, "relu")):
-        blk = PerceptronBlock(cfg.beta, a, omega, sign=sign, activation=act)
+        blk = tp.PerceptronBlock(cfg.beta, a, omega, sign=sign, activation=act)
         for n in ns:
-            sol = solve(blk, _uniform_circle(n), t1=cfg.t1, saveat=ts, stepsize_controller=ctrl,
+            sol = tp.solve(blk, _uniform_circle(n), t1=cfg.t1, saveat=ts, stepsize_controller=ctrl,
                         max_steps=500_000)
             xs = np.asarray(sol.xs)
-            pos, mass = atoms(xs[-1], cfg.atom_threshold)
+            pos, mass = tp.diagnostics.atoms(xs[-1], cfg.atom_threshold)
             key = f"{mode}_n{n}"
             out[f"{key}_theta"] = np.arctan2(xs[..., 1], xs[..., 0])
             out[f"{key}_atoms"] = np.arctan2(pos[:, 1], pos[:, 0])
             out[f"{key}_masses"] = mass
             out[f"{key}_num_atoms"] = np.asarray(len(mass))
-            out[f"{key}_residual"] = np.asarray(stationarity_residual(blk, pos, mass))
+            out[f"{key}_residual"] = np.asarray(tp.theory.perceptron.stationarity_residual(blk, pos, mass))
             out[f"{key}_speed"] = np.asarray(float(jnp.max(jnp.linalg.norm(
                 blk.velocity(sol.xs[-1]), axis=-1))))
             if act == "relu":
-                E = np.array([float(perceptron_energy(blk, x)) for x in sol.xs])
+                E = np.array([float(tp.diagnostics.perceptron_energy(blk, x)) for x in sol.xs])
                 out[f"{key}_energy"] = E
     return Result(out)
 
@@ -109,7 +105,7 @@ def figures(res: Result, cfg: PerceptronConfig, out_dir) -> list:
     ax.grid(alpha=0.3)
     fig.suptitle(f"perceptron block on S^1, β={cfg.beta:g}, ω=({format_value(cfg.omegas)}), "
                  f"a at θ=({format_value(cfg.angles)})")
-    return [plot.save_figure(fig, out_dir / "perceptron.png")]
+    return [tp.plot.save_figure(fig, out_dir / "perceptron.png")]
 
 
 register(Experiment(

@@ -21,17 +21,13 @@ from __future__ import annotations
 import dataclasses
 from typing import Annotated, Literal
 
-import diffrax
-import jax
-import jax.numpy as jnp
 import numpy as np
 from annotated_types import Ge, Gt
 
-from .. import plot
-from ..diagnostics import cluster_count, clustered_pair_fraction
-from ..models import uniform_sphere
+import transformer_pde as tp
+
+from .._lazy import diffrax, jax, jnp
 from ..runs.result import Result, grid
-from ..solvers import solve
 from ._base import Experiment, register
 from ._common import circle_angles
 from ._options import Options
@@ -77,8 +73,8 @@ def run_grid(cfg: PhaseDiagramConfig, betas, ts, stats, keys):
     """``stats(t, x)`` at ``ts`` for every β in ``betas`` and every start key: vmapped twice."""
 
     def one(beta, key):
-        x0 = uniform_sphere(key, cfg.n, cfg.d)
-        sol = solve(_dynamics(cfg, beta), x0, t1=cfg.t1, dt0=cfg.dt, solver=diffrax.Euler(),
+        x0 = tp.uniform_sphere(key, cfg.n, cfg.d)
+        sol = tp.solve(_dynamics(cfg, beta), x0, t1=cfg.t1, dt0=cfg.dt, solver=diffrax.Euler(),
                     saveat=diffrax.SaveAt(ts=ts, fn=lambda t, x, args: stats(t, x)))
         return sol.stats
 
@@ -92,7 +88,8 @@ def compute(cfg: PhaseDiagramConfig, progress: bool = False) -> Result:
 
     def stats(t, x):
         # float counts: diffrax pre-fills outputs with inf, which does not cast to int
-        return clustered_pair_fraction(x, cfg.threshold), cluster_count(x, cfg.threshold).astype(x.dtype)
+        return (tp.diagnostics.clustered_pair_fraction(x, cfg.threshold),
+                tp.diagnostics.cluster_count(x, cfg.threshold).astype(x.dtype))
 
     frac, count = run_grid(cfg, betas, ts, stats, keys)
     # One start, a few β: the states themselves, for the angle histograms.
@@ -163,7 +160,7 @@ def figures(res: Result, cfg: PhaseDiagramConfig, out_dir) -> list:
     ax.set_title(f"batch {cfg.batch}: ours (lines, ×), published §10.4 (○)")
     ax.legend(fontsize=8)
     ax.grid(alpha=0.3)
-    paths = [plot.save_figure(fig, out_dir / "phase_diagram.png")]
+    paths = [tp.plot.save_figure(fig, out_dir / "phase_diagram.png")]
 
     if cfg.d == 2 and res["hist_angles"].size:
         hb, ht, ang = res["hist_betas"], res["hist_ts"], res["hist_angles"]
@@ -180,7 +177,7 @@ def figures(res: Result, cfg: PhaseDiagramConfig, out_dir) -> list:
             ax.set_xlabel("angle θ_i on S^1")
         fig.suptitle(f"token angles, one uniform start, n = {cfg.n}")
         fig.tight_layout()
-        paths.append(plot.save_figure(fig, out_dir / "angle_histograms.png"))
+        paths.append(tp.plot.save_figure(fig, out_dir / "angle_histograms.png"))
     return paths
 
 

@@ -15,17 +15,13 @@ from __future__ import annotations
 import dataclasses
 from typing import Annotated
 
-import jax
 import numpy as np
 from annotated_types import Ge
 
-from .. import plot
-from ..diagnostics import mean_overlap
-from ..models import uniform_sphere
-from ..models.random_heads import GaussianHeads, expected_head
+import transformer_pde as tp
+
+from .._lazy import jax
 from ..runs.result import Result, grid
-from ..solvers.random_heads import diffusive_chain, sde
-from ..theory.random_heads import logistic
 from ._base import Experiment, register
 from ._options import Options
 from ._progress import progress_bar
@@ -72,21 +68,23 @@ class RandomHeadsConfig(Options):
 
 
 def compute(cfg: RandomHeadsConfig, progress: bool = False) -> Result:
+    from ..solvers.random_heads import diffusive_chain, sde  # not a name of tp.solvers: imported here
+
     key = jax.random.key(cfg.seed)
     k_x, k_b, k_sde, k_chain, k_log = jax.random.split(key, 5)
-    x0 = uniform_sphere(k_x, cfg.n, cfg.d)
-    heads = GaussianHeads(cfg.d, beta=cfg.beta)
+    x0 = tp.uniform_sphere(k_x, cfg.n, cfg.d)
+    heads = tp.GaussianHeads(cfg.d, beta=cfg.beta)
     bar = progress_bar(progress, total=3 + len(cfg.depths) + len(cfg.logistic_dims), desc="random-heads")
     # 1. drift
-    b, b_se = expected_head(k_b, heads, x0, cfg.drift_samples)
-    b1, b1_se = expected_head(k_b, GaussianHeads(cfg.d, beta=cfg.beta, v_mean=1.0), x0,
+    b, b_se = tp.models.random_heads.expected_head(k_b, heads, x0, cfg.drift_samples)
+    b1, b1_se = tp.models.random_heads.expected_head(k_b, tp.GaussianHeads(cfg.d, beta=cfg.beta, v_mean=1.0), x0,
                                  cfg.drift_samples)
     bar.update(2)
     # 2. weak error, chain vs SDE at s1
     sde_x = jax.lax.map(lambda k: sde(k, heads, x0, cfg.s1, cfg.s1 / cfg.sde_steps,
                                          num_nodes=cfg.sde_nodes)[-1],
                         jax.random.split(k_sde, cfg.sde_paths), batch_size=256)
-    m_sde = np.asarray(mean_overlap(sde_x))
+    m_sde = np.asarray(tp.diagnostics.mean_overlap(sde_x))
     bar.update()
     depths = np.asarray(cfg.depths)
     m_chain, se_chain = [], []
@@ -94,7 +92,7 @@ def compute(cfg: RandomHeadsConfig, progress: bool = False) -> Result:
         keys = jax.random.split(jax.random.fold_in(k_chain, i), cfg.chain_paths)
         xs = jax.lax.map(lambda k, L=int(L): diffusive_chain(k, heads, x0, cfg.s1, L, cfg.num_heads)[-1],
                          keys, batch_size=1024)
-        m = np.asarray(mean_overlap(xs))
+        m = np.asarray(tp.diagnostics.mean_overlap(xs))
         m_chain.append(m.mean())
         se_chain.append(m.std(ddof=1) / np.sqrt(len(m)))
         bar.update()
@@ -110,15 +108,15 @@ def compute(cfg: RandomHeadsConfig, progress: bool = False) -> Result:
     s_grid = np.linspace(0, cfg.logistic_s1, 11)
     m_log, u_log, se_log = [], [], []
     for i, d in enumerate(dims):
-        hd = GaussianHeads(int(d), beta=cfg.logistic_beta, sigma_A=float(d) ** -0.5)
-        y0 = uniform_sphere(jax.random.fold_in(k_log, 100 + i), cfg.logistic_n, int(d))
+        hd = tp.GaussianHeads(int(d), beta=cfg.logistic_beta, sigma_A=float(d) ** -0.5)
+        y0 = tp.uniform_sphere(jax.random.fold_in(k_log, 100 + i), cfg.logistic_n, int(d))
         keys = jax.random.split(jax.random.fold_in(k_log, i), cfg.logistic_paths)
         xs = jax.vmap(lambda k, hd=hd, y0=y0: diffusive_chain(k, hd, y0, cfg.logistic_s1, cfg.logistic_layers,
                                                    save_every=cfg.logistic_layers // 10))(keys)
-        m = np.asarray(mean_overlap(xs))
+        m = np.asarray(tp.diagnostics.mean_overlap(xs))
         m_log.append(m.mean(0))
         se_log.append(m.std(0, ddof=1) / np.sqrt(m.shape[0]))
-        u_log.append(logistic(float(m[0, 0]), s_grid))
+        u_log.append(tp.theory.random_heads.logistic(float(m[0, 0]), s_grid))
         bar.update()
     bar.close()
     m_log, u_log, se_log = np.stack(m_log), np.stack(u_log), np.stack(se_log)
@@ -129,7 +127,7 @@ def compute(cfg: RandomHeadsConfig, progress: bool = False) -> Result:
         "depths": depths, "m_chain": m_chain, "se_chain": se_chain,
         "m_sde": np.asarray(m_sde.mean()), "se_sde": np.asarray(se_sde),
         "weak_error": err, "weak_error_se": se_err, "weak_slope": np.asarray(slope),
-        "m0": np.asarray(mean_overlap(x0)),
+        "m0": np.asarray(tp.diagnostics.mean_overlap(x0)),
         "logistic_dims": dims, "logistic_s": s_grid, "logistic_m": m_log, "logistic_se": se_log,
         "logistic_u": u_log, "logistic_err": np.abs(m_log - u_log).max(1),
     }
@@ -175,7 +173,7 @@ def figures(res: Result, cfg: RandomHeadsConfig, out_dir) -> list:
     ax.set_title(f"mean overlap, β={cfg.logistic_beta:g}: error ~ 1/d")
     ax.legend(fontsize=8)
     ax.grid(alpha=0.3)
-    return [plot.save_figure(fig, out_dir / "random_heads.png")]
+    return [tp.plot.save_figure(fig, out_dir / "random_heads.png")]
 
 
 register(Experiment(

@@ -40,16 +40,13 @@ from __future__ import annotations
 import dataclasses
 from typing import Annotated, Literal
 
-import diffrax
-import jax
 import numpy as np
 from annotated_types import Ge, Gt, Interval
 
-from .. import plot
-from ..measures import Gaussian
-from ..models import L2Attention, SoftmaxAttention
+import transformer_pde as tp
+
+from .._lazy import diffrax, jax
 from ..runs.result import Result
-from ..solvers import solve
 from ._base import Experiment, register
 from ._options import Options
 from ._progress import progress_bar
@@ -110,7 +107,7 @@ def draw(d: int, runs: int, seed: int):
 
 
 def _attention(variant, Q, V, d):
-    cls = SoftmaxAttention if variant == "softmax" else L2Attention
+    cls = tp.SoftmaxAttention if variant == "softmax" else tp.L2Attention
     return cls(Q, -Q, V, 1 / np.sqrt(d))
 
 
@@ -165,7 +162,7 @@ def limit_rank(attention, cov0, cfg: RankConfig, pid=None) -> dict:
                    diffrax.PIDController(rtol=cfg.late_rtol, atol=1e-3 * cfg.late_rtol)]
 
     def run(saves, controller):
-        return solve(attention, Gaussian(np.zeros(d), cov0), t1=saves[-1], dt0=1e-3,
+        return tp.solve(attention, tp.Gaussian(np.zeros(d), cov0), t1=saves[-1], dt0=1e-3,
                      solver=diffrax.Kvaerno5(), stepsize_controller=controller, max_steps=cfg.max_steps,
                      throw=False, saveat=saves)
 
@@ -265,7 +262,7 @@ def figures(res: Result, cfg: RankConfig, out_dir) -> list:
             ax.legend(fontsize=8)
     fig.suptitle(f"Q ∈ R^{{⌊d/2⌋×d}}, K = −Q: limit ranks ≤ ⌈d/2⌉ (decided by t ≤ {cfg.t_max:g})")
     fig.tight_layout()
-    return [plot.save_figure(fig, out_dir / "rank_histograms.png")]
+    return [tp.plot.save_figure(fig, out_dir / "rank_histograms.png")]
 
 
 register(Experiment(

@@ -15,18 +15,13 @@ from __future__ import annotations
 import dataclasses
 from typing import Annotated
 
-import diffrax
-import jax
-import jax.numpy as jnp
 import numpy as np
 from annotated_types import Ge, Gt
 
-from .. import plot
-from ..diagnostics import cluster_count
-from ..models import SoftmaxAttention, Sphere, uniform_sphere
+import transformer_pde as tp
+
+from .._lazy import diffrax, jax, jnp
 from ..runs.result import Result, grid
-from ..solvers import solve
-from ..sweeps import first_time, heatmap, sweep
 from ._base import Experiment, register
 from ._options import Options
 from ._progress import progress_bar
@@ -60,12 +55,12 @@ def compute(cfg: SweepPhaseConfig, progress: bool = False) -> Result:
     ts = jnp.linspace(0.0, cfg.t1, cfg.num_saves)
 
     def run(beta, seed, d):
-        x0 = uniform_sphere(jax.random.key(seed), cfg.n, d)
-        dyn = Sphere(SoftmaxAttention.identity(d, beta))
+        x0 = tp.uniform_sphere(jax.random.key(seed), cfg.n, d)
+        dyn = tp.Sphere(tp.SoftmaxAttention.identity(d, beta))
         # float counts: diffrax pre-fills unsaved slots with inf
-        sol = solve(dyn, x0, t1=cfg.t1, dt0=cfg.dt, saveat=diffrax.SaveAt(
-            ts=ts, fn=lambda t, x, args: cluster_count(x, cfg.threshold).astype(ts.dtype)))
-        return {"clusters": sol.stats, "t_one": first_time(ts, sol.stats == 1)}
+        sol = tp.solve(dyn, x0, t1=cfg.t1, dt0=cfg.dt, saveat=diffrax.SaveAt(
+            ts=ts, fn=lambda t, x, args: tp.diagnostics.cluster_count(x, cfg.threshold).astype(ts.dtype)))
+        return {"clusters": sol.stats, "t_one": tp.sweeps.first_time(ts, sol.stats == 1)}
 
     betas = np.linspace(cfg.beta_min, cfg.beta_max, cfg.num_beta)
     with progress_bar(progress, total=len(cfg.dims), desc="sweep-phase (dimensions)") as bar:
@@ -73,7 +68,7 @@ def compute(cfg: SweepPhaseConfig, progress: bool = False) -> Result:
             bar.update()
             bar.note(line)
 
-        out = sweep(run, {"beta": betas, "seed": np.arange(cfg.seeds)}, static={"d": list(cfg.dims)},
+        out = tp.sweep(run, {"beta": betas, "seed": np.arange(cfg.seeds)}, static={"d": list(cfg.dims)},
                     chunk_size=cfg.chunk_size or None, progress=report)
     t_one = out["t_one"]
     arrays = {
@@ -105,13 +100,13 @@ def figures(res: Result, cfg: SweepPhaseConfig, out_dir) -> list:
 
     med = np.where(np.isfinite(res["median_t_one"]), res["median_t_one"], np.nan)
     fig, axes = plt.subplots(1, 3, figsize=(16, 4.4), layout="constrained")
-    heatmap(labelled(med, "median time to one cluster"), "beta", "d", ax=axes[0], log_color=True)
+    tp.heatmap(labelled(med, "median time to one cluster"), "beta", "d", ax=axes[0], log_color=True)
     axes[0].set_title(f"median time to one cluster (blank: > t1 = {cfg.t1:g})")
-    heatmap(labelled(res["fraction_one"], "fraction in one cluster by t1"),
+    tp.heatmap(labelled(res["fraction_one"], "fraction in one cluster by t1"),
             "beta", "d", ax=axes[1], cmap="magma", vmin=0, vmax=1)
     axes[1].set_title(f"fraction of {cfg.seeds} seeds in one cluster by t1")
     mean_final = res["final_clusters"].mean(axis=-1)
-    heatmap(labelled(mean_final, "clusters at t1 (mean)"), "beta", "d",
+    tp.heatmap(labelled(mean_final, "clusters at t1 (mean)"), "beta", "d",
             ax=axes[2], cmap="cividis", annotate=True, fmt="{:.1f}")
     axes[2].set_title("clusters at t1 (seed mean)")
     for ax in axes:
@@ -119,7 +114,7 @@ def figures(res: Result, cfg: SweepPhaseConfig, out_dir) -> list:
         ax.set_xlabel("β")
     fig.suptitle(f"SA on S^(d-1), n = {cfg.n}: (β, d) phase diagram, {cfg.num_beta}×{cfg.seeds} "
                  "points per vmapped sweep")
-    return [plot.save_figure(fig, out_dir / "sweep-phase.png")]
+    return [tp.plot.save_figure(fig, out_dir / "sweep-phase.png")]
 
 
 register(Experiment(
