@@ -114,8 +114,7 @@ class NormalizationConfig(Options):
         if self.ngpt_alpha * self.step > 1:
             raise ValueError(f"nGPT needs ngpt_alpha * step <= 1 (its layer interpolates between x and "
                              f"N(A(x))), got {self.ngpt_alpha} * {self.step}")
-        for name in ("schemes", "masks", "betas"):
-            values = getattr(self, name)
+        for name, values in (("schemes", self.schemes), ("masks", self.masks), ("betas", self.betas)):
             if len(set(values)) != len(values):
                 raise ValueError(f"{name} lists a value twice: {values}")
 
