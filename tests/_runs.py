@@ -15,7 +15,8 @@ import os
 import shutil
 
 from transformer_pde.experiments import get
-from transformer_pde.experiments._runner import load_run, read_metadata, run_experiment
+from transformer_pde.runs import load_run, run_experiment
+from transformer_pde.runs.directory import read_metadata
 
 _CACHE: dict = {}
 
@@ -40,6 +41,6 @@ def tiny_run(name: str, tmp_path_factory):
                 shutil.rmtree(run_dir, ignore_errors=True)  # a failed attempt: start afresh
                 exp = get(name)
                 run_experiment(exp, exp.make_config(**exp.tiny), run_dir, progress=False)
-        _, config, result = load_run(run_dir)
+        _, config, result = load_run(run_dir, get)
         _CACHE[name] = (result, config, run_dir)
     return _CACHE[name]

@@ -25,11 +25,16 @@ jax.config.update("jax_numpy_rank_promotion", "raise")
 
 with install_import_hook("transformer_pde",
                          "beartype.beartype(conf=beartype.BeartypeConf(is_pep484_tower=True))"):
-    # everything imported here is checked: the library, the experiments (they register on
-    # import) and the CLI
-    import transformer_pde  # noqa: F401
-    import transformer_pde.cli  # noqa: F401
-    import transformer_pde.experiments  # noqa: F401
+    # everything imported here is checked: every module of the package (the package itself
+    # imports its submodules lazily, on first use, which would be after this block), the
+    # experiments (they register on import) and the CLI
+    import importlib
+    import pkgutil
+
+    import transformer_pde
+
+    for _module in pkgutil.walk_packages(transformer_pde.__path__, "transformer_pde."):
+        importlib.import_module(_module.name)
 
 
 @pytest.fixture(autouse=True)

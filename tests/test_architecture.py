@@ -12,12 +12,13 @@ PKG = Path(__file__).resolve().parents[1] / "transformer_pde"
 
 # rooms, lowest first; a module may import its own room and rooms listed before it
 LAYERS = [
-    {"_types", "_checks", "_io", "_linalg", "params", "measures"},
+    {"_types", "_checks", "_io", "_lazy", "_linalg", "params", "measures"},
     {"kernels"},
     {"models"},
     {"solvers"},
     {"diagnostics", "theory"},
     {"sweeps", "fitting", "convergence", "statistics", "plot"},
+    {"runs"},
     {"experiments"},
     {"cli"},
 ]
@@ -133,6 +134,20 @@ def test_importing_the_library_does_not_import_experiments():
             "print(any(m.startswith('transformer_pde.experiments') for m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
+
+
+def test_the_package_imports_lazily_and_exports_every_model():
+    """``import transformer_pde`` loads no submodule and no JAX (the CLI prints text without them);
+    ``tp.X`` loads X's module on first use, and every name of models.__all__ is one of tp's."""
+    code = ("import sys, transformer_pde as tp; heavy = sorted(m for m in sys.modules if m.split('.')[0] in "
+            "('jax', 'numpy', 'diffrax', 'equinox') or m.startswith('transformer_pde.')); print(heavy); "
+            "tp.SoftmaxAttention; print('jax' in sys.modules, 'transformer_pde.models' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.split("\n")[:2] == ["[]", "True True"], out.stdout
+    import transformer_pde as tp
+
+    assert set(tp.models.__all__) <= set(tp.__all__)
+    assert set(dir(tp)) >= set(tp.__all__)
 
 
 def test_module_names_are_not_shadowed():

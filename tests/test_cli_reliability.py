@@ -39,10 +39,10 @@ from test_validation import assert_one_line_error
 
 import transformer_pde as tp
 from transformer_pde import cli
-from transformer_pde.experiments import REGISTRY, Experiment, Result, _runner
+from transformer_pde.experiments import REGISTRY, Experiment, Result
 from transformer_pde.experiments._options import Options
-from transformer_pde.experiments._runner import RunInterrupted
-from transformer_pde.solvers.checkpoint import Checkpoint
+from transformer_pde.runs import Checkpoint, SignalReceived
+from transformer_pde.runs import run as runner
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -169,14 +169,14 @@ def test_same_command_continues_an_unfinished_run_and_debug_shows_the_traceback(
 
 def test_a_signal_as_the_run_completes_leaves_a_complete_run(fake, tmp_path, capsys, monkeypatch):
     out = tmp_path / "run"
-    real = _runner.save_json
+    real = runner.save_json
 
     def save_json(path, obj):
         if isinstance(obj, dict) and obj.get("status") == "complete":
             signal.getsignal(signal.SIGTERM)(signal.SIGTERM, None)  # lands in the final writes
         real(path, obj)
 
-    monkeypatch.setattr(_runner, "save_json", save_json)
+    monkeypatch.setattr(runner, "save_json", save_json)
     assert cli.main(["run", "fake-exp", "--out", str(out)]) == 0
     assert "SIGTERM arrived as the run completed; the run is complete" in capsys.readouterr().err
     assert json.loads((out / "metadata.json").read_text())["status"] == "complete"
@@ -249,7 +249,7 @@ def test_a_signal_swallowed_in_a_gc_callback_still_stops_the_run(small_reference
     monkeypatch.setattr(Checkpoint, "write_chunk", write)
     with pytest.raises(SystemExit) as e:
         cli.main(["run", *SMALL, "--out", str(out)])
-    assert swallowed == [RunInterrupted]  # the exception never reached the run...
+    assert swallowed == [SignalReceived]  # the exception never reached the run...
     assert e.value.code == 128 + signal.SIGTERM  # ...the signal stopped it all the same
     err = capsys.readouterr().err
     assert_one_line_error(err, rf"interrupted \(SIGTERM\); .*transformer-pde run --resume {re.escape(str(out))}")

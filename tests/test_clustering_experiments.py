@@ -94,7 +94,7 @@ def test_phase_diagram_default_size():
 def test_equiangular_against_scipy(runs):
     from scipy.integrate import solve_ivp
 
-    from transformer_pde.experiments.equiangular import equiangular_start
+    from transformer_pde.theory.equiangular import equiangular_start
 
     data, cfg, d = runs("equiangular")
     n, ts = cfg.n, data["ts"]

@@ -103,6 +103,7 @@ def test_rank_histograms_no_longer_counts_a_shrinking_eigenvalue():
     import diffrax
     import jax
 
+    import transformer_pde as tp
     from transformer_pde.experiments import rank_histograms as rh
 
     cfg = experiments.get("rank-histograms").make_config(t_max=1e7)
@@ -115,7 +116,7 @@ def test_rank_histograms_no_longer_counts_a_shrinking_eigenvalue():
     assert lam[0] < 1e-4 < 0.1 < lam[1]  # the vanishing one, and the two that persist
     # at t_long = 1e5 the old rule counted 3; the new one is undecided (integrate on)
     with jax.enable_x64(True):
-        sol = rh.solve(rh._attention("softmax", Q[58], V[58], 3), rh.Gaussian(np.zeros(3), S0[58]),
+        sol = tp.solve(rh._attention("softmax", Q[58], V[58], 3), tp.Gaussian(np.zeros(3), S0[58]),
                        t1=cfg.t_long, dt0=1e-3, solver=diffrax.Kvaerno5(), stepsize_controller=pid,
                        max_steps=cfg.max_steps, throw=False, saveat=cfg.decades[:3])
     covs = np.asarray(sol.covs)

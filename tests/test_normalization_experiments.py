@@ -200,7 +200,7 @@ def test_five_token_circle_movie(tmp_path):
     exp = get("clustering")
     cfg = exp.make_config(start="kinetic", n=5, d=2, beta=4.0, t1=400.0, dt=0.1, models=("SA",),
                           scheme="post-ln", solver="euler", num_saves=4001, animate=False)
-    res = exp.compute(cfg, False, checkpoint=tp.Checkpoint(tmp_path, every=4000))  # one chunk
+    res = exp.compute(cfg, False, checkpoint=tp.runs.Checkpoint(tmp_path, every=4000))  # one chunk
     xs, counts, ts = res["xs_SA"], res["clusters_SA"], res["ts"]
     angle = np.degrees(np.arctan2(xs[-1, :, 1], xs[-1, :, 0]))
     assert np.ptp(angle) < 1e-10 and round(float(angle.mean()), 2) == 105.52

@@ -14,19 +14,18 @@ from typing import Annotated
 import numpy as np
 import pytest
 from _runs import tiny_run
+from annotated_types import Ge, Gt, Interval, MultipleOf
 
 from transformer_pde import cli
 from transformer_pde.experiments import REGISTRY, Experiment, Result, get
 from transformer_pde.experiments._base import config_to_toml, load_toml
 from transformer_pde.experiments._options import (
     COMMON_HELP,
-    Above,
-    AtLeast,
-    Between,
     Options,
     option_bounds,
     option_docs,
 )
+from transformer_pde.runs import run_info
 
 
 def _no_compute(*args, **kwargs):
@@ -58,6 +57,19 @@ def test_tiny_run_draws_and_plot_redraws_from_saved_data(name, tmp_path_factory,
         for dim in ds.dims:  # every swept axis is named and, where it has values, labelled
             if dim in ds.coords:
                 assert ds[dim].size == ds.sizes[dim]
+    info = run_info(run_dir)  # transformer-pde info names the grids and how to open them
+    assert all(repr(g) in info for g in result.grids)
+    assert ("group=NAME" in info) == (len(result.grids) > 1)
+    if result.grids:  # opened without a group, results.nc is the one grid, or lists the groups
+        import xarray as xr
+
+        with xr.open_dataset(run_dir / "results.nc", engine="h5netcdf") as root:
+            if len(result.grids) == 1:
+                (only,) = result.grids.values()
+                assert root.attrs["grid"] == meta["grid_names"][0] and set(root.data_vars) == set(only.data_vars)
+            else:
+                assert list(root["grids"].values) == list(result.grids) == meta["grid_names"]
+                assert "group=NAME" in root.attrs["description"]
 
     # redraw from disk into another directory, with compute disabled: the same files, byte for byte
     monkeypatch.setitem(REGISTRY, name, dataclasses.replace(exp, compute=_no_compute))
@@ -74,7 +86,7 @@ def test_grids_hold_the_saved_arrays(tmp_path_factory):
     import xarray as xr
 
     result, cfg, run_dir = tiny_run("sweep-phase", tmp_path_factory)
-    ds = xr.open_dataset(run_dir / "results.nc", group="sweep", engine="h5netcdf")
+    ds = xr.open_dataset(run_dir / "results.nc", engine="h5netcdf")  # the run's one grid, "sweep"
     try:
         assert ds["clusters"].dims == ("d", "beta", "seed", "t")
         np.testing.assert_array_equal(ds["clusters"].values, result["clusters"])
@@ -118,11 +130,13 @@ def test_resumability_is_declared():
 
 
 def test_compute_must_return_a_result(tmp_path):
-    from transformer_pde.experiments._runner import run_experiment
+    from transformer_pde.runs import FailedRun, run_experiment
 
     exp = dataclasses.replace(get("kde-modes"), compute=lambda cfg, progress: {"a": np.zeros(2)})
-    with pytest.raises(ValueError, match="compute must return a Result, got dict"):
+    with pytest.raises(FailedRun) as failed:  # the run had started: a failed run, by type
         run_experiment(exp, exp.make_config(), tmp_path, progress=False)
+    assert failed.value.run_dir == tmp_path and isinstance(failed.value.cause, ValueError)
+    assert "compute must return a Result, got dict" in str(failed.value.cause)
     assert json.loads((tmp_path / "metadata.json").read_text())["status"] == "failed"
 
 
@@ -210,25 +224,40 @@ def test_configs_check_their_types_when_built_in_python():
 
 
 def test_ranges_are_declared_with_the_options_and_checked_together():
-    """A field's range lives in its annotation (``Annotated[int, AtLeast(2)]``): every failing
-    option is named with its value, list items included, and ``--help`` shows the range."""
+    """A field's range lives in its annotation, in annotated-types' vocabulary
+    (``Annotated[int, Ge(2)]``): every failing option is named with its value, list items
+    included, and ``--help`` shows the range."""
     @dataclasses.dataclass(frozen=True)
     class Cfg(Options):
-        n: Annotated[int, AtLeast(2)] = 4
+        n: Annotated[int, Ge(2)] = 4
         """Tokens."""
-        t1: Annotated[float, Above(0)] = 1.0
-        ratios: Annotated[tuple[float, ...], Between(0, 1, closed="(]", why="a fraction")] = (0.5,)
+        t1: Annotated[float, Gt(0)] = 1.0
+        ratios: Annotated[tuple[float, ...], Interval(gt=0, le=1)] = (0.5,)
         seed: int = 0
 
-    assert option_bounds(Cfg) == {"n": (AtLeast(2),), "t1": (Above(0),),
-                                  "ratios": (Between(0, 1, "(]", "a fraction"),)}
+    assert option_bounds(Cfg) == {"n": (Ge(2),), "t1": (Gt(0),), "ratios": tuple(Interval(gt=0, le=1))}
     docs = option_docs(Cfg)  # the docstring under a field, else the shared help of common options
     assert docs["n"] == "Tokens." and docs["seed"] == COMMON_HELP["seed"] and "ratios" not in docs
     assert Cfg(n=2, t1=1e-9, ratios=(1.0, 1e-9)).n == 2  # the bounds themselves: >= and (0, 1]
     with pytest.raises(ValueError, match=r"^need n >= 2, t1 > 0; got n=1, t1=0.0$"):
         Cfg(n=1, t1=0.0)
-    with pytest.raises(ValueError, match=r"need ratios in \(0, 1\] \(a fraction\); got ratios=0.5,0.0"):
+    with pytest.raises(ValueError, match=r"need ratios in \(0, 1\]; got ratios=0.5,0.0"):
         Cfg(ratios=(0.5, 0.0))
     with pytest.raises(ValueError, match=r"ratios in \(0, 1\]"):
         Cfg(ratios=(1.5,))
+
+    @dataclasses.dataclass(frozen=True)
+    class Unsupported(Options):
+        n: Annotated[int, MultipleOf(2)] = 4
+
+    with pytest.raises(TypeError, match=r"option ranges are Ge, Gt, Le, Lt or Interval, got MultipleOf"):
+        Unsupported()  # a constraint the options would not check is refused, never ignored
+
+
+@pytest.mark.parametrize("name", sorted(REGISTRY))
+def test_every_option_has_help(name):
+    """``run NAME --help`` explains every option: its docstring, or the shared help of a common one."""
+    exp = get(name)
+    docs = option_docs(exp.config)
+    assert not [f.name for f in dataclasses.fields(exp.config) if not docs.get(f.name)]
 

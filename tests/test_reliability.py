@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 import transformer_pde as tp
-from transformer_pde.solvers.checkpoint import run_fingerprint, solve_checkpointed
+from transformer_pde.runs import Checkpoint, run_fingerprint, solve_checkpointed
 
 X0 = tp.uniform_sphere(jax.random.key(0), 16, 3)
 SA = tp.SoftmaxAttention.identity(3, 1.0)
@@ -82,7 +82,7 @@ def test_beta_that_overflows_float32_is_refused_at_construction():
 @pytest.fixture()
 def checkpointed(tmp_path):
     ts = jnp.linspace(0.0, 1.0, 5)
-    ck = tp.Checkpoint(tmp_path, every=2)
+    ck = Checkpoint(tmp_path, every=2)
     dyn = tp.Sphere(SA)
     first = solve_checkpointed(dyn, X0, t1=1.0, dt0=0.1, saveat=ts, checkpoint=ck)
     return dyn, ts, ck, first

@@ -16,12 +16,12 @@ import numpy as np
 import pytest
 
 from transformer_pde import cli
+from transformer_pde._io import npz_bytes
 from transformer_pde.experiments import get
 from transformer_pde.experiments._base import load_toml
-from transformer_pde.experiments._runner import npz_bytes
 
 ROOT = Path(__file__).resolve().parents[1]
-TINY = ["--n", "16", "--d", "2", "--t1", "2.0", "--dt", "0.1", "--num_saves", "5", "--no-animate", "--no-progress"]
+TINY = ["--n", "16", "--d", "2", "--t1", "2.0", "--dt", "0.1", "--num-saves", "5", "--no-animate", "--no-progress"]
 
 
 def _run(out: Path, *extra: str, name: str | None = "clustering") -> Path:

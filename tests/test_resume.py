@@ -2,7 +2,7 @@
 
 The oracle is the uninterrupted run of the same command: a resumed run must end with a
 byte-identical ``data.npz`` (same machine). Library-level tests check the same property for
-:func:`tp.solvers.checkpoint.solve_checkpointed` in-process, plus the checkpoint's refusal to mix runs.
+:func:`tp.runs.solve_checkpointed` in-process, plus the checkpoint's refusal to mix runs.
 """
 
 from __future__ import annotations
@@ -23,13 +23,13 @@ import numpy as np
 import pytest
 
 import transformer_pde as tp
-from transformer_pde.solvers.checkpoint import Checkpoint, solve_checkpointed
+from transformer_pde.runs import Checkpoint, InterruptedRun, solve_checkpointed
 
 ROOT = Path(__file__).resolve().parents[1]
 
 # ~800 Tsit5 steps of 256 tokens in 21 checkpointed chunks; d=2 keeps the figure cheap.
 OPTIONS = ["--models", "SA", "--no-animate", "--n", "256", "--d", "2", "--t1", "40", "--dt", "0.05",
-           "--num_saves", "41",
+           "--num-saves", "41",
            "--checkpoint-every", "2", "--no-progress"]
 NUM_CHUNKS = 21  # ceil(41 / 2)
 
@@ -86,7 +86,7 @@ def _signal_when(proc, ready, sig: int) -> tuple[int, str]:
 _SIGNAL_AFTER_CHUNK = """
 import os, sys
 from transformer_pde.cli import main
-from transformer_pde.solvers.checkpoint import Checkpoint
+from transformer_pde.runs import Checkpoint
 
 write_chunk = Checkpoint.write_chunk
 
@@ -237,9 +237,10 @@ def test_checkpoint_refuses_a_different_run(tmp_path):
 
 
 def test_interrupted_runner_leaves_consistent_directory(tmp_path):
-    """An exception inside compute (as SIGINT raises KeyboardInterrupt) marks the run."""
+    """An exception inside compute (as SIGINT raises KeyboardInterrupt) marks the run, and
+    the runner says so by type (InterruptedRun)."""
     from transformer_pde.experiments import get
-    from transformer_pde.experiments._runner import run_experiment
+    from transformer_pde.runs import run_experiment
 
     exp = get("clustering")
     # chunks of 10, 10, 1 save intervals
@@ -253,10 +254,12 @@ def test_interrupted_runner_leaves_consistent_directory(tmp_path):
 
     Checkpoint.write_chunk = interrupt
     try:
-        with pytest.raises(KeyboardInterrupt):
+        with pytest.raises(InterruptedRun) as stopped:
             run_experiment(exp, cfg, tmp_path, progress=False)
     finally:
         Checkpoint.write_chunk = real
+    assert stopped.value.run_dir == tmp_path and stopped.value.signum == signal.SIGINT
+    assert isinstance(stopped.value.__cause__, KeyboardInterrupt)
     meta = json.loads((tmp_path / "metadata.json").read_text())
     assert meta["status"] == "interrupted" and not (tmp_path / "data.npz").exists()
     # only this run continues there: other options are refused, naming the difference

@@ -24,7 +24,7 @@ import transformer_pde as tp
 from transformer_pde import cli
 from transformer_pde._io import lock_directory
 from transformer_pde.experiments import get as get_experiment
-from transformer_pde.solvers.checkpoint import Checkpoint, solve_checkpointed
+from transformer_pde.runs import Checkpoint, solve_checkpointed
 
 ROOT = Path(__file__).resolve().parents[1]
 

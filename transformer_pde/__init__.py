@@ -6,59 +6,99 @@ follows the continuity equation ∂_t μ + div(μ Γ_μ) = 0 (spec: ``shared/spe
 The house, by role (``docs/architecture.md``): :mod:`.kernels` (pair reductions) →
 :mod:`.models` (every dynamics) → :mod:`.solvers` (the one place that integrates) →
 :mod:`.diagnostics` and :mod:`.theory` (functions of states; closed forms) →
-:mod:`.sweeps`, :mod:`.fitting`, :mod:`.convergence`, :mod:`.statistics` → :mod:`.experiments` →
-:mod:`.cli`.
-Importing the package does not import the experiments.
+:mod:`.sweeps`, :mod:`.fitting`, :mod:`.convergence`, :mod:`.statistics` → :mod:`.runs` (run directories,
+resumable solves) → :mod:`.experiments` → :mod:`.cli`.
+
+Importing the package imports nothing else (PEP 562): a submodule, or a name it exports
+(``tp.solve``, ``tp.SoftmaxAttention``), is imported on first access, so the command line can
+print text without loading JAX. Importing the package never imports the experiments.
 """
 
-from . import convergence, diagnostics, kernels, models, plot, solvers, statistics, theory
-from ._checks import NonFiniteStateError
-from .fitting import FitResult, checkpointed_adjoint, fit
-from .models import *  # noqa: F403  (every dynamics is top-level: tp.SoftmaxAttention; list in models)
-from .params import PiecewiseConstant
-from .solvers import (
-    BlowUp,
-    Coupled,
-    Gaussian,
-    GaussianSolution,
-    Particles,
-    Retracted,
-    Solution,
-    Tracers,
-    layers,
-    solve,
-)
-from .solvers.checkpoint import Checkpoint
-from .sweeps import heatmap, sweep
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING
 
 __version__ = "0.1.0"
 
-__all__ = [
-    "BlowUp",
-    "Checkpoint",
-    "Coupled",
-    "FitResult",
-    "Gaussian",
-    "GaussianSolution",
-    "NonFiniteStateError",
-    "Particles",
-    "PiecewiseConstant",
-    "Retracted",
-    "Solution",
-    "Tracers",
-    "checkpointed_adjoint",
-    "convergence",
-    "diagnostics",
-    "fit",
-    "heatmap",
-    "kernels",
-    "layers",
-    "models",
-    "plot",
-    "solve",
-    "solvers",
-    "statistics",
-    "sweep",
-    "theory",
-]
-__all__ += models.__all__
+_SUBMODULES = ("convergence", "diagnostics", "fitting", "kernels", "models", "params", "plot", "runs",
+               "solvers", "statistics", "sweeps", "theory")
+
+# exported name -> the module that defines it (the models' names are listed by models.__all__;
+# tests/test_architecture.py checks the two lists agree)
+_NAMES = {
+    "NonFiniteStateError": "._checks",
+    "FitResult": ".fitting", "checkpointed_adjoint": ".fitting", "fit": ".fitting",
+    "PiecewiseConstant": ".params",
+    "Result": ".runs",
+    "BlowUp": ".solvers", "Coupled": ".solvers", "Gaussian": ".solvers", "GaussianSolution": ".solvers",
+    "Particles": ".solvers", "Retracted": ".solvers", "Solution": ".solvers", "Tracers": ".solvers",
+    "layers": ".solvers", "solve": ".solvers",
+    "heatmap": ".sweeps", "sweep": ".sweeps",
+}
+_MODEL_NAMES = (
+    "AbstractActivation", "AbstractKernelAttention", "AbstractAttention", "AbstractBilinearAttention",
+    "AbstractCausalAttention", "AbstractDynamics", "AbstractFieldAttention", "AbstractGaussianClosure",
+    "AbstractManifoldDynamics", "AbstractNormalizationScheme", "AbstractNormalizedAttention",
+    "AbstractPotentialActivation", "AbstractRetractedDynamics", "AbstractRetraction",
+    "AbstractSwitched", "AttentionPerceptron", "Block", "CausalL2Attention", "CausalMultiHeadAttention",
+    "CausalSigmoidAttention", "CausalSoftmaxAttention", "CausalUnnormalizedAttention", "CommonNoiseSDE",
+    "GaussianHeads", "L2Attention", "LNScaling", "LitMCircle", "MLP", "MeanShift", "MixLN",
+    "MultiHeadAttention", "NGPT", "Norm", "PerceptronBlock", "PeriLN", "PostLN", "PreLN", "RandomBatch",
+    "RandomHeadsField", "ReLU", "RescaledSoftmax", "Sharded", "SigmoidAttention", "SinkhornAttention",
+    "SinkhornPotentials", "SoftmaxAttention", "Softplus", "Sphere", "SphereBlock", "Switched",
+    "UnitSphere", "UnnormalizedAttention", "cap_sample", "normalize", "num_post_layers", "polar",
+    "polar_velocity", "sharding", "tangent_projection", "uniform_sphere",
+)
+_NAMES.update(dict.fromkeys(_MODEL_NAMES, ".models"))
+
+__all__ = sorted(_NAMES) + [m for m in _SUBMODULES if m != "params"]
+
+if TYPE_CHECKING:  # what static tools see: the same names, imported eagerly
+    from . import (  # noqa: F401
+        convergence,
+        diagnostics,
+        fitting,
+        kernels,
+        models,
+        params,
+        plot,
+        runs,
+        solvers,
+        statistics,
+        sweeps,
+        theory,
+    )
+    from ._checks import NonFiniteStateError  # noqa: F401
+    from .fitting import FitResult, checkpointed_adjoint, fit  # noqa: F401
+    from .models import *  # noqa: F403
+    from .params import PiecewiseConstant  # noqa: F401
+    from .runs import Result  # noqa: F401
+    from .solvers import (  # noqa: F401
+        BlowUp,
+        Coupled,
+        Gaussian,
+        GaussianSolution,
+        Particles,
+        Retracted,
+        Solution,
+        Tracers,
+        layers,
+        solve,
+    )
+    from .sweeps import heatmap, sweep  # noqa: F401
+
+
+def __getattr__(name: str):
+    if name in _SUBMODULES:
+        value = importlib.import_module(f".{name}", __name__)
+    elif name in _NAMES:
+        value = vars(importlib.import_module(_NAMES[name], __name__))[name]
+    else:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    globals()[name] = value  # later accesses skip this function
+    return value
+
+
+def __dir__():
+    return sorted(set(globals()) | set(__all__))

@@ -1,13 +1,18 @@
-"""Command line: ``transformer-pde list``, ``transformer-pde run NAME [--option value ...]`` and
-``transformer-pde plot RUN_DIR``.
+"""Command line: ``transformer-pde list``, ``transformer-pde run NAME [--option value ...]``,
+``transformer-pde plot RUN_DIR`` and ``transformer-pde info RUN_DIR``.
 
 Options of ``run`` come from the experiment's config dataclass. They resolve in three
 layers, later ones winning: defaults, ``--config file.toml``, explicit ``--option`` flags.
-List options are comma-separated on the command line (``--betas 0.5,1,4``) and arrays in
-TOML (``betas = [0.5, 1, 4]``); each item is checked, and an error names the option and item.
+An option is spelled one way, in kebab case (``--num-saves``, field ``num_saves``; booleans
+``--animate`` / ``--no-animate``). List options are comma-separated on the command line
+(``--betas 0.5,1,4``) and arrays in TOML (``betas = [0.5, 1, 4]``); each item is checked, and
+an error names the option and item. ``run NAME --help`` shows each option's meaning, range and
+default. ``list``, ``--help`` and ``info`` import no JAX: they answer at once.
 
 ``transformer-pde plot RUN_DIR [--out DIR]`` redraws the figures of a complete run from its
-saved ``data.npz`` / ``results.nc``, without recomputing.
+saved ``data.npz`` / ``results.nc``, without recomputing. ``transformer-pde info RUN_DIR``
+prints a run's experiment, status, options, provenance and outputs (the arrays of
+``data.npz``, the grids of ``results.nc`` and how to open them).
 
 Long runs of resumable experiments checkpoint every ``--checkpoint-every`` save intervals;
 ``transformer-pde run --resume DIR`` continues a killed, interrupted or failed run from its
@@ -41,6 +46,7 @@ from pathlib import Path
 _RUN_USAGE = ("transformer-pde run NAME [--config FILE.toml] [--option VALUE ...] [--out DIR]\n"
               "       transformer-pde run --resume DIR")
 _PLOT_USAGE = "transformer-pde plot RUN_DIR [--out DIR]"
+_INFO_USAGE = "transformer-pde info RUN_DIR"
 _DEBUG_ENV = "TRANSFORMER_PDE_DEBUG"
 
 
@@ -84,6 +90,11 @@ def _common_options(p: argparse.ArgumentParser) -> None:
                    help="continue the unfinished run in DIR with its saved options")
 
 
+def option_flag(name: str) -> str:
+    """The one spelling of an option on the command line: ``num_saves`` -> ``--num-saves``."""
+    return "--" + name.replace("_", "-")
+
+
 def _text_parser(exp, key: str, typ):
     """argparse ``type=``: command-line text -> the typed option value (lists parsed here, once)."""
     from .experiments._options import parse_option_text
@@ -98,7 +109,14 @@ def _text_parser(exp, key: str, typ):
 
 
 def _option_parser(exp) -> argparse.ArgumentParser:
-    from .experiments._options import format_value, list_item_type, option_bounds, option_docs, type_name
+    from .experiments._options import (
+        describe_range,
+        format_value,
+        list_item_type,
+        option_bounds,
+        option_docs,
+        type_name,
+    )
 
     p = _Parser(prog=f"transformer-pde run {exp.name}", description=exp.summary,
                 argument_default=argparse.SUPPRESS)
@@ -106,8 +124,8 @@ def _option_parser(exp) -> argparse.ArgumentParser:
     hints, bounds, docs = exp.option_types(), option_bounds(exp.config), option_docs(exp.config)
     for f in dataclasses.fields(exp.config):
         typ = hints[f.name]
-        flags = [f"--{f.name}"] + ([f"--{f.name.replace('_', '-')}"] if "_" in f.name else [])
-        ranges = "".join(f"{b.describe()}; " for b in bounds.get(f.name, ()))
+        flags = [option_flag(f.name)]
+        ranges = f"{describe_range(bounds[f.name])}; " if f.name in bounds else ""
         doc = f"{docs.get(f.name, '')} ({ranges}default {format_value(f.default)})".strip()
         doc = doc.replace("%", "%%")  # argparse %-formats help texts
         if typ is bool:
@@ -128,32 +146,32 @@ def _explain(e: BaseException) -> tuple[int, str]:
     import zlib
 
     from ._io import DirectoryBusyError
-    from .experiments._runner import RunInterrupted
+    from .runs import FailedRun, SignalReceived
 
-    if isinstance(e, (KeyboardInterrupt, RunInterrupted)):
-        signum = int(getattr(e, "signum", signal.SIGINT))
-        return 128 + signum, f"interrupted ({signal.Signals(signum).name})"
-    failed = getattr(e, "failed_run", None)
-    if isinstance(e, (ValueError, DirectoryBusyError)):
-        code, text = 2, one_line(e)
-    elif isinstance(e, OSError):
-        where = f" ({e.filename})" if getattr(e, "filename", None) else ""
-        code, text = 1, f"{type(e).__name__}: {one_line(e.strerror or e)}{where}"
-    elif isinstance(e, (ArithmeticError, MemoryError, RuntimeError, EOFError, zipfile.BadZipFile,
-                        zlib.error)):
-        code, text = 1, f"{type(e).__name__}: {one_line(e)}"
-    else:
-        code, text = 1, (f"internal error, {type(e).__name__}: {one_line(e)} (please report it, "
-                         f"with the traceback that --debug prints)")
-    if failed is not None:
+    if isinstance(e, SignalReceived):
+        return 128 + e.signum, f"interrupted ({signal.Signals(e.signum).name})"
+    if isinstance(e, KeyboardInterrupt):
+        return 128 + signal.SIGINT, "interrupted (SIGINT)"
+    if isinstance(e, FailedRun):
+        code, text = _explain(e.cause)
         if code == 2:
-            text += (f" (the run in {failed} is marked failed; write a run with other options "
+            text += (f" (the run in {e.run_dir} is marked failed; write a run with other options "
                      f"elsewhere, or remove the directory)")
         else:
-            text += (f" (the run in {failed} is marked failed; once the cause is fixed, "
-                     f"transformer-pde run --resume {failed} retries it from its last good "
+            text += (f" (the run in {e.run_dir} is marked failed; once the cause is fixed, "
+                     f"transformer-pde run --resume {e.run_dir} retries it from its last good "
                      f"checkpoint)")
-    return code, text
+        return code, text
+    if isinstance(e, (ValueError, DirectoryBusyError)):
+        return 2, one_line(e)
+    if isinstance(e, OSError):
+        where = f" ({e.filename})" if e.filename else ""
+        return 1, f"{type(e).__name__}: {one_line(e.strerror or e)}{where}"
+    if isinstance(e, (ArithmeticError, MemoryError, RuntimeError, EOFError, zipfile.BadZipFile,
+                      zlib.error)):
+        return 1, f"{type(e).__name__}: {one_line(e)}"
+    return 1, (f"internal error, {type(e).__name__}: {one_line(e)} (please report it, with the "
+               f"traceback that --debug prints)")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -176,15 +194,6 @@ def main(argv: list[str] | None = None) -> int:
 
 def _main(argv: list[str]) -> int:
     from . import experiments
-    from .experiments._base import load_toml
-    from .experiments._runner import (
-        RunInterrupted,
-        pending_signal,
-        read_metadata,
-        redraw,
-        run_experiment,
-        stop_on_signals,
-    )
 
     top = _Parser(prog="transformer-pde",
                   description="Simulate self-attention dynamics and the Transformer PDE.")
@@ -200,6 +209,9 @@ def _main(argv: list[str]) -> int:
     plot_p.add_argument("run_dir", type=Path, metavar="RUN_DIR", help="output directory of a complete run")
     plot_p.add_argument("--out", type=Path, default=None, metavar="DIR",
                         help="write the figures here (default: RUN_DIR)")
+    info_p = sub.add_parser("info", help="what a run directory holds: experiment, status, options, "
+                            "provenance, outputs: transformer-pde info RUN_DIR", usage=_INFO_USAGE)
+    info_p.add_argument("run_dir", type=Path, metavar="RUN_DIR", help="output directory of a run")
     if len(argv) >= 1 and argv[0] == "run" and (len(argv) == 1 or argv[1].startswith("-")):
         # `run --resume DIR` / `run --config FILE`: no NAME (argparse would take DIR for it)
         args, rest = argparse.Namespace(command="run", name=None), argv[1:]
@@ -207,10 +219,20 @@ def _main(argv: list[str]) -> int:
         args, rest = top.parse_known_args(argv)
 
     if args.command == "plot":
+        from .runs import redraw
+
         if rest:
             plot_p.error(f"unrecognized arguments: {' '.join(rest)}")
-        for fig in redraw(args.run_dir, args.out):
+        for fig in redraw(args.run_dir, experiments.get, args.out):
             print(f"figure:   {fig}")
+        return 0
+
+    if args.command == "info":
+        from .runs import run_info
+
+        if rest:
+            info_p.error(f"unrecognized arguments: {' '.join(rest)}")
+        print(run_info(args.run_dir))
         return 0
 
     if args.command == "list":
@@ -220,9 +242,17 @@ def _main(argv: list[str]) -> int:
         for name in sorted(experiments.REGISTRY):
             print(f"{name:<{width}}  {experiments.REGISTRY[name].summary}")
         return 0
+    return _run(experiments, args.name, rest)
+
+
+def _run(experiments, name: str | None, rest: list[str]) -> int:
+    """``transformer-pde run``: resolve the experiment and its options, then run it."""
+    from .experiments._base import load_toml
+    from .runs import FailedRun, InterruptedRun, SignalReceived, run_experiment, stop_on_signals
+    from .runs.directory import read_metadata
+    from .runs.signals import pending_signal
 
     available = ", ".join(sorted(experiments.REGISTRY))
-    name = args.name
     resume_dir = None
     if name is None:
         pre = _Parser(prog="transformer-pde run", usage=_RUN_USAGE, add_help=False)
@@ -263,7 +293,7 @@ def _main(argv: list[str]) -> int:
             given += sorted(opts)
             if given:
                 raise ValueError(f"--resume continues a run with its saved options; remove "
-                                 f"{', '.join('--' + g.replace('_', '-') for g in given)}")
+                                 f"{', '.join(option_flag(g) for g in given)}")
             if control["out"] is not None and Path(control["out"]) != Path(resume_dir):
                 raise ValueError("--resume DIR writes into DIR; do not also pass --out")
             meta = read_metadata(resume_dir)
@@ -294,19 +324,20 @@ def _main(argv: list[str]) -> int:
             out_info = run_experiment(exp, config, out, progress=not control["no_progress"],
                                       checkpoint_every=control["checkpoint_every"],
                                       resume=resume_dir is not None)
-        except (KeyboardInterrupt, RunInterrupted) as e:
-            signum = int(getattr(e, "signum", signal.SIGINT))
-            name = signal.Signals(signum).name
-            if getattr(e, "failed_run", None) is not None:
-                print(f"interrupted ({name}); the output directory is consistent. Continue with: "
-                      f"transformer-pde run --resume {out}", file=sys.stderr)
-            else:
-                print(f"interrupted ({name}) before the run started", file=sys.stderr)
+        except InterruptedRun as e:
+            print(f"interrupted ({signal.Signals(e.signum).name}); the output directory is consistent. "
+                  f"Continue with: transformer-pde run --resume {e.run_dir}", file=sys.stderr)
+            raise SystemExit(128 + e.signum) from None
+        except (KeyboardInterrupt, SignalReceived) as e:
+            signum = e.signum if isinstance(e, SignalReceived) else int(signal.SIGINT)
+            print(f"interrupted ({signal.Signals(signum).name}) before the run started", file=sys.stderr)
             raise SystemExit(128 + signum) from None
+        except FailedRun as e:
+            if isinstance(e.cause, ValueError):  # a value the computation refused: name the experiment
+                raise FailedRun(e.run_dir, ValueError(f"{exp.name}: {e.cause}")) from e.cause
+            raise
         except ValueError as e:
-            named = ValueError(f"{exp.name}: {e}")
-            named.failed_run = getattr(e, "failed_run", None)
-            raise named from e
+            raise ValueError(f"{exp.name}: {e}") from e
         late = pending_signal()
     if late is not None:
         print(f"note: {signal.Signals(late).name} arrived as the run completed; the run is "

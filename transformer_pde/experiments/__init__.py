@@ -7,8 +7,8 @@ line, ``transformer-pde list`` and the test suite pick it up without further edi
 import importlib
 import pkgutil
 
+from ..runs.result import Result
 from ._base import REGISTRY, Experiment, get, register
-from ._result import Result
 
 for _info in pkgutil.iter_modules(__path__):
     if not _info.name.startswith("_"):

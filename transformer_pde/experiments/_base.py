@@ -2,9 +2,10 @@
 
 An experiment is a frozen dataclass of options (its fields become ``--options`` of the
 command line, with their defaults; types in :mod:`._options`), a ``compute`` step that
-returns a :class:`~._result.Result` (named arrays and labelled grids), and a ``figures`` step
-that draws a result, freshly computed or loaded from a run directory. The runner
-(:mod:`._runner`) owns all file output.
+returns a :class:`~transformer_pde.runs.Result` (named arrays and labelled grids), and a
+``figures`` step that draws a result, freshly computed or loaded from a run directory. The runs
+layer (:mod:`transformer_pde.runs`) owns all file output; an Experiment is what it runs
+(:class:`~transformer_pde.runs.runnable.RunnableExperiment`).
 
 Options come from three layers, later ones winning: the dataclass defaults, a TOML file
 (``--config file.toml``: flat ``key = value`` pairs named like the fields, lists as arrays),
@@ -23,8 +24,8 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from ._options import Options, coerce_option
-from ._result import Result
+from ..runs.result import Result
+from ._options import Options, coerce_option, format_value
 
 REGISTRY: dict[str, "Experiment"] = {}
 
@@ -47,8 +48,8 @@ class Experiment:
             the result alone (``transformer-pde plot`` calls it on a loaded result).
         tiny: option overrides that make a fast run for the test suite.
         resumable: ``compute`` takes ``checkpoint=`` (a
-            :class:`transformer_pde.solvers.Checkpoint` to hand to
-            :func:`transformer_pde.solvers.checkpoint.solve_checkpointed`), so a killed run
+            :class:`transformer_pde.runs.Checkpoint` to hand to
+            :func:`transformer_pde.runs.solve_checkpointed`), so a killed run
             resumes from its last chunk (``transformer-pde run --resume DIR``).
     """
 
@@ -112,6 +113,16 @@ class Experiment:
             raise ValueError(f"{source}: unknown key(s) {unknown} for experiment '{self.name}'; "
                              f"valid keys: {sorted(self.option_names)}")
         return self.make_config(**{**opts, **overrides})
+
+    def changed_options(self, old, new) -> dict[str, tuple[str, str]]:
+        """Option name -> (old value, new value) as command-line text, for the options in
+        which config ``new`` differs from ``old`` (field order)."""
+        a, b = dataclasses.asdict(old), dataclasses.asdict(new)
+        return {k: (format_value(a[k]), format_value(b[k])) for k in a if a[k] != b[k]}
+
+    def config_toml(self, config) -> str:
+        """The resolved config as TOML; ``--config`` on this file reproduces the run."""
+        return config_to_toml(self, config)
 
 
 def load_toml(path) -> dict:

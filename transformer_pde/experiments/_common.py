@@ -3,10 +3,11 @@ module or the library, never by importing each other."""
 
 from __future__ import annotations
 
-import jax.numpy as jnp
 import numpy as np
 
-from ..models import PostLN, SoftmaxAttention, Sphere, UnnormalizedAttention
+import transformer_pde as tp
+
+from .._lazy import jnp
 
 
 def circle_angles(x):
@@ -35,18 +36,19 @@ def kernel_backend(name: str, tol: float, radius: float = STAGE_RADIUS):
     ``exact`` (dense / exact streaming), ``fast`` (NUFFT, planned error ``tol`` for tokens with
     |x| <= ``radius``), ``auto`` (fast where predicted cheaper and accurate, exact fallback;
     kernels/backends.py)."""
-    from ..kernels import Auto, Exact, Fast
+    kernels = tp.kernels
+    return {"exact": lambda: kernels.Exact(), "fast": lambda: kernels.Fast(tol=tol, radius=radius),
+            "auto": lambda: kernels.Auto(tol=tol, radius=radius)}[name]()
 
-    return {"exact": lambda: Exact(), "fast": lambda: Fast(tol=tol, radius=radius),
-            "auto": lambda: Auto(tol=tol, radius=radius)}[name]()
 
-
-ATTENTIONS = {"SA": SoftmaxAttention, "USA": UnnormalizedAttention}
+ATTENTIONS = {"SA": lambda: tp.SoftmaxAttention, "USA": lambda: tp.UnnormalizedAttention}
 """GLPR's two models on the sphere (sphere.md §1), by option name: SA (softmax) and USA
-(unnormalized, GLPR's 1/n)."""
+(unnormalized, GLPR's 1/n); each entry gives its class (reached lazily: printing ``--help``
+imports no JAX)."""
 MODELS = tuple(ATTENTIONS)
-SCHEMES = {"projected": Sphere, "post-ln": PostLN}
-"""The layer schemes on the sphere, by option name: the projected flow and the authors' post-LN."""
+SCHEMES = {"projected": lambda: tp.Sphere, "post-ln": lambda: tp.PostLN}
+"""The layer schemes on the sphere, by option name: the projected flow and the authors' post-LN
+(each entry gives its class)."""
 
 
 def model_dynamics(model: str, d: int, beta, scheme: str = "projected", backend=None):
@@ -55,7 +57,7 @@ def model_dynamics(model: str, d: int, beta, scheme: str = "projected", backend=
     ``scheme`` (:data:`SCHEMES`): Sphere(attention) by default, PostLN(attention) for the authors'
     post-LN layer; ``backend`` a kernel backend object (default exact)."""
     kwargs = {} if backend is None else {"backend": backend}
-    return SCHEMES[scheme](ATTENTIONS[model].identity(d, beta, **kwargs))
+    return SCHEMES[scheme]()(ATTENTIONS[model]().identity(d, beta, **kwargs))
 
 
 def rescaled_usa_step(dt: float, beta: float) -> float:

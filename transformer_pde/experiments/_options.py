@@ -15,8 +15,10 @@ must be finite: NaN and inf are refused wherever they come from.
 
 Configs derive from :class:`Options`: constructing one checks every field against its type
 (so a config built in Python is checked like one from the command line), then against the range
-declared with it (``n: Annotated[int, AtLeast(2)]``: :class:`AtLeast`, :class:`Above`,
-:class:`Between`), then runs its ``validate()``, which keeps the checks between options.
+declared with it in the annotated-types vocabulary (``n: Annotated[int, Ge(2)]``; ``Gt``, ``Le``,
+``Lt``, ``Interval(gt=0, le=1)``), then runs its ``validate()``, which keeps the checks between
+options. The help text of an option is the docstring under its field (PEP 257 attribute
+docstrings, :func:`option_docs`).
 """
 
 from __future__ import annotations
@@ -28,6 +30,8 @@ import math
 import textwrap
 import typing
 from typing import Annotated, Literal
+
+import annotated_types as at
 
 # ----------------------------------------------------------------------------- field types
 
@@ -54,7 +58,7 @@ def type_name(typ) -> str:
     choices = _literal_choices(typ)
     if choices is not None:
         return "|".join(choices)
-    return getattr(typ, "__name__", str(typ))
+    return typ.__name__ if isinstance(typ, type) else str(typ)
 
 
 def format_value(value) -> str:
@@ -180,72 +184,51 @@ def _parse_scalar(where: str, typ, text: str):
 
 # ----------------------------------------------------------------------------- ranges
 
-
-@dataclasses.dataclass(frozen=True)
-class Bound:
-    """A range an option's values must lie in, declared with the option:
-    ``n: Annotated[int, AtLeast(2)] = 256``. Every value (each item of a list) is checked;
-    ``--help`` shows the range."""
-
-    def holds(self, value) -> bool:
-        raise NotImplementedError
-
-    def describe(self) -> str:
-        """The range as text: '>= 2', '> 0', 'in (0, 1]'."""
-        raise NotImplementedError
+_BOUNDS = (at.Ge, at.Gt, at.Le, at.Lt)
 
 
-@dataclasses.dataclass(frozen=True)
-class AtLeast(Bound):
-    """value >= bound."""
-
-    bound: float
-
-    def holds(self, value) -> bool:
-        return value >= self.bound
-
-    def describe(self) -> str:
-        return f">= {self.bound:g}"
-
-
-@dataclasses.dataclass(frozen=True)
-class Above(Bound):
-    """value > bound."""
-
-    bound: float
-
-    def holds(self, value) -> bool:
-        return value > self.bound
-
-    def describe(self) -> str:
-        return f"> {self.bound:g}"
+def option_bounds(cls) -> dict[str, tuple[at.BaseMetadata, ...]]:
+    """The declared ranges of a config class: option name -> its ``Annotated`` constraints
+    (annotated-types ``Ge``, ``Gt``, ``Le``, ``Lt``; an ``Interval`` is its parts). Every value
+    (each item of a list) is checked; ``--help`` shows the range."""
+    out = {}
+    for name, typ in typing.get_type_hints(cls, include_extras=True).items():
+        if typing.get_origin(typ) is not Annotated:
+            continue
+        bounds = []
+        for m in typing.get_args(typ)[1:]:
+            parts = list(m) if isinstance(m, at.GroupedMetadata) else [m]
+            for b in parts:
+                if isinstance(b, at.BaseMetadata) and not isinstance(b, _BOUNDS):
+                    raise TypeError(f"{cls.__name__}.{name}: option ranges are Ge, Gt, Le, Lt or Interval, "
+                                    f"got {b!r}")
+                if isinstance(b, _BOUNDS):
+                    bounds.append(b)
+        if bounds:
+            out[name] = tuple(bounds)
+    return out
 
 
-@dataclasses.dataclass(frozen=True)
-class Between(Bound):
-    """low <= value <= high; ``closed`` "()", "[)", "(]" opens ends; ``why`` says where the range
-    comes from (shown with it)."""
-
-    low: float
-    high: float
-    closed: str = "[]"
-    why: str = ""
-
-    def holds(self, value) -> bool:
-        lo = value >= self.low if self.closed[0] == "[" else value > self.low
-        hi = value <= self.high if self.closed[1] == "]" else value < self.high
-        return lo and hi
-
-    def describe(self) -> str:
-        why = f" ({self.why})" if self.why else ""
-        return f"in {self.closed[0]}{self.low:g}, {self.high:g}{self.closed[1]}{why}"
+def _holds(bound, value) -> bool:
+    if isinstance(bound, at.Ge):
+        return value >= bound.ge
+    if isinstance(bound, at.Gt):
+        return value > bound.gt
+    if isinstance(bound, at.Le):
+        return value <= bound.le
+    return value < bound.lt
 
 
-def option_bounds(cls) -> dict[str, tuple[Bound, ...]]:
-    """The declared ranges of a config class: option name -> its ``Annotated`` bounds."""
-    hints = typing.get_type_hints(cls, include_extras=True)
-    return {name: tuple(m for m in typing.get_args(typ)[1:] if isinstance(m, Bound))
-            for name, typ in hints.items() if typing.get_origin(typ) is Annotated}
+def describe_range(bounds) -> str:
+    """The range as text: '>= 2', '> 0', 'in (0, 1]'."""
+    low = [(f"{b.ge:g}", "[", ">=") if isinstance(b, at.Ge) else (f"{b.gt:g}", "(", ">")
+           for b in bounds if isinstance(b, (at.Ge, at.Gt))]
+    high = [(f"{b.le:g}", "]", "<=") if isinstance(b, at.Le) else (f"{b.lt:g}", ")", "<")
+            for b in bounds if isinstance(b, (at.Le, at.Lt))]
+    if len(low) == 1 and len(high) == 1:
+        (lo, left, _), (hi, right, _) = low[0], high[0]
+        return f"in {left}{lo}, {hi}{right}"
+    return ", ".join(f"{op} {v}" for v, _, op in low + high)
 
 
 COMMON_HELP = {
@@ -283,19 +266,15 @@ def option_docs(cls) -> dict[str, str]:
     return docs
 
 
-def _values(cfg, name) -> tuple:
-    v = getattr(cfg, name)
-    return v if isinstance(v, tuple) else (v,)
-
-
-def _check_bounds(cfg, bounds: dict[str, tuple[Bound, ...]]) -> None:
+def _check_bounds(values: dict, bounds: dict[str, tuple]) -> None:
     """Raise for the options whose values (any item of a list) leave their range, naming them
     all with their values: "need n >= 2, t1 > 0; got n=1, t1=0" (field order)."""
-    bad = [(name, b) for name, kinds in bounds.items() for b in kinds
-           if not all(b.holds(v) for v in _values(cfg, name))]
+    bad = [name for name, kinds in bounds.items()
+           if not all(_holds(b, v) for b in kinds
+                      for v in (values[name] if isinstance(values[name], tuple) else (values[name],)))]
     if bad:
-        need = ", ".join(f"{name} {b.describe()}" for name, b in bad)
-        got = ", ".join(f"{name}={format_value(getattr(cfg, name))}" for name, _ in bad)
+        need = ", ".join(f"{name} {describe_range(bounds[name])}" for name in bad)
+        got = ", ".join(f"{name}={format_value(values[name])}" for name in bad)
         raise ValueError(f"need {need}; got {got}")
 
 
@@ -308,15 +287,16 @@ class Options:
 
     On construction every field is checked against its annotation (:func:`coerce_option`;
     ints become floats for float fields, lists become tuples), then against its declared range
-    (``Annotated[int, AtLeast(2)]``, :class:`Bound`), then :meth:`validate` runs.
+    (``Annotated[int, Ge(2)]``, annotated-types), then :meth:`validate` runs.
     """
 
     def __post_init__(self):
         hints = typing.get_type_hints(type(self))
-        for f in dataclasses.fields(self):
-            object.__setattr__(self, f.name, coerce_option(None, f.name, hints[f.name],
-                                                           getattr(self, f.name)))
-        _check_bounds(self, option_bounds(type(self)))
+        values = {}
+        for name, value in vars(self).items():
+            values[name] = coerce_option(None, name, hints[name], value)
+            object.__setattr__(self, name, values[name])
+        _check_bounds(values, option_bounds(type(self)))
         self.validate()
 
     def validate(self) -> None:
@@ -330,9 +310,8 @@ class Options:
 def require_at_least(cfg, **bounds) -> None:
     """Every value of each named option (each item of a list) is >= its bound, for ranges that
     depend on other options: ``require_at_least(self, d=2 if sphere else 1)``."""
-    _check_bounds(cfg, {k: (AtLeast(b),) for k, b in bounds.items()})
+    _check_bounds(dataclasses.asdict(cfg), {k: (at.Ge(b),) for k, b in bounds.items()})
 
 
-__all__ = ["Above", "AtLeast", "Between", "Bound", "Options", "coerce_option", "format_value",
-           "list_item_type", "option_bounds", "option_docs", "parse_option_text", "require_at_least",
-           "type_name"]
+__all__ = ["COMMON_HELP", "Options", "coerce_option", "describe_range", "format_value", "list_item_type",
+           "option_bounds", "option_docs", "parse_option_text", "require_at_least", "type_name"]

@@ -11,13 +11,17 @@ functions that report progress by lines (:func:`transformer_pde.sweep`,
 from __future__ import annotations
 
 import sys
+from typing import TYPE_CHECKING
 
-from tqdm.auto import tqdm
+if TYPE_CHECKING:  # tqdm is imported when a bar is made: the experiments' modules stay light
+    from tqdm import tqdm
 
 
 def progress_bar(enabled: bool, total: int | None = None, desc: str | None = None,
                  unit: str = "it") -> tqdm:
     """A tqdm bar on stderr; disabled (no output at all) when ``enabled`` is False."""
+    from tqdm.auto import tqdm
+
     bar = tqdm(total=total, desc=desc, unit=unit, disable=not enabled, file=sys.stderr,
                dynamic_ncols=True)
     bar.note = lambda text: note(bar, text)

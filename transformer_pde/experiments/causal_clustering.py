@@ -14,64 +14,63 @@ from __future__ import annotations
 import dataclasses
 from typing import Annotated
 
-import diffrax
-import jax
-import jax.numpy as jnp
 import numpy as np
+from annotated_types import Ge, Gt
 
-from .. import plot
-from ..diagnostics import cluster_count, renyi_centers
-from ..models import CausalSoftmaxAttention, Sphere, uniform_sphere
-from ..solvers import solve
-from ..theory import causal
+import transformer_pde as tp
+
+from .._lazy import diffrax, jax, jnp
+from ..runs.result import Result, grid
 from ._base import Experiment, register
-from ._options import Above, AtLeast, Options
-from ._result import Result, grid
+from ._options import Options
 
 
 @dataclasses.dataclass(frozen=True)
 class CausalClusteringConfig(Options):
-    n: Annotated[int, AtLeast(2)] = 128
-    d: Annotated[int, AtLeast(2)] = 2
-    betas: Annotated[tuple[float, ...], Above(0)] = (4.0, 9.0, 16.0, 36.0, 64.0)
-    seeds: Annotated[int, AtLeast(1)] = 4
-    t1: Annotated[float, Above(0)] = 200.0
+    n: Annotated[int, Ge(2)] = 128
+    d: Annotated[int, Ge(2)] = 2
+    betas: Annotated[tuple[float, ...], Gt(0)] = (4.0, 9.0, 16.0, 36.0, 64.0)
+    """Inverse temperatures β at which the metastable clusters are counted (at t1)."""
+    seeds: Annotated[int, Ge(1)] = 4
+    t1: Annotated[float, Gt(0)] = 200.0
     """time at which metastable clusters are counted"""
-    dt: Annotated[float, Above(0)] = 0.1
+    dt: Annotated[float, Gt(0)] = 0.1
     c_low: float = 3.0
+    """Parking radius δ = c_low/√β of the blog code: the higher count of Rényi centers."""
     c_high: float = 4.4
     """parking radii δ = c/√β of the blog code (c_high gives the lower count)"""
     threshold: float = 0.9995
     beta_long: float = 1.0
-    t_long: Annotated[float, Above(0)] = 100.0
+    """β of the long run (t_long) in which every token reaches x_1(0)."""
+    t_long: Annotated[float, Gt(0)] = 100.0
     """a run long enough to reach the limit x_1(0) (small β)"""
 
 
 def compute(cfg: CausalClusteringConfig, progress: bool = False) -> Result:
     betas = np.asarray(cfg.betas)
     keys = jax.random.split(jax.random.key(0), cfg.seeds)
-    x0s = [uniform_sphere(k, cfg.n, cfg.d) for k in keys]
+    x0s = [tp.uniform_sphere(k, cfg.n, cfg.d) for k in keys]
     counts = np.zeros((len(betas), cfg.seeds), dtype=int)
     renyi_low = np.zeros_like(counts)
     renyi_high = np.zeros_like(counts)
     for a, beta in enumerate(betas):
-        dyn = Sphere(CausalSoftmaxAttention.identity(cfg.d, float(beta)))
+        dyn = tp.Sphere(tp.CausalSoftmaxAttention.identity(cfg.d, float(beta)))
         for s, x0 in enumerate(x0s):
-            sol = solve(dyn, x0, t1=cfg.t1, dt0=cfg.dt, solver=diffrax.Euler())
-            counts[a, s] = int(cluster_count(sol.final, cfg.threshold))
-            renyi_low[a, s] = int(renyi_centers(x0, cfg.c_high / np.sqrt(beta)).sum())
-            renyi_high[a, s] = int(renyi_centers(x0, cfg.c_low / np.sqrt(beta)).sum())
-    expected_low = np.array([causal.expected_renyi_centers(cfg.n, cfg.d, cfg.c_high / np.sqrt(b))
+            sol = tp.solve(dyn, x0, t1=cfg.t1, dt0=cfg.dt, solver=diffrax.Euler())
+            counts[a, s] = int(tp.diagnostics.cluster_count(sol.final, cfg.threshold))
+            renyi_low[a, s] = int(tp.diagnostics.renyi_centers(x0, cfg.c_high / np.sqrt(beta)).sum())
+            renyi_high[a, s] = int(tp.diagnostics.renyi_centers(x0, cfg.c_low / np.sqrt(beta)).sum())
+    expected_low = np.array([tp.theory.causal.expected_renyi_centers(cfg.n, cfg.d, cfg.c_high / np.sqrt(b))
                              for b in betas])
-    expected_high = np.array([causal.expected_renyi_centers(cfg.n, cfg.d, cfg.c_low / np.sqrt(b))
+    expected_high = np.array([tp.theory.causal.expected_renyi_centers(cfg.n, cfg.d, cfg.c_low / np.sqrt(b))
                               for b in betas])
     mean = counts.mean(1)
     slope = np.polyfit(np.log(betas), np.log(mean), 1)[0] if len(betas) > 1 else np.nan
     # the long run: all tokens to x_1(0)
-    dyn = Sphere(CausalSoftmaxAttention.identity(cfg.d, cfg.beta_long))
+    dyn = tp.Sphere(tp.CausalSoftmaxAttention.identity(cfg.d, cfg.beta_long))
     dist = []
     for x0 in x0s:
-        sol = solve(dyn, x0, t1=cfg.t_long, dt0=cfg.dt, solver=diffrax.Tsit5(),
+        sol = tp.solve(dyn, x0, t1=cfg.t_long, dt0=cfg.dt, solver=diffrax.Tsit5(),
                     saveat=jnp.linspace(0, cfg.t_long, 51))
         dist.append(np.asarray(jnp.max(jnp.linalg.norm(sol.xs - x0[0][None, None, :], axis=-1), axis=-1)))
     arrays = {
@@ -122,7 +121,7 @@ def figures(res: Result, cfg: CausalClusteringConfig, out_dir) -> list:
     ax.set_ylabel("max_k |x_k(t) − x_1(0)|")
     ax.set_title(f"β={cfg.beta_long:g}: all tokens go to x_1(0)")
     ax.grid(alpha=0.3)
-    return [plot.save_figure(fig, out_dir / "causal_clustering.png")]
+    return [tp.plot.save_figure(fig, out_dir / "causal_clustering.png")]
 
 
 register(Experiment(

@@ -36,20 +36,17 @@ from __future__ import annotations
 import dataclasses
 from typing import Annotated, Literal
 
-import diffrax
-import jax
-import jax.numpy as jnp
 import numpy as np
+from annotated_types import Ge, Gt
 
-from .. import plot
+import transformer_pde as tp
+
 from .._io import save_gif
-from ..diagnostics import cluster_count, normalized_energy
-from ..models import normalize, uniform_sphere
-from ..solvers.checkpoint import solve_checkpointed
+from .._lazy import diffrax, jax, jnp
+from ..runs.result import Result
 from ._base import Experiment, register
 from ._common import MODELS, STAGE_RADIUS, kernel_backend, model_dynamics, rescaled_usa_step
-from ._options import Above, AtLeast, Options
-from ._result import Result
+from ._options import Options
 
 # GKPR kinetic.py's fixed start of the five-token circle movie (unit to 1e-8; normalized on use)
 KINETIC_Z0 = np.array([
@@ -63,20 +60,20 @@ KINETIC_Z0 = np.array([
 
 @dataclasses.dataclass(frozen=True)
 class ClusteringConfig(Options):
-    n: Annotated[int, AtLeast(1)] = 256
-    d: Annotated[int, AtLeast(2)] = 3
-    beta: Annotated[float, AtLeast(0)] = 1.0
-    t1: Annotated[float, Above(0)] = 30.0
-    dt: Annotated[float, Above(0)] = 0.1
+    n: Annotated[int, Ge(1)] = 256
+    d: Annotated[int, Ge(2)] = 3
+    beta: Annotated[float, Ge(0)] = 1.0
+    t1: Annotated[float, Gt(0)] = 30.0
+    dt: Annotated[float, Gt(0)] = 0.1
     """Step of SA; USA uses dt / max(sqrt(β) e^{β−1/2}, 1) (the authors' rule)."""
     seed: int = 0
     models: tuple[Literal["SA", "USA"], ...] = MODELS
     """Models to run: SA (softmax) and/or USA (unnormalized, GLPR's 1/n)."""
-    num_saves: Annotated[int, AtLeast(2)] = 61
+    num_saves: Annotated[int, Ge(2)] = 61
     threshold: float = 0.999
     animate: bool = True
     """Write clustering.gif (tokens over time; d = 2 or 3)."""
-    frames: Annotated[int, AtLeast(2)] = 31
+    frames: Annotated[int, Ge(2)] = 31
     """Animation frames (at most num_saves), spread evenly over the saves."""
     scheme: Literal["projected", "post-ln"] = "projected"
     """Layer normalization: 'projected' x ← N(x + h P⊥Γ(x)) (tp.Sphere, GLPR's flow) or 'post-ln'
@@ -91,7 +88,7 @@ class ClusteringConfig(Options):
     minutes), 'auto' (fast where predicted cheaper and accurate; kernels/backends.py)."""
     tol: float = 1e-8
     """planned error of the fast kernel, relative to the total mass."""
-    max_tokens_saved: Annotated[int, AtLeast(2)] = 4096
+    max_tokens_saved: Annotated[int, Ge(2)] = 4096
     """Above this n, the saved trajectories, cluster counts, energies and figures use a fixed random
     subsample of this many tokens (counts and energies are O(n²) in the tokens they see; the
     dynamics always moves all n). With ``backend = "fast"`` this runs n = 10⁶."""
@@ -120,13 +117,13 @@ class ClusteringConfig(Options):
 def initial_tokens(cfg: "ClusteringConfig"):
     """The start: uniform on S^{d-1} from ``key(seed)``, or kinetic.py's z0 (normalized)."""
     if cfg.start == "kinetic":
-        return normalize(jnp.asarray(KINETIC_Z0, dtype=jnp.asarray(1.0).dtype))
-    return uniform_sphere(jax.random.key(cfg.seed), cfg.n, cfg.d)
+        return tp.normalize(jnp.asarray(KINETIC_Z0, dtype=jnp.asarray(1.0).dtype))
+    return tp.uniform_sphere(jax.random.key(cfg.seed), cfg.n, cfg.d)
 
 
 def compute(cfg: ClusteringConfig, progress: bool = False, checkpoint=None) -> Result:
     """Resumable: integrated in fixed chunks of save intervals (``checkpoint.every``), each
-    checkpointed when the runner passes a :class:`~transformer_pde.solvers.Checkpoint`."""
+    checkpointed when the runner passes a :class:`~transformer_pde.runs.Checkpoint`."""
     x0 = initial_tokens(cfg)
     ts = jnp.linspace(0.0, cfg.t1, cfg.num_saves)
     out = {"ts": np.asarray(ts)}
@@ -144,19 +141,19 @@ def compute(cfg: ClusteringConfig, progress: bool = False, checkpoint=None) -> R
     backend = kernel_backend(cfg.backend, cfg.tol, radius=1.0 if cfg.solver == "euler" else STAGE_RADIUS)
     dynamics = {model: model_dynamics(model, cfg.d, cfg.beta, cfg.scheme, backend) for model in cfg.models}
     for model, dyn in dynamics.items():
-        sol = solve_checkpointed(dyn, x0, t1=cfg.t1, dt0=cfg.step_of(model), saveat=saveat, progress=progress,
-                                 solver=solver,
-                                 checkpoint=None if checkpoint is None else checkpoint.stage(f"trajectory_{model}"))
+        sol = tp.runs.solve_checkpointed(
+            dyn, x0, t1=cfg.t1, dt0=cfg.step_of(model), saveat=saveat, progress=progress, solver=solver,
+            checkpoint=None if checkpoint is None else checkpoint.stage(f"trajectory_{model}"))
         xs = sol.xs if sol.xs is not None else sol.stats
         out[f"xs_{model}"] = np.asarray(xs)
-        out[f"clusters_{model}"] = np.asarray(over_saves(lambda x: cluster_count(x, cfg.threshold))(xs))
-        out[f"energy_{model}"] = np.asarray(over_saves(lambda x: normalized_energy(x, cfg.beta))(xs))
+        out[f"clusters_{model}"] = np.asarray(over_saves(lambda x: tp.diagnostics.cluster_count(x, cfg.threshold))(xs))
+        out[f"energy_{model}"] = np.asarray(over_saves(lambda x: tp.diagnostics.normalized_energy(x, cfg.beta))(xs))
     return Result(out)
 
 
 def _draw_tokens(ax, x, d, title):
     if d == 3:
-        plot.sphere_points(ax, x, size=5, title=title)
+        tp.plot.sphere_points(ax, x, size=5, title=title)
     else:
         ax.plot(np.cos(np.linspace(0, 2 * np.pi, 200)), np.sin(np.linspace(0, 2 * np.pi, 200)),
                 color="0.8", lw=0.8)
@@ -198,7 +195,7 @@ def figures(res: Result, cfg: ClusteringConfig, out_dir) -> list:
         ax.grid(alpha=0.3)
     shown = "" if cfg.n <= cfg.max_tokens_saved else f" ({cfg.max_tokens_saved} random tokens shown and counted)"
     fig.suptitle(f"n={cfg.n}, d={cfg.d}, β={cfg.beta:g}, uniform start (seed {cfg.seed}){shown}")
-    paths = [plot.save_figure(fig, out_dir / "clustering.png")]
+    paths = [tp.plot.save_figure(fig, out_dir / "clustering.png")]
     if cfg.animate and draw:
         paths.append(animation(res, cfg, out_dir / "clustering.gif"))
     return paths
@@ -217,7 +214,7 @@ def animation(res: Result, cfg: ClusteringConfig, path):
         x = res[f"xs_{model}"]
         if cfg.d == 3:
             ax = fig.add_subplot(1, len(models), k + 1, projection="3d")
-            plot.sphere_points(ax, x[0], size=4)
+            tp.plot.sphere_points(ax, x[0], size=4)
             sc = ax.collections[-1]
         else:
             ax = fig.add_subplot(1, len(models), k + 1)

@@ -19,21 +19,18 @@ import dataclasses
 import io
 from typing import Annotated, Literal
 
-import jax
-import jax.numpy as jnp
 import numpy as np
+from annotated_types import Ge, Gt
 
-from .. import plot
+import transformer_pde as tp
+
 from .._io import atomic_write_bytes
-from ..convergence import METRICS, convergence_study, geometric_ns, reference_rates, uniform_sphere_law
-from ..models import SoftmaxAttention, Sphere, uniform_sphere
-from ..solvers import Gaussian
-from ..statistics import fit_rate
+from .._lazy import jax, jnp
+from ..runs.result import Result, grid
 from ._base import Experiment, register
 from ._common import kernel_backend
-from ._options import Above, AtLeast, Options, require_at_least
+from ._options import Options, require_at_least
 from ._progress import progress_bar
-from ._result import Result, grid
 
 _LABELS = {
     "mean": "|mean − α|",
@@ -52,18 +49,22 @@ class ConvergenceConfig(Options):
     uniform data, large-n reference)."""
     d: int = 3
     beta: float = 1.0
-    log2_n_min: Annotated[int, AtLeast(1)] = 6
+    log2_n_min: Annotated[int, Ge(1)] = 6
+    """Smallest particle number, n = 2^log2_n_min."""
     log2_n_max: int = 16
-    log2_n_step: Annotated[int, AtLeast(1)] = 1
-    seeds: Annotated[int, AtLeast(2)] = 4  # >= 2: confidence bands
-    t1: Annotated[float, Above(0)] = 1.0
-    dt: Annotated[float, Above(0)] = 0.05
-    num_times: Annotated[int, AtLeast(2)] = 3
+    """Largest particle number, n = 2^log2_n_max (above log2_n_min)."""
+    log2_n_step: Annotated[int, Ge(1)] = 1
+    """Step of log2 n between the particle numbers of the study."""
+    seeds: Annotated[int, Ge(2)] = 4  # >= 2: confidence bands
+    t1: Annotated[float, Gt(0)] = 1.0
+    dt: Annotated[float, Gt(0)] = 0.05
+    num_times: Annotated[int, Ge(2)] = 3
+    """Times at which the errors are measured, evenly spaced from 0 to t1."""
     reference: Literal["uniform", "particles"] = "uniform"
     """model='sphere': the exact stationary reference ('uniform') or a 2^log2_n_ref-particle system."""
     log2_n_ref: int = 14
     """reference size for model='sphere', reference='particles'."""
-    w2_epsilon: Annotated[float, AtLeast(0)] = 0.0
+    w2_epsilon: Annotated[float, Ge(0)] = 0.0
     """ε of the Sinkhorn W₂ (squared-distance units); 0: the model's own, 0.01 for 'gaussian' and
     0.05 for 'sphere' (two 64-samples of the uniform law on S² at ε = 0.01 may need more than the
     2000 Sinkhorn iterations allowed: the run stopped there)."""
@@ -74,7 +75,7 @@ class ConvergenceConfig(Options):
     backend: Literal["exact", "fast", "auto"] = "exact"
     """kernel of the particle and reference runs (model='sphere' only: the fast kernel plans for
     bounded tokens): 'fast' takes n = 2^22 on a workstation (issue 13)."""
-    tol: Annotated[float, Above(0)] = 1e-8
+    tol: Annotated[float, Gt(0)] = 1e-8
     """planned error of the fast kernel, relative to the total mass."""
 
     @property
@@ -95,49 +96,49 @@ def setup(cfg: ConvergenceConfig):
     """The dynamics and the initial law of the study."""
     d = cfg.d
     if cfg.model == "sphere":
-        dyn = Sphere(SoftmaxAttention.identity(d, cfg.beta, backend=kernel_backend(cfg.backend, cfg.tol)))
+        dyn = tp.Sphere(tp.SoftmaxAttention.identity(d, cfg.beta, backend=kernel_backend(cfg.backend, cfg.tol)))
         if cfg.reference == "uniform":
-            return dyn, uniform_sphere_law(d)
-        return dyn, lambda key, n: uniform_sphere(key, n, d)
+            return dyn, tp.convergence.uniform_sphere_law(d)
+        return dyn, lambda key, n: tp.uniform_sphere(key, n, d)
     kq, kg = jax.random.split(jax.random.key(cfg.seed))
     # euclidean.md §8: K = −Q and V = G Gᵀ make the covariance contract (no blow-up)
     Q = jax.random.uniform(kq, (d, d)) / np.sqrt(d)
     G = jax.random.normal(kg, (d, d)) / np.sqrt(d)
-    dyn = SoftmaxAttention(Q, -Q, 0.5 * G @ G.T, cfg.beta)
+    dyn = tp.SoftmaxAttention(Q, -Q, 0.5 * G @ G.T, cfg.beta)
     mean = jnp.linspace(0.5, -0.5, d)
     cov = 0.5 * jnp.eye(d) + 0.1 * jnp.ones((d, d))
-    return dyn, Gaussian(mean, cov)
+    return dyn, tp.Gaussian(mean, cov)
 
 
 def compute(cfg: ConvergenceConfig, progress: bool = False) -> Result:
     dyn, law = setup(cfg)
-    ns = geometric_ns(cfg.log2_n_min, cfg.log2_n_max, cfg.log2_n_step)
+    ns = tp.convergence.geometric_ns(cfg.log2_n_min, cfg.log2_n_max, cfg.log2_n_step)
     ts = np.linspace(0.0, cfg.t1, cfg.num_times)
     with progress_bar(progress, total=len(ns), desc="convergence (n)") as bar:
         def report(line):
             bar.update()
             bar.note(line)
 
-        res = convergence_study(dyn, law, ns, t1=cfg.t1, dt0=cfg.dt, ts=ts, seeds=range(cfg.seeds),
+        res = tp.convergence.convergence_study(dyn, law, ns, t1=cfg.t1, dt0=cfg.dt, ts=ts, seeds=range(cfg.seeds),
                                 n_ref=2**cfg.log2_n_ref, w2_epsilon=cfg.w2_scale,
                                 w2_max_n=2**cfg.log2_w2_max, progress=report)
     out = {"ns": res.ns, "ts": res.ts, "seeds": res.seeds}
-    slopes = np.full((len(METRICS), ts.size, 3), np.nan)  # (metric, time, [slope, low, high])
-    for m_i, k in enumerate(METRICS):
+    slopes = np.full((len(tp.convergence.METRICS), ts.size, 3), np.nan)  # (metric, time, [slope, low, high])
+    for m_i, k in enumerate(tp.convergence.METRICS):
         out[f"err_{k}"] = res.errors[k]
         for t_i in range(ts.size):
             e = res.errors[k][:, :, t_i]
             keep = np.all(np.isfinite(e) & (e > 0), axis=1)
             if keep.sum() >= 2:
-                f = fit_rate(res.ns[keep], e[keep])
+                f = tp.statistics.fit_rate(res.ns[keep], e[keep])
                 slopes[m_i, t_i] = (f.slope, *f.slope_ci)
     out["slopes"] = slopes
-    out["metrics"] = np.asarray(METRICS)
-    rr = reference_rates(res.dim)
+    out["metrics"] = np.asarray(tp.convergence.METRICS)
+    rr = tp.convergence.reference_rates(res.dim)
     out["rate_monte_carlo"] = np.asarray(rr["monte_carlo"])
     out["rate_empirical_w2"] = np.asarray(rr["empirical_w2"])
     errors = grid({"metric": out["metrics"], "n": out["ns"], "seed": out["seeds"], "t": out["ts"]},
-                  error=(("metric", "n", "seed", "t"), np.stack([out[f"err_{k}"] for k in METRICS])),
+                  error=(("metric", "n", "seed", "t"), np.stack([out[f"err_{k}"] for k in tp.convergence.METRICS])),
                   slope=(("metric", "t"), slopes[..., 0]), slope_low=(("metric", "t"), slopes[..., 1]),
                   slope_high=(("metric", "t"), slopes[..., 2]))
     return Result(out, {"errors": errors})
@@ -175,7 +176,7 @@ def figures(res: Result, cfg: ConvergenceConfig, out_dir) -> list:
         ax.plot(np.repeat(nk, ek.shape[1]), ek.ravel(), ".", color="0.6", ms=3, label="seeds")
         gm = np.exp(np.log(ek).mean(axis=1))
         ax.plot(nk, gm, "o", color="C0", ms=4, label="geometric mean")
-        f = fit_rate(nk, ek)
+        f = tp.statistics.fit_rate(nk, ek)
         lo, hi = f.band(nk)
         ax.fill_between(nk, lo, hi, color="C0", alpha=0.2, label=f"{int(f.level * 100)}% band")
         ax.plot(nk, f.predict(nk), "-", color="C0",
@@ -185,7 +186,7 @@ def figures(res: Result, cfg: ConvergenceConfig, out_dir) -> list:
         ax.legend(fontsize=7)
     fig.suptitle(f"{cfg.model}: distance of μ^n_t to the mean field (d={d}, β={cfg.beta:g}, "
                  f"{cfg.seeds} seeds)")
-    paths = [plot.save_figure(fig, out_dir / "convergence.png")]
+    paths = [tp.plot.save_figure(fig, out_dir / "convergence.png")]
 
     # the tables: every error (n, seed, t) and every fitted slope
     buf = io.StringIO()

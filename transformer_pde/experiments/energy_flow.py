@@ -29,34 +29,34 @@ from __future__ import annotations
 import dataclasses
 from typing import Annotated
 
-import jax
-import jax.numpy as jnp
 import numpy as np
+from annotated_types import Ge, Gt, Interval
 
-from .. import plot
-from ..diagnostics import cluster_labels, cluster_masses, interaction_energy
-from ..models import SoftmaxAttention, Sphere, uniform_sphere
-from ..solvers import solve
+import transformer_pde as tp
+
+from .._lazy import jax, jnp
+from ..runs.result import Result
 from ._base import Experiment, register
 from ._common import pid
-from ._options import Above, AtLeast, Between, Options
-from ._result import Result
+from ._options import Options
 
 
 @dataclasses.dataclass(frozen=True)
 class EnergyFlowConfig(Options):
-    n: Annotated[int, AtLeast(2)] = 8
-    beta: Annotated[float, Above(0)] = 1.0
-    t1: Annotated[float, Above(0)] = 300.0
-    num_saves: Annotated[int, AtLeast(2)] = 60
+    n: Annotated[int, Ge(2)] = 8
+    beta: Annotated[float, Gt(0)] = 1.0
+    t1: Annotated[float, Gt(0)] = 300.0
+    num_saves: Annotated[int, Ge(2)] = 60
     """Saved times: 0, then a geometric grid from 0.01 to t1."""
     rtol: float = 1e-7
     threshold: float = 0.9999
     indefinite_d2: tuple[float, ...] = (0.2, 1.0)
     """d₂ values of the indefinite cases D = diag(−1, d₂)."""
-    four_d1: Annotated[float, Above(0)] = 1.0  # four particles: D = diag(d1, d2), d1, d2 > 0
-    four_d2: Annotated[float, Above(0)] = 2.0
-    four_x1: Annotated[float, Between(0, 1, closed="()")] = 0.3
+    four_d1: Annotated[float, Gt(0)] = 1.0  # four particles: D = diag(d1, d2), d1, d2 > 0
+    """d₁ of D = diag(d₁, d₂) in the four-particle descent."""
+    four_d2: Annotated[float, Gt(0)] = 2.0
+    """d₂ of D = diag(d₁, d₂) in the four-particle descent."""
+    four_x1: Annotated[float, Interval(gt=0, lt=1)] = 0.3
     """Start of the four-particle descent: (±x1, ±sqrt(1 − x1²))."""
     seed: int = 0
 
@@ -67,16 +67,16 @@ class EnergyFlowConfig(Options):
         return out
 
 
-def energy_flow(D, beta, sign: int) -> Sphere:
+def energy_flow(D, beta, sign: int) -> tp.Sphere:
     """Sphere(SA) with Q = D, K = I (so Kᵀ Q = D) and V = sign · D: ascent (+1) / descent (−1)."""
     D = jnp.asarray(D, dtype=jnp.result_type(float))
-    return Sphere(SoftmaxAttention(D, jnp.eye(D.shape[0], dtype=D.dtype), sign * D, beta))
+    return tp.Sphere(tp.SoftmaxAttention(D, jnp.eye(D.shape[0], dtype=D.dtype), sign * D, beta))
 
 
 def classify(x, threshold=0.9999) -> str:
     """Name the measure of a final state: Dirac, antipodal pair, spread (all distinct), k clusters."""
     x = np.asarray(x)
-    labels = np.asarray(cluster_labels(jnp.asarray(x), threshold))
+    labels = np.asarray(tp.diagnostics.cluster_labels(jnp.asarray(x), threshold))
     reps = np.unique(labels)
     if len(reps) == 1:
         return "Dirac"
@@ -112,7 +112,7 @@ def four_particle_root(d1, d2, beta, tol=1e-14) -> float:
 
 
 def _run(dyn, x0, cfg, ts):
-    return solve(dyn, x0, t1=cfg.t1, dt0=1e-2, saveat=ts, stepsize_controller=pid(cfg.rtol, x0.dtype))
+    return tp.solve(dyn, x0, t1=cfg.t1, dt0=1e-2, saveat=ts, stepsize_controller=pid(cfg.rtol, x0.dtype))
 
 
 def compute(cfg: EnergyFlowConfig, progress: bool = False) -> Result:
@@ -120,15 +120,15 @@ def compute(cfg: EnergyFlowConfig, progress: bool = False) -> Result:
     out = {"ts": np.asarray(ts)}
     for name, D in cfg.cases().items():
         d = D.shape[0]
-        x0 = uniform_sphere(jax.random.key(cfg.seed), cfg.n, d)
+        x0 = tp.uniform_sphere(jax.random.key(cfg.seed), cfg.n, d)
         out[f"{name}_D"] = D
         for direction, sign in (("ascent", 1), ("descent", -1)):
             sol = _run(energy_flow(D, cfg.beta, sign), x0, cfg, ts)
             key = f"{name}_{direction}"
             out[f"{key}_xs"] = np.asarray(sol.xs)
             out[f"{key}_energy"] = np.asarray(
-                jax.vmap(lambda x: interaction_energy(x, cfg.beta, D=D))(sol.xs))
-            out[f"{key}_masses"] = np.asarray(cluster_masses(sol.xs[-1], cfg.threshold))
+                jax.vmap(lambda x: tp.diagnostics.interaction_energy(x, cfg.beta, D=D))(sol.xs))
+            out[f"{key}_masses"] = np.asarray(tp.diagnostics.cluster_masses(sol.xs[-1], cfg.threshold))
             # D is diagonal: the coordinate axes are its eigenvectors; one-hot = on ±e_k
             out[f"{key}_axis_weight"] = np.asarray(jnp.mean(sol.xs[-1] ** 2, axis=0))
             out[f"{key}_speed"] = np.asarray(
@@ -204,7 +204,7 @@ def figures(res: Result, cfg: EnergyFlowConfig, out_dir) -> list:
     ax.set_title(f"four particles, D=diag({cfg.four_d1:g},{cfg.four_d2:g}), β={cfg.beta:g}", fontsize=9)
     ax.legend(fontsize=7)
     ax.grid(alpha=0.3)
-    return [plot.save_figure(fig, out_dir / "energy_flow.png")]
+    return [tp.plot.save_figure(fig, out_dir / "energy_flow.png")]
 
 
 register(Experiment(

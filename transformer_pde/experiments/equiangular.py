@@ -19,31 +19,30 @@ from __future__ import annotations
 import dataclasses
 from typing import Annotated
 
-import diffrax
-import jax
-import jax.numpy as jnp
 import numpy as np
+from annotated_types import Ge, Gt
 
-from .. import plot
-from ..solvers import solve
-from ..theory.equiangular import equiangular_start, reduced_gap
+import transformer_pde as tp
+
+from .._lazy import diffrax, jax, jnp
+from ..runs.result import Result
 from ._base import Experiment, register
 from ._common import MODELS, model_dynamics, pid
-from ._options import Above, AtLeast, Options
+from ._options import Options
 from ._progress import solver_meter
-from ._result import Result
 
 
 @dataclasses.dataclass(frozen=True)
 class EquiangularConfig(Options):
     n: int = 16
     d: int = 16
-    betas: Annotated[tuple[float, ...], AtLeast(0)] = (0.5, 1.0, 4.0)
+    betas: Annotated[tuple[float, ...], Ge(0)] = (0.5, 1.0, 4.0)
+    """Inverse temperatures β; each runs both SA and USA against the reduced ODE."""
     rho0: float = 0.0
     """Common initial inner product, in [−1/(n−1), 1); 0 = orthogonal tokens."""
-    t1: Annotated[float, Above(0)] = 10.0
-    num_saves: Annotated[int, AtLeast(2)] = 101
-    rtol: Annotated[float, Above(0)] = 1e-8
+    t1: Annotated[float, Gt(0)] = 10.0
+    num_saves: Annotated[int, Ge(2)] = 101
+    rtol: Annotated[float, Gt(0)] = 1e-8
     """Relative tolerance of both adaptive solves (Tsit5 with a PID controller)."""
     seed: int = 0
 
@@ -63,7 +62,7 @@ _FINE = 20  # the reduced ODE is saved on a grid _FINE times finer, to resolve f
 
 
 def compute(cfg: EquiangularConfig, progress: bool = False) -> Result:
-    x0 = equiangular_start(jax.random.key(cfg.seed), cfg.n, cfg.d, cfg.rho0)
+    x0 = tp.theory.equiangular.equiangular_start(jax.random.key(cfg.seed), cfg.n, cfg.d, cfg.rho0)
     ts = jnp.linspace(0.0, cfg.t1, cfg.num_saves)
     off = ~np.eye(cfg.n, dtype=bool)
     betas = np.asarray(cfg.betas)
@@ -71,13 +70,13 @@ def compute(cfg: EquiangularConfig, progress: bool = False) -> Result:
     for model in MODELS:
         rho_sim, rho_ode, gaps, dev, rate = [], [], [], [], []
         for beta in betas:
-            sol = solve(model_dynamics(model, cfg.d, beta), x0, t1=cfg.t1, dt0=1e-3,
+            sol = tp.solve(model_dynamics(model, cfg.d, beta), x0, t1=cfg.t1, dt0=1e-3,
                         saveat=diffrax.SaveAt(ts=ts, fn=lambda t, x, args: x @ x.T),
                         stepsize_controller=_controller(cfg, x0.dtype),
                         progress_meter=solver_meter(progress))
             gram = np.asarray(sol.stats)[:, off]  # (T, n(n-1)) pairwise inner products
             fine = jnp.linspace(0.0, cfg.t1, (cfg.num_saves - 1) * _FINE + 1)
-            gap = np.asarray(reduced_gap(model, cfg.n, jnp.asarray(beta, x0.dtype),
+            gap = np.asarray(tp.theory.equiangular.reduced_gap(model, cfg.n, jnp.asarray(beta, x0.dtype),
                                           jnp.asarray(cfg.rho0, x0.dtype), fine,
                                           pid(cfg.rtol, x0.dtype, atol_ratio=1e-20)))
             r = 1 - gap[::_FINE]
@@ -130,7 +129,7 @@ def figures(res: Result, cfg: EquiangularConfig, out_dir) -> list:
             ax.set_xlabel("t")
             ax.grid(alpha=0.3)
             ax.legend(fontsize=7)
-    return [plot.save_figure(fig, out_dir / "equiangular.png")]
+    return [tp.plot.save_figure(fig, out_dir / "equiangular.png")]
 
 
 register(Experiment(

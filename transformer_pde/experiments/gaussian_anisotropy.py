@@ -28,23 +28,16 @@ from __future__ import annotations
 import dataclasses
 from typing import Annotated, Literal
 
-import diffrax
-import jax
-import jax.numpy as jnp
 import numpy as np
+from annotated_types import Ge, Gt
 
-from .. import plot
-from ..models import (
-    L2Attention,
-    MultiHeadAttention,
-    SinkhornAttention,
-    SoftmaxAttention,
-)
-from ..solvers import BlowUp, Gaussian, solve
+import transformer_pde as tp
+
+from .._lazy import diffrax, jax, jnp
+from ..runs.result import Result, grid
 from ._base import Experiment, register
-from ._options import Above, AtLeast, Options
+from ._options import Options
 from ._progress import progress_bar
-from ._result import Result, grid
 
 REGIMES = ("zero", "line", "two-lines", "blowup", "mixed")
 VARIANTS = ("softmax", "l2", "multihead", "sinkhorn")
@@ -57,25 +50,28 @@ OUTCOMES = ("to zero", "rank one", "full rank", "blow-up", "unbounded", "unfinis
 
 @dataclasses.dataclass(frozen=True)
 class AnisotropyConfig(Options):
-    grid: Annotated[int, AtLeast(2)] = 10
+    grid: Annotated[int, Ge(2)] = 10
     """Grid points per axis for ``zero`` and ``line``; ``two-lines``, ``mixed`` and ``blowup``
     use 2×, 3× and 4× as many (the authors' 10/20/30/40)."""
-    t_long: Annotated[float, Above(0)] = 1e4
+    t_long: Annotated[float, Gt(0)] = 1e4
     """Horizon of ``zero`` and ``line`` (convergence is O(1/t))."""
-    t_two_lines: Annotated[float, Above(0)] = 500.0
-    t_mixed: Annotated[float, Above(0)] = 150.0
+    t_two_lines: Annotated[float, Gt(0)] = 500.0
+    """Horizon of ``two-lines``."""
+    t_mixed: Annotated[float, Gt(0)] = 150.0
     """Horizons of ``two-lines`` and ``mixed`` (the authors' step × max_iter)."""
-    max_steps: Annotated[int, AtLeast(1)] = 10_000
+    max_steps: Annotated[int, Ge(1)] = 10_000
     """Step budget per run (runs are vmapped in lockstep, so one stiff run costs the whole
     batch this many steps); a run that exhausts it is reported as 'unfinished'."""
-    tol_high: Annotated[float, Above(1)] = 1e4
+    tol_high: Annotated[float, Gt(1)] = 1e4
     """The solve stops when tr Σ exceeds this (the authors' ``tol_high``)."""
-    rtol: Annotated[float, Above(0)] = 1e-7
-    num_saves: Annotated[int, AtLeast(3)] = 120
+    rtol: Annotated[float, Gt(0)] = 1e-7
+    num_saves: Annotated[int, Ge(3)] = 120
     """Saved times: evenly spaced for ``blowup``; 0, then a geometric grid from 10⁻³ of the horizon
     to it for the regimes that converge like 1/t."""
     regimes: tuple[Regime, ...] = REGIMES
+    """Regimes to run: zero, line, two-lines, blowup, mixed (the module docstring says what each shows)."""
     variants: tuple[Variant, ...] = VARIANTS
+    """Attention variants run in every regime: softmax, l2, multihead (H = 2), sinkhorn."""
 
 
 def to_cone(covs):
@@ -126,13 +122,13 @@ def regime_parameters(regime: str):
 def make_attention(variant: str, Q, K, V):
     d = 2
     if variant == "softmax":
-        return SoftmaxAttention(Q, K, V, 1 / np.sqrt(d))
+        return tp.SoftmaxAttention(Q, K, V, 1 / np.sqrt(d))
     if variant == "l2":
-        return L2Attention(Q, K, V, 1 / np.sqrt(d))
+        return tp.L2Attention(Q, K, V, 1 / np.sqrt(d))
     if variant == "multihead":
-        return MultiHeadAttention.split(Q, K, V, 2, 1.0)  # heads of width k = 1: 1/√k = 1
+        return tp.MultiHeadAttention.split(Q, K, V, 2, 1.0)  # heads of width k = 1: 1/√k = 1
     if variant == "sinkhorn":
-        return SinkhornAttention(Q, K, V, 1.0, epsilon=1.0)
+        return tp.SinkhornAttention(Q, K, V, 1.0, epsilon=1.0)
     raise ValueError(variant)
 
 
@@ -179,9 +175,9 @@ def _solve_batch(attns, covs0, t1s, tss, cfg):
     stacked = jax.tree.map(lambda *xs: jnp.stack(xs), *attns)
 
     def one(attn, cov0, t1, ts):
-        sol = solve(attn, Gaussian(jnp.zeros(2, cov0.dtype), cov0), t1=t1, dt0=1e-3,
+        sol = tp.solve(attn, tp.Gaussian(jnp.zeros(2, cov0.dtype), cov0), t1=t1, dt0=1e-3,
                              saveat=ts, stepsize_controller=pid, max_steps=cfg.max_steps,
-                             event=BlowUp(cfg.tol_high), throw=False)
+                             event=tp.BlowUp(cfg.tol_high), throw=False)
         return sol.covs, sol.final_cov, sol.final_time, sol.blowup_time, sol.succeeded
 
     out = jax.vmap(one)(stacked, jnp.asarray(covs0), jnp.asarray(t1s), jnp.asarray(tss))
@@ -324,7 +320,7 @@ def figures(res: Result, cfg: AnisotropyConfig, out_dir) -> list:
             ax.set_title(title, fontsize=9)
         fig.suptitle(f"Gaussian closure, d = 2: regime '{regime}'"
                      + (" (Σ/tr Σ)" if normalized else " (PSD cone)"))
-        paths.append(plot.save_figure(fig, out_dir / f"anisotropy_{regime}.png"))
+        paths.append(tp.plot.save_figure(fig, out_dir / f"anisotropy_{regime}.png"))
     return paths
 
 

@@ -11,42 +11,43 @@ through the solver (:func:`flow` pushes the measures, :func:`interpolation_loss`
 from __future__ import annotations
 
 import dataclasses
+import functools
 from typing import Annotated, Literal
 
-import diffrax
-import equinox as eqx
-import jax
-import jax.numpy as jnp
 import numpy as np
-import optax
+from annotated_types import Ge, Gt
 
-from .. import plot
-from ..diagnostics import sinkhorn_divergence
-from ..fitting import fit
-from ..models import AttentionPerceptron, Sphere, cap_sample
-from ..solvers import Particles, solve
+import transformer_pde as tp
+
+from .._lazy import diffrax, eqx, jax, jnp, optax
+from ..runs.result import Result
 from ._base import Experiment, register
-from ._options import Above, AtLeast, Options
-from ._result import Result
-
-_SOLVERS = {"euler": diffrax.Euler, "heun": diffrax.Heun, "tsit5": diffrax.Tsit5}
+from ._options import Options
 
 
 @dataclasses.dataclass(frozen=True)
 class InterpolationConfig(Options):
-    num_measures: Annotated[int, AtLeast(1)] = 3
-    n: Annotated[int, AtLeast(2)] = 48
-    layers: Annotated[int, AtLeast(1)] = 6
-    width: Annotated[int, AtLeast(1)] = 16
-    t1: Annotated[float, Above(0)] = 3.0
-    substeps: Annotated[int, AtLeast(1)] = 2
+    num_measures: Annotated[int, Ge(1)] = 3
+    """Number N of input measures, each carried to its own target cap."""
+    n: Annotated[int, Ge(2)] = 48
+    """Tokens per measure."""
+    layers: Annotated[int, Ge(1)] = 6
+    """Layers of the Transformer: its parameters are piecewise constant over this many pieces of [0, t1]."""
+    width: Annotated[int, Ge(1)] = 16
+    """Hidden width of the perceptron block."""
+    t1: Annotated[float, Gt(0)] = 3.0
+    substeps: Annotated[int, Ge(1)] = 2
     """solver steps per layer."""
     solver: Literal["euler", "heun", "tsit5"] = "heun"
     """'euler' (the discrete layer-normalized Transformer), 'heun' or 'tsit5'."""
-    epsilon: Annotated[float, Above(0)] = 0.01
-    steps: Annotated[int, AtLeast(1)] = 300
-    learning_rate: Annotated[float, Above(0)] = 0.03
-    spread: Annotated[float, Above(0)] = 0.15
+    epsilon: Annotated[float, Gt(0)] = 0.01
+    """Entropic regularization ε of the Sinkhorn divergence in the loss."""
+    steps: Annotated[int, Ge(1)] = 300
+    """Adam steps of the training."""
+    learning_rate: Annotated[float, Gt(0)] = 0.03
+    """Adam learning rate."""
+    spread: Annotated[float, Gt(0)] = 0.15
+    """Spread of the caps: tokens are normalize(centre + spread · N(0, I))."""
     seed: int = 0
 
 
@@ -55,11 +56,11 @@ def problem(cfg: InterpolationConfig, d: int = 3):
     k_in, k_out, k_c, k_model = jax.random.split(jax.random.key(cfg.seed), 4)
     N = cfg.num_measures
     centres = jax.random.normal(k_c, (2 * N, d))
-    inputs = jnp.stack([cap_sample(k, centres[i], cfg.n, cfg.spread)
+    inputs = jnp.stack([tp.cap_sample(k, centres[i], cfg.n, cfg.spread)
                         for i, k in enumerate(jax.random.split(k_in, N))])
-    targets = jnp.stack([cap_sample(k, centres[N + i], cfg.n, cfg.spread)
+    targets = jnp.stack([tp.cap_sample(k, centres[N + i], cfg.n, cfg.spread)
                          for i, k in enumerate(jax.random.split(k_out, N))])
-    model = Sphere(AttentionPerceptron.random(k_model, d, cfg.width, cfg.layers, t1=cfg.t1))
+    model = tp.Sphere(tp.AttentionPerceptron.random(k_model, d, cfg.width, cfg.layers, t1=cfg.t1))
     return inputs, targets, model
 
 
@@ -74,7 +75,7 @@ def flow(model, inputs, *, t1, dt0, weights=None, solver=None, adjoint=None):
         raise ValueError(f"inputs must have shape (N, n, d) (N measures of n tokens), got {inputs.shape}")
 
     def one(x0, w):
-        return solve(model, Particles(x0, w), t1=t1, dt0=dt0, solver=solver, adjoint=adjoint).final
+        return tp.solve(model, tp.Particles(x0, w), t1=t1, dt0=dt0, solver=solver, adjoint=adjoint).final
 
     w = None if weights is None else jnp.asarray(weights)
     if w is None:
@@ -82,8 +83,7 @@ def flow(model, inputs, *, t1, dt0, weights=None, solver=None, adjoint=None):
     return jax.vmap(one)(inputs, w)
 
 
-@eqx.filter_jit
-def interpolation_loss(model, inputs, targets, *, t1, dt0, epsilon, solver=None, adjoint=None):
+def _interpolation_loss(model, inputs, targets, *, t1, dt0, epsilon, solver=None, adjoint=None):
     """Mean over i of S_ε(Φ_T#μ^i, ν^i) (:func:`transformer_pde.diagnostics.sinkhorn_divergence`,
     threshold 1e-5, 1000 iterations; an unconverged
     step of the descent is tolerated, throw=False): ``inputs (N, n, d)``, ``targets (N, m, d)``."""
@@ -92,21 +92,31 @@ def interpolation_loss(model, inputs, targets, *, t1, dt0, epsilon, solver=None,
         raise ValueError(f"targets must have shape (N, m, d) with N = {jnp.shape(inputs)[0]} "
                          f"inputs, got {targets.shape}")
     out = flow(model, inputs, t1=t1, dt0=dt0, solver=solver, adjoint=adjoint)
-    return jnp.mean(jax.vmap(lambda x, y: sinkhorn_divergence(
+    return jnp.mean(jax.vmap(lambda x, y: tp.diagnostics.sinkhorn_divergence(
         x, y, epsilon=epsilon, threshold=1e-5, max_iterations=1000, throw=False))(out, targets))
+
+@functools.cache
+def _compiled_loss():
+    return eqx.filter_jit(_interpolation_loss)
+
+
+def interpolation_loss(model, inputs, targets, *, t1, dt0, epsilon, solver=None, adjoint=None):
+    """Mean over i of S_ε(Φ_T#μ^i, ν^i), compiled once (module docstring; ``_interpolation_loss``)."""
+    return _compiled_loss()(model, inputs, targets, t1=t1, dt0=dt0, epsilon=epsilon, solver=solver,
+                            adjoint=adjoint)
 
 
 def compute(cfg: InterpolationConfig, progress: bool = False) -> Result:
     inputs, targets, model = problem(cfg)
     dt0 = cfg.t1 / (cfg.layers * cfg.substeps)
-    solver = _SOLVERS[cfg.solver]()
+    solver = {"euler": diffrax.Euler, "heun": diffrax.Heun, "tsit5": diffrax.Tsit5}[cfg.solver]()
 
     def loss(m):
         return interpolation_loss(m, inputs, targets, t1=cfg.t1, dt0=dt0, epsilon=cfg.epsilon,
                                   solver=solver)
 
     before = flow(model, inputs, t1=cfg.t1, dt0=dt0, solver=solver)
-    trained, losses, final = fit(model, loss, optimizer=optax.adam(cfg.learning_rate), steps=cfg.steps,
+    trained, losses, final = tp.fit(model, loss, optimizer=optax.adam(cfg.learning_rate), steps=cfg.steps,
                                  progress=progress)
     after = flow(trained, inputs, t1=cfg.t1, dt0=dt0, solver=solver)
     return Result({
@@ -147,7 +157,7 @@ def figures(res: Result, cfg: InterpolationConfig, out_dir) -> list:
     ax.grid(alpha=0.3, which="both")
     fig.suptitle(f"measure-to-measure interpolation: {cfg.num_measures} measures, {cfg.layers} layers, "
                  f"perceptron width {cfg.width}")
-    return [plot.save_figure(fig, out_dir / "interpolation.png")]
+    return [tp.plot.save_figure(fig, out_dir / "interpolation.png")]
 
 
 register(Experiment(

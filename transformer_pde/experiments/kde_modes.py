@@ -11,29 +11,30 @@ from __future__ import annotations
 import dataclasses
 from typing import Annotated
 
-import diffrax
-import jax.numpy as jnp
 import numpy as np
+from annotated_types import Ge, Gt
 
-from .. import plot
-from ..diagnostics import gap_clusters, kde_critical_points, kde_modes
-from ..models import MeanShift
-from ..solvers import solve
+import transformer_pde as tp
+
+from .._lazy import diffrax, jnp
+from ..runs.result import Result, grid
 from ._base import Experiment, register
-from ._options import Above, AtLeast, Options
-from ._result import Result, grid
+from ._options import Options
 
 
 @dataclasses.dataclass(frozen=True)
 class KDEModesConfig(Options):
-    n: Annotated[int, AtLeast(2)] = 10000
-    betas: Annotated[tuple[float, ...], Above(1)] = (1000.0, 3000.0, 10000.0)
+    n: Annotated[int, Ge(2)] = 10000
+    betas: Annotated[tuple[float, ...], Gt(1)] = (1000.0, 3000.0, 10000.0)
     """β from n^0.75 to n: at n = 10^4 the ratio count/√(β log β) is 0.21, 0.33 at β = 100, 300
     (pre-asymptotic), 0.49, 0.49, 0.45 at β = 10^3, 3·10^3, 10^4, and 0.40 at 3·10^4 ≳ n, where
     the count starts to saturate; the window where the law holds is narrow at this n."""
-    runs: Annotated[int, AtLeast(1)] = 16
-    n_dynamics: Annotated[int, AtLeast(2)] = 2000
-    betas_dynamics: Annotated[tuple[float, ...], Above(1)] = (30.0, 100.0, 300.0, 1000.0)  # log β > 0
+    runs: Annotated[int, Ge(1)] = 16
+    """Independent samples of n points whose KDE modes are counted, per β."""
+    n_dynamics: Annotated[int, Ge(2)] = 2000
+    """Points of the sample started in the mean-shift dynamics."""
+    betas_dynamics: Annotated[tuple[float, ...], Gt(1)] = (30.0, 100.0, 300.0, 1000.0)  # log β > 0
+    """Inverse temperatures β of the mean-shift dynamics (log β > 0)."""
     t_dynamics: float = 20.0
     """time at which the mean-shift clusters are counted (a plateau: counts are flat on [10, 40])"""
     dt: float = 0.1
@@ -65,7 +66,7 @@ def compute(cfg: KDEModesConfig, progress: bool = False) -> Result:
     for r in range(cfg.runs):
         X = rng.standard_normal(cfg.n)
         for a, b in enumerate(betas):
-            modes[a, r], minima[a, r] = kde_critical_points(X, b)
+            modes[a, r], minima[a, r] = tp.diagnostics.kde_critical_points(X, b)
     fit = kde_mode_fit(betas, modes.mean(1))
     # metastable clusters of the 1-D attention dynamics, against the modes of the same samples
     bd = np.asarray(cfg.betas_dynamics)
@@ -74,10 +75,10 @@ def compute(cfg: KDEModesConfig, progress: bool = False) -> Result:
     clusters = np.zeros((len(bd), len(ts)), dtype=int)
     modes_dyn = np.zeros(len(bd), dtype=int)
     for a, b in enumerate(bd):
-        modes_dyn[a] = kde_modes(X, b)
-        sol = solve(MeanShift(float(b)), jnp.asarray(X)[:, None], t1=float(ts[-1]), dt0=cfg.dt,
+        modes_dyn[a] = tp.diagnostics.kde_modes(X, b)
+        sol = tp.solve(tp.MeanShift(float(b)), jnp.asarray(X)[:, None], t1=float(ts[-1]), dt0=cfg.dt,
                     solver=diffrax.Euler(), saveat=ts)
-        clusters[a] = [gap_clusters(x, cfg.cluster_gap / np.sqrt(b)) for x in np.asarray(sol.xs)]
+        clusters[a] = [tp.diagnostics.gap_clusters(x, cfg.cluster_gap / np.sqrt(b)) for x in np.asarray(sol.xs)]
     fit_clusters = kde_mode_fit(bd, clusters[:, 2])
     arrays = {
         "betas": betas, "modes": modes, "minima": minima, "mean_modes": modes.mean(1),
@@ -126,7 +127,7 @@ def figures(res: Result, cfg: KDEModesConfig, out_dir) -> list:
     ax.set_title(f"1-D self-attention (mean shift), n={cfg.n_dynamics}")
     ax.legend(fontsize=8)
     ax.grid(alpha=0.3, which="both")
-    return [plot.save_figure(fig, out_dir / "kde_modes.png")]
+    return [tp.plot.save_figure(fig, out_dir / "kde_modes.png")]
 
 
 register(Experiment(

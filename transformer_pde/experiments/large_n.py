@@ -17,43 +17,42 @@ from __future__ import annotations
 import dataclasses
 from typing import Annotated, Literal
 
-import diffrax
-import jax
-import jax.numpy as jnp
 import numpy as np
+from annotated_types import Ge, Gt
 
-from .. import plot
-from ..diagnostics import cluster_count
-from ..models import SoftmaxAttention, Sphere, uniform_sphere
-from ..solvers import solve
+import transformer_pde as tp
+
+from .._lazy import diffrax, jax, jnp
+from ..runs.result import Result, grid
 from ._base import Experiment, register
 from ._common import kernel_backend
-from ._options import Above, AtLeast, Options
+from ._options import Options
 from ._progress import solver_meter
-from ._result import Result, grid
 
 
 @dataclasses.dataclass(frozen=True)
 class LargeNConfig(Options):
-    n: Annotated[int, AtLeast(2)] = 1_000_000
+    n: Annotated[int, Ge(2)] = 1_000_000
     beta: float = 1.0
-    t1: Annotated[float, Above(0)] = 30.0
-    dt: Annotated[float, Above(0)] = 0.2
+    t1: Annotated[float, Gt(0)] = 30.0
+    dt: Annotated[float, Gt(0)] = 0.2
     """layer step: one Euler step is one residual attention layer + normalization."""
-    num_saves: Annotated[int, AtLeast(2)] = 16
+    num_saves: Annotated[int, Ge(2)] = 16
     backend: Literal["fast", "auto", "exact"] = "fast"
-    tol: Annotated[float, Above(0)] = 1e-8
+    """Pair kernel: 'fast' (NUFFT Gaussian sums), 'auto' (fast where predicted cheaper and accurate) or 'exact'."""
+    tol: Annotated[float, Gt(0)] = 1e-8
     """the fast kernel's planned error, relative to the total mass (kernels/backends.py)."""
-    num_plotted: Annotated[int, AtLeast(1)] = 3000
+    num_plotted: Annotated[int, Ge(1)] = 3000
+    """Size of the fixed random subsample of tokens saved, drawn and counted in clusters."""
     threshold: float = 0.999
     seed: int = 0
 
 
 def compute(cfg: LargeNConfig, progress: bool = False) -> Result:
     key_x, key_s = jax.random.split(jax.random.key(cfg.seed))
-    x0 = uniform_sphere(key_x, cfg.n, 3)
+    x0 = tp.uniform_sphere(key_x, cfg.n, 3)
     sample = jax.random.choice(key_s, cfg.n, (min(cfg.num_plotted, cfg.n),), replace=False)
-    attn = SoftmaxAttention.identity(3, cfg.beta, backend=kernel_backend(cfg.backend, cfg.tol, radius=1.0))
+    attn = tp.SoftmaxAttention.identity(3, cfg.beta, backend=kernel_backend(cfg.backend, cfg.tol, radius=1.0))
     ts = jnp.linspace(0.0, cfg.t1, cfg.num_saves)
 
     def stats(t, x, args):
@@ -62,13 +61,13 @@ def compute(cfg: LargeNConfig, progress: bool = False) -> Result:
         return {"overlap": jnp.sum(mean**2), "max_angle": jnp.arccos(jnp.clip(jnp.min(x @ direction), -1, 1)),
                 "sample": x[sample]}
 
-    sol = solve(Sphere(attn), x0, t1=cfg.t1, dt0=cfg.dt, solver=diffrax.Euler(),
+    sol = tp.solve(tp.Sphere(attn), x0, t1=cfg.t1, dt0=cfg.dt, solver=diffrax.Euler(),
                 saveat=diffrax.SaveAt(ts=ts, fn=stats), progress_meter=solver_meter(progress))
     samples = np.asarray(sol.stats["sample"])
     arrays = {
         "ts": np.asarray(ts), "overlap": np.asarray(sol.stats["overlap"]),
         "max_angle": np.asarray(sol.stats["max_angle"]), "sample": samples,
-        "sample_clusters": np.asarray(jax.vmap(lambda x: cluster_count(x, cfg.threshold))(
+        "sample_clusters": np.asarray(jax.vmap(lambda x: tp.diagnostics.cluster_count(x, cfg.threshold))(
             jnp.asarray(samples))),
         "fast_kernel": np.asarray(attn.kernel_choice(cfg.n, cfg.n, x0.dtype).fast),
     }
@@ -86,7 +85,7 @@ def figures(res: Result, cfg: LargeNConfig, out_dir) -> list:
     fig = plt.figure(figsize=(4.2 * (len(picks) + 1), 4.2), layout="constrained")
     for i, k in enumerate(picks):
         ax = fig.add_subplot(1, len(picks) + 1, i + 1, projection="3d")
-        plot.sphere_points(ax, xs[k], size=2, title=f"t = {ts[k]:.3g}")
+        tp.plot.sphere_points(ax, xs[k], size=2, title=f"t = {ts[k]:.3g}")
     ax = fig.add_subplot(1, len(picks) + 1, len(picks) + 1)
     ax.semilogy(ts, np.maximum(1 - res["overlap"], 1e-16), label="1 − |x̄|²")
     ax.semilogy(ts, np.maximum(res["max_angle"], 1e-16), label="largest angle to the mean (rad)")
@@ -95,7 +94,7 @@ def figures(res: Result, cfg: LargeNConfig, out_dir) -> list:
     ax.set_title("one cluster: both go to 0")
     fig.suptitle(f"SA on S², n = {cfg.n:,} tokens (β = {cfg.beta:g}, {cfg.backend} kernel, "
                  f"{len(xs[0])} plotted)")
-    return [plot.save_figure(fig, out_dir / "large-n.png")]
+    return [tp.plot.save_figure(fig, out_dir / "large-n.png")]
 
 
 register(Experiment(

@@ -24,36 +24,38 @@ from __future__ import annotations
 import dataclasses
 from typing import Annotated
 
-import diffrax
-import jax
-import jax.numpy as jnp
 import numpy as np
+from annotated_types import Ge, Gt
 
-from .. import plot
-from ..diagnostics import cluster_count
-from ..models import LitMCircle
-from ..solvers import solve
-from ..theory import causal
+import transformer_pde as tp
+
+from .._lazy import diffrax, jax, jnp
+from ..runs.result import Result
 from ._base import Experiment, register
-from ._options import Above, AtLeast, Options
-from ._result import Result
+from ._options import Options
 
 
 @dataclasses.dataclass(frozen=True)
 class LitMConfig(Options):
-    n: Annotated[int, AtLeast(4)] = 64
-    beta: Annotated[float, AtLeast(0)] = 1.0
-    lam: Annotated[float, AtLeast(0)] = 1.0
-    t: Annotated[float, Above(0)] = 1.0
+    n: Annotated[int, Ge(4)] = 64
+    beta: Annotated[float, Ge(0)] = 1.0
+    lam: Annotated[float, Ge(0)] = 1.0
+    """ALiBi slope λ: token j weighs an earlier token k by e^{−λ(j−k)/N}."""
+    t: Annotated[float, Gt(0)] = 1.0
     """depth at which the profile is read. The smallness condition allows t <= 2.23 at
     β = λ = 1, but the O(1/N) corrections grow with t (token self-decorrelation, ~ n²t²/(σ0N)):
     at t = 2 and N <= 64 Monte Carlo sits ~35% below the closed form, at t = 1 it agrees."""
     M: int = 8
+    """Width M of the soft retrieval accuracy (Fourier weights ω_n = e^{−π²n²/(2M²)})."""
     n_max: int = 20
+    """Fourier modes n = 1..n_max kept in the profile's sums."""
     num_runs: int = 16384
+    """Monte Carlo runs (i.i.d. starts) of the particle estimate (a multiple of chunk)."""
     chunk: int = 512
-    dt: Annotated[float, Above(0)] = 0.1
-    bins: Annotated[int, AtLeast(2)] = 16
+    """Monte Carlo runs simulated together (vmapped) at a time."""
+    dt: Annotated[float, Gt(0)] = 0.1
+    bins: Annotated[int, Ge(2)] = 16
+    """Source positions are averaged into this many bins for the Monte Carlo profile (at most n - 1)."""
     seed: int = 0
 
     def validate(self):
@@ -73,7 +75,7 @@ def _litm_deltas(key, dyn, n, t, dt, num_runs, chunk):
     """For num_runs i.i.d. uniform starts: θ_N(t) − θ_i(0) and θ_N(0) − θ_i(0), i = 1..N−1."""
     def one(k):
         th0 = jax.random.uniform(k, (n, 1), minval=0.0, maxval=2 * jnp.pi)
-        sol = solve(dyn, th0, t1=t, dt0=dt, max_steps=int(np.ceil(t / dt)) + 1)
+        sol = tp.solve(dyn, th0, t1=t, dt0=dt, max_steps=int(np.ceil(t / dt)) + 1)
         thN = sol.xs[0, -1, 0]
         return thN - th0[:-1, 0], th0[-1, 0] - th0[:-1, 0]
 
@@ -95,9 +97,9 @@ def retrieval_monte_carlo(key, t, n: int, beta, lam, M: int = 8, n_max: int = 20
     """
     if num_runs % chunk:
         raise ValueError(f"num_runs={num_runs} must be a multiple of chunk={chunk}")
-    dyn = LitMCircle(beta, lam)
+    dyn = tp.LitMCircle(beta, lam)
     d_t, d_0 = _litm_deltas(key, dyn, n, float(t), float(dt), num_runs, chunk)
-    om = jnp.asarray(causal.retrieval_weights(M, n_max))
+    om = jnp.asarray(tp.theory.causal.retrieval_weights(M, n_max))
     ns = jnp.arange(1, n_max + 1)
 
     def stat(dt_, d0_):
@@ -115,10 +117,10 @@ def alibi_demo(dt: float = 0.01):
     centers = np.linspace(0.1, 1.9, 4) * np.pi
     th0 = np.mod(centers[labels] + rng.normal(0.0, 0.075, size=64), 2 * np.pi)
     ts = jnp.array([0.0, 1.0, 2.0, 5.0, 10.0])
-    sol = solve(LitMCircle(1.0, 1.0), th0[:, None], t1=10.0, dt0=dt, saveat=ts,
+    sol = tp.solve(tp.LitMCircle(1.0, 1.0), th0[:, None], t1=10.0, dt0=dt, saveat=ts,
                 solver=diffrax.Tsit5())
     th = np.asarray(sol.xs)[..., 0]
-    counts = np.array([int(cluster_count(jnp.asarray(np.stack([np.cos(a), np.sin(a)], 1)),
+    counts = np.array([int(tp.diagnostics.cluster_count(jnp.asarray(np.stack([np.cos(a), np.sin(a)], 1)),
                                          float(np.cos(0.01)))) for a in th])
     return np.asarray(ts), th, counts
 
@@ -126,13 +128,13 @@ def alibi_demo(dt: float = 0.01):
 def compute(cfg: LitMConfig, progress: bool = False) -> Result:
     sigma_fine = np.linspace(0.005, 0.995, 199)
     times = np.array([0.5, 1.0, 1.5, 2.0, 2.2, cfg.t])
-    closed_fine = np.stack([np.asarray(causal.retrieval_profile(s, sigma_fine, cfg.beta, cfg.lam,
+    closed_fine = np.stack([np.asarray(tp.theory.causal.retrieval_profile(s, sigma_fine, cfg.beta, cfg.lam,
                                                                 cfg.M, cfg.n_max)) for s in times])
     sigma0, mc, mc_se_pt = retrieval_monte_carlo(
         jax.random.key(cfg.seed), cfg.t, cfg.n, cfg.beta, cfg.lam, cfg.M, cfg.n_max,
         num_runs=cfg.num_runs, dt=cfg.dt, chunk=cfg.chunk)
-    _, discrete = causal.retrieval_discrete(cfg.t, cfg.n, cfg.beta, cfg.lam, cfg.M, cfg.n_max)
-    closed = np.asarray(causal.retrieval_profile(cfg.t, sigma0, cfg.beta, cfg.lam, cfg.M, cfg.n_max))
+    _, discrete = tp.theory.causal.retrieval_discrete(cfg.t, cfg.n, cfg.beta, cfg.lam, cfg.M, cfg.n_max)
+    closed = np.asarray(tp.theory.causal.retrieval_profile(cfg.t, sigma0, cfg.beta, cfg.lam, cfg.M, cfg.n_max))
     mc_bin, groups = _bin(mc, cfg.bins)
     # bins average independent-ish source positions; stderr from the per-point errors (upper
     # bound: positive correlation between neighbouring sources would only shrink it less)
@@ -140,7 +142,7 @@ def compute(cfg: LitMConfig, progress: bool = False) -> Result:
     closed_bin = np.array([closed[g].mean() for g in groups])
     discrete_bin = np.array([discrete[g].mean() for g in groups])
     sigma_bin = np.array([sigma0[g].mean() for g in groups])
-    shape = causal.u_shape(closed_fine[-1])
+    shape = tp.theory.causal.u_shape(closed_fine[-1])
     demo_ts, demo_theta, demo_counts = alibi_demo()
     spread = np.abs(np.angle(np.exp(1j * (demo_theta[-1] - demo_theta[0, 0])))).max()
     return Result({
@@ -151,7 +153,7 @@ def compute(cfg: LitMConfig, progress: bool = False) -> Result:
         "sigma_bin": sigma_bin, "mc_bin": mc_bin, "mc_bin_se": se_bin, "closed_bin": closed_bin,
         "discrete_bin": discrete_bin,
         "z_closed": (mc_bin - closed_bin) / se_bin, "z_discrete": (mc_bin - discrete_bin) / se_bin,
-        "smallness": np.asarray(causal.smallness_holds(cfg.t, cfg.beta, cfg.lam)),
+        "smallness": np.asarray(tp.theory.causal.smallness_holds(cfg.t, cfg.beta, cfg.lam)),
         "primacy": np.asarray(shape["primacy"]), "recency": np.asarray(shape["recency"]),
         "unique_min": np.asarray(shape["unique_min"]),
         "argmin_sigma": np.asarray(sigma_fine[shape["argmin"]]),
@@ -193,7 +195,7 @@ def figures(res: Result, cfg: LitMConfig, out_dir) -> list:
     ax.set_ylabel("θ mod 2π")
     ax.set_title("§10.6 demo: N=64, β=λ=1, four initial clusters", fontsize=9)
     ax.legend(fontsize=7)
-    return [plot.save_figure(fig, out_dir / "lost_in_the_middle.png")]
+    return [tp.plot.save_figure(fig, out_dir / "lost_in_the_middle.png")]
 
 
 register(Experiment(

@@ -30,19 +30,16 @@ from __future__ import annotations
 import dataclasses
 from typing import Annotated
 
-import diffrax
-import jax
-import jax.numpy as jnp
 import numpy as np
+from annotated_types import Ge, Gt, Interval
 
-from .. import plot
-from ..diagnostics import cluster_labels, cluster_masses, normalized_energy
-from ..models import SoftmaxAttention, Sphere
-from ..solvers import solve
+import transformer_pde as tp
+
+from .._lazy import diffrax, jax, jnp
+from ..runs.result import Result, grid
 from ._base import Experiment, register
 from ._common import pid
-from ._options import Above, AtLeast, Between, Options
-from ._result import Result, grid
+from ._options import Options
 
 # sphere.md §10.3 (authors' code rerun): plateau values and collapse times in rescaled time.
 PUBLISHED_PLATEAUS = np.array([0.28, 0.44, 0.52, 1.0])
@@ -52,21 +49,30 @@ PUBLISHED_COLLAPSE = {500.0: 0.12, 2000.0: 0.10, 4000.0: 0.092}
 @dataclasses.dataclass(frozen=True)
 class MetastabilityConfig(Options):
     # Part 1: caps.
-    cap_betas: Annotated[tuple[float, ...], Above(0)] = (2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0)
-    num_caps: Annotated[int, AtLeast(2)] = 2
-    per_cap: Annotated[int, AtLeast(1)] = 4
+    cap_betas: Annotated[tuple[float, ...], Gt(0)] = (2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0)
+    """Inverse temperatures β at which the cap exit time is measured."""
+    num_caps: Annotated[int, Ge(2)] = 2
+    """Number k of caps on the circle."""
+    per_cap: Annotated[int, Ge(1)] = 4
+    """Tokens per cap, symmetric about its center."""
     cap_angle: float = 1.5707963267948966
     """Angle θ0 between neighbouring cap centers on S^1 (default π/2)."""
-    eps: Annotated[float, Between(0, 1 / 16, closed="()", why="sphere.md §2")] = 0.05
+    eps: Annotated[float, Interval(gt=0, lt=1 / 16)] = 0.05
+    """Cap size ε: caps S_q(ε) = {x : ⟨x, w_q⟩ ≥ 1 − ε}; the theorem needs ε < 1/16 (sphere.md §2)."""
     rtol: float = 1e-6
     # Part 2: staircase.
-    stair_betas: Annotated[tuple[float, ...], Above(1)] = (500.0, 1000.0, 1500.0, 2000.0, 3000.0, 4000.0)
+    stair_betas: Annotated[tuple[float, ...], Gt(1)] = (500.0, 1000.0, 1500.0, 2000.0, 3000.0, 4000.0)
+    """Inverse temperatures β of the energy staircase (n = 5 on the circle)."""
     theta0: tuple[float, ...] = (0.0, 0.5, 2.0, 4.0, 7.0)
     """Start θ_i = ½ · theta0_i · log β₀ / sqrt(β₀), β₀ = theta_beta (the authors' start)."""
     theta_beta: float = 2000.0
+    """β₀ of the staircase start (see theta0)."""
     step: float = 1e-5
+    """Step h of the normalized-gradient staircase steps θ ← θ + h log β · g/|g|."""
     tau_max: float = 0.2
+    """Rescaled time τ to which the staircase runs."""
     save_every: int = 100
+    """Staircase steps between saves of φ and the cluster masses."""
 
     def validate(self):
         if not 2 * np.arccos(1 - 2 * self.eps) < self.cap_angle <= 2 * np.pi / self.num_caps:
@@ -109,7 +115,7 @@ def exit_times(cfg: MetastabilityConfig):
     for beta in np.asarray(cfg.cap_betas):
         # the exit is expected near e^{(1 - cos θ0) β}; look 50x beyond
         t1 = 50.0 * np.exp(beta * (1 - np.cos(cfg.cap_angle))) + 10.0
-        sol = solve(Sphere(SoftmaxAttention.identity(2, beta)), x0, t1=t1, dt0=1e-2,
+        sol = tp.solve(tp.Sphere(tp.SoftmaxAttention.identity(2, beta)), x0, t1=t1, dt0=1e-2,
                     stepsize_controller=pid(cfg.rtol, x0.dtype), max_steps=2_000_000,
                     saveat=diffrax.SaveAt(ts=fractions * t1,
                                           fn=lambda t, x, args: jnp.min(jnp.sum(x * Wq, axis=1))))
@@ -144,14 +150,14 @@ def _staircase(theta0, beta, h, num_chunks, every):
         norm = jnp.linalg.norm(g)
         theta = theta + h * log_beta * jnp.where(norm > 0, g / jnp.where(norm > 0, norm, 1.0), 0.0)
         x = _circle(theta)
-        labels = cluster_labels(x, merge)
+        labels = tp.diagnostics.cluster_labels(x, merge)
         s = jnp.zeros_like(x).at[labels].add(x)  # merged clusters sit at their mean direction
         return jnp.arctan2(s[labels, 1], s[labels, 0]), None
 
     def chunk(theta, _):
         theta, _ = jax.lax.scan(step, theta, None, length=every)
         x = _circle(theta)
-        return theta, (normalized_energy(x, beta), cluster_masses(x, 1 - 1e-6), theta)
+        return theta, (tp.diagnostics.normalized_energy(x, beta), tp.diagnostics.cluster_masses(x, 1 - 1e-6), theta)
 
     _, out = jax.lax.scan(chunk, theta0, None, length=num_chunks)
     return out
@@ -264,7 +270,7 @@ def figures(res: Result, cfg: MetastabilityConfig, out_dir) -> list:
     ax.set_ylabel("θ_i")
     ax.set_title(f"angles, β = {res['stair_betas'][k]:g}: sequential merging", fontsize=9)
     ax.grid(alpha=0.3)
-    return [plot.save_figure(fig, out_dir / "metastability.png")]
+    return [tp.plot.save_figure(fig, out_dir / "metastability.png")]
 
 
 register(Experiment(

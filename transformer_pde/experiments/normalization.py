@@ -54,18 +54,16 @@ import typing
 from collections.abc import Callable
 from typing import Annotated, Literal
 
-import jax
-import jax.numpy as jnp
 import numpy as np
+from annotated_types import Ge, Gt, Interval
 
-from .. import plot
-from ..diagnostics import clustered_pair_fraction
-from ..models import NGPT, CausalMultiHeadAttention, LNScaling, MixLN, MultiHeadAttention, PeriLN, PostLN, PreLN, Sphere
-from ..solvers import layers
+import transformer_pde as tp
+
+from .._lazy import jax, jnp
+from ..runs.result import Result, grid
 from ._base import Experiment, register
-from ._options import Above, AtLeast, Between, Options
+from ._options import Options
 from ._progress import progress_bar
-from ._result import Result, grid
 
 Scheme = Literal["post-ln", "projected", "pre-ln", "peri-ln", "ngpt", "mix-ln", "ln-scaling"]
 SCHEME_NAMES = typing.get_args(Scheme)
@@ -86,25 +84,28 @@ SIMUFORMER_NGPT_STEP = 0.2
 
 @dataclasses.dataclass(frozen=True)
 class NormalizationConfig(Options):
-    n: Annotated[int, AtLeast(2)] = 64
-    d: Annotated[int, AtLeast(2)] = 16
-    heads: Annotated[int, AtLeast(1)] = 8
+    n: Annotated[int, Ge(2)] = 64
+    d: Annotated[int, Ge(2)] = 16
+    heads: Annotated[int, Ge(1)] = 8
     """Heads, averaged (W_h = I/H); each head is full width: Q_h, K_h, V_h are (d, d)."""
-    betas: Annotated[tuple[float, ...], AtLeast(0)] = (1.0, 5.0, 9.0)
+    betas: Annotated[tuple[float, ...], Ge(0)] = (1.0, 5.0, 9.0)
+    """Inverse temperatures β of the attention."""
     masks: tuple[Literal["none", "causal"], ...] = MASKS
     """'none': every token attends to all; 'causal': token i attends to j <= i."""
     schemes: tuple[Scheme, ...] = SCHEME_NAMES
-    t1: Annotated[float, Above(0)] = 30.0
+    """Layer schemes compared (table in the module docstring): post-ln, projected, pre-ln, peri-ln, ngpt, mix-
+    ln, ln-scaling."""
+    t1: Annotated[float, Gt(0)] = 30.0
     """Depth: t1/step layers."""
-    step: Annotated[float, Above(0)] = 0.1
+    step: Annotated[float, Gt(0)] = 0.1
     """The layer step h (the authors' 0.1)."""
-    seeds: Annotated[int, AtLeast(1)] = 32
+    seeds: Annotated[int, Ge(1)] = 32
     """Independent draws (tokens and weights) averaged."""
     seed: int = 0
-    threshold: Annotated[float, Between(-1, 1, closed="()")] = 0.999
-    ngpt_alpha: Annotated[float, Above(0)] = 0.2
+    threshold: Annotated[float, Interval(gt=-1, lt=1)] = 0.999
+    ngpt_alpha: Annotated[float, Gt(0)] = 0.2
     """nGPT's eigen learning rate α (scalar; the authors' code takes the step 0.2h, α = 0.2/(1 + 0.2h))."""
-    mix_fraction: Annotated[float, Between(0, 1, closed="(]")] = 0.25
+    mix_fraction: Annotated[float, Interval(gt=0, le=1)] = 0.25
     """Mix-LN: the fraction α of post-LN layers, ⌊αL⌋ (the Mix-LN scripts use 1/4)."""
 
     def validate(self):
@@ -113,8 +114,7 @@ class NormalizationConfig(Options):
         if self.ngpt_alpha * self.step > 1:
             raise ValueError(f"nGPT needs ngpt_alpha * step <= 1 (its layer interpolates between x and "
                              f"N(A(x))), got {self.ngpt_alpha} * {self.step}")
-        for name in ("schemes", "masks", "betas"):
-            values = getattr(self, name)
+        for name, values in (("schemes", self.schemes), ("masks", self.masks), ("betas", self.betas)):
             if len(set(values)) != len(values):
                 raise ValueError(f"{name} lists a value twice: {values}")
 
@@ -137,21 +137,21 @@ class LayerScheme:
 
     def states(self, attention, x0, num_layers: int, step: float):
         """The L + 1 states (input included), shape ``(L + 1, n, d)``."""
-        return layers(self.wrap(attention), x0, num_layers, step).xs
+        return tp.layers(self.wrap(attention), x0, num_layers, step).xs
 
 
 def make_schemes(cfg: NormalizationConfig) -> tuple:
     """The config's scheme names, each mapped once to the object that runs it."""
     objects = {
-        "post-ln": LayerScheme("post-ln", "post-LN", PostLN),
-        "projected": LayerScheme("projected", "projected (Sphere)", Sphere),
-        "pre-ln": LayerScheme("pre-ln", "Pre-LN", PreLN),
-        "peri-ln": LayerScheme("peri-ln", "Peri-LN", PeriLN),
+        "post-ln": LayerScheme("post-ln", "post-LN", tp.PostLN),
+        "projected": LayerScheme("projected", "projected (Sphere)", tp.Sphere),
+        "pre-ln": LayerScheme("pre-ln", "Pre-LN", tp.PreLN),
+        "peri-ln": LayerScheme("peri-ln", "Peri-LN", tp.PeriLN),
         "ngpt": LayerScheme("ngpt", f"nGPT (α = {cfg.ngpt_alpha:g})",
-                            lambda attn: NGPT(attn, cfg.ngpt_alpha)),
+                            lambda attn: tp.NGPT(attn, cfg.ngpt_alpha)),
         "mix-ln": LayerScheme("mix-ln", f"Mix-LN (α = {cfg.mix_fraction:g})",
-                              lambda attn: MixLN.from_layers(attn, cfg.num_layers, cfg.step, cfg.mix_fraction)),
-        "ln-scaling": LayerScheme("ln-scaling", "LN-scaling", lambda attn: LNScaling(attn, cfg.step)),
+                              lambda attn: tp.MixLN.from_layers(attn, cfg.num_layers, cfg.step, cfg.mix_fraction)),
+        "ln-scaling": LayerScheme("ln-scaling", "LN-scaling", lambda attn: tp.LNScaling(attn, cfg.step)),
     }
     return tuple(objects[name] for name in cfg.schemes)
 
@@ -173,18 +173,18 @@ def attention(Q, K, beta, causal: bool):
     causal mask (token i attends to j <= i) is :class:`CausalMultiHeadAttention`."""
     H, d = Q.shape[0], Q.shape[-1]
     eye = jnp.broadcast_to(jnp.eye(d, dtype=Q.dtype), (H, d, d))
-    heads = CausalMultiHeadAttention if causal else MultiHeadAttention
+    heads = tp.CausalMultiHeadAttention if causal else tp.MultiHeadAttention
     return heads(Q, K, eye, eye / H, beta)
 
 
-@jax.jit
 def depth_statistics(xs, step, threshold):
     """Per layer, for a batch of runs ``(S, L + 1, n, d)``: P(clustered pair) and mean |x|, and the
-    token speed mean_i |θ_i(l) − θ_i(l − 1)|/h (NaN at l = 0); each ``(S, L + 1)``. One compiled
-    program for every scheme (the schemes differ in their layers, not in their states' shape)."""
+    token speed mean_i |θ_i(l) − θ_i(l − 1)|/h (NaN at l = 0); each ``(S, L + 1)``. Compiled once
+    per run (``compute`` jits it) for every scheme (the schemes differ in their layers, not in
+    their states' shape)."""
     r = jnp.linalg.norm(xs, axis=-1)
     theta = xs / r[..., None]
-    fraction = jax.vmap(jax.vmap(lambda y: clustered_pair_fraction(y, threshold)))(theta)
+    fraction = jax.vmap(jax.vmap(lambda y: tp.diagnostics.clustered_pair_fraction(y, threshold)))(theta)
     speed = jnp.mean(jnp.linalg.norm(jnp.diff(theta, axis=1), axis=-1), axis=-1) / step
     speed = jnp.concatenate([jnp.full(speed.shape[:1] + (1,), jnp.nan, speed.dtype), speed], axis=1)
     return fraction, speed, jnp.mean(r, axis=-1)
@@ -209,6 +209,7 @@ def compute(cfg: NormalizationConfig, progress: bool = False) -> Result:
     sem = lambda a: a.std(axis=0) / np.sqrt(cfg.seeds)  # noqa: E731
     bar = progress_bar(progress, total=len(schemes) * len(cfg.masks) * len(cfg.betas),
                        desc="normalization")
+    statistics = jax.jit(depth_statistics)
     with bar:
         for c, mask in enumerate(cfg.masks):
             for s, scheme in enumerate(schemes):
@@ -216,7 +217,7 @@ def compute(cfg: NormalizationConfig, progress: bool = False) -> Result:
                 for b, beta in enumerate(cfg.betas):
                     xs = states(jnp.asarray(beta, dtype), x0, Q, K)
                     frac, speed, radius = (np.asarray(a, np.float64) for a in
-                                           depth_statistics(xs, cfg.step, cfg.threshold))
+                                           statistics(xs, cfg.step, cfg.threshold))
                     stats["fraction"][s, b, c] = frac.mean(axis=0)
                     stats["fraction_sem"][s, b, c] = sem(frac)
                     stats["speed"][s, b, c] = speed.mean(axis=0)
@@ -280,7 +281,7 @@ def figures(res: Result, cfg: NormalizationConfig, out_dir) -> list:
                      f"averaged, random KᵀQ, V = I, h = {cfg.step:g}, {cfg.seeds} draws"
                      + (" (○ authors' code at their t = 20)" if published and not is_causal else ""))
         fig.tight_layout()
-        paths.append(plot.save_figure(fig, out_dir / f"normalization_{mask}.png"))
+        paths.append(tp.plot.save_figure(fig, out_dir / f"normalization_{mask}.png"))
     return paths
 
 

@@ -14,30 +14,31 @@ from __future__ import annotations
 import dataclasses
 from typing import Annotated
 
-import diffrax
-import jax.numpy as jnp
 import numpy as np
+from annotated_types import Ge, Gt
 
-from .. import plot
-from ..diagnostics import atoms, perceptron_energy, stationarity_residual
-from ..models import PerceptronBlock, ReLU
-from ..solvers import solve
+import transformer_pde as tp
+
+from .._lazy import diffrax, jnp
+from ..runs.result import Result
 from ._base import Experiment, register
-from ._options import Above, AtLeast, Options, format_value
-from ._result import Result
+from ._options import Options, format_value
 
 
 @dataclasses.dataclass(frozen=True)
 class PerceptronConfig(Options):
-    beta: Annotated[float, Above(0)] = 3.0
+    beta: Annotated[float, Gt(0)] = 3.0
     angles: tuple[float, ...] = (0.3, 2.0, 4.0)
     """directions a_j = (cos, sin) of the hidden units"""
     omegas: tuple[float, ...] = (20.0, -15.0, 10.0)
-    ns: Annotated[tuple[int, ...], AtLeast(2)] = (64, 256)
-    t1: Annotated[float, Above(0)] = 10.0
+    """Output weights ω_j of the hidden units (one per angle)."""
+    ns: Annotated[tuple[int, ...], Ge(2)] = (64, 256)
+    """Token numbers of the runs: the atoms must not depend on n."""
+    t1: Annotated[float, Gt(0)] = 10.0
     """the flows settle by t ≈ 2 at these parameters"""
     rtol: float = 1e-6
     atom_threshold: float = 0.9999
+    """Tokens whose cosine exceeds this form one atom."""
     num_saves: int = 101
 
     def validate(self):
@@ -60,21 +61,21 @@ def compute(cfg: PerceptronConfig, progress: bool = False) -> Result:
     ctrl = diffrax.PIDController(rtol=cfg.rtol, atol=cfg.rtol * 1e-2)
     out: dict = {"ts": np.asarray(ts), "ns": ns, "a": a, "omega": omega}
     for mode, sign in (("descent", -1), ("ascent", 1)):
-        blk = PerceptronBlock(cfg.beta, a, omega, sign=sign, activation=ReLU())
+        blk = tp.PerceptronBlock(cfg.beta, a, omega, sign=sign, activation=tp.ReLU())
         for n in ns:
-            sol = solve(blk, _uniform_circle(n), t1=cfg.t1, saveat=ts, stepsize_controller=ctrl,
+            sol = tp.solve(blk, _uniform_circle(n), t1=cfg.t1, saveat=ts, stepsize_controller=ctrl,
                         max_steps=500_000)
             xs = np.asarray(sol.xs)
-            pos, mass = atoms(xs[-1], cfg.atom_threshold)
+            pos, mass = tp.diagnostics.atoms(xs[-1], cfg.atom_threshold)
             key = f"{mode}_n{n}"
             out[f"{key}_theta"] = np.arctan2(xs[..., 1], xs[..., 0])
             out[f"{key}_atoms"] = np.arctan2(pos[:, 1], pos[:, 0])
             out[f"{key}_masses"] = mass
             out[f"{key}_num_atoms"] = np.asarray(len(mass))
-            out[f"{key}_residual"] = np.asarray(stationarity_residual(blk, pos, mass))
+            out[f"{key}_residual"] = np.asarray(tp.diagnostics.stationarity_residual(blk, pos, mass))
             out[f"{key}_speed"] = np.asarray(float(jnp.max(jnp.linalg.norm(
                 blk.velocity(sol.xs[-1]), axis=-1))))
-            out[f"{key}_energy"] = np.array([float(perceptron_energy(blk, x)) for x in sol.xs])
+            out[f"{key}_energy"] = np.array([float(tp.diagnostics.perceptron_energy(blk, x)) for x in sol.xs])
     return Result(out)
 
 
@@ -102,7 +103,7 @@ def figures(res: Result, cfg: PerceptronConfig, out_dir) -> list:
     ax.grid(alpha=0.3)
     fig.suptitle(f"perceptron block on S^1, β={cfg.beta:g}, ω=({format_value(cfg.omegas)}), "
                  f"a at θ=({format_value(cfg.angles)})")
-    return [plot.save_figure(fig, out_dir / "perceptron.png")]
+    return [tp.plot.save_figure(fig, out_dir / "perceptron.png")]
 
 
 register(Experiment(

@@ -21,19 +21,16 @@ from __future__ import annotations
 import dataclasses
 from typing import Annotated, Literal
 
-import diffrax
-import jax
-import jax.numpy as jnp
 import numpy as np
+from annotated_types import Ge, Gt
 
-from .. import plot
-from ..diagnostics import cluster_count, clustered_pair_fraction
-from ..models import uniform_sphere
-from ..solvers import solve
+import transformer_pde as tp
+
+from .._lazy import diffrax, jax, jnp
+from ..runs.result import Result, grid
 from ._base import Experiment, register
 from ._common import circle_angles, model_dynamics
-from ._options import Above, AtLeast, Options
-from ._result import Result, grid
+from ._options import Options
 
 # sphere.md §10.4: fraction of clustered pairs, rows β, columns t = 7.5 and 30.
 PUBLISHED_BETAS = np.array([1.0, 11 / 3, 19 / 3, 9.0])
@@ -43,16 +40,19 @@ PUBLISHED_FRACTION = np.array([[0.50, 1.00], [0.39, 0.53], [0.31, 0.41], [0.28, 
 
 @dataclasses.dataclass(frozen=True)
 class PhaseDiagramConfig(Options):
-    n: Annotated[int, AtLeast(2)] = 32
-    d: Annotated[int, AtLeast(2)] = 2
-    batch: Annotated[int, AtLeast(1)] = 256
+    n: Annotated[int, Ge(2)] = 32
+    d: Annotated[int, Ge(2)] = 2
+    batch: Annotated[int, Ge(1)] = 256
+    """Uniform starts per β, averaged."""
     beta_min: float = 1.0
+    """Smallest β of the grid."""
     beta_max: float = 9.0
-    num_betas: Annotated[int, AtLeast(1)] = 25
+    """Largest β of the grid."""
+    num_betas: Annotated[int, Ge(1)] = 25
     """β grid: linspace(beta_min, beta_max, num_betas); the default holds 1, 11/3, 19/3, 9."""
-    t1: Annotated[float, Above(0)] = 30.0
-    dt: Annotated[float, Above(0)] = 0.1
-    num_saves: Annotated[int, AtLeast(2)] = 61
+    t1: Annotated[float, Gt(0)] = 30.0
+    dt: Annotated[float, Gt(0)] = 0.1
+    num_saves: Annotated[int, Ge(2)] = 61
     threshold: float = 0.999
     scheme: Literal["post-ln", "projected"] = "post-ln"
     """The layer: 'post-ln' x ← N(x + h Γ(x)) (tp.PostLN, the authors' code, sphere.md §9);
@@ -72,8 +72,8 @@ def run_grid(cfg: PhaseDiagramConfig, betas, ts, stats, keys):
     """``stats(t, x)`` at ``ts`` for every β in ``betas`` and every start key: vmapped twice."""
 
     def one(beta, key):
-        x0 = uniform_sphere(key, cfg.n, cfg.d)
-        sol = solve(_dynamics(cfg, beta), x0, t1=cfg.t1, dt0=cfg.dt, solver=diffrax.Euler(),
+        x0 = tp.uniform_sphere(key, cfg.n, cfg.d)
+        sol = tp.solve(_dynamics(cfg, beta), x0, t1=cfg.t1, dt0=cfg.dt, solver=diffrax.Euler(),
                     saveat=diffrax.SaveAt(ts=ts, fn=lambda t, x, args: stats(t, x)))
         return sol.stats
 
@@ -87,7 +87,8 @@ def compute(cfg: PhaseDiagramConfig, progress: bool = False) -> Result:
 
     def stats(t, x):
         # float counts: diffrax pre-fills outputs with inf, which does not cast to int
-        return clustered_pair_fraction(x, cfg.threshold), cluster_count(x, cfg.threshold).astype(x.dtype)
+        return (tp.diagnostics.clustered_pair_fraction(x, cfg.threshold),
+                tp.diagnostics.cluster_count(x, cfg.threshold).astype(x.dtype))
 
     frac, count = run_grid(cfg, betas, ts, stats, keys)
     # One start, a few β: the states themselves, for the angle histograms.
@@ -158,7 +159,7 @@ def figures(res: Result, cfg: PhaseDiagramConfig, out_dir) -> list:
     ax.set_title(f"batch {cfg.batch}: ours (lines, ×), published §10.4 (○)")
     ax.legend(fontsize=8)
     ax.grid(alpha=0.3)
-    paths = [plot.save_figure(fig, out_dir / "phase_diagram.png")]
+    paths = [tp.plot.save_figure(fig, out_dir / "phase_diagram.png")]
 
     if cfg.d == 2 and res["hist_angles"].size:
         hb, ht, ang = res["hist_betas"], res["hist_ts"], res["hist_angles"]
@@ -175,7 +176,7 @@ def figures(res: Result, cfg: PhaseDiagramConfig, out_dir) -> list:
             ax.set_xlabel("angle θ_i on S^1")
         fig.suptitle(f"token angles, one uniform start, n = {cfg.n}")
         fig.tight_layout()
-        paths.append(plot.save_figure(fig, out_dir / "angle_histograms.png"))
+        paths.append(tp.plot.save_figure(fig, out_dir / "angle_histograms.png"))
     return paths
 
 

@@ -15,40 +15,51 @@ from __future__ import annotations
 import dataclasses
 from typing import Annotated
 
-import jax
 import numpy as np
+from annotated_types import Ge
 
-from .. import plot
-from ..diagnostics import mean_overlap
-from ..models import uniform_sphere
-from ..models.random_heads import GaussianHeads, expected_head
-from ..solvers.random_heads import diffusive_chain, sde
-from ..theory.logistic_overlap import logistic
+import transformer_pde as tp
+
+from .._lazy import jax
+from ..runs.result import Result, grid
 from ._base import Experiment, register
-from ._options import AtLeast, Options
+from ._options import Options
 from ._progress import progress_bar
-from ._result import Result, grid
 
 
 @dataclasses.dataclass(frozen=True)
 class RandomHeadsConfig(Options):
-    n: Annotated[int, AtLeast(2)] = 6
-    d: Annotated[int, AtLeast(2)] = 3
+    n: Annotated[int, Ge(2)] = 6
+    d: Annotated[int, Ge(2)] = 3
     beta: float = 1.0
-    num_heads: Annotated[int, AtLeast(1)] = 1
+    num_heads: Annotated[int, Ge(1)] = 1
+    """Heads H per layer of the chain."""
     s1: float = 2.0
-    depths: Annotated[tuple[int, ...], AtLeast(1)] = (1, 2, 4, 8, 16, 32)
+    """End of the diffusive clock s = ℓη²σ²/H at which chain and SDE are compared."""
+    depths: Annotated[tuple[int, ...], Ge(1)] = (1, 2, 4, 8, 16, 32)
+    """Depths L of the chain at fixed s1 (the weak error decreases like 1/L)."""
     chain_paths: int = 32768
+    """Paths of the chain per depth."""
     sde_paths: int = 16384
+    """Paths of the common-noise SDE."""
     sde_steps: int = 64
+    """Euler–Maruyama steps of the SDE over [0, s1]."""
     sde_nodes: int = 16
+    """Quadrature nodes A_q of the SDE's noise (one matrix Brownian motion each)."""
     drift_samples: int = 20000
-    logistic_n: Annotated[int, AtLeast(2)] = 8
-    logistic_dims: Annotated[tuple[int, ...], AtLeast(3)] = (8, 32)
+    """Head draws of the Monte Carlo mean field E_θ B_θ (zero drift)."""
+    logistic_n: Annotated[int, Ge(2)] = 8
+    """Tokens of the logistic-overlap runs."""
+    logistic_dims: Annotated[tuple[int, ...], Ge(3)] = (8, 32)
+    """Dimensions d of the logistic-overlap runs (the law holds up to O(1/d))."""
     logistic_beta: float = 0.5
+    """β of the logistic-overlap runs (small β)."""
     logistic_s1: float = 4.0
+    """End of the diffusive clock of the logistic-overlap runs."""
     logistic_layers: int = 100
+    """Layers of the logistic-overlap chain (a multiple of 10: saved every tenth)."""
     logistic_paths: int = 256
+    """Paths of the logistic-overlap chain, per dimension."""
     seed: int = 0
 
     def validate(self):
@@ -57,29 +68,30 @@ class RandomHeadsConfig(Options):
 
 
 def compute(cfg: RandomHeadsConfig, progress: bool = False) -> Result:
+    runs = tp.solvers.random_transformer
     key = jax.random.key(cfg.seed)
     k_x, k_b, k_sde, k_chain, k_log = jax.random.split(key, 5)
-    x0 = uniform_sphere(k_x, cfg.n, cfg.d)
-    heads = GaussianHeads(cfg.d, beta=cfg.beta)
+    x0 = tp.uniform_sphere(k_x, cfg.n, cfg.d)
+    heads = tp.GaussianHeads(cfg.d, beta=cfg.beta)
     bar = progress_bar(progress, total=3 + len(cfg.depths) + len(cfg.logistic_dims), desc="random-heads")
     # 1. drift
-    b, b_se = expected_head(k_b, heads, x0, cfg.drift_samples)
-    b1, b1_se = expected_head(k_b, GaussianHeads(cfg.d, beta=cfg.beta, v_mean=1.0), x0,
+    b, b_se = tp.models.random_heads.expected_head(k_b, heads, x0, cfg.drift_samples)
+    b1, b1_se = tp.models.random_heads.expected_head(k_b, tp.GaussianHeads(cfg.d, beta=cfg.beta, v_mean=1.0), x0,
                                  cfg.drift_samples)
     bar.update(2)
     # 2. weak error, chain vs SDE at s1
-    sde_x = jax.lax.map(lambda k: sde(k, heads, x0, cfg.s1, cfg.s1 / cfg.sde_steps,
+    sde_x = jax.lax.map(lambda k: runs.sde(k, heads, x0, cfg.s1, cfg.s1 / cfg.sde_steps,
                                          num_nodes=cfg.sde_nodes)[-1],
                         jax.random.split(k_sde, cfg.sde_paths), batch_size=256)
-    m_sde = np.asarray(mean_overlap(sde_x))
+    m_sde = np.asarray(tp.diagnostics.mean_overlap(sde_x))
     bar.update()
     depths = np.asarray(cfg.depths)
     m_chain, se_chain = [], []
     for i, L in enumerate(depths):
         keys = jax.random.split(jax.random.fold_in(k_chain, i), cfg.chain_paths)
-        xs = jax.lax.map(lambda k, L=int(L): diffusive_chain(k, heads, x0, cfg.s1, L, cfg.num_heads)[-1],
+        xs = jax.lax.map(lambda k, L=int(L): runs.diffusive_chain(k, heads, x0, cfg.s1, L, cfg.num_heads)[-1],
                          keys, batch_size=1024)
-        m = np.asarray(mean_overlap(xs))
+        m = np.asarray(tp.diagnostics.mean_overlap(xs))
         m_chain.append(m.mean())
         se_chain.append(m.std(ddof=1) / np.sqrt(len(m)))
         bar.update()
@@ -95,15 +107,15 @@ def compute(cfg: RandomHeadsConfig, progress: bool = False) -> Result:
     s_grid = np.linspace(0, cfg.logistic_s1, 11)
     m_log, u_log, se_log = [], [], []
     for i, d in enumerate(dims):
-        hd = GaussianHeads(int(d), beta=cfg.logistic_beta, sigma_A=float(d) ** -0.5)
-        y0 = uniform_sphere(jax.random.fold_in(k_log, 100 + i), cfg.logistic_n, int(d))
+        hd = tp.GaussianHeads(int(d), beta=cfg.logistic_beta, sigma_A=float(d) ** -0.5)
+        y0 = tp.uniform_sphere(jax.random.fold_in(k_log, 100 + i), cfg.logistic_n, int(d))
         keys = jax.random.split(jax.random.fold_in(k_log, i), cfg.logistic_paths)
-        xs = jax.vmap(lambda k, hd=hd, y0=y0: diffusive_chain(k, hd, y0, cfg.logistic_s1, cfg.logistic_layers,
+        xs = jax.vmap(lambda k, hd=hd, y0=y0: runs.diffusive_chain(k, hd, y0, cfg.logistic_s1, cfg.logistic_layers,
                                                    save_every=cfg.logistic_layers // 10))(keys)
-        m = np.asarray(mean_overlap(xs))
+        m = np.asarray(tp.diagnostics.mean_overlap(xs))
         m_log.append(m.mean(0))
         se_log.append(m.std(0, ddof=1) / np.sqrt(m.shape[0]))
-        u_log.append(logistic(float(m[0, 0]), s_grid))
+        u_log.append(tp.theory.logistic_overlap.logistic(float(m[0, 0]), s_grid))
         bar.update()
     bar.close()
     m_log, u_log, se_log = np.stack(m_log), np.stack(u_log), np.stack(se_log)
@@ -114,7 +126,7 @@ def compute(cfg: RandomHeadsConfig, progress: bool = False) -> Result:
         "depths": depths, "m_chain": m_chain, "se_chain": se_chain,
         "m_sde": np.asarray(m_sde.mean()), "se_sde": np.asarray(se_sde),
         "weak_error": err, "weak_error_se": se_err, "weak_slope": np.asarray(slope),
-        "m0": np.asarray(mean_overlap(x0)),
+        "m0": np.asarray(tp.diagnostics.mean_overlap(x0)),
         "logistic_dims": dims, "logistic_s": s_grid, "logistic_m": m_log, "logistic_se": se_log,
         "logistic_u": u_log, "logistic_err": np.abs(m_log - u_log).max(1),
     }
@@ -160,7 +172,7 @@ def figures(res: Result, cfg: RandomHeadsConfig, out_dir) -> list:
     ax.set_title(f"mean overlap, β={cfg.logistic_beta:g}: error ~ 1/d")
     ax.legend(fontsize=8)
     ax.grid(alpha=0.3)
-    return [plot.save_figure(fig, out_dir / "random_heads.png")]
+    return [tp.plot.save_figure(fig, out_dir / "random_heads.png")]
 
 
 register(Experiment(

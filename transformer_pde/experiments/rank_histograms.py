@@ -40,17 +40,16 @@ from __future__ import annotations
 import dataclasses
 from typing import Annotated, Literal
 
-import diffrax
-import jax
 import numpy as np
+from annotated_types import Ge, Gt, Interval
 
-from .. import plot
-from ..models import L2Attention, SoftmaxAttention
-from ..solvers import Gaussian, solve
+import transformer_pde as tp
+
+from .._lazy import diffrax, jax
+from ..runs.result import Result
 from ._base import Experiment, register
-from ._options import Above, AtLeast, Between, Options
+from ._options import Options
 from ._progress import progress_bar
-from ._result import Result
 
 VARIANTS = ("softmax", "l2")
 VALUES = ("identity", "spd")
@@ -62,21 +61,22 @@ UNCONVERGED = -2
 
 @dataclasses.dataclass(frozen=True)
 class RankConfig(Options):
-    dims: Annotated[tuple[int, ...], AtLeast(2)] = (3, 4, 5)
-    runs: Annotated[int, AtLeast(1)] = 100
+    dims: Annotated[tuple[int, ...], Ge(2)] = (3, 4, 5)
+    """Dimensions d of the covariances."""
+    runs: Annotated[int, Ge(1)] = 100
     """Initial covariances (and parameter draws) per dimension."""
-    t_long: Annotated[float, Above(0)] = 1e5
+    t_long: Annotated[float, Gt(0)] = 1e5
     """Every run is integrated to t_long; the eigenvalues are read at t_long/100, /10 and 1."""
     t_max: float = 1e8
     """Runs undecided at t_long are integrated on to t_max (read at every decade); still
     undecided there, they are 'unconverged' (rank -2)."""
-    keep_ratio: Annotated[float, Between(0, 1, closed="()")] = 0.5
+    keep_ratio: Annotated[float, Interval(gt=0, lt=1)] = 0.5
     """An eigenvalue that fell below keep_ratio times its value a decade earlier has vanished."""
-    settle_tol: Annotated[float, Above(0)] = 0.1
+    settle_tol: Annotated[float, Gt(0)] = 0.1
     """An eigenvalue whose relative change over the last decade is below settle_tol, and no
     larger than over the decade before, has settled (it persists in the limit)."""
-    rtol: Annotated[float, Above(0)] = 1e-7
-    late_rtol: Annotated[float, Above(0)] = 1e-6
+    rtol: Annotated[float, Gt(0)] = 1e-7
+    late_rtol: Annotated[float, Gt(0)] = 1e-6
     """Tolerance of the longer solves of runs undecided at t_long: past t ≈ 1e5 Kvaerno5 at
     rtol = 1e-7 stalls (rounding limits its steps: 80 000 steps short of t = 1e6 for some draws,
     240 at 1e-6)."""
@@ -84,6 +84,7 @@ class RankConfig(Options):
     """Step budget per solve; runs that exhaust it are reported with rank -1 ('unfinished')."""
     seed: int = 40
     variants: tuple[Literal["softmax", "l2"], ...] = VARIANTS
+    """Attention variants: softmax and/or l2."""
 
     def validate(self):
         if not self.t_max >= self.t_long:
@@ -106,7 +107,7 @@ def draw(d: int, runs: int, seed: int):
 
 
 def _attention(variant, Q, V, d):
-    cls = SoftmaxAttention if variant == "softmax" else L2Attention
+    cls = tp.SoftmaxAttention if variant == "softmax" else tp.L2Attention
     return cls(Q, -Q, V, 1 / np.sqrt(d))
 
 
@@ -161,7 +162,7 @@ def limit_rank(attention, cov0, cfg: RankConfig, pid=None) -> dict:
                    diffrax.PIDController(rtol=cfg.late_rtol, atol=1e-3 * cfg.late_rtol)]
 
     def run(saves, controller):
-        return solve(attention, Gaussian(np.zeros(d), cov0), t1=saves[-1], dt0=1e-3,
+        return tp.solve(attention, tp.Gaussian(np.zeros(d), cov0), t1=saves[-1], dt0=1e-3,
                      solver=diffrax.Kvaerno5(), stepsize_controller=controller, max_steps=cfg.max_steps,
                      throw=False, saveat=saves)
 
@@ -261,7 +262,7 @@ def figures(res: Result, cfg: RankConfig, out_dir) -> list:
             ax.legend(fontsize=8)
     fig.suptitle(f"Q ∈ R^{{⌊d/2⌋×d}}, K = −Q: limit ranks ≤ ⌈d/2⌉ (decided by t ≤ {cfg.t_max:g})")
     fig.tight_layout()
-    return [plot.save_figure(fig, out_dir / "rank_histograms.png")]
+    return [tp.plot.save_figure(fig, out_dir / "rank_histograms.png")]
 
 
 register(Experiment(

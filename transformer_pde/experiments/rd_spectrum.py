@@ -25,19 +25,16 @@ from __future__ import annotations
 import dataclasses
 from typing import Annotated
 
-import jax
-import jax.numpy as jnp
 import numpy as np
+from annotated_types import Ge, Gt, Interval
 
-from .. import plot
-from ..diagnostics import Euclidean, attention_matrix, cluster_labels, numerical_rank
-from ..models import SoftmaxAttention
-from ..models.rescaled import RescaledSoftmax
-from ..solvers import solve
+import transformer_pde as tp
+
+from .._lazy import jax, jnp
+from ..runs.result import Result
 from ._base import Experiment, register
 from ._common import pid
-from ._options import Above, AtLeast, Between, Options
-from ._result import Result
+from ._options import Options
 
 
 def convex_hull_vertices(p) -> np.ndarray:
@@ -70,16 +67,19 @@ def distinct_values(v, tol) -> int:
 class RdSpectrumConfig(Options):
     n: int = 20
     d: int = 2
-    box: Annotated[float, Above(0)] = 5.0
+    box: Annotated[float, Gt(0)] = 5.0
     """Start: i.i.d. uniform on [−box, box]^d (the authors' set-up, sphere.md §10.5)."""
-    t1: Annotated[float, Above(0)] = 10.0
-    top_ratio: Annotated[float, Between(0, 1, closed="[)", why="simple top eigenvalue")] = 0.5
+    t1: Annotated[float, Gt(0)] = 10.0
+    top_ratio: Annotated[float, Interval(ge=0, lt=1)] = 0.5
     """V = diag(1, top_ratio, ...) for the simple-top-eigenvalue case (needs top_ratio < 1)."""
-    n1d: Annotated[int, AtLeast(2)] = 12
-    t1_1d: Annotated[float, Above(0)] = 8.0
-    num_saves: Annotated[int, AtLeast(2)] = 41
+    n1d: Annotated[int, Ge(2)] = 12
+    """Tokens of the d = 1 'leaders' run."""
+    t1_1d: Annotated[float, Gt(0)] = 8.0
+    """Final time of the d = 1 'leaders' run."""
+    num_saves: Annotated[int, Ge(2)] = 41
     rtol: float = 1e-8
     rank_rtol: float = 1e-3
+    """Relative tolerance of the numerical rank of the attention matrix P."""
     tol: float = 0.1
     """Distance at which a token counts as at a hull vertex / on a hyperplane."""
     seed: int = 0
@@ -91,7 +91,7 @@ class RdSpectrumConfig(Options):
 
 
 def _solve(dyn, z0, t1, ts, cfg):
-    return solve(dyn, z0, t1=t1, dt0=1e-3, saveat=ts, stepsize_controller=pid(cfg.rtol, z0.dtype))
+    return tp.solve(dyn, z0, t1=t1, dt0=1e-3, saveat=ts, stepsize_controller=pid(cfg.rtol, z0.dtype))
 
 
 def compute(cfg: RdSpectrumConfig, progress: bool = False) -> Result:
@@ -100,17 +100,17 @@ def compute(cfg: RdSpectrumConfig, progress: bool = False) -> Result:
     eye = jnp.eye(cfg.d)
     ts = jnp.linspace(0.0, cfg.t1, cfg.num_saves)
     out = {"ts": np.asarray(ts), "z0": np.asarray(z0)}
-    rank = jax.vmap(lambda x: numerical_rank(attention_matrix(x), cfg.rank_rtol))
+    rank = jax.vmap(lambda x: tp.diagnostics.numerical_rank(tp.diagnostics.attention_matrix(x), cfg.rank_rtol))
 
     # V = I: polytope vertices.
-    dyn = RescaledSoftmax(eye, eye, eye)
+    dyn = tp.RescaledSoftmax(eye, eye, eye)
     zs = _solve(dyn, z0, cfg.t1, ts, cfg).xs
     xs = jax.vmap(dyn.unscaled)(zs, ts)
     hull = convex_hull_vertices(z0)
     dist = np.linalg.norm(np.asarray(zs[-1])[:, None] - np.asarray(z0)[hull][None], axis=-1).min(1)
     # the limit points (tokens merged at distance tol) must be vertices of their own hull
     zf = np.asarray(zs[-1])
-    labels = np.asarray(cluster_labels(jnp.asarray(zf), cfg.tol, metric=Euclidean()))
+    labels = np.asarray(tp.diagnostics.cluster_labels(jnp.asarray(zf), cfg.tol, metric=tp.diagnostics.Euclidean()))
     limits = zf[np.unique(labels)]
     out.update(identity_limit_points=limits, identity_limits_are_vertices=np.asarray(
         len(limits) < 3 or len(convex_hull_vertices(limits)) == len(limits)))
@@ -120,13 +120,13 @@ def compute(cfg: RdSpectrumConfig, progress: bool = False) -> Result:
 
     # Simple top eigenvalue: parallel hyperplanes ⟨φ₁, z⟩ = const.
     V = jnp.diag(jnp.asarray([1.0] + [cfg.top_ratio] * (cfg.d - 1)))
-    dyn = RescaledSoftmax(eye, eye, V)
+    dyn = tp.RescaledSoftmax(eye, eye, V)
     zs = _solve(dyn, z0, cfg.t1, ts, cfg).xs
     out.update(top_zs=np.asarray(zs), top_rank=np.asarray(rank(jax.vmap(dyn.unscaled)(zs, ts))),
                top_num_levels=np.asarray(distinct_values(zs[-1][:, 0], cfg.tol)))
 
     # V = −I: one cluster at the origin, in the original variables x.
-    sol = _solve(SoftmaxAttention(eye, eye, -eye, 1.0), z0, cfg.t1, ts, cfg)
+    sol = _solve(tp.SoftmaxAttention(eye, eye, -eye, 1.0), z0, cfg.t1, ts, cfg)
     second = jnp.mean(jnp.sum(sol.xs**2, axis=-1), axis=-1)
     out.update(negative_xs=np.asarray(sol.xs), negative_second_moment=np.asarray(second),
                negative_max_norm=np.asarray(jnp.max(jnp.linalg.norm(sol.xs, axis=-1), axis=-1)))
@@ -135,11 +135,11 @@ def compute(cfg: RdSpectrumConfig, progress: bool = False) -> Result:
     ts1 = jnp.linspace(0.0, cfg.t1_1d, cfg.num_saves)
     one = jnp.ones((1, 1))
     z1 = jax.random.normal(k2, (cfg.n1d, 1))
-    dyn = RescaledSoftmax(one, one, one)
+    dyn = tp.RescaledSoftmax(one, one, one)
     zs1 = _solve(dyn, z1, cfg.t1_1d, ts1, cfg).xs
-    P = jax.vmap(lambda z, t: attention_matrix(dyn.unscaled(z, t)))(zs1, ts1)
+    P = jax.vmap(lambda z, t: tp.diagnostics.attention_matrix(dyn.unscaled(z, t)))(zs1, ts1)
     out.update(ts_1d=np.asarray(ts1), leaders_zs=np.asarray(zs1[..., 0]), leaders_P=np.asarray(P),
-               leaders_rank=np.asarray(jax.vmap(lambda p: numerical_rank(p, cfg.rank_rtol))(P)),
+               leaders_rank=np.asarray(jax.vmap(lambda p: tp.diagnostics.numerical_rank(p, cfg.rank_rtol))(P)),
                leaders=np.asarray([int(jnp.argmin(z1[:, 0])), int(jnp.argmax(z1[:, 0]))]))
     return Result(out)
 
@@ -208,7 +208,7 @@ def figures(res: Result, cfg: RdSpectrumConfig, out_dir) -> list:
                  f"{int(res['leaders_rank'][-1])}; leaders {res['leaders'].tolist()})", fontsize=9)
     ax.set_xlabel("key j")
     ax.set_ylabel("query i")
-    return [plot.save_figure(fig, out_dir / "rd_spectrum.png")]
+    return [tp.plot.save_figure(fig, out_dir / "rd_spectrum.png")]
 
 
 register(Experiment(

@@ -16,45 +16,34 @@ from __future__ import annotations
 import dataclasses
 from typing import Annotated, Literal
 
-import jax
-import jax.numpy as jnp
 import numpy as np
+from annotated_types import Ge, Gt
 
-from .. import plot
-from ..diagnostics import (
-    exact_wasserstein,
-    stability_bound,
-    stability_ratio,
-    support_radius,
-    support_radius_bound,
-)
-from ..models import (
-    L2Attention,
-    MultiHeadAttention,
-    SinkhornAttention,
-    SoftmaxAttention,
-)
-from ..solvers import solve
+import transformer_pde as tp
+
+from .._lazy import jax, jnp
+from ..runs.result import Result, grid
 from ._base import Experiment, register
-from ._options import Above, AtLeast, Options
+from ._options import Options
 from ._progress import progress_bar
-from ._result import Result, grid
 
 VARIANTS = ("softmax", "l2", "multihead", "sinkhorn")
 
 
 @dataclasses.dataclass(frozen=True)
 class StabilityConfig(Options):
-    n: Annotated[int, AtLeast(2)] = 128
-    d: Annotated[int, AtLeast(1)] = 2
-    t1: Annotated[float, Above(0)] = 2.0
-    dt: Annotated[float, Above(0)] = 0.02
-    num_saves: Annotated[int, AtLeast(2)] = 21
-    radius: Annotated[float, Above(0)] = 1.0
+    n: Annotated[int, Ge(2)] = 128
+    d: Annotated[int, Ge(1)] = 2
+    t1: Annotated[float, Gt(0)] = 2.0
+    dt: Annotated[float, Gt(0)] = 0.02
+    num_saves: Annotated[int, Ge(2)] = 21
+    radius: Annotated[float, Gt(0)] = 1.0
+    """Radius R₀ of the disk in which the tokens start uniformly."""
     beta: float = 1.0
     scale: float = 0.7
     """Entries of Q, K, V are scale · N(0, 1)."""
-    deltas: Annotated[tuple[float, ...], Above(0)] = (0.001, 0.01, 0.1)
+    deltas: Annotated[tuple[float, ...], Gt(0)] = (0.001, 0.01, 0.1)
+    """Sizes δ of the perturbation ν_0 = μ_0 moved by δ·ξ (ξ standard normal)."""
     seed: int = 0
     variants: tuple[Literal["softmax", "l2", "multihead", "sinkhorn"], ...] = VARIANTS
     """Variants whose support radius is tracked (multi-head needs an even d)."""
@@ -68,10 +57,10 @@ def make_attentions(cfg: StabilityConfig):
     rng = np.random.default_rng(cfg.seed)
     Q, K, V = (cfg.scale * rng.standard_normal((cfg.d, cfg.d)) for _ in range(3))
     make = {
-        "softmax": lambda: SoftmaxAttention(Q, K, V, cfg.beta),
-        "l2": lambda: L2Attention(Q, K, V, cfg.beta),
-        "multihead": lambda: MultiHeadAttention.split(Q, K, V, 2, cfg.beta),
-        "sinkhorn": lambda: SinkhornAttention(Q, K, V, cfg.beta, epsilon=1.0),
+        "softmax": lambda: tp.SoftmaxAttention(Q, K, V, cfg.beta),
+        "l2": lambda: tp.L2Attention(Q, K, V, cfg.beta),
+        "multihead": lambda: tp.MultiHeadAttention.split(Q, K, V, 2, cfg.beta),
+        "sinkhorn": lambda: tp.SinkhornAttention(Q, K, V, cfg.beta, epsilon=1.0),
     }
     return {v: make[v]() for v in cfg.variants}
 
@@ -93,32 +82,33 @@ def compute(cfg: StabilityConfig, progress: bool = False) -> Result:
         out = {"ts": np.asarray(ts), "x0": np.asarray(x0)}
         attns = make_attentions(cfg)
         for name, attn in attns.items():
-            sol = solve(attn, x0, t1=cfg.t1, dt0=cfg.dt, saveat=ts)
-            out[f"{name}__radius"] = np.asarray(support_radius(sol.xs))
-            out[f"{name}__radius_bound"] = np.asarray(support_radius_bound(attn, cfg.radius, ts))
+            sol = tp.solve(attn, x0, t1=cfg.t1, dt0=cfg.dt, saveat=ts)
+            out[f"{name}__radius"] = np.asarray(tp.diagnostics.support_radius(sol.xs))
+            out[f"{name}__radius_bound"] = np.asarray(tp.diagnostics.support_radius_bound(attn, cfg.radius, ts))
             bar.note(f"{name:>9}: R(t1) = {out[f'{name}__radius'][-1]:.4g} <= "
                      f"{out[f'{name}__radius_bound'][-1]:.4g}")
             bar.update()
         softmax = make_attentions(dataclasses.replace(cfg, variants=("softmax",)))["softmax"]
-        xs = solve(softmax, x0, t1=cfg.t1, dt0=cfg.dt, saveat=ts).xs
+        xs = tp.solve(softmax, x0, t1=cfg.t1, dt0=cfg.dt, saveat=ts).xs
         bar.update()
         xi = jax.random.normal(jax.random.key(cfg.seed + 1), x0.shape)
         deltas = list(cfg.deltas)
         ratios, w0 = [], []
         for delta in deltas:
             y0 = x0 + delta * xi
-            ys = solve(softmax, y0, t1=cfg.t1, dt0=cfg.dt, saveat=ts).xs
-            ratios.append(stability_ratio(xs, ys))
-            w0.append(exact_wasserstein(x0, y0))
+            ys = tp.solve(softmax, y0, t1=cfg.t1, dt0=cfg.dt, saveat=ts).xs
+            ratios.append(tp.diagnostics.stability_ratio(xs, ys))
+            w0.append(tp.diagnostics.exact_wasserstein(x0, y0))
             bar.note(f"delta={delta:g}: W2 ratio at t1 = {ratios[-1][-1]:.4g}")
             bar.update()
-        R0 = float(max(support_radius(x0), max(support_radius(x0 + d * xi) for d in deltas)))
+        radius = tp.diagnostics.support_radius
+        R0 = float(max(radius(x0), max(radius(x0 + d * xi) for d in deltas)))
         out["deltas"] = np.asarray(deltas)
         out["w2_initial"] = np.asarray(w0)
         out["w2_ratio"] = np.asarray(ratios)
         out["stability_R0"] = np.asarray(R0)
         out["stability_bound"] = np.concatenate(
-            [[1.0], np.asarray(stability_bound(softmax, R0, ts[1:]))])
+            [[1.0], np.asarray(tp.diagnostics.stability_bound(softmax, R0, ts[1:]))])
     radius = grid({"variant": np.asarray(list(attns)), "t": out["ts"]},
                   radius=(("variant", "t"), np.stack([out[f"{v}__radius"] for v in attns])),
                   radius_bound=(("variant", "t"), np.stack([out[f"{v}__radius_bound"] for v in attns])))
@@ -159,7 +149,7 @@ def figures(res: Result, cfg: StabilityConfig, out_dir) -> list:
     ax2.legend(lines[0] + more[0], lines[1] + more[1], fontsize=8, loc="center right")
     fig.suptitle(f"n = {cfg.n}, d = {cfg.d}, R₀ = {cfg.radius:g}")
     fig.tight_layout()
-    return [plot.save_figure(fig, out_dir / "stability.png")]
+    return [tp.plot.save_figure(fig, out_dir / "stability.png")]
 
 
 register(Experiment(

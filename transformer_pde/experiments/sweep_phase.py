@@ -14,36 +14,35 @@ from __future__ import annotations
 import dataclasses
 from typing import Annotated
 
-import diffrax
-import jax
-import jax.numpy as jnp
 import numpy as np
+from annotated_types import Ge, Gt
 
-from .. import plot
-from ..diagnostics import cluster_count
-from ..models import SoftmaxAttention, Sphere, uniform_sphere
-from ..solvers import solve
-from ..sweeps import first_time, heatmap, sweep
+import transformer_pde as tp
+
+from .._lazy import diffrax, jax, jnp
+from ..runs.result import Result, grid
 from ._base import Experiment, register
-from ._options import Above, AtLeast, Options
+from ._options import Options
 from ._progress import progress_bar
-from ._result import Result, grid
 
 
 @dataclasses.dataclass(frozen=True)
 class SweepPhaseConfig(Options):
-    n: Annotated[int, AtLeast(2)] = 32
-    dims: Annotated[tuple[int, ...], AtLeast(2)] = (2, 3, 4, 8)
+    n: Annotated[int, Ge(2)] = 32
+    dims: Annotated[tuple[int, ...], Ge(2)] = (2, 3, 4, 8)
     """dimensions d (one compiled sweep each)."""
     beta_min: float = 0.5
+    """Smallest β of the grid linspace(beta_min, beta_max, num_betas)."""
     beta_max: float = 12.0
-    num_betas: Annotated[int, AtLeast(1)] = 16
-    seeds: Annotated[int, AtLeast(1)] = 4
-    t1: Annotated[float, Above(0)] = 60.0
-    dt: Annotated[float, Above(0)] = 0.1
-    num_saves: Annotated[int, AtLeast(2)] = 241
+    """Largest β of the grid."""
+    num_betas: Annotated[int, Ge(1)] = 16
+    """Number of β values of the grid."""
+    seeds: Annotated[int, Ge(1)] = 4
+    t1: Annotated[float, Gt(0)] = 60.0
+    dt: Annotated[float, Gt(0)] = 0.1
+    num_saves: Annotated[int, Ge(2)] = 241
     threshold: float = 0.999
-    chunk_size: Annotated[int, AtLeast(0)] = 0
+    chunk_size: Annotated[int, Ge(0)] = 0
     """points per vmapped chunk (0: all points of a dimension in one chunk)."""
 
     def validate(self):
@@ -55,12 +54,12 @@ def compute(cfg: SweepPhaseConfig, progress: bool = False) -> Result:
     ts = jnp.linspace(0.0, cfg.t1, cfg.num_saves)
 
     def run(beta, seed, d):
-        x0 = uniform_sphere(jax.random.key(seed), cfg.n, d)
-        dyn = Sphere(SoftmaxAttention.identity(d, beta))
+        x0 = tp.uniform_sphere(jax.random.key(seed), cfg.n, d)
+        dyn = tp.Sphere(tp.SoftmaxAttention.identity(d, beta))
         # float counts: diffrax pre-fills unsaved slots with inf
-        sol = solve(dyn, x0, t1=cfg.t1, dt0=cfg.dt, saveat=diffrax.SaveAt(
-            ts=ts, fn=lambda t, x, args: cluster_count(x, cfg.threshold).astype(ts.dtype)))
-        return {"clusters": sol.stats, "t_one": first_time(ts, sol.stats == 1)}
+        sol = tp.solve(dyn, x0, t1=cfg.t1, dt0=cfg.dt, saveat=diffrax.SaveAt(
+            ts=ts, fn=lambda t, x, args: tp.diagnostics.cluster_count(x, cfg.threshold).astype(ts.dtype)))
+        return {"clusters": sol.stats, "t_one": tp.sweeps.first_time(ts, sol.stats == 1)}
 
     betas = np.linspace(cfg.beta_min, cfg.beta_max, cfg.num_betas)
     with progress_bar(progress, total=len(cfg.dims), desc="sweep-phase (dimensions)") as bar:
@@ -68,7 +67,7 @@ def compute(cfg: SweepPhaseConfig, progress: bool = False) -> Result:
             bar.update()
             bar.note(line)
 
-        out = sweep(run, {"beta": betas, "seed": np.arange(cfg.seeds)}, static={"d": list(cfg.dims)},
+        out = tp.sweep(run, {"beta": betas, "seed": np.arange(cfg.seeds)}, static={"d": list(cfg.dims)},
                     chunk_size=cfg.chunk_size or None, progress=report)
     t_one = out["t_one"]
     arrays = {
@@ -100,13 +99,13 @@ def figures(res: Result, cfg: SweepPhaseConfig, out_dir) -> list:
 
     med = np.where(np.isfinite(res["median_t_one"]), res["median_t_one"], np.nan)
     fig, axes = plt.subplots(1, 3, figsize=(16, 4.4), layout="constrained")
-    heatmap(labelled(med, "median time to one cluster"), "beta", "d", ax=axes[0], log_color=True)
+    tp.heatmap(labelled(med, "median time to one cluster"), "beta", "d", ax=axes[0], log_color=True)
     axes[0].set_title(f"median time to one cluster (blank: > t1 = {cfg.t1:g})")
-    heatmap(labelled(res["fraction_one"], "fraction in one cluster by t1"),
+    tp.heatmap(labelled(res["fraction_one"], "fraction in one cluster by t1"),
             "beta", "d", ax=axes[1], cmap="magma", vmin=0, vmax=1)
     axes[1].set_title(f"fraction of {cfg.seeds} seeds in one cluster by t1")
     mean_final = res["final_clusters"].mean(axis=-1)
-    heatmap(labelled(mean_final, "clusters at t1 (mean)"), "beta", "d",
+    tp.heatmap(labelled(mean_final, "clusters at t1 (mean)"), "beta", "d",
             ax=axes[2], cmap="cividis", annotate=True, fmt="{:.1f}")
     axes[2].set_title("clusters at t1 (seed mean)")
     for ax in axes:
@@ -114,7 +113,7 @@ def figures(res: Result, cfg: SweepPhaseConfig, out_dir) -> list:
         ax.set_xlabel("β")
     fig.suptitle(f"SA on S^(d-1), n = {cfg.n}: (β, d) phase diagram, {cfg.num_betas}×{cfg.seeds} "
                  "points per vmapped sweep")
-    return [plot.save_figure(fig, out_dir / "sweep-phase.png")]
+    return [tp.plot.save_figure(fig, out_dir / "sweep-phase.png")]
 
 
 register(Experiment(

@@ -6,6 +6,7 @@ plain ODEs); stop conditions are values (:mod:`.events`). Nothing here writes a 
 resumable runs are the runs layer's (:mod:`transformer_pde.runs`).
 """
 
+from . import random_transformer
 from .events import BlowUp
 from .layers import layers
 from .retracted import Retracted
@@ -14,4 +15,4 @@ from .solve import solve
 from .states import AbstractODE, AbstractState, Coupled, Gaussian, ODEState, Particles, Tracers
 
 __all__ = ["AbstractODE", "AbstractState", "BlowUp", "Coupled", "Gaussian", "GaussianSolution", "ODEState",
-           "Particles", "Retracted", "Solution", "Tracers", "layers", "solve"]
+           "Particles", "Retracted", "Solution", "Tracers", "layers", "random_transformer", "solve"]

@@ -1,17 +1,24 @@
-"""What an experiment's ``compute`` returns: :class:`Result`, named arrays plus labelled grids.
+"""What a run saves: :class:`Result`, named arrays (``data.npz``) plus labelled grids (``results.nc``).
 
 ``Result.arrays`` are the numbers of the run, saved to ``data.npz`` under their names (one
 ``.npy`` member each, deterministic bytes). ``Result.grids`` are the same numbers where they
 form grids (β × d × seed × t, ...), as :class:`xarray.Dataset` s whose dimensions are named
-after the swept axes and whose coordinates are the swept values; they are saved beside the
-data as ``results.nc`` (netCDF-4, one group per dataset), so a run opens with the tools people
-already use::
+after the swept axes and whose coordinates are the swept values, saved beside the data as
+``results.nc`` (netCDF-4), so a run opens with the tools people already use:
 
-    import xarray as xr
-    xr.open_dataset("runs/sweep-phase/results.nc", group="sweep")
+* a run with one grid stores it as the file's root dataset::
 
-``Result.load(run_dir)`` reads both back; ``transformer-pde plot RUN_DIR`` redraws the figures
-from it without recomputing.
+      xr.open_dataset("runs/sweep-phase/results.nc")             # the grid "sweep"
+
+* a run with several grids stores each as a netCDF group named after it, and the root dataset
+  lists them (coordinate ``grids``), so opening the file without a group shows what to open::
+
+      xr.open_dataset("runs/kde-modes/results.nc")                # grids: "modes", "dynamics"
+      xr.open_dataset("runs/kde-modes/results.nc", group="modes")
+
+``transformer-pde info RUN_DIR`` prints which (and every array of ``data.npz``);
+``Result.load(run_dir)`` (``tp.Result.load``) reads both files back, and ``transformer-pde
+plot RUN_DIR`` redraws the figures from it without recomputing.
 """
 
 from __future__ import annotations
@@ -33,6 +40,10 @@ if TYPE_CHECKING:  # xarray is imported when grids are built or read
 DATA_FILE = "data.npz"
 GRIDS_FILE = "results.nc"
 NETCDF_ENGINE = "h5netcdf"
+GRID_NAME_ATTR = "grid"
+"""Attribute of a root-stored grid that keeps its name (removed again on reading)."""
+INDEX = "grids"
+"""The root coordinate that lists the groups of a file of several grids (so no grid has this name)."""
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -41,6 +52,8 @@ class Result(Mapping):
 
     Reads like a read-only dict of the arrays (``result["ts"]``), so figures and tests index
     it by name; ``result.grids["sweep"]["t_one"].sel(d=3)`` is the labelled view.
+    ``Result.load(run_dir)`` reads a run's saved result (layout of ``results.nc``: this
+    module's docstring).
 
     Attributes:
         arrays: name -> NumPy array (numeric, bool or str; never object), in saving order.
@@ -54,9 +67,10 @@ class Result(Mapping):
         object.__setattr__(self, "arrays", {k: result_array(k, v) for k, v in dict(self.arrays).items()})
         grids = dict(self.grids)
         for name, ds in grids.items():
-            if not isinstance(name, str) or not name.isidentifier():
-                raise ValueError(f"grid names must be identifiers (netCDF groups), got {name!r}")
-            if type(ds).__name__ != "Dataset":
+            if not isinstance(name, str) or not name.isidentifier() or name == INDEX:
+                raise ValueError(f"grid names must be identifiers (netCDF groups) other than {INDEX!r}, "
+                                 f"got {name!r}")
+            if type(ds).__name__ != "Dataset":  # xarray is not imported to ask isinstance
                 raise ValueError(f"grid {name!r} must be an xarray.Dataset, got {type(ds).__name__}")
         object.__setattr__(self, "grids", grids)
 
@@ -83,7 +97,7 @@ class Result(Mapping):
         written = [run_dir / DATA_FILE]
         nc = run_dir / GRIDS_FILE
         if self.grids:
-            save_netcdf_groups(nc, self.grids)
+            save_grids(nc, self.grids)
             written.append(nc)
         elif nc.exists():
             nc.unlink()
@@ -99,17 +113,29 @@ class Result(Mapping):
         with np.load(path, allow_pickle=False) as f:
             arrays = {k: f[k] for k in f.files}
         nc = run_dir / GRIDS_FILE
-        return cls(arrays, load_netcdf_groups(nc) if nc.exists() else {})
+        return cls(arrays, load_grids(nc) if nc.exists() else {})
 
 
-def save_netcdf_groups(path: Path, datasets: Mapping[str, "xr.Dataset"]) -> None:
-    """Datasets as the groups of one netCDF-4 file, written to a temporary file and renamed."""
+def save_grids(path: Path, datasets: Mapping[str, "xr.Dataset"]) -> None:
+    """Datasets as one netCDF-4 file, written to a temporary file and renamed: one dataset as
+    the root (its name in the attribute :data:`GRID_NAME_ATTR`), several as groups named after
+    them under a root that lists them (coordinate :data:`INDEX`)."""
+    import xarray as xr
+
     path = Path(path)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     os.close(fd)
     try:
-        for k, (name, ds) in enumerate(datasets.items()):
-            ds.to_netcdf(tmp, mode="w" if k == 0 else "a", group=name, engine=NETCDF_ENGINE)
+        if len(datasets) == 1:
+            (name, ds), = datasets.items()
+            ds.assign_attrs({GRID_NAME_ATTR: name}).to_netcdf(tmp, mode="w", engine=NETCDF_ENGINE)
+        else:
+            index = xr.Dataset(coords={INDEX: np.asarray(list(datasets))}, attrs={
+                "description": f"several grids, one netCDF group each: open one with "
+                               f"xarray.open_dataset(path, group=NAME), NAME in {INDEX}"})
+            index.to_netcdf(tmp, mode="w", engine=NETCDF_ENGINE)
+            for name, ds in datasets.items():
+                ds.to_netcdf(tmp, mode="a", group=name, engine=NETCDF_ENGINE)
         os.chmod(tmp, FILE_MODE)
         os.replace(tmp, path)
     finally:
@@ -117,13 +143,21 @@ def save_netcdf_groups(path: Path, datasets: Mapping[str, "xr.Dataset"]) -> None
             os.unlink(tmp)
 
 
-def load_netcdf_groups(path: Path) -> dict[str, "xr.Dataset"]:
-    """The groups of a netCDF file written by :func:`save_netcdf_groups`, loaded into memory."""
+def load_grids(path: Path) -> dict[str, "xr.Dataset"]:
+    """The grids of a ``results.nc`` written by :func:`save_grids`, loaded into memory."""
     import xarray as xr
 
     groups = xr.open_groups(path, engine=NETCDF_ENGINE)
     try:
-        return {name.strip("/"): ds.load() for name, ds in groups.items() if name != "/"}
+        named = {name.strip("/"): ds.load() for name, ds in groups.items() if name != "/"}
+        if named:
+            return named
+        root = groups["/"].load()
+        name = root.attrs.pop(GRID_NAME_ATTR, None)
+        if not isinstance(name, str):
+            raise ValueError(f"{path} holds neither groups nor a named root grid (attribute "
+                             f"{GRID_NAME_ATTR!r})")
+        return {name: root}
     finally:
         for ds in groups.values():
             ds.close()
@@ -141,4 +175,4 @@ def grid(coords: Mapping[str, np.ndarray], **variables) -> "xr.Dataset":
                       coords={k: np.asarray(v) for k, v in coords.items()})
 
 
-__all__ = ["DATA_FILE", "GRIDS_FILE", "Result", "grid", "load_netcdf_groups", "save_netcdf_groups"]
+__all__ = ["DATA_FILE", "GRIDS_FILE", "Result", "grid", "load_grids", "save_grids"]

@@ -1,23 +1,22 @@
-"""Resumable integration: solve in fixed chunks of save intervals, checkpoint after each.
+"""Resumable integration: ``tp.solve`` in fixed chunks of save intervals, a checkpoint after each.
 
 A long run is cut at its save times ``ts``: chunk ``j`` integrates from the last save of
-chunk ``j-1`` (``t0`` for the first chunk) to the last of its ``every`` save times, and the
-state at that time starts chunk ``j+1``. After each chunk its outputs and end state are
-written atomically (temporary file + rename), then a small manifest records how many chunks
-are complete. A run killed at any instant therefore leaves either the previous or the new
-checkpoint, never a half-written one, and resuming recomputes only the missing chunks.
+chunk ``j-1`` (``t0`` for the first chunk) to the last of its ``every`` save times, one
+:func:`transformer_pde.solve` call each, and the state at that time starts chunk ``j+1``.
+After each chunk its outputs and end state are written (:class:`~.checkpoint.Checkpoint`),
+so resuming recomputes only the missing chunks. This is a host loop: ``tp.solve`` itself
+writes nothing.
 
 The chunking depends only on ``(t0, saveat, every)``, never on where a run was interrupted,
 so each chunk executes the same compiled program on the same input bits: a resumed run ends
 bitwise equal to an uninterrupted one on the same machine. (It is *not* bitwise equal to one
-unchunked :func:`~transformer_pde.solve`, whose constant-step grid runs across save times.)
+unchunked ``tp.solve``, whose constant-step grid runs across save times.)
 """
 
 from __future__ import annotations
 
 import hashlib
-import json
-from pathlib import Path
+import types
 
 import diffrax
 import jax
@@ -25,82 +24,12 @@ import jax.numpy as jnp
 import numpy as np
 
 from .._checks import check_weights
-from .._io import save_json, save_npz
 from ..models.base import AbstractDynamics, retract_at
-from .solution import Solution
-from .solve import check_times, default_max_steps, parse_saveat, solve
-from .states import Particles
+from ..solvers import Particles, Solution, solve
+from .checkpoint import DEFAULT_EVERY, Checkpoint, check_every
 
-DEFAULT_EVERY = 10
-"""Default chunk length, in save intervals (the CLI's ``--checkpoint-every``)."""
-
-_FORMAT = 1
-
-
-def _check_every(every) -> int:
-    if isinstance(every, bool) or not isinstance(every, (int, np.integer)) or every < 1:
-        raise ValueError(f"checkpoint every must be an integer >= 1 (save intervals per chunk), "
-                         f"got {every!r}")
-    return int(every)
-
-
-def _check_name(name: str) -> str:
-    if not isinstance(name, str) or not name or not all(c.isalnum() or c in "-_" for c in name):
-        raise ValueError(f"checkpoint stage name must be a non-empty string of letters, digits, "
-                         f"'-' and '_', got {name!r}")
-    return name
-
-
-class Checkpoint:
-    """A directory of checkpoints, one sub-directory per named stage of a run.
-
-    Args:
-        directory: where checkpoints live (created if needed).
-        every: chunk length in save intervals; a checkpoint is written after each chunk.
-        name: the stage a ``tp.solve(..., checkpoint=...)`` writes to; :meth:`stage` gives
-            the same directory with another stage (one per solve of a multi-solve run).
-
-    Resumable experiments receive one from the runner and pass ``checkpoint.stage(...)`` to
-    :func:`transformer_pde.solve` (see ``experiments/clustering.py``).
-    """
-
-    def __init__(self, directory, every: int = DEFAULT_EVERY, name: str = "solve"):
-        self.every = _check_every(every)
-        self.name = _check_name(name)
-        self.directory = Path(directory)
-        self.directory.mkdir(parents=True, exist_ok=True)
-
-    def __repr__(self):
-        return f"Checkpoint({str(self.directory)!r}, every={self.every}, name={self.name!r})"
-
-    def stage(self, name: str) -> "Checkpoint":
-        """This checkpoint directory, writing to stage ``name``."""
-        return Checkpoint(self.directory, self.every, name)
-
-    def stage_dir(self, name: str) -> Path:
-        return self.directory / _check_name(name)
-
-    def manifest(self, name: str) -> dict | None:
-        """The stage's manifest (``{"completed": k, ...}``), or None if it never checkpointed."""
-        path = self.stage_dir(name) / "manifest.json"
-        if not path.exists():
-            return None
-        try:
-            return json.loads(path.read_text())
-        except (OSError, json.JSONDecodeError) as e:  # atomic writes make this unreachable
-            raise ValueError(f"checkpoint manifest {path} is unreadable: {e}") from e
-
-    def write_chunk(self, name: str, index: int, arrays: dict, manifest: dict) -> None:
-        """Write chunk ``index`` then the manifest that declares it complete (in that order)."""
-        d = self.stage_dir(name)
-        d.mkdir(parents=True, exist_ok=True)
-        save_npz(d / f"chunk_{index:06d}.npz", arrays)
-        save_json(d / "manifest.json", {**manifest, "completed": index + 1})
-
-    def read_chunk(self, name: str, index: int) -> dict:
-        path = self.stage_dir(name) / f"chunk_{index:06d}.npz"
-        with np.load(path, allow_pickle=False) as f:
-            return {k: f[k] for k in f.files}
+_FORMAT = 2  # 2: chunks are tp.solve calls with their own step cap (1: one cap for all chunks)
+_SAVE_STATES = diffrax.SaveAt(t1=True).subs.fn  # diffrax's fn when SaveAt saves the states
 
 
 def run_fingerprint(*objects) -> str:
@@ -111,15 +40,44 @@ def run_fingerprint(*objects) -> str:
     h.update(str(treedef).encode())
     for leaf in leaves:
         if isinstance(leaf, (jax.Array, np.ndarray, np.generic)):
-            a = np.asarray(jax.random.key_data(leaf) if jax.dtypes.issubdtype(
-                getattr(leaf, "dtype", None), jax.dtypes.prng_key) else leaf)
+            if jax.dtypes.issubdtype(leaf.dtype, jax.dtypes.prng_key):
+                leaf = jax.random.key_data(leaf)
+            a = np.asarray(leaf)
             h.update(f"{a.dtype}{a.shape}".encode())
             h.update(np.ascontiguousarray(a).tobytes())
+        elif isinstance(leaf, (types.FunctionType, types.BuiltinFunctionType)):
+            h.update(leaf.__qualname__.encode())  # a lambda's repr holds its address
         elif callable(leaf):
-            h.update(getattr(leaf, "__qualname__", type(leaf).__name__).encode())
+            h.update(type(leaf).__qualname__.encode())
         else:
             h.update(repr(leaf).encode())
     return h.hexdigest()
+
+
+def _save_times(saveat, t0: float, t1: float, dtype) -> tuple[np.ndarray, object]:
+    """``(ts, fn)`` of the explicit save times a chunked solve needs: an array of times, or
+    ``diffrax.SaveAt(ts=..., fn=...)`` (``fn`` None: the states are saved)."""
+    fn = None
+    if isinstance(saveat, diffrax.SaveAt):
+        sub = saveat.subs
+        if not isinstance(sub, diffrax.SubSaveAt) or sub.ts is None or sub.t0 or sub.t1 or sub.steps \
+                or saveat.dense:
+            raise ValueError(f"a checkpointed solve takes save times: an array, or diffrax.SaveAt(ts=..., "
+                             f"fn=...) (no t0, t1, steps, dense or subs), got {saveat}")
+        saveat, fn = sub.ts, (None if sub.fn is _SAVE_STATES else sub.fn)
+    if not t1 > t0:
+        raise ValueError(f"Must have t1 > t0, got t0={t0} and t1={t1}")
+    if saveat is None:
+        raise ValueError("a checkpointed solve needs explicit save times saveat=... (chunks end there)")
+    ts = np.asarray(jnp.asarray(saveat, dtype))
+    if ts.ndim != 1 or ts.shape[0] < 1:
+        raise ValueError(f"saveat must be a non-empty 1-D array of times, got shape {ts.shape}")
+    if not np.isfinite(ts).all() or np.any(np.diff(ts) < 0):
+        raise ValueError(f"saveat must be finite and non-decreasing, got {ts}")
+    slack = 1e-6 * max(1.0, abs(t1))
+    if ts[0] < t0 - slack or ts[-1] > t1 + slack:
+        raise ValueError(f"saveat times must lie in [t0, t1] = [{t0}, {t1}], got [{ts[0]}, {ts[-1]}]")
+    return np.asarray(jnp.clip(jnp.asarray(ts), t0, t1)), fn
 
 
 def _chunks(num_saves: int, every: int) -> list[range]:
@@ -141,51 +99,43 @@ def solve_checkpointed(
     throw: bool = True,
     **solve_kwargs,
 ) -> Solution:
-    """:func:`~transformer_pde.solve` in fixed chunks of ``every`` save intervals, resumable
-    (``tp.solve(..., checkpoint=...)`` calls this).
+    """:func:`~transformer_pde.solve` in fixed chunks of ``every`` save intervals, resumable.
 
-    Same arguments and result as ``solve`` (save times are required: the chunks are cut at
-    them). With a ``checkpoint``, every finished chunk is written to
-    ``checkpoint.stage_dir(checkpoint.name)`` and a rerun with the same inputs resumes after the last
-    complete chunk; ``every`` then comes from the checkpoint. Without one the run is chunked
-    identically (``every`` or :data:`DEFAULT_EVERY`), so results agree bitwise either way.
+    Same arguments and result as ``solve`` for particles (save times are required: the chunks
+    are cut at them). With a ``checkpoint``, every finished chunk is written to
+    ``checkpoint.stage_dir(checkpoint.name)`` and a rerun with the same inputs resumes after
+    the last complete chunk; ``every`` then comes from the checkpoint. Without one the run is
+    chunked identically (``every`` or :data:`DEFAULT_EVERY`), so results agree bitwise either
+    way. ``progress`` draws a bar of chunks.
 
     Solver options (``solver``, ``stepsize_controller``, ``max_steps``, ...) pass through to
     ``solve`` for each chunk. A chunk that stops on a non-finite state (``throw=False``) ends
-    the run: later saves are ``inf`` and ``Solution.nonfinite_time`` says when.
+    the run: later saves are ``inf`` and ``Solution.nonfinite_time`` says when. A checkpoint
+    of another run (other dynamics, x0, weights, solver options, dt0 or save times: see
+    :func:`run_fingerprint`) is refused, never mixed in.
     """
     if not isinstance(dynamics, AbstractDynamics):
         raise ValueError(f"dynamics must be an attention or tp.Sphere(attention), got "
                          f"{type(dynamics).__name__}")
     if checkpoint is not None and not isinstance(checkpoint, Checkpoint):
-        raise ValueError(f"checkpoint must be a tp.Checkpoint or None, got {type(checkpoint).__name__}")
-    save_ts, stats = parse_saveat(saveat)
-    if save_ts is None:
-        raise ValueError("a checkpointed solve needs explicit save times saveat=... (chunks end there)")
+        raise ValueError(f"checkpoint must be a tp.runs.Checkpoint or None, got {type(checkpoint).__name__}")
     if "adjoint" in solve_kwargs:
         raise ValueError("solve_checkpointed writes files between chunks and does not support "
                          "gradients; use tp.solve for differentiable runs")
     if checkpoint is not None:
-        if every is not None and _check_every(every) != checkpoint.every:
+        if every is not None and check_every(every) != checkpoint.every:
             raise ValueError(f"every={every} differs from the checkpoint's every={checkpoint.every}")
         every = checkpoint.every
-    every = DEFAULT_EVERY if every is None else _check_every(every)
+    every = DEFAULT_EVERY if every is None else check_every(every)
     name = "solve" if checkpoint is None else checkpoint.name
 
     x0 = dynamics.check_state(x0, "x0")
     dtype = x0.dtype
     w = check_weights(weights, x0.shape[0], dtype)
-    ts = np.asarray(check_times(t0, t1, dt0, save_ts, dtype))
     t0f = float(t0)
+    ts, stats = _save_times(saveat, t0f, float(t1), dtype)
     chunks = _chunks(len(ts), every)
     width = len(chunks[0])
-    if solve_kwargs.get("max_steps") is None:
-        # one static step cap for all chunks (the longest), so they share one compilation
-        bounds = [t0f] + [float(ts[c[-1]]) for c in chunks]
-        longest = max(b - a for a, b in zip(bounds[:-1], bounds[1:]))
-        solve_kwargs["max_steps"] = default_max_steps(
-            0.0, max(longest, 1e-300), dt0,
-            solve_kwargs.get("stepsize_controller") or diffrax.ConstantStepSize())
 
     if stats is None:
         out_struct = jax.ShapeDtypeStruct(x0.shape, dtype)
@@ -270,6 +220,8 @@ def solve_checkpointed(
                 arrays["state"] = np.asarray(x_end)
                 arrays["num_steps"] = np.asarray(steps)
                 checkpoint.write_chunk(name, j, arrays, signature)
+                if checkpoint.safe_point is not None:
+                    checkpoint.safe_point()
             x = x_end
             if bar is not None:
                 bar.update(1)
@@ -291,4 +243,4 @@ def solve_checkpointed(
     )
 
 
-__all__ = ["Checkpoint", "DEFAULT_EVERY", "solve_checkpointed"]
+__all__ = ["run_fingerprint", "solve_checkpointed"]

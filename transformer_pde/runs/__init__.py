@@ -1,0 +1,51 @@
+"""The runs layer: a run of an experiment in a directory, and resumable integration.
+
+Above the library (``sweeps``, ``fitting``, ``convergence``) and below the experiments, one
+idea per module:
+
+* :mod:`.signals`: SIGINT/SIGTERM stop a run cleanly (at once, or at the next safe point);
+* :mod:`.provenance`: versions, JAX backend and devices, git commit, command;
+* :mod:`.directory`: the run directory: files, status state machine, lock, identity;
+* :mod:`.result`: :class:`Result`, what a run saves (``data.npz``, ``results.nc``);
+* :mod:`.checkpoint` and :mod:`.chunked`: :class:`Checkpoint` files and
+  :func:`solve_checkpointed`, ``tp.solve`` in chunks as a host loop, resumable bitwise;
+* :mod:`.run`: :func:`run_experiment`, :func:`load_run`, :func:`redraw`, and the exceptions
+  :class:`FailedRun`, :class:`InterruptedRun` of a started run;
+* :mod:`.info`: :func:`run_info`, what ``transformer-pde info RUN_DIR`` prints.
+
+Importing this package does not import JAX: :func:`solve_checkpointed` and
+:func:`run_fingerprint` load :mod:`.chunked` on first use.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING
+
+from .checkpoint import DEFAULT_EVERY, Checkpoint
+from .info import run_info
+from .result import Result, grid
+from .run import FailedRun, InterruptedRun, load_run, redraw, run_experiment
+from .signals import SignalReceived, stop_on_signals
+
+if TYPE_CHECKING:
+    from .chunked import run_fingerprint, solve_checkpointed
+
+_LAZY = {"run_fingerprint": ".chunked", "solve_checkpointed": ".chunked"}
+
+
+def __getattr__(name: str):
+    if name in _LAZY:
+        value = vars(importlib.import_module(_LAZY[name], __name__))[name]
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def __dir__():
+    return sorted(set(globals()) | set(_LAZY))
+
+
+__all__ = ["DEFAULT_EVERY", "Checkpoint", "FailedRun", "InterruptedRun", "Result", "SignalReceived", "grid",
+           "load_run", "redraw", "run_experiment", "run_fingerprint", "run_info", "solve_checkpointed",
+           "stop_on_signals"]

@@ -1,0 +1,108 @@
+"""The files of a resumable solve: :class:`Checkpoint`, a directory of chunks, one stage each.
+
+A stage (one ``solve_checkpointed`` call of a run) is a sub-directory holding
+``chunk_000000.npz, chunk_000001.npz, ...`` (each chunk's saved outputs, end state and step
+count) and ``manifest.json``, which records the run's identity and how many chunks are
+complete. A chunk is written before the manifest that declares it, each atomically
+(temporary file + rename), so a process killed at any instant leaves a stage whose declared
+chunks are all whole. Nothing here integrates (:mod:`.chunked` does); reading a stage needs
+only NumPy, so the run directory can check one without importing JAX.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+
+from .._io import save_json, save_npz
+
+DEFAULT_EVERY = 10
+"""Default chunk length, in save intervals (the CLI's ``--checkpoint-every``)."""
+
+
+def check_every(every) -> int:
+    if isinstance(every, bool) or not isinstance(every, (int, np.integer)) or every < 1:
+        raise ValueError(f"checkpoint every must be an integer >= 1 (save intervals per chunk), "
+                         f"got {every!r}")
+    return int(every)
+
+
+def _check_name(name: str) -> str:
+    if not isinstance(name, str) or not name or not all(c.isalnum() or c in "-_" for c in name):
+        raise ValueError(f"checkpoint stage name must be a non-empty string of letters, digits, "
+                         f"'-' and '_', got {name!r}")
+    return name
+
+
+class Checkpoint:
+    """A directory of checkpoints, one sub-directory per named stage of a run.
+
+    Args:
+        directory: where checkpoints live (created if needed).
+        every: chunk length in save intervals; a checkpoint is written after each chunk.
+        name: the stage :func:`~transformer_pde.runs.solve_checkpointed` writes to;
+            :meth:`stage` gives the same directory with another stage (one per solve of a
+            multi-solve run).
+        safe_point: called after each chunk is on disk, before the next one starts. The runner
+            passes its signal check (:func:`~transformer_pde.runs.signals.check_interrupt`),
+            so a signal whose exception was swallowed still stops the run at a chunk boundary.
+
+    Resumable experiments receive one from the runner and pass ``checkpoint.stage(...)`` to
+    :func:`~transformer_pde.runs.solve_checkpointed` (see ``experiments/clustering.py``).
+    """
+
+    def __init__(self, directory, every: int = DEFAULT_EVERY, name: str = "solve",
+                 safe_point: Callable[[], None] | None = None):
+        self.every = check_every(every)
+        self.name = _check_name(name)
+        if safe_point is not None and not callable(safe_point):
+            raise ValueError(f"safe_point must be a callable or None, got {safe_point!r}")
+        self.safe_point = safe_point
+        self.directory = Path(directory)
+        self.directory.mkdir(parents=True, exist_ok=True)
+
+    def __repr__(self):
+        return f"Checkpoint({str(self.directory)!r}, every={self.every}, name={self.name!r})"
+
+    def stage(self, name: str) -> Checkpoint:
+        """This checkpoint directory, writing to stage ``name``."""
+        return Checkpoint(self.directory, self.every, name, self.safe_point)
+
+    def stage_dir(self, name: str) -> Path:
+        return self.directory / _check_name(name)
+
+    def stages(self) -> list[str]:
+        """The stages present in the directory, sorted."""
+        return sorted(p.name for p in self.directory.iterdir() if p.is_dir())
+
+    def manifest(self, name: str) -> dict | None:
+        """The stage's manifest (``{"completed": k, ...}``), or None if it never checkpointed."""
+        path = self.stage_dir(name) / "manifest.json"
+        if not path.exists():
+            return None
+        try:
+            return json.loads(path.read_text())
+        except (OSError, json.JSONDecodeError) as e:  # atomic writes make this unreachable
+            raise ValueError(f"checkpoint manifest {path} is unreadable: {e}") from e
+
+    def set_completed(self, name: str, manifest: dict, completed: int) -> None:
+        """Declare only the first ``completed`` chunks of the stage (the rest are recomputed)."""
+        save_json(self.stage_dir(name) / "manifest.json", {**manifest, "completed": completed})
+
+    def write_chunk(self, name: str, index: int, arrays: dict, manifest: dict) -> None:
+        """Write chunk ``index`` then the manifest that declares it complete (in that order)."""
+        d = self.stage_dir(name)
+        d.mkdir(parents=True, exist_ok=True)
+        save_npz(d / f"chunk_{index:06d}.npz", arrays)
+        self.set_completed(name, manifest, index + 1)
+
+    def read_chunk(self, name: str, index: int) -> dict:
+        path = self.stage_dir(name) / f"chunk_{index:06d}.npz"
+        with np.load(path, allow_pickle=False) as f:
+            return {k: f[k] for k in f.files}
+
+
+__all__ = ["DEFAULT_EVERY", "Checkpoint"]

@@ -1,0 +1,244 @@
+"""A run directory: its files, the status of the run it holds, and the rules for reusing it.
+
+Layout::
+
+    metadata.json   status ("running" | "interrupted" | "failed" | "complete"), experiment, config, seed,
+                    provenance (versions, JAX backend and devices, git commit, command), timings
+                    (and the error of a failed run), the outputs of a complete one
+    config.json     the resolved options (JSON)
+    config.toml     the same, loadable with ``--config`` to rerun
+    checkpoints/    chunk files of a resumable run in progress (removed once complete), and
+                    ``run.json``: the experiment, options and chunk length that wrote them
+    data.npz        the arrays of the run's :class:`~.result.Result` (once complete)
+    results.nc      its labelled grids (netCDF-4; layout in :mod:`.result`), where it has some
+    *.png           figures (``transformer-pde plot DIR`` redraws them from the saved result)
+    .lock           the lock file (:func:`transformer_pde._io.lock_directory`)
+
+Every file is written to a temporary file in the same directory and renamed into place, so
+a run killed at any instant (SIGKILL included) leaves each file either absent, or old, or
+complete.
+
+The status is a small state machine: a run writes "running" before it computes, then
+"complete", or "failed" / "interrupted" when it stops; a process killed outright leaves
+"running". Two runs never mix in one directory: an unfinished run is continued, from its last
+good checkpoint, only by a run of the same experiment, options and chunk length
+(:func:`run_difference` names what differs); a run started over a complete one first removes
+that run's files (:func:`clear_run`). Nothing here imports JAX.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import json
+import shutil
+import sys
+import zipfile
+import zlib
+from pathlib import Path
+
+from .._io import lock_directory
+from .checkpoint import DEFAULT_EVERY, Checkpoint
+from .result import DATA_FILE, GRIDS_FILE
+from .runnable import RunnableExperiment
+
+STATUS_RUNNING, STATUS_INTERRUPTED, STATUS_FAILED, STATUS_COMPLETE = (
+    "running", "interrupted", "failed", "complete")
+STATUSES = (STATUS_RUNNING, STATUS_INTERRUPTED, STATUS_FAILED, STATUS_COMPLETE)
+
+METADATA_FILE = "metadata.json"
+CHECKPOINT_DIR = "checkpoints"
+RUN_IDENTITY_FILE = "run.json"
+
+#: What reading a damaged ``.npz`` / ``.nc`` / JSON file raises (truncated, bit-flipped,
+#: replaced by another file): a BadZipFile, a zlib error, an EOFError, numpy's ValueErrors
+#: ("pickled data", a bad header), OSError, a missing member (KeyError).
+CORRUPT_FILE_ERRORS = (OSError, EOFError, ValueError, KeyError, zipfile.BadZipFile, zlib.error)
+
+
+def error_text(e: BaseException) -> str:
+    """``"Type: message"`` on one line."""
+    text = " ".join(str(e).split())
+    if isinstance(e, ValueError) and "pickle" in text:  # numpy's advice to unpickle: never here
+        text = "not an archive of arrays: NumPy reads it as pickled data, which is never loaded"
+    return f"{type(e).__name__}: {text}" if text else type(e).__name__
+
+
+def note(text: str) -> None:
+    print(f"note: {text}", file=sys.stderr)
+
+
+# ----------------------------------------------------------------------------- reading
+
+
+def read_metadata(out_dir: Path) -> dict | None:
+    """The ``metadata.json`` of ``out_dir`` (None when there is none).
+
+    Raises ValueError when ``out_dir`` is not a directory, or the file is unreadable or is not
+    the metadata of a run (a JSON object naming its experiment, options and status)."""
+    out_dir = Path(out_dir)
+    if out_dir.exists() and not out_dir.is_dir():
+        raise ValueError(f"{str(out_dir)!r} is not a directory")
+    path = out_dir / METADATA_FILE
+    if not path.exists():
+        return None
+    try:
+        meta = json.loads(path.read_text())
+    except (OSError, ValueError) as e:  # JSONDecodeError, UnicodeDecodeError
+        raise ValueError(f"{path} is unreadable ({error_text(e)}); not an output directory of "
+                         "transformer-pde, or a damaged one") from None
+    problem = None
+    if not isinstance(meta, dict):
+        problem = f"a JSON object was expected, found {type(meta).__name__}"
+    elif not isinstance(meta.get("experiment"), str):
+        problem = f"it names no experiment (experiment = {meta.get('experiment')!r})"
+    elif meta.get("status") not in STATUSES:
+        problem = f"unknown status {meta.get('status')!r} (one of {', '.join(STATUSES)})"
+    elif not isinstance(meta.get("config", {}), dict):
+        problem = f"its config is not a table of options ({type(meta['config']).__name__})"
+    if problem:
+        raise ValueError(f"{path} is not the metadata of a run: {problem}")
+    return meta
+
+
+def require_run(run_dir: Path) -> dict:
+    """The metadata of the run in ``run_dir``; ValueError naming why there is none."""
+    meta = read_metadata(run_dir)
+    if meta is None:
+        why = "" if Path(run_dir).exists() else "; the directory does not exist"
+        raise ValueError(f"{str(run_dir)!r} holds no run ({METADATA_FILE} is missing{why})")
+    return meta
+
+
+# ----------------------------------------------------------------------------- identity
+
+
+def identity(exp: RunnableExperiment, config, every: int | None) -> dict:
+    """What determines a run's outputs: experiment, resolved options, chunk length."""
+    return {"experiment": exp.name, "config": dataclasses.asdict(config),
+            "checkpoint_every": every if exp.resumable else None}
+
+
+def run_difference(exp: RunnableExperiment, saved: dict, config, every: int | None) -> str:
+    """How the run recorded in ``saved`` (metadata or ``run.json``) differs from ``config``
+    with chunk length ``every``: ``"beta=1.0 there, 2.0 here; ..."``, or ``""`` if it is the
+    same run."""
+    if saved.get("experiment") != exp.name:
+        return f"it is a run of {saved.get('experiment')!r}, not {exp.name!r}"
+    try:
+        old = exp.config_from_mapping(saved.get("config", {}), source="its saved options")
+    except ValueError as e:
+        return f"its saved options are invalid ({e})"
+    diffs = [f"{name}={there} there, {here} here"
+             for name, (there, here) in exp.changed_options(old, config).items()]
+    saved_every = saved.get("checkpoint_every")
+    if exp.resumable and saved_every is not None and every is not None and saved_every != every:
+        diffs.append(f"checkpoint_every={saved_every} there, {every} here")
+    return "; ".join(diffs)
+
+
+# ----------------------------------------------------------------------------- changing it
+
+
+def make_directory(out_dir: Path) -> None:
+    """Create ``out_dir`` (and its parents); ValueError naming why it cannot be."""
+    if str(out_dir).strip() == "":
+        raise ValueError("the output directory must be named (got an empty path)")
+    if out_dir.exists() and not out_dir.is_dir():
+        raise ValueError(f"output path {str(out_dir)!r} exists and is not a directory")
+    try:
+        out_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise ValueError(f"cannot create the output directory {str(out_dir)!r} "
+                         f"({e.strerror or error_text(e)})") from None
+
+
+@contextlib.contextmanager
+def locked(out_dir: Path):
+    """Hold the directory's lock for the block: DirectoryBusyError when another run holds it,
+    ValueError when the lock file cannot be made."""
+    try:
+        lock = lock_directory(out_dir)
+        lock.__enter__()
+    except OSError as e:
+        raise ValueError(f"cannot write in the output directory {str(out_dir)!r} "
+                         f"({e.strerror or error_text(e)})") from None
+    try:
+        yield
+    finally:
+        lock.__exit__(None, None, None)
+
+
+def remove_stale_temporaries(out_dir: Path) -> None:
+    """Temporary files left by a SIGKILL during a write (renames never happened)."""
+    for tmp in list(out_dir.glob(".*.tmp")) + list(out_dir.glob(f"{CHECKPOINT_DIR}/*/.*.tmp")):
+        tmp.unlink(missing_ok=True)
+
+
+def clear_run(out_dir: Path, previous: dict | None) -> None:
+    """Remove what a previous run left (metadata first: the directory then holds no run)."""
+    (out_dir / METADATA_FILE).unlink(missing_ok=True)
+    for name in (DATA_FILE, GRIDS_FILE):
+        (out_dir / name).unlink(missing_ok=True)
+    figures = (previous or {}).get("figures")
+    for f in figures if isinstance(figures, list) else []:
+        p = out_dir / Path(str(f)).name
+        if p.name not in ("", ".", "..", METADATA_FILE) and p.is_file():
+            p.unlink(missing_ok=True)
+    ckpt_dir = out_dir / CHECKPOINT_DIR
+    if ckpt_dir.is_dir():
+        shutil.rmtree(ckpt_dir)
+    elif ckpt_dir.exists():
+        ckpt_dir.unlink()
+
+
+def check_checkpoints(ckpt_dir: Path, exp: RunnableExperiment, config, every: int | None) -> None:
+    """Before continuing a run: its checkpoints must be its own (``run.json``), and each stage
+    is cut back to its last chunk that reads back whole (a damaged chunk is recomputed)."""
+    if not ckpt_dir.is_dir():
+        return
+    ident = ckpt_dir / RUN_IDENTITY_FILE
+    if ident.exists():
+        try:
+            saved = json.loads(ident.read_text())
+            if not isinstance(saved, dict):
+                raise ValueError("not a JSON object")
+        except (OSError, ValueError) as e:
+            note(f"{ident} is unreadable ({error_text(e)}); recomputing from the start")
+            shutil.rmtree(ckpt_dir)
+            return
+        diff = run_difference(exp, saved, config, every)
+        if diff:
+            raise ValueError(f"the checkpoints in {str(ckpt_dir)!r} were written by another run "
+                             f"({diff}); a run continues only from its own checkpoints")
+    reader = Checkpoint(ckpt_dir, every or DEFAULT_EVERY)
+    for stage in reader.stages():
+        try:
+            man = reader.manifest(stage)
+            if man is None:
+                continue
+            completed = man.get("completed") if isinstance(man, dict) else None
+            if isinstance(completed, bool) or not isinstance(completed, int) or completed < 0:
+                raise ValueError(f"completed = {completed!r}")
+        except ValueError as e:
+            note(f"checkpoint stage {ckpt_dir / stage} is unreadable ({error_text(e)}); recomputing it")
+            shutil.rmtree(ckpt_dir / stage)
+            continue
+        good = 0
+        for j in range(completed):
+            try:
+                chunk = reader.read_chunk(stage, j)
+                if "state" not in chunk or "num_steps" not in chunk:
+                    raise KeyError("state/num_steps")
+            except CORRUPT_FILE_ERRORS as e:
+                note(f"checkpoint {stage} chunk {j} is unreadable ({error_text(e)}); continuing from chunk {j}")
+                break
+            good += 1
+        if good < completed:
+            reader.set_completed(stage, man, good)
+
+
+__all__ = ["CHECKPOINT_DIR", "CORRUPT_FILE_ERRORS", "METADATA_FILE", "RUN_IDENTITY_FILE", "STATUSES",
+           "STATUS_COMPLETE", "STATUS_FAILED", "STATUS_INTERRUPTED", "STATUS_RUNNING", "check_checkpoints",
+           "clear_run", "error_text", "identity", "locked", "make_directory", "note", "read_metadata",
+           "remove_stale_temporaries", "require_run", "run_difference"]

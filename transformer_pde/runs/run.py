@@ -1,0 +1,272 @@
+"""Run an experiment into a directory, or redraw a finished run's figures from its saved result.
+
+:func:`run_experiment` drives the state machine of :mod:`.directory`: it locks the directory,
+continues or refuses an unfinished run there (or clears a complete one), records the run as
+"running" with its provenance, computes (resumable experiments get a
+:class:`~.checkpoint.Checkpoint` whose safe point is the signal check), writes the result and
+the figures, and marks the run "complete". A started run that stops marks its directory and
+says so by type: :class:`FailedRun` (status "failed", the cause chained) or
+:class:`InterruptedRun` (status "interrupted"). ``data.npz`` is written deterministically, so
+the same command and seed give byte-identical data files.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import shutil
+import signal
+import time
+from pathlib import Path
+
+import numpy as np
+
+from .._io import atomic_write_bytes, save_json
+from . import directory as rundir
+from .checkpoint import DEFAULT_EVERY, Checkpoint
+from .directory import (
+    CHECKPOINT_DIR,
+    CORRUPT_FILE_ERRORS,
+    METADATA_FILE,
+    RUN_IDENTITY_FILE,
+    STATUS_COMPLETE,
+    STATUS_FAILED,
+    STATUS_INTERRUPTED,
+    STATUS_RUNNING,
+)
+from .provenance import environment
+from .result import DATA_FILE, GRIDS_FILE, Result
+from .runnable import RunnableExperiment
+from .signals import SignalReceived, check_interrupt, signals_deferred
+
+
+class FailedRun(Exception):
+    """A started run raised: its directory is marked "failed" (with the error), and
+    ``transformer-pde run --resume`` retries it from its last good checkpoint.
+
+    Attributes:
+        run_dir: the run's directory.
+        cause: the exception that ended it (also ``__cause__``).
+    """
+
+    def __init__(self, run_dir: Path, cause: BaseException):
+        super().__init__(str(cause))
+        self.run_dir = Path(run_dir)
+        self.cause = cause
+
+
+class InterruptedRun(BaseException):
+    """A started run was stopped by SIGINT/SIGTERM (or KeyboardInterrupt): its directory is
+    consistent and marked "interrupted", and ``--resume`` continues it.
+
+    Attributes:
+        run_dir: the run's directory.
+        signum: the signal.
+    """
+
+    def __init__(self, run_dir: Path, signum: int):
+        super().__init__(f"the run in {run_dir} was interrupted by signal {signum}")
+        self.run_dir = Path(run_dir)
+        self.signum = signum
+
+
+def run_experiment(exp: RunnableExperiment, config, out_dir: Path, *, progress: bool = True,
+                   checkpoint_every: int | None = None, resume: bool = False) -> dict:
+    """Compute, save ``data.npz``, ``config.json``, ``config.toml``, ``metadata.json``, figures.
+
+    Args:
+        exp, config: the experiment and its resolved options.
+        out_dir: output directory (created).
+        progress: show progress bars.
+        checkpoint_every: for resumable experiments, chunk length in save intervals
+            (default :data:`~.checkpoint.DEFAULT_EVERY`; a continued run keeps its own).
+        resume: continue the run in ``out_dir`` (its options must equal ``config``; see the
+            CLI's ``--resume``), from its last good checkpoint.
+
+    The directory is locked for the whole call (:class:`~transformer_pde._io.DirectoryBusyError`
+    if another run holds it). An unfinished run there (killed, interrupted or failed) is
+    continued when ``config`` and the chunk length are its own, and refused otherwise
+    (ValueError naming the options that differ); a complete run there is replaced. Returns
+    ``{"data", "metadata", "figures", "results", "grids", "continued"}`` (``results``: the
+    :class:`~.result.Result`; ``grids``: the ``results.nc`` path or None; ``continued``:
+    whether an unfinished run was continued).
+
+    Raises:
+        FailedRun: the started run raised (it is marked "failed").
+        InterruptedRun: a signal or KeyboardInterrupt stopped the started run (it is marked
+            "interrupted").
+        ValueError, DirectoryBusyError: the run could not start (nothing was changed).
+    """
+    if checkpoint_every is not None and (isinstance(checkpoint_every, bool) or not isinstance(
+            checkpoint_every, int) or checkpoint_every < 1):
+        raise ValueError(f"checkpoint_every must be an integer >= 1, got {checkpoint_every!r}")
+    out_dir = Path(out_dir)
+    rundir.make_directory(out_dir)
+    with rundir.locked(out_dir):
+        return _run_locked(exp, config, out_dir, progress, checkpoint_every, resume)
+
+
+def _run_locked(exp, config, out_dir, progress, checkpoint_every, resume) -> dict:
+    rundir.remove_stale_temporaries(out_dir)
+    previous = rundir.read_metadata(out_dir)
+    ckpt_dir = out_dir / CHECKPOINT_DIR
+    status = None if previous is None else previous.get("status")
+    every = (checkpoint_every or DEFAULT_EVERY) if exp.resumable else None
+    if resume:
+        if previous is None:
+            raise ValueError(f"nothing to resume in {str(out_dir)!r}: no {METADATA_FILE}")
+        saved_every = previous.get("checkpoint_every")
+        if exp.resumable and isinstance(saved_every, int) and checkpoint_every is None:
+            every = saved_every  # a resumed run keeps its chunk length
+        diff = rundir.run_difference(exp, previous, config, every)
+        if diff:
+            raise ValueError(f"cannot resume the run in {str(out_dir)!r} with other options "
+                             f"({diff}); a run resumes only with its own")
+        continued = True
+    elif previous is not None and status != STATUS_COMPLETE:
+        diff = rundir.run_difference(exp, previous, config, every)
+        if diff:
+            state = "killed while running" if status == STATUS_RUNNING else status
+            raise ValueError(f"{str(out_dir)!r} holds an unfinished run ({state}) with other "
+                             f"options ({diff}); continue it with --resume {out_dir}, write this "
+                             f"run elsewhere (--out), or remove the directory")
+        continued = True
+        rundir.note(f"{out_dir} holds an unfinished run of these options ({status}); continuing it")
+    else:
+        continued = False
+    if continued:
+        rundir.check_checkpoints(ckpt_dir, exp, config, every)
+    else:
+        rundir.clear_run(out_dir, previous)
+
+    cfg = dataclasses.asdict(config)
+    checkpoint = None
+    if exp.resumable:
+        checkpoint = Checkpoint(ckpt_dir, every, safe_point=check_interrupt)
+        if not (ckpt_dir / RUN_IDENTITY_FILE).exists():
+            save_json(ckpt_dir / RUN_IDENTITY_FILE, rundir.identity(exp, config, every))
+    save_json(out_dir / "config.json", cfg)
+    atomic_write_bytes(out_dir / "config.toml", exp.config_toml(config).encode())
+    meta = {
+        "experiment": exp.name,
+        "summary": exp.summary,
+        "config": cfg,
+        "seed": cfg.get("seed"),
+        "resumable": exp.resumable,
+        "checkpoint_every": every,
+        "created": previous.get("created") if continued else time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        "resumed": (int(previous.get("resumed") or 0) + 1) if continued else 0,
+        **environment(),
+    }
+    meta_path = out_dir / METADATA_FILE
+    save_json(meta_path, {**meta, "status": STATUS_RUNNING})
+
+    start = time.perf_counter()
+    data_path = out_dir / DATA_FILE
+    try:
+        check_interrupt()
+        if exp.resumable:
+            results = exp.compute(config, progress, checkpoint=checkpoint)
+        else:
+            results = exp.compute(config, progress)
+        wall = time.perf_counter() - start
+        check_interrupt()
+        if not isinstance(results, Result):
+            raise ValueError(f"experiment '{exp.name}': compute must return a Result, got "
+                             f"{type(results).__name__}")
+        written = results.save(out_dir)
+        check_interrupt()
+        figures = [str(p) for p in exp.figures(results, config, out_dir)]
+        check_interrupt()
+    except (KeyboardInterrupt, SignalReceived) as e:
+        _mark(meta_path, {**meta, "status": STATUS_INTERRUPTED, "wall_time_s": time.perf_counter() - start})
+        signum = e.signum if isinstance(e, SignalReceived) else int(signal.SIGINT)
+        raise InterruptedRun(out_dir, signum) from e
+    except BaseException as e:
+        _mark(meta_path, {**meta, "status": STATUS_FAILED, "error": rundir.error_text(e),
+                          "wall_time_s": time.perf_counter() - start})
+        if not isinstance(e, Exception):  # SystemExit, GeneratorExit: not a failure to report
+            raise
+        raise FailedRun(out_dir, e) from e
+    meta.update({"status": STATUS_COMPLETE, "wall_time_s": wall, "figures": figures,
+                 "data": str(data_path), "finished": time.strftime("%Y-%m-%dT%H:%M:%S%z")})
+    if out_dir / GRIDS_FILE in written:
+        meta["grids"] = str(out_dir / GRIDS_FILE)
+        meta["grid_names"] = list(results.grids)
+    with signals_deferred():  # the run is done: a signal now must not leave it half-marked
+        save_json(meta_path, meta)
+        if ckpt_dir.exists():
+            shutil.rmtree(ckpt_dir)  # the data file now holds everything the checkpoints did
+    return {"data": data_path, "metadata": meta_path, "figures": figures, "results": results,
+            "grids": meta.get("grids"), "continued": continued}
+
+
+def _mark(meta_path: Path, meta: dict) -> None:
+    """Record how a started run ended (best effort: the disk may be what failed)."""
+    with signals_deferred():
+        try:
+            save_json(meta_path, meta)
+        except OSError:
+            pass
+
+
+# ----------------------------------------------------------------------------- a finished run
+
+
+def load_run(run_dir: Path, find):
+    """``(experiment, config, result)`` of the complete run saved in ``run_dir``; ``find(name)``
+    gives the experiment a run names (the registry's lookup).
+
+    Raises ValueError naming the problem for anything that is not a readable complete run:
+    no such directory, no or damaged metadata, an unfinished run, a damaged or missing
+    ``data.npz`` / ``results.nc``."""
+    run_dir = Path(run_dir)
+    meta = rundir.require_run(run_dir)
+    if meta.get("status") != STATUS_COMPLETE:
+        raise ValueError(f"the run in {str(run_dir)!r} is not complete (status "
+                         f"{meta.get('status')!r}); finish it with --resume {run_dir}")
+    exp = find(meta.get("experiment"))
+    config = exp.config_from_mapping(meta.get("config", {}), source=f"{run_dir}/{METADATA_FILE}")
+    data = run_dir / DATA_FILE
+    if not data.is_file():
+        raise ValueError(f"{str(run_dir)!r} holds no {DATA_FILE}, though its metadata says the run "
+                         f"is complete; run it again")
+    try:
+        result = Result.load(run_dir)
+    except CORRUPT_FILE_ERRORS as e:
+        culprit = GRIDS_FILE if _npz_readable(data) else DATA_FILE
+        raise ValueError(f"{run_dir / culprit} is unreadable ({rundir.error_text(e)}); the run's saved "
+                         f"result is damaged: run it again") from None
+    return exp, config, result
+
+
+def _npz_readable(path: Path) -> bool:
+    try:
+        with np.load(path, allow_pickle=False) as f:
+            for k in f.files:
+                f[k]
+        return True
+    except CORRUPT_FILE_ERRORS:
+        return False
+
+
+def redraw(run_dir: Path, find, out_dir: Path | None = None) -> list[str]:
+    """Draw the figures of the complete run in ``run_dir`` again, from its saved result (no
+    recomputation), into ``out_dir`` (default: ``run_dir``, locked while drawing); ``find`` as
+    for :func:`load_run`. Returns the figure paths."""
+    run_dir = Path(run_dir)
+    out_dir = Path(run_dir if out_dir is None else out_dir)
+    in_place = out_dir == run_dir and run_dir.is_dir()
+    with rundir.locked(run_dir) if in_place else contextlib.nullcontext():
+        exp, config, result = load_run(run_dir, find)
+        if not in_place:
+            rundir.make_directory(out_dir)
+        try:
+            return [str(p) for p in exp.figures(result, config, out_dir)]
+        except (KeyError, IndexError, TypeError, ValueError) as e:
+            raise ValueError(f"cannot draw the figures of {str(run_dir)!r} from its saved "
+                             f"{DATA_FILE} ({rundir.error_text(e)}): it does not match the run's "
+                             f"{METADATA_FILE}") from None
+
+
+__all__ = ["FailedRun", "InterruptedRun", "load_run", "redraw", "run_experiment"]
