@@ -8,7 +8,7 @@ from _runs import tiny_run
 
 import transformer_pde as tp
 from transformer_pde.models import random_heads as rh
-from transformer_pde.solvers import random_heads as rh_runs
+from transformer_pde.solvers import random_transformer as rh_runs
 
 
 def test_head_field_matches_numpy_and_is_odd_in_V():

@@ -30,7 +30,7 @@ def as_float_array(x, name: str):
     """Convert to a floating JAX array (ints are promoted to the default float dtype)."""
     if isinstance(x, (list, tuple)):
         x = np.asarray(x)
-    if not hasattr(x, "dtype") or not hasattr(x, "shape"):
+    if not isinstance(x, (np.ndarray, np.generic, jax.Array)):
         try:
             x = np.asarray(x)
         except Exception as e:  # pragma: no cover - defensive

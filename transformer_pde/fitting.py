@@ -70,7 +70,7 @@ def fit(
     optimizer,
     steps: int,
     trainable=None,
-    progress: bool | Callable[[int, float], None] = False,
+    progress: Callable[[int, float], None] | None = None,
 ) -> FitResult:
     """Minimize ``loss(model)`` over the trainable leaves of ``model`` with an optax optimizer.
 
@@ -81,7 +81,8 @@ def fit(
         steps: number of optimizer steps (>= 1).
         trainable: which leaves to train (see :func:`trainable_filter`); the others are held
             fixed (so are non-array fields such as ``PiecewiseConstant.t0``/``dt``).
-        progress: ``True`` for a tqdm bar, or a callback ``progress(step, loss)``.
+        progress: an observer called as ``progress(step, loss)`` after every step, e.g.
+            :func:`tqdm_progress` (a bar) or a function collecting the losses; None: silent.
 
     Returns:
         ``FitResult(model, losses, final_loss)``; unpacks as ``model, losses, final = ...``.
@@ -91,6 +92,9 @@ def fit(
         raise ValueError(f"steps must be >= 1, got {steps}")
     if not callable(loss):
         raise ValueError(f"loss must be a callable loss(model) -> scalar, got {loss!r}")
+    if progress is not None and not callable(progress):
+        raise ValueError(f"progress must be None or a callable progress(step, loss), such as "
+                         f"tp.fitting.tqdm_progress(steps), got {progress!r}")
     if not isinstance(optimizer, optax.GradientTransformation):
         raise ValueError(f"optimizer must be an optax GradientTransformation, got {optimizer!r}")
     spec = trainable_filter(model, trainable)
@@ -124,11 +128,6 @@ def fit(
         params, opt_state = update(grads, opt_state, params)
         return params, opt_state, value
 
-    bar = None
-    if progress is True:
-        from tqdm.auto import tqdm
-
-        bar = tqdm(total=int(steps), desc="fit")
     losses = np.empty(int(steps))
     for k in range(int(steps)):
         params, opt_state, value = step(params, opt_state)
@@ -136,15 +135,26 @@ def fit(
         if not np.isfinite(losses[k]):
             raise ValueError(f"fit: the loss is {losses[k]} at step {k}; lower the learning rate "
                              "or check the loss")
-        if bar is not None:
-            bar.update(1)
-            bar.set_postfix(loss=f"{losses[k]:.4g}")
-        elif callable(progress):
+        if progress is not None:
             progress(k, losses[k])
-    if bar is not None:
-        bar.close()
     final = float(value_and_grad(params)[0])
     return FitResult(eqx.combine(params, static), losses, final)
+
+
+def tqdm_progress(steps: int, desc: str = "fit") -> Callable[[int, float], None]:
+    """An observer for :func:`fit`: a tqdm bar of ``steps`` steps showing the loss (closed after
+    the last step)."""
+    from tqdm.auto import tqdm
+
+    bar = tqdm(total=int(steps), desc=desc)
+
+    def observe(step: int, loss: float) -> None:
+        bar.update(1)
+        bar.set_postfix(loss=f"{loss:.4g}")
+        if step + 1 >= bar.total:
+            bar.close()
+
+    return observe
 
 
 def checkpointed_adjoint(num_steps: int, memory: int | None = None) -> diffrax.RecursiveCheckpointAdjoint:

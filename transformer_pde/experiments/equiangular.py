@@ -67,18 +67,20 @@ def compute(cfg: EquiangularConfig, progress: bool = False) -> Result:
     off = ~np.eye(cfg.n, dtype=bool)
     betas = np.asarray(cfg.betas)
     out = {"ts": np.asarray(ts), "betas": betas}
+    equiangular = tp.theory.equiangular
+    reduced_ode = {"SA": equiangular.SAReducedODE, "USA": equiangular.USAReducedODE}
     for model in MODELS:
         rho_sim, rho_ode, gaps, dev, rate = [], [], [], [], []
         for beta in betas:
             sol = tp.solve(model_dynamics(model, cfg.d, beta), x0, t1=cfg.t1, dt0=1e-3,
-                        saveat=diffrax.SaveAt(ts=ts, fn=lambda t, x, args: x @ x.T),
-                        stepsize_controller=_controller(cfg, x0.dtype),
-                        progress_meter=solver_meter(progress))
+                           saveat=diffrax.SaveAt(ts=ts, fn=lambda t, x, args: x @ x.T),
+                           stepsize_controller=_controller(cfg, x0.dtype),
+                           progress_meter=solver_meter(progress))
             gram = np.asarray(sol.stats)[:, off]  # (T, n(n-1)) pairwise inner products
             fine = jnp.linspace(0.0, cfg.t1, (cfg.num_saves - 1) * _FINE + 1)
-            gap = np.asarray(tp.theory.equiangular.reduced_gap(model, cfg.n, jnp.asarray(beta, x0.dtype),
-                                          jnp.asarray(cfg.rho0, x0.dtype), fine,
-                                          pid(cfg.rtol, x0.dtype, atol_ratio=1e-20)))
+            ode = reduced_ode[model](cfg.n, jnp.asarray(beta, x0.dtype))
+            gap = np.asarray(tp.theory.equiangular.reduced_gap(ode, jnp.asarray(cfg.rho0, x0.dtype), fine,
+                                                               pid(cfg.rtol, x0.dtype, atol_ratio=1e-20)))
             r = 1 - gap[::_FINE]
             rho_sim.append(gram.mean(axis=1))
             rho_ode.append(r)

@@ -119,17 +119,17 @@ def regime_parameters(regime: str):
     raise ValueError(regime)
 
 
+ATTENTIONS = {
+    "softmax": lambda Q, K, V: tp.SoftmaxAttention(Q, K, V, 1 / np.sqrt(2)),
+    "l2": lambda Q, K, V: tp.L2Attention(Q, K, V, 1 / np.sqrt(2)),
+    "multihead": lambda Q, K, V: tp.MultiHeadAttention.split(Q, K, V, 2, 1.0),  # heads of width k = 1
+    "sinkhorn": lambda Q, K, V: tp.SinkhornAttention(Q, K, V, 1.0, epsilon=1.0),
+}
+"""The attention each ``variants`` name builds (d = 2, scores over √d, the authors' convention)."""
+
+
 def make_attention(variant: str, Q, K, V):
-    d = 2
-    if variant == "softmax":
-        return tp.SoftmaxAttention(Q, K, V, 1 / np.sqrt(d))
-    if variant == "l2":
-        return tp.L2Attention(Q, K, V, 1 / np.sqrt(d))
-    if variant == "multihead":
-        return tp.MultiHeadAttention.split(Q, K, V, 2, 1.0)  # heads of width k = 1: 1/√k = 1
-    if variant == "sinkhorn":
-        return tp.SinkhornAttention(Q, K, V, 1.0, epsilon=1.0)
-    raise ValueError(variant)
+    return ATTENTIONS[variant](Q, K, V)
 
 
 def isotropic_directions(B):

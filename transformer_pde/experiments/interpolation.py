@@ -116,8 +116,9 @@ def compute(cfg: InterpolationConfig, progress: bool = False) -> Result:
                                   solver=solver)
 
     before = flow(model, inputs, t1=cfg.t1, dt0=dt0, solver=solver)
+    observer = tp.fitting.tqdm_progress(cfg.steps, "interpolation") if progress else None
     trained, losses, final = tp.fit(model, loss, optimizer=optax.adam(cfg.learning_rate), steps=cfg.steps,
-                                 progress=progress)
+                                    progress=observer)
     after = flow(trained, inputs, t1=cfg.t1, dt0=dt0, solver=solver)
     return Result({
         "inputs": np.asarray(inputs), "targets": np.asarray(targets),

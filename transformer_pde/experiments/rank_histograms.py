@@ -106,9 +106,12 @@ def draw(d: int, runs: int, seed: int):
     return Q, G0 @ np.swapaxes(G0, 1, 2), np.swapaxes(Gv, 1, 2) @ Gv
 
 
+ATTENTIONS = {"softmax": lambda: tp.SoftmaxAttention, "l2": lambda: tp.L2Attention}
+"""The attention class each ``variants`` name builds (with K = −Q and scores over √d)."""
+
+
 def _attention(variant, Q, V, d):
-    cls = tp.SoftmaxAttention if variant == "softmax" else tp.L2Attention
-    return cls(Q, -Q, V, 1 / np.sqrt(d))
+    return ATTENTIONS[variant]()(Q, -Q, V, 1 / np.sqrt(d))
 
 
 def decade_ratios(earlier, later, floor: float) -> np.ndarray:

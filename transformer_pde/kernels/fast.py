@@ -155,7 +155,7 @@ def _restore_not_mapped() -> None:
     """
     from jax._src.interpreters import batching
 
-    if not hasattr(batching, "not_mapped"):
+    if "not_mapped" not in vars(batching):
         batching.not_mapped = None
 
 

@@ -9,6 +9,8 @@ $$\text{SA: }\dot\rho=\frac{2e^{\beta\rho}(1-\rho)((n-1)\rho+1)}{e^\beta+(n-1)e^
 
 from __future__ import annotations
 
+import abc
+
 import equinox as eqx
 import jax
 import jax.numpy as jnp
@@ -33,35 +35,47 @@ def equiangular_start(key, n: int, d: int, rho0: float, dtype=None):
     return jnp.asarray(X / np.linalg.norm(X, axis=1, keepdims=True), dtype)
 
 
-def reduced_rhs(model: str, n: int, beta):
-    """dρ/dt of GLPR's `thm: orthogonal` (sphere.md §1)."""
-    def sa(t, rho, args):
-        return (2 * jnp.exp(beta * rho) * (1 - rho) * ((n - 1) * rho + 1)
-                / (jnp.exp(beta) + (n - 1) * jnp.exp(beta * rho)))
+class AbstractReducedODE(AbstractODE):
+    r"""The gap u = 1 − ρ of an equiangular start, u' = −ρ'(1 − u) (relative accuracy in the gap,
+    however small it gets); subclasses give ρ' (GLPR `thm: orthogonal`, sphere.md §1)."""
 
-    def usa(t, rho, args):
-        return 2 / n * jnp.exp(beta * rho) * (1 - rho) * ((n - 1) * rho + 1)
+    n: eqx.AbstractVar[int]
+    beta: eqx.AbstractVar[jax.Array]
 
-    return sa if model == "SA" else usa
+    @abc.abstractmethod
+    def rho_rate(self, rho):
+        """dρ/dt at the common inner product ρ."""
+
+    def rhs(self, t, u):
+        return -self.rho_rate(1 - u)
 
 
-class ReducedGap(AbstractODE):
-    """u = 1 − ρ of the reduced ODE, u' = −ρ'(1 − u): relative accuracy in the gap, however small
-    it gets."""
+class SAReducedODE(AbstractReducedODE):
+    r"""SA: $\dot\rho = 2e^{\beta\rho}(1-\rho)((n-1)\rho+1)/(e^\beta+(n-1)e^{\beta\rho})$."""
 
-    model: str = eqx.field(static=True)
     n: int = eqx.field(static=True)
     beta: jax.Array
 
-    def rhs(self, t, u):
-        return -reduced_rhs(self.model, self.n, self.beta)(t, 1 - u, None)
+    def rho_rate(self, rho):
+        b, n = self.beta, self.n
+        return 2 * jnp.exp(b * rho) * (1 - rho) * ((n - 1) * rho + 1) / (jnp.exp(b) + (n - 1) * jnp.exp(b * rho))
+
+
+class USAReducedODE(AbstractReducedODE):
+    r"""USA: $\dot\rho = \tfrac2n e^{\beta\rho}(1-\rho)((n-1)\rho+1)$."""
+
+    n: int = eqx.field(static=True)
+    beta: jax.Array
+
+    def rho_rate(self, rho):
+        return 2 / self.n * jnp.exp(self.beta * rho) * (1 - rho) * ((self.n - 1) * rho + 1)
 
 
 @eqx.filter_jit
-def reduced_gap(model, n, beta, rho0, ts, controller):
-    """The gap 1 − ρ(t) at the times ``ts`` (adaptive steps by ``controller``)."""
-    return solve(ReducedGap(model, n, beta), 1 - rho0, t0=ts[0], t1=ts[-1], dt0=1e-3, saveat=ts,
-                 stepsize_controller=controller, max_steps=1_000_000).xs
+def reduced_gap(ode: AbstractReducedODE, rho0, ts, controller):
+    """The gap 1 − ρ(t) of ``ode`` at the times ``ts`` (adaptive steps by ``controller``)."""
+    return solve(ode, 1 - rho0, t0=ts[0], t1=ts[-1], dt0=1e-3, saveat=ts, stepsize_controller=controller,
+                 max_steps=1_000_000).xs
 
 
-__all__ = ["ReducedGap", "equiangular_start", "reduced_gap", "reduced_rhs"]
+__all__ = ["AbstractReducedODE", "SAReducedODE", "USAReducedODE", "equiangular_start", "reduced_gap"]
