@@ -15,10 +15,16 @@
   ``package_errors`` and run with the checker off (the fixture below).
 """
 
+import os
+import sys
+
 import jax
 import jaxtyping
 import pytest
 from jaxtyping import install_import_hook
+
+# the shared helpers (reference.py, _runs.py, ...) import by name from every subfolder of tests/
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 jax.config.update("jax_enable_x64", True)
 jax.config.update("jax_numpy_rank_promotion", "raise")
