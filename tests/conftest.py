@@ -17,6 +17,7 @@
 
 import os
 import sys
+import tempfile
 
 import jax
 import jaxtyping
@@ -25,6 +26,13 @@ from jaxtyping import install_import_hook
 
 # the shared helpers (reference.py, _runs.py, ...) import by name from every subfolder of tests/
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+# the tests' subprocesses (CLI runs, kill/resume, sharding workers) share a persistent JAX
+# compilation cache: a run resumed, repeated or redrawn loads what an earlier one compiled. Set in
+# the environment only, after JAX is configured here, so this process compiles as a user's does.
+os.environ.setdefault("JAX_COMPILATION_CACHE_DIR",
+                      os.path.join(tempfile.gettempdir(), f"transformer_pde-tests-jax-cache-{os.getuid()}"))
+os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0")
 
 jax.config.update("jax_enable_x64", True)
 jax.config.update("jax_numpy_rank_promotion", "raise")

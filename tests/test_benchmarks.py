@@ -30,8 +30,6 @@ def test_benchmark_script_tiny(tmp_path):
         assert all(("skipped" in r) != installed for r in got), got
     for lib in ("naive_jax", "jax_nn"):
         assert all(r["pairs_per_s"] > 0 for r in rows if r["lib"] == lib)
-    lim = result["limits"]
-    assert lim["exp_per_s"] > 1e6 and lim["matmul_flop_per_s"] > 1e8
     assert result["solve"]["steps"] == 5 and result["solve"]["kernel_seconds"] > 0
     assert (tmp_path / "throughput.png").stat().st_size > 1000
     assert "| 512 |" in (tmp_path / "results.md").read_text()

@@ -291,6 +291,7 @@ _RACER = textwrap.dedent("""
 """)
 
 
+@pytest.mark.slow
 def test_two_runs_started_together_on_one_directory_never_mix(tmp_path):
     """Both processes are past their imports and call the command line within a millisecond
     of each other: exactly one runs, the other is refused naming it, and every file in the

@@ -246,6 +246,7 @@ def test_configs_reject_bad_values():
         get("energy-flow").make_config(indefinite_d2="0.2,1")
 
 
+@pytest.mark.slow
 def test_tour_notebook(runs, monkeypatch):
     """The notebook runs top to bottom at the tiny size, reusing this session's runs."""
     import nbformat

@@ -192,6 +192,7 @@ def test_convergence_experiment_tiny(tmp_path_factory):
     assert abs(slope + 0.5) < 0.2, slope
 
 
+@pytest.mark.slow
 def test_convergence_notebook_runs(monkeypatch):
     """notebooks/convergence.ipynb at its small size."""
     from _notebooks import run_notebook

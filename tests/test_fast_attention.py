@@ -368,6 +368,7 @@ def test_gradients_through_solve_match_exact():
 # sharding: 4 host devices in a subprocess
 
 
+@pytest.mark.slow
 def test_sharded_fast_matches_one_device():
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join([str(ROOT), env.get("PYTHONPATH", "")])

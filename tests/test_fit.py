@@ -201,6 +201,7 @@ def test_interpolation_experiment_tiny(tmp_path_factory):
 
 
 
+@pytest.mark.slow
 def test_fitting_notebook_runs(monkeypatch):
     """notebooks/fitting.ipynb at its small size."""
     from _notebooks import run_notebook

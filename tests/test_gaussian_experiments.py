@@ -148,6 +148,7 @@ def test_experiment_configs_reject_bad_options():
         experiments.get("stability").make_config(deltas=(0.1, -1.0))
 
 
+@pytest.mark.slow
 def test_gaussian_closure_notebook(monkeypatch):
     """notebooks/gaussian_closure.ipynb runs top to bottom at a small size."""
     from pathlib import Path

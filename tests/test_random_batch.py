@@ -45,6 +45,7 @@ def test_batch_field_is_unbiased_for_attention_linear_in_mu():
     np.testing.assert_allclose(mean, exact, atol=0.03)
 
 
+@pytest.mark.slow
 def test_rbm_error_is_order_sqrt_tau_for_usa():
     taus = [1 / 8, 1 / 32, 1 / 128]
     errs = [rms_error(tp.UnnormalizedAttention.identity(D, 1.0), 2, tau) for tau in taus]

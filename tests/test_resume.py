@@ -129,6 +129,7 @@ def _assert_consistent_unfinished(out: Path, status: str, at_least: int = 1) -> 
     return man["completed"]
 
 
+@pytest.mark.slow
 def test_kill_resume_interrupt_resume_is_bitwise_identical(reference, tmp_path):
     """Signals at several moments of one run and its resumptions: SIGTERM as it starts (in the
     compilation), SIGKILL mid-run (its lock is left to a dead process and taken over), SIGTERM

@@ -33,6 +33,7 @@ def _report(stdout: str) -> dict:
     return json.loads(lines[-1])
 
 
+@pytest.mark.slow
 def test_four_host_devices_match_one_device():
     proc = subprocess.run([sys.executable, str(WORKER), "devices", "4"], capture_output=True, check=False,
                           text=True, timeout=240, env=_env())
@@ -52,6 +53,7 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
+@pytest.mark.slow
 def test_two_processes_jax_distributed_localhost():
     port = str(_free_port())
     procs = [subprocess.Popen([sys.executable, str(WORKER), "distributed", port, str(i)],

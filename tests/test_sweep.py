@@ -115,6 +115,7 @@ def test_heatmap():
     plt.close(fig)
 
 
+@pytest.mark.slow
 def test_sweep_shards_over_two_devices():
     code = textwrap.dedent("""
         import jax, jax.numpy as jnp, numpy as np
@@ -153,6 +154,7 @@ def test_sweep_phase_experiment_tiny(tmp_path_factory):
     assert frac[:, : B // 4].mean() > frac[:, -B // 4 :].mean()
 
 
+@pytest.mark.slow
 def test_sweeps_notebook_runs(monkeypatch):
     """notebooks/sweeps.ipynb at its small size."""
     from _notebooks import run_notebook
