@@ -3,7 +3,7 @@
 Each experiment runs once per test session at its ``tiny`` size, through the runner (data,
 grids, metadata and figures written to disk), and every test reads the *saved* result back
 (``Result.load``). Under pytest-xdist the workers share one directory and a file lock, so an
-experiment still runs once however its tests are spread; ``tests/test_registry.py`` checks
+experiment still runs once however its tests are spread; ``tests/experiments/test_registry.py`` checks
 every run (figures drawn, redrawn by ``transformer-pde plot``), the other modules check the
 outcomes of theirs.
 """

@@ -458,7 +458,7 @@ def render_doc() -> str:
              "config files, output and run directories, damaged files) exit with status 2 and "
              "one line on stderr, never a traceback (`--debug` adds it), and nothing is run. A "
              "run that fails once started exits 1 with one line naming the cause, and its "
-             "directory is marked \"failed\" for `--resume` (`tests/test_cli_reliability.py`).", "",
+             "directory is marked \"failed\" for `--resume` (`tests/cli/test_cli_reliability.py`).", "",
              "| id | bad input | error (regular expression the message matches) |",
              "|---|---|---|"]
     for c in BAD_INPUTS + CLI_BAD_INPUTS:

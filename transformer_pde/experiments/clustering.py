@@ -28,7 +28,7 @@ step h/(1 + h⟨x, Γ⟩)). The published runs are layers of the authors' scheme
   post-LN leaves 1–2 clusters, the projected layer 7–24 (NOTES.md §9).
 
 Both are reproduced to round-off against a plain NumPy loop in
-``tests/test_normalization_experiments.py``.
+``tests/experiments/test_normalization_experiments.py``.
 """
 
 from __future__ import annotations

@@ -55,7 +55,7 @@ modes for the same accuracy; the aliasing bound below is what the error requires
 
 so with $\varepsilon_1=\varepsilon_A+\varepsilon_T$ and $0\le g\le 1$ the product kernel obeys
 $|G_{P,N}(a-b)-G(a-b)|\le\varepsilon_G=(1+\varepsilon_1)^k-1$. The NUFFTs are modelled (and
-checked, tests/test_fast_kernel.py) by FINUFFT's per-entry estimate: the error of every output
+checked, tests/kernels/test_fast_kernel.py) by FINUFFT's per-entry estimate: the error of every output
 is at most $\varepsilon_\mathrm{nu}$ times the $\ell^1$ norm of the input. The type-1 error
 $\varepsilon_\mathrm{nu}\|c\|_1$ per mode passes through the positive multiplier whose sum is
 $S=G_{P,N}(0)\le(1+\varepsilon_1)^k$, and the type-2 error is $\varepsilon_\mathrm{nu}$ times

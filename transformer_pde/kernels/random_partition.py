@@ -14,7 +14,7 @@ particle path in mean square for time step τ (Jin–Li–Liu 2020, Thm 3.1; bat
 step). Normalized attention (softmax, ℓ², multi-head) is a ratio of two such averages, so its
 random field carries a bias of the order of its variance, O(1/p): the RBM error then levels off
 at that bias as τ → 0, and shrinks with the batch size. Both facts are measured in
-``tests/test_random_batch.py``. Causal attention stays causal: each batch keeps its tokens in
+``tests/kernels/test_random_batch.py``. Causal attention stays causal: each batch keeps its tokens in
 their original order, so a token sees the earlier tokens of its batch.
 """
 

@@ -15,7 +15,7 @@ solver) with its closed forms: the Volterra kernel ``k_λ``, the solution ``g_a`
 linearized (Volterra–Hardy) equation, the retrieval profile ``S_t(σ0)``, and the Rényi-parking
 count of metastable centers.
 
-Derivation of the retrieval profile [derived, checked in tests/test_causal.py]. Expand
+Derivation of the retrieval profile [derived, checked in tests/models/test_causal.py]. Expand
 w_β(θ) = Σ_n I_n(β) e^{inθ}. For i.i.d. uniform tokens, u_j = E e^{in(θ_j(t) − θ_{i*}(0))} is
 O(1/N) for j > i*, and to first order only the m = −n Fourier mode of w_β' couples it back:
 u_j' = a_n Σ_{k<j} K_{jk} u_k with a_n = n² I_n(β), K_{jk} the ALiBi weights and u_{i*} ≈ 1.

@@ -1,4 +1,4 @@
-"""Subprocess body for tests/test_sharding.py (not collected by pytest).
+"""Subprocess body for tests/models/test_sharding.py (not collected by pytest).
 
     python sharding_worker.py devices N          # one process, N forced host devices
     python sharding_worker.py distributed PORT I # process I of 2 joined on 127.0.0.1:PORT

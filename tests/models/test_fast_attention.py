@@ -1,7 +1,7 @@
 """Attention on the fast (NUFFT) kernel backends against the exact kernel (issue 13, items 1-3).
 
 Oracle: the same attention with the default ``Exact`` backend (itself tested against NumPy in
-tests/test_attention.py and tests/test_kernels.py). Each variant (weighted, time-dependent, on
+tests/models/test_attention.py and tests/kernels/test_kernels.py). Each variant (weighted, time-dependent, on
 the sphere, multi-head, ℓ², USA, Sinkhorn, float32) must agree to the backend's tolerance;
 ``Auto`` must choose with a stated reason and fall back where the a-posteriori bound misses
 tol; gradients through ``tp.solve`` must match the exact kernel's; sharded runs (4 host devices,
@@ -31,7 +31,7 @@ import transformer_pde as tp  # noqa: E402
 from transformer_pde.kernels import Auto, Exact, Fast, backends  # noqa: E402
 
 RUNTIME_ERRORS = (eqx.EquinoxRuntimeError, jax.errors.JaxRuntimeError)
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 WORKER = Path(__file__).with_name("fast_sharding_worker.py")
 # Auto with no cost threshold: takes the fast path at test sizes (the choice is tested apart)
 AUTO = dict(min_speedup=0.0)

@@ -44,7 +44,7 @@ from transformer_pde.experiments._options import Options
 from transformer_pde.runs import Checkpoint, SignalReceived
 from transformer_pde.runs import run as runner
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 # --- a stand-in experiment whose compute does what a test says ------------------------------

@@ -156,7 +156,7 @@ def test_gaussian_closure_notebook(monkeypatch):
     import nbformat
     from nbclient import NotebookClient
 
-    root = Path(__file__).resolve().parents[1]
+    root = Path(__file__).resolve().parents[2]
     nb = nbformat.read(root / "notebooks" / "gaussian_closure.ipynb", as_version=4)
     monkeypatch.setenv("TP_GAUSSIAN_NB_ORDER", "12")
     monkeypatch.setenv("TP_GAUSSIAN_NB_NS", "32,128")

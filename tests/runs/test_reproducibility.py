@@ -20,7 +20,7 @@ from transformer_pde._io import npz_bytes
 from transformer_pde.experiments import get
 from transformer_pde.experiments._base import load_toml
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 TINY = ["--n", "16", "--d", "2", "--t1", "2.0", "--dt", "0.1", "--num-saves", "5", "--no-animate", "--no-progress"]
 
 

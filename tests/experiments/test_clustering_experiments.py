@@ -254,7 +254,7 @@ def test_tour_notebook(runs, monkeypatch):
 
     for name in NAMES:
         runs(name)
-    root = Path(__file__).resolve().parents[1]
+    root = Path(__file__).resolve().parents[2]
     nb = nbformat.read(root / "notebooks" / "clustering_tour.ipynb", as_version=4)
     monkeypatch.setenv("TP_TOUR_TINY", "1")
     monkeypatch.setenv("TP_TOUR_DIR", str(runs.root))

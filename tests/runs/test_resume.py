@@ -25,7 +25,7 @@ import pytest
 import transformer_pde as tp
 from transformer_pde.runs import Checkpoint, InterruptedRun, solve_checkpointed
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 # ~800 Tsit5 steps of 256 tokens in 21 checkpointed chunks; d=2 keeps the figure cheap.
 OPTIONS = ["--models", "SA", "--no-animate", "--n", "256", "--d", "2", "--t1", "40", "--dt", "0.05",

@@ -16,7 +16,7 @@ import transformer_pde as tp
 from transformer_pde.models.sharding import Sharded, shard_tokens, token_mesh
 
 WORKER = Path(__file__).with_name("sharding_worker.py")
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _env():

@@ -1,4 +1,4 @@
-"""Subprocess body for tests/test_fast_attention.py (not collected by pytest).
+"""Subprocess body for tests/models/test_fast_attention.py (not collected by pytest).
 
     python fast_sharding_worker.py N     # one process, N forced host devices
 
