@@ -125,9 +125,10 @@ CASES = {
     "l2 R^2 (autodiff)": (lambda: _attention(2, beta=0.5, cls=tp.L2Attention), False),
     "sphere S^2": (lambda: tp.Sphere(_attention(3, beta=2.0)), True),
 }
+SLOW = {"l2 R^2 (autodiff)"}  # the autodiff default is also checked directly (MLP), fast
 
 
-@pytest.mark.parametrize("case", sorted(CASES))
+@pytest.mark.parametrize("case", [pytest.param(c, marks=pytest.mark.slow) if c in SLOW else c for c in sorted(CASES)])
 def test_density_matches_change_of_variables_of_the_flow_map(case):
     make, sphere = CASES[case]
     dyn = make()
@@ -150,6 +151,7 @@ def test_density_matches_change_of_variables_of_the_flow_map(case):
     np.testing.assert_allclose(log_rho, -logdet, atol=1e-7)
 
 
+@pytest.mark.slow
 def test_perceptron_particles_density_by_change_of_variables():
     """Token-wise perceptron v = w σ(aᵀx + b) (one piece of the normalizing-flow field; σ
     smoothed to softplus: with ReLU a token crossing the kink aᵀx + b = 0 mid-step makes the
