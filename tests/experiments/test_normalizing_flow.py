@@ -19,6 +19,7 @@ from scipy.stats import multivariate_normal
 import transformer_pde.experiments.normalizing_flow as nf
 
 
+@pytest.mark.slow
 def test_affine_piece_pushes_the_base_to_the_closed_form_gaussian():
     w = np.array([[0.3], [-0.2]])
     a = np.array([[0.6, 0.8]])

@@ -125,7 +125,9 @@ CASES = {
     "l2 R^2 (autodiff)": (lambda: _attention(2, beta=0.5, cls=tp.L2Attention), False),
     "sphere S^2": (lambda: tp.Sphere(_attention(3, beta=2.0)), True),
 }
-SLOW = {"l2 R^2 (autodiff)"}  # the autodiff default is also checked directly (MLP), fast
+# fast: the sphere (surface measure); the R^2 closed form is also checked against the Gaussian
+# closure, the autodiff default directly (MLP)
+SLOW = {"l2 R^2 (autodiff)", "softmax R^2 (closed form)"}
 
 
 @pytest.mark.parametrize("case", [pytest.param(c, marks=pytest.mark.slow) if c in SLOW else c for c in sorted(CASES)])

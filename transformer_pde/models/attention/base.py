@@ -65,9 +65,6 @@ class AbstractFieldAttention(AbstractAttention, AbstractFieldDynamics):
     object, evaluated at arbitrary queries by :meth:`field` (``query_offset`` plays no part), with
     a divergence (:meth:`~transformer_pde.models.AbstractFieldDynamics.divergence`)."""
 
-    def vector_field(self, x, weights, t):
-        return self.query_field(x, x, weights, t)
-
     def field(self, queries: QueriesLike, x: PointsLike, weights: WeightsLike | None = None, t=0.0) -> Queries:
         """The mean-field velocity Γ_μ evaluated at arbitrary ``queries`` (shape ``(m, d)``)."""
         x = self.check_state(x, "x")
