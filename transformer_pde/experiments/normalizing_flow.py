@@ -20,6 +20,12 @@ standard error), against the number of switches, for two targets: a two-moon-lik
 mixture and a bivariate Student t (ν = 3, heavier tails than the base: the relative tail decay of
 the abstract's assumption). A ReLU kink crossed inside a solver step makes the carried log ρ first
 order in the step there (tests/solvers/test_densities.py); ``substeps`` sets the step.
+
+Default run (seed 0, one neuron per piece, 400 Adam steps; ±2 s.e. ≈ 0.03 and 0.008): moons
+KL 1.72 with no flow, 1.23 / 0.65 / 0.69 / 0.58 with s = 0 / 1 / 3 / 7 switches; Student t 0.374
+with no flow, 0.128 at every s ≤ 7: the flow of finitely many ReLU pieces is piecewise affine,
+so the pushed law keeps Gaussian tails, and a few switches do not improve on the best single
+piece (the abstract's switch bound grows with the relative tail decay of ρ_* and ρ_B).
 """
 
 from __future__ import annotations
