@@ -33,12 +33,13 @@ _NAMES = {
     "Result": ".runs",
     "BlowUp": ".solvers", "Coupled": ".solvers", "Gaussian": ".solvers", "GaussianSolution": ".solvers",
     "Particles": ".solvers", "Retracted": ".solvers", "Solution": ".solvers", "Tracers": ".solvers",
+    "WithLogDensity": ".solvers",
     "layers": ".solvers", "solve": ".solvers",
     "heatmap": ".sweeps", "sweep": ".sweeps",
 }
 _MODEL_NAMES = (
     "AbstractActivation", "AbstractKernelAttention", "AbstractAttention", "AbstractBilinearAttention",
-    "AbstractCausalAttention", "AbstractDynamics", "AbstractFieldAttention", "AbstractGaussianClosure",
+    "AbstractCausalAttention", "AbstractDynamics", "AbstractFieldAttention", "AbstractFieldDynamics", "AbstractGaussianClosure",
     "AbstractManifoldDynamics", "AbstractNormalizationScheme", "AbstractNormalizedAttention",
     "AbstractPotentialActivation", "AbstractRetractedDynamics", "AbstractRetraction",
     "AbstractSwitched", "AttentionPerceptron", "Block", "CausalL2Attention", "CausalMultiHeadAttention",
@@ -83,6 +84,7 @@ if TYPE_CHECKING:  # what static tools see: the same names, imported eagerly
         Retracted,
         Solution,
         Tracers,
+        WithLogDensity,
         layers,
         solve,
     )

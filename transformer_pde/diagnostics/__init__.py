@@ -1,14 +1,15 @@
 """Pure functions of a state: clusters, energies, moments, distances (one Sinkhorn divergence), the
-modes of a KDE; and the a-priori bounds those are checked against (:mod:`.bounds`).
+modes of a KDE, relative entropy to a target density (:mod:`.entropy`); and the a-priori bounds those are checked against (:mod:`.bounds`).
 
 Usable as statistics inside a solve: ``tp.solve(..., saveat=diffrax.SaveAt(ts=ts, fn=...))``.
 """
 
-from . import bounds, clusters, distances, energy, kde, moments
+from . import bounds, clusters, distances, energy, entropy, kde, moments
 from .bounds import *  # noqa: F403  (each module's __all__ is its public part)
 from .clusters import *  # noqa: F403
 from .distances import *  # noqa: F403
 from .energy import *  # noqa: F403
+from .entropy import *  # noqa: F403
 from .kde import *  # noqa: F403
 from .moments import *  # noqa: F403
 
@@ -17,5 +18,6 @@ __all__ += bounds.__all__
 __all__ += clusters.__all__
 __all__ += distances.__all__
 __all__ += energy.__all__
+__all__ += entropy.__all__
 __all__ += kde.__all__
 __all__ += moments.__all__

@@ -37,7 +37,13 @@ from .attention import (
     SoftmaxAttention,
     UnnormalizedAttention,
 )
-from .base import AbstractDynamics, AbstractManifoldDynamics, AbstractRetractedDynamics, AbstractRetraction
+from .base import (
+    AbstractDynamics,
+    AbstractFieldDynamics,
+    AbstractManifoldDynamics,
+    AbstractRetractedDynamics,
+    AbstractRetraction,
+)
 from .litm import LitMCircle
 from .mean_shift import MeanShift
 from .mlp import MLP, Block, SphereBlock
@@ -68,6 +74,7 @@ __all__ = [
     "AbstractBilinearAttention",
     "AbstractCausalAttention",
     "AbstractDynamics",
+    "AbstractFieldDynamics",
     "AbstractFieldAttention",
     "AbstractGaussianClosure",
     "AbstractManifoldDynamics",

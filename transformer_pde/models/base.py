@@ -9,6 +9,10 @@ bases (equinox's abstract/final pattern), asked with ``isinstance``, never ``has
   retraction switches off at a time.
 - :class:`AbstractManifoldDynamics`: the state lives on a manifold; the retraction onto it does
   not depend on time.
+- :class:`AbstractFieldDynamics`: token i moves with a field of the token measure evaluated at
+  x_i, defined at every point (``query_field``), so it has a divergence in x with μ held fixed
+  (:meth:`AbstractFieldDynamics.divergence`: autodiff by default, closed forms where they exist):
+  what a density carried along characteristics needs (sphere.md §13).
 - :class:`AbstractGaussianClosure` (in :mod:`.attention.base`): the field of a Gaussian is
   affine, so Gaussian data stay Gaussian (euclidean.md §4).
 """
@@ -18,6 +22,7 @@ from __future__ import annotations
 import abc
 
 import equinox as eqx
+import jax
 import jax.numpy as jnp
 
 from .._checks import check_points, check_scalar, check_weights, is_concrete
@@ -68,6 +73,34 @@ def check_finite_output(v, dynamics, dtype):
             raise ValueError(msg)
         return v
     return eqx.error_if(v, ~jnp.all(jnp.isfinite(v)), msg)
+
+
+class AbstractFieldDynamics(AbstractDynamics):
+    r"""The velocity of token i is a field of the token measure at x_i, v_i = F_μ(t, x_i), and
+    F_μ(t, ·) is defined at every point (position-free attentions, token-wise MLPs).
+
+    Its divergence in x with μ held fixed is what the density of the mean field obeys along
+    characteristics, d/dt log ρ(t, X_t) = −div F_{μ_t}(t, X_t) (sphere.md §13; the instantaneous
+    change of variables of continuous normalizing flows, Chen et al., arXiv 1806.07366).
+    """
+
+    @abc.abstractmethod
+    def query_field(self, queries, x, weights, t, query_offset=0):
+        """F_μ(t, queries) for μ = Σ_j w_j δ_{x_j}, shape ``(m, d)`` (unchecked)."""
+
+    def vector_field(self, x, weights, t):
+        return self.query_field(x, x, weights, t)
+
+    def divergence(self, queries, x, weights, t):
+        """div_q F_μ(t, q) at every query, μ held fixed, shape ``(m,)`` (unchecked).
+
+        Default: the trace of the Jacobian by forward-mode autodiff, one query at a time (d
+        tangents each); subclasses with a closed form override it."""
+        def one(q):
+            jac = jax.jacfwd(lambda z: self.query_field(z[None, :], x, weights, t)[0])(q)
+            return jnp.trace(jac)
+
+        return jax.vmap(one)(queries)
 
 
 class AbstractRetraction(eqx.Module):

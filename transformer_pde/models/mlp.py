@@ -49,14 +49,14 @@ import jax.numpy as jnp
 from .._checks import check_scalar
 from .._types import Param
 from ..params import as_param, evaluate, param_shape, scalar_param
-from .base import AbstractDynamics, AbstractManifoldDynamics, AbstractRetractedDynamics
+from .base import AbstractDynamics, AbstractFieldDynamics, AbstractManifoldDynamics, AbstractRetractedDynamics
 from .normalization import NGPT
 from .sphere import PostLN, Sphere, check_unit_points, normalize, tangent_projection
 
 __all__ = ["MLP", "Block", "SphereBlock"]
 
 
-class MLP(AbstractDynamics):
+class MLP(AbstractFieldDynamics):
     r"""A feed-forward sublayer, token by token: M(x) = W₂ σ(W₁ x + b₁) + b₂.
 
     Args:
@@ -96,9 +96,22 @@ class MLP(AbstractDynamics):
     def dim(self):
         return param_shape(self.W1)[1]
 
-    def vector_field(self, x, weights, t):
+    def query_field(self, queries, x, weights, t, query_offset=0):
+        """M(t, queries): the tokens do not interact, so ``x`` and ``weights`` play no part."""
         W1, b1, W2, b2 = (evaluate(p, t) for p in (self.W1, self.b1, self.W2, self.b2))
-        return self.activation(x @ W1.T + b1[None, :]) @ W2.T + b2[None, :]
+        return self.activation(queries @ W1.T + b1[None, :]) @ W2.T + b2[None, :]
+
+    def vector_field(self, x, weights, t):
+        return self.query_field(x, x, weights, t)
+
+    def divergence(self, queries, x, weights, t):
+        r"""div M(q) = Σ_k σ'(z_k) (W₁W₂)_kk with z = W₁q + b₁ (σ' by forward-mode autodiff of the
+        elementwise σ; for ReLU the indicator 1[z_k > 0]). The perceptron v = w(aᵀx + b)_+ of
+        the normalizing-flow abstract (m = 1) has div v = (aᵀw)·1[aᵀx + b > 0]."""
+        W1, b1, W2 = (evaluate(p, t) for p in (self.W1, self.b1, self.W2))
+        z = queries @ W1.T + b1[None, :]
+        _, slope = jax.jvp(self.activation, (z,), (jnp.ones_like(z),))
+        return slope @ jnp.sum(W1 * W2.T, axis=1)
 
 
 def _common_dim(name, first, second):

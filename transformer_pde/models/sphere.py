@@ -13,7 +13,13 @@ import numpy as np
 
 from .._checks import check_points, is_concrete
 from .._types import Points, PointsLike
-from .base import AbstractDynamics, AbstractManifoldDynamics, AbstractRetractedDynamics, AbstractRetraction
+from .base import (
+    AbstractDynamics,
+    AbstractFieldDynamics,
+    AbstractManifoldDynamics,
+    AbstractRetractedDynamics,
+    AbstractRetraction,
+)
 
 
 def tangent_projection(x: PointsLike, v: PointsLike) -> Points:
@@ -58,6 +64,42 @@ class Sphere(AbstractManifoldDynamics):
 
     def check_state(self, x, name: str = "x"):
         return check_unit_points(x, name, self.dim)
+
+    @property
+    def has_field(self) -> bool:
+        """Whether the wrapped dynamics has a field at arbitrary points
+        (:class:`~transformer_pde.models.AbstractFieldDynamics`), so this one does too."""
+        return isinstance(self.dynamics, AbstractFieldDynamics)
+
+    def _inner_field(self) -> AbstractFieldDynamics:
+        if not self.has_field:
+            raise ValueError(f"Sphere({type(self.dynamics).__name__}(...)) has no field at arbitrary "
+                             "points (a causal attention's depends on positions); a field and its "
+                             "divergence need an AbstractFieldDynamics inside")
+        return self.dynamics
+
+    def query_field(self, queries, x, weights, t):
+        """P⊥_q Γ_μ(q) at unit ``queries`` (needs :attr:`has_field`)."""
+        return tangent_projection(queries, self._inner_field().query_field(queries, x, weights, t))
+
+    def divergence(self, queries, x, weights, t):
+        r"""The surface divergence of F(q) = P⊥_q Γ_μ(q) on S^{d−1} at unit queries, μ fixed:
+
+        $$\operatorname{div}_{S}F(q)=\operatorname{div}\Gamma(q)-q^\top D\Gamma(q)\,q-(d-1)\langle q,\Gamma(q)\rangle$$
+
+        (tr(P⊥ DF) with P⊥q = 0), from the inner field's divergence (its closed form where it has
+        one) and one forward-mode derivative along q. The density it transports is w.r.t. the
+        surface measure (checked against finite differences of the flow map in
+        tests/solvers/test_densities.py)."""
+        inner = self._inner_field()
+        d = queries.shape[1]
+
+        def one(q):
+            field = lambda z: inner.query_field(z[None, :], x, weights, t)[0]  # noqa: E731
+            g, dg = jax.jvp(field, (q,), (q,))
+            return -q @ dg - (d - 1) * (q @ g)
+
+        return inner.divergence(queries, x, weights, t) + jax.vmap(one)(queries)
 
 
 def unit_tolerance(dtype) -> float:

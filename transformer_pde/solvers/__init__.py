@@ -12,7 +12,8 @@ from .layers import layers
 from .retracted import Retracted
 from .solution import GaussianSolution, Solution
 from .solve import solve
-from .states import AbstractODE, AbstractState, Coupled, Gaussian, ODEState, Particles, Tracers
+from .states import AbstractODE, AbstractState, Coupled, Gaussian, ODEState, Particles, Tracers, WithLogDensity
 
 __all__ = ["AbstractODE", "AbstractState", "BlowUp", "Coupled", "Gaussian", "GaussianSolution", "ODEState",
-           "Particles", "Retracted", "Solution", "Tracers", "layers", "random_transformer", "solve"]
+           "Particles", "Retracted", "Solution", "Tracers", "WithLogDensity", "layers", "random_transformer",
+           "solve"]

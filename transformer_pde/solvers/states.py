@@ -10,6 +10,9 @@ sees and when the state has blown up; the solve itself is the same for all of th
 * :class:`Tracers` — a carrier state and test particles z moved by the carrier's field,
   dz/dt = Γ_μ(z), without acting on it: the characteristics of the mean field (the
   same-seed coupling of the convergence studies).
+* :class:`WithLogDensity` — particles or tracers carrying log ρ along their paths,
+  d/dt log ρ(t, X_t) = −div Γ_{μ_t}(X_t) (sphere.md §13; the surface divergence on the sphere):
+  the density of the mean field where the tokens are, with no kernel density estimate.
 * :class:`Coupled` — several states evolved side by side by one dynamics, with one step
   sequence (a system and its reference).
 * :class:`ODEState` — a plain pytree under an :class:`AbstractODE` (reduced ODEs of
@@ -29,7 +32,13 @@ import numpy as np
 from .._checks import as_float_array, check_finite, check_weights, is_concrete
 from .._types import PointsLike, WeightsLike
 from ..models.attention.base import AbstractFieldAttention, AbstractGaussianClosure
-from ..models.base import AbstractDynamics, AbstractRetractedDynamics, retract_at, retract_step
+from ..models.base import (
+    AbstractDynamics,
+    AbstractFieldDynamics,
+    AbstractRetractedDynamics,
+    retract_at,
+    retract_step,
+)
 from ..models.sphere import Sphere, tangent_projection
 from .events import BlowUp
 from .solution import GaussianSolution, Solution
@@ -162,6 +171,27 @@ class Particles(AbstractState):
                              "attention or Sphere(attention)")
 
 
+    def divergence_at(self, dynamics, queries, y, t):
+        """div Γ_μ(queries), μ = Σ_j w_j δ_{y_j} held fixed (surface divergence on the sphere)."""
+        return dynamics.divergence(queries, y, self.weights, t)
+
+    def check_divergence(self, dynamics):
+        """ValueError unless the dynamics' field has a divergence at arbitrary points."""
+        if not _has_divergence(dynamics):
+            raise ValueError(f"{_dynamics_name(dynamics)} has no field with a divergence at arbitrary "
+                             "points: a density along characteristics needs a position-free field "
+                             "(tp.AbstractFieldDynamics: a field attention, tp.MLP) or "
+                             "tp.Sphere(one of them); causal attentions, PostLN and retracted blocks have none")
+
+    def tracked_divergence(self, dynamics, t, y):
+        """div of the field at the tracked tokens (the particles themselves), shape ``(n,)``."""
+        return self.divergence_at(dynamics, y, y, t)
+
+
+def _has_divergence(dynamics) -> bool:
+    return isinstance(dynamics, AbstractFieldDynamics) or (isinstance(dynamics, Sphere) and dynamics.has_field)
+
+
 def _field_at(dynamics, queries, x, weights, t):
     """Γ_μ(queries) for μ = Σ_j w_j δ_{x_j}, tangent on the sphere for ``Sphere(attention)``."""
     if isinstance(dynamics, Sphere):
@@ -282,6 +312,14 @@ class Gaussian(AbstractState):
     def check_field(self, dynamics):
         pass  # prepare() checked the closure
 
+    def divergence_at(self, dynamics, queries, y, t):
+        """div (Jz + c) = tr J at every query: the Gaussian closure's field is affine."""
+        J, _ = dynamics.affine_field(*y, t)
+        return jnp.broadcast_to(jnp.trace(J), queries.shape[:1])
+
+    def check_divergence(self, dynamics):
+        pass  # prepare() checked the closure
+
     def resolve(self, event: BlowUp):
         """The threshold on tr Σ: ``event.threshold``, default :func:`default_blowup_factor` · tr Σ0."""
         if event.threshold is None:
@@ -372,6 +410,103 @@ class Tracers(AbstractState):
         yc, z = y
         return self.carrier.blown_up(criterion, yc) | ~jnp.all(jnp.isfinite(z))
 
+    def check_divergence(self, dynamics):
+        self.carrier.check_divergence(dynamics)
+
+    def tracked_divergence(self, dynamics, t, y):
+        """div of the carrier's field at the tracers, shape ``(m,)``."""
+        yc, z = y
+        return self.carrier.divergence_at(dynamics, z, yc, t)
+
+
+class WithLogDensity(AbstractState):
+    r"""Tokens carrying the log-density of their law along their paths (sphere.md §13):
+
+    $$\frac{d}{dt}\log\rho(t, X_t) = -\operatorname{div}\Gamma_{\mu_t}(X_t),$$
+
+    the instantaneous change of variables of continuous normalizing flows (Chen et al., arXiv
+    1806.07366), with the divergence of the field in x at fixed μ
+    (:meth:`~transformer_pde.models.AbstractFieldDynamics.divergence`: closed form for softmax
+    attention and MLPs, autodiff otherwise; on the sphere the surface divergence, so ρ is a
+    density w.r.t. the surface measure). Started at ρ_0 at the tracked tokens, ``log_rho`` is
+    log ρ_t where they are at every save.
+
+    Args:
+        tokens: ``tp.Particles(x, weights)`` (a bare ``(n, d)`` array: uniform weights), whose own
+            measure moves them (the density of the mean field, up to the particles' error in the
+            field), or ``tp.Tracers(carrier, z)``, tracers moved by a carrier's field (a
+            ``tp.Gaussian`` carrier: the exact mean-field density along exact characteristics).
+        log_rho0: log ρ_0 at the tracked tokens (the particles, or the tracers), shape ``(n,)``.
+
+    ``tp.solve(dyn, tp.WithLogDensity(x0, log_rho0), ...)`` returns a :class:`Solution` whose
+    ``xs`` is the pair ``(tokens, log_rho)`` (``(T, n, d)`` and ``(T, n)`` for particles); a
+    ``SaveAt(fn=...)`` statistic sees ``(x, log_rho)``.
+    """
+
+    tokens: Particles | Tracers
+    log_rho0: jax.Array
+
+    def __init__(self, tokens, log_rho0):
+        if not isinstance(tokens, (Particles, Tracers)):
+            if isinstance(tokens, AbstractState):
+                raise ValueError(f"WithLogDensity carries a density on tp.Particles or tp.Tracers, got "
+                                 f"{type(tokens).__name__}")
+            tokens = Particles(tokens)
+        self.tokens = tokens
+        self.log_rho0 = as_float_array(log_rho0, "WithLogDensity.log_rho0")
+
+    def _tracked(self):
+        return self.tokens.z if isinstance(self.tokens, Tracers) else self.tokens.x
+
+    def prepare(self, dynamics):
+        tokens = self.tokens.prepare(dynamics)
+        tokens.check_divergence(dynamics)
+        m = self._tracked().shape[0]
+        if self.log_rho0.shape != (m,):
+            raise ValueError(f"WithLogDensity.log_rho0 must have shape ({m},), one value per tracked "
+                             f"token, got {self.log_rho0.shape}")
+        log_rho0 = self.log_rho0
+        if is_concrete(log_rho0):
+            bad = ~np.isfinite(np.asarray(log_rho0))
+            if bad.any():
+                i = int(np.argmax(bad))
+                raise ValueError(f"WithLogDensity.log_rho0 must be finite (the tokens sit where ρ_0 > 0), "
+                                 f"got log_rho0[{i}] = {float(np.asarray(log_rho0)[i])}")
+        else:
+            log_rho0 = eqx.error_if(log_rho0, ~jnp.all(jnp.isfinite(log_rho0)),
+                                    "WithLogDensity.log_rho0 must be finite (tokens where ρ_0 > 0)")
+        return WithLogDensity(tokens, log_rho0.astype(tokens.dtype))
+
+    @property
+    def y(self):
+        return self.tokens.y, self.log_rho0
+
+    def vector_field(self, dynamics, t, y):
+        yt, log_rho = y
+        div = self.tokens.tracked_divergence(dynamics, t, yt)
+        return self.tokens.vector_field(dynamics, t, yt), (-div).astype(log_rho.dtype)
+
+    def retracts(self, dynamics):
+        return self.tokens.retracts(dynamics)
+
+    def retract_step(self, dynamics, y, t0, t1):
+        yt, log_rho = y
+        return self.tokens.retract_step(dynamics, yt, t0, t1), log_rho
+
+    def value(self, dynamics, y, t):
+        yt, log_rho = y
+        return self.tokens.value(dynamics, yt, t), log_rho
+
+    def resolve(self, event):
+        return self.tokens.resolve(event)
+
+    def blown_up(self, criterion, y):
+        yt, log_rho = y
+        return self.tokens.blown_up(criterion, yt) | ~jnp.all(jnp.isfinite(log_rho))
+
+    def solution(self, ts, saved, statistics, stop_time, final, num_steps, result, criterion):
+        return self.tokens.solution(ts, saved, statistics, stop_time, final, num_steps, result, criterion)
+
 
 class Coupled(AbstractState):
     """Several states evolved side by side by one dynamics, on one step sequence (e.g. a
@@ -449,4 +584,4 @@ def as_state(dynamics, state0) -> AbstractState:
 
 
 __all__ = ["AbstractODE", "AbstractState", "Coupled", "Gaussian", "ODEState", "Particles", "Tracers",
-           "as_state", "default_blowup_factor"]
+           "WithLogDensity", "as_state", "default_blowup_factor"]

@@ -29,7 +29,7 @@ from ..._types import Param, Points, PointsLike, Queries, QueriesLike, Weights, 
 from ...kernels.backends import AbstractBackend, KernelReport
 from ...kernels.reduction import SoftmaxReduction, gather_keys
 from ...params import evaluate, matrix_dim
-from ..base import AbstractDynamics
+from ..base import AbstractDynamics, AbstractFieldDynamics
 
 
 class AbstractAttention(AbstractDynamics):
@@ -60,9 +60,10 @@ class AbstractAttention(AbstractDynamics):
         return self.query_field(x, keys[:num_tokens], w[:num_tokens], t, query_offset=offset)
 
 
-class AbstractFieldAttention(AbstractAttention):
+class AbstractFieldAttention(AbstractAttention, AbstractFieldDynamics):
     """Γ_μ is a vector field on R^d determined by μ alone (no token positions): the mean-field
-    object, evaluated at arbitrary queries by :meth:`field` (``query_offset`` plays no part)."""
+    object, evaluated at arbitrary queries by :meth:`field` (``query_offset`` plays no part), with
+    a divergence (:meth:`~transformer_pde.models.AbstractFieldDynamics.divergence`)."""
 
     def field(self, queries: QueriesLike, x: PointsLike, weights: WeightsLike | None = None, t=0.0) -> Queries:
         """The mean-field velocity Γ_μ evaluated at arbitrary ``queries`` (shape ``(m, d)``)."""

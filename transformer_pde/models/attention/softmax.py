@@ -79,6 +79,29 @@ class SoftmaxAttention(_AbstractSoftmax, AbstractGaussianClosure):
     def query_field(self, queries, x, weights, t, query_offset=0, axis_name=None):
         return self._average(self._reduction(queries, x, log_weights(weights), t), t, axis_name)
 
+    def divergence(self, queries, x, weights, t):
+        r"""Closed form (sphere.md §13): with p_j(q) ∝ w_j e^{β⟨Qq, Ky_j⟩}, ∂Γ/∂q = β V C(q) KᵀQ,
+        C(q) = Cov_{p(q)}(y) the covariance of the keys under query q's attention weights, so
+
+        $$\operatorname{div}\Gamma_\mu(q)=\beta\,\mathrm{tr}\big(V\,C(q)\,K^\top Q\big)
+        =\mathbb E_{p(q)}\big[(y-\bar y)^\top M (y-\bar y)\big],\quad M=\beta K^\top QV,$$
+
+        one softmax reduction with values (y − c, (y − c)ᵀM(y − c)), c the weighted mean of the
+        keys (the covariance does not see c; centring keeps the difference well conditioned).
+        Checked against the trace of the autodiff Jacobian (tests/solvers/test_densities.py:
+        agreement to 1e-12 in float64; sign as written, d/dt log ρ = −div Γ).
+        """
+        V = evaluate(self.V, t)
+        M = self.score_matrix(t) @ V
+        c = weights @ x
+        y = x - c[None, :]
+        s = jnp.einsum("nd,de,ne->n", y, M, y)
+        red = self._reduction(queries, x, log_weights(weights), t)
+        red = eqx.tree_at(lambda r: r.v, red, jnp.concatenate([y, s[:, None]], axis=1))
+        avg, _ = self.backend.lse_average(red)
+        ybar, es = avg[:, :-1], avg[:, -1]
+        return es - jnp.einsum("md,de,me->m", ybar, M, ybar)
+
     def affine_field(self, mean, cov, t=0.0):
         r"""Softmax (euclidean.md §4a): Γ(x) = V(α + ΣAx), so J = VΣA, c = Vα and
 
