@@ -31,9 +31,9 @@ _NAMES = {
     "FitResult": ".fitting", "checkpointed_adjoint": ".fitting", "fit": ".fitting",
     "PiecewiseConstant": ".params",
     "Result": ".runs",
-    "BlowUp": ".solvers", "Coupled": ".solvers", "Gaussian": ".solvers", "GaussianSolution": ".solvers",
+    "BlowUp": ".solvers", "CircleDensity": ".solvers", "Coupled": ".solvers", "Gaussian": ".solvers", "GaussianSolution": ".solvers",
     "Particles": ".solvers", "Retracted": ".solvers", "Solution": ".solvers", "Tracers": ".solvers",
-    "layers": ".solvers", "solve": ".solvers",
+    "layers": ".solvers", "solve": ".solvers", "solve_density": ".solvers",
     "heatmap": ".sweeps", "sweep": ".sweeps",
 }
 _MODEL_NAMES = (
@@ -76,6 +76,7 @@ if TYPE_CHECKING:  # what static tools see: the same names, imported eagerly
     from .runs import Result  # noqa: F401
     from .solvers import (  # noqa: F401
         BlowUp,
+        CircleDensity,
         Coupled,
         Gaussian,
         GaussianSolution,
@@ -85,6 +86,7 @@ if TYPE_CHECKING:  # what static tools see: the same names, imported eagerly
         Tracers,
         layers,
         solve,
+        solve_density,
     )
     from .sweeps import heatmap, sweep  # noqa: F401
 
