@@ -16,9 +16,12 @@ spectrum of the linearization on all mean-zero perturbations (cosines and sines)
 basis; the zero eigenvalue of rotations is removed for non-uniform states. Folds are the points
 where dK/ds changes sign: for β > β_* the branch leaves K_# backwards and turns at K_c < K_#.
 
-S² (s2fft): not done. s2fft is not installed in this environment and cannot be installed offline
-(no ``pip download``, and it is absent from the package lists in ``/work/.library/env/packages/``);
-the S² analogue needs spherical-harmonic transforms for the convolution and the Laplacian.
+S² (s2fft): not done here. s2fft is not a dependency of the project (not in its environment);
+it is on PyPI (1.5.0, a JAX library of spherical-harmonic transforms) and could be added. On S² the
+interaction e^{β⟨x,y⟩} is zonal, so by Funk–Hecke the convolution is diagonal in degree l (factor
+c_l(β)) and the Laplacian is −l(l+1): with s2fft's forward/inverse transforms the same
+pseudo-spectral, IMEX and continuation machinery carries over (the rotation group then leaves a
+2-dimensional null space to factor out, e.g. by restricting to zonal densities).
 """
 
 from __future__ import annotations
