@@ -44,6 +44,7 @@ def test_discontinuous_transition_usa_has_a_fold_below_K_sharp():
     assert slope == pytest.approx(th.landau(), rel=0.02)
 
 
+@pytest.mark.slow
 def test_sa_bifurcates_at_its_threshold():
     beta = 3.0
     th = NoisySA(beta=beta, sigma=0.8)

@@ -34,7 +34,8 @@ def test_heat_equation_and_mass():
     np.testing.assert_allclose(np.asarray(sol.xs).mean(-1), 1.0, atol=1e-13)
 
 
-@pytest.mark.parametrize("model,dyn", [(NoisyUSA, usa), (NoisySA, sa)], ids=["USA", "SA"])
+@pytest.mark.parametrize("model,dyn", [(NoisyUSA, usa), pytest.param(NoisySA, sa, marks=pytest.mark.slow)],
+                         ids=["USA", "SA"])
 def test_growth_rates_match_funk_hecke(model, dyn):
     # ρ0 = 1 + ε cos kθ: λ_k = k²(K g_k − σ²/2), modes k = 1..6, noiseless and noisy, to 1 %
     beta, K, eps, (t1, t2) = 2.0, 1.5, 1e-5, (0.2, 0.4)

@@ -25,13 +25,19 @@ third order in the order parameter m = |∫x dρ| gives the branch through K_#:
 
 USA: L = d/(d+2)·(1 − (d−1)a/(1−a)), a = c_2/c_1, so the branch turns forwards (continuous
 transition) iff a < 1/d, i.e. β < β_*, the root of I_{d/2+1}(β)/I_{d/2}(β) = 1/d — the criterion of
-2606.05140's abstract (β_*^{(2)} = 2.44692 on S¹: I_2/I_1 = 1/2; β_*^{(3)} = 1.81615). SA: L = d²·D with b_l = c_l/c_0,
+2606.05140's abstract (β_*^{(2)} = 2.44692 on S¹: I_2/I_1 = 1/2; β_*^{(3)} = 1.81615).
+SA: L = d²·D with b_l = c_l/c_0,
 D = 2(d−1)/(d(d+2))·((b_2−1)(b_2−b_1²)/(2(b_1−b_2)) + b_2/2) + (1−d b_1²)/(d(d+2)).
-L < 0 means a fold at some K_c < K_# and hysteresis. Checked numerically on S¹
-(tests/theory/test_noisy_sphere.py): L against stationary states solved on a grid near K_#
-(USA and SA, β = 1, 2, 5: agreement to O(m²)), and λ_k against the spectral PDE solver. For SA,
-L stays positive for every β in (1e-3, 200) on S¹ and S² (the SA transition is continuous there;
-:func:`critical_beta` says so with a ValueError).
+L < 0 means a fold at some K_c < K_# and hysteresis.
+
+Checked numerically on S¹ (the rest is derived, not checked): L against stationary states
+solved on a grid with scipy (tests/theory/test_noisy_sphere.py; USA and SA, β = 1, 5, to 2 %)
+and against the branches of the Newton continuation (tests/solvers/test_circle_branches.py:
+the bifurcation sits at K_# to 1e-10, the slope matches L to 1–2 %, USA at β = 4 > β_* folds
+at K_c = 0.1935 < K_# = 0.2049); λ_k, k = 1..6, against the spectral PDE solver (SA and USA,
+σ = 0 and 0.8, to 1e-3; the `instability` experiment: 1.5e-5) and weighted deterministic
+particles (noiseless, 1e-7). For SA, L stays positive for every β in (1e-3, 200) on S¹ and S²:
+the SA transition is continuous there (:func:`critical_beta` says so with a ValueError).
 """
 
 from __future__ import annotations
