@@ -19,7 +19,7 @@ from annotated_types import Ge, Gt
 
 import transformer_pde as tp
 
-from .._lazy import diffrax, jnp
+from .._lazy import diffrax, jax, jnp
 from ..runs.result import Result, grid
 from ._base import Experiment, register
 from ._common import ATTENTIONS
@@ -67,36 +67,37 @@ def _slope(ts, amp):
 
 
 def compute(cfg: InstabilityConfig, progress: bool = False) -> Result:
-    eye = jnp.eye(2)
-    dyn = tp.Sphere(ATTENTIONS[cfg.model]()(eye, eye, cfg.K * eye, cfg.beta))
-    ks = np.arange(1, cfg.k_max + 1)
-    sigmas = np.array([0.0, cfg.sigma])
-    ts = np.linspace(0.0, cfg.t1, cfg.num_saves)
-    controller = diffrax.PIDController(rtol=cfg.rtol, atol=cfg.rtol / 100)
-    theory = np.array([_theory(cfg, s).growth_rate(ks, cfg.K) for s in sigmas])
-    pde = np.zeros((len(sigmas), len(ks)))
-    for a, s in enumerate(sigmas):
+    with jax.enable_x64(True):  # the solvers and Newton tolerances are float64 ones
+        eye = jnp.eye(2)
+        dyn = tp.Sphere(ATTENTIONS[cfg.model]()(eye, eye, cfg.K * eye, cfg.beta))
+        ks = np.arange(1, cfg.k_max + 1)
+        sigmas = np.array([0.0, cfg.sigma])
+        ts = np.linspace(0.0, cfg.t1, cfg.num_saves)
+        controller = diffrax.PIDController(rtol=cfg.rtol, atol=cfg.rtol / 100)
+        theory = np.array([_theory(cfg, s).growth_rate(ks, cfg.K) for s in sigmas])
+        pde = np.zeros((len(sigmas), len(ks)))
+        for a, s in enumerate(sigmas):
+            for b, k in enumerate(ks):
+                rho0 = tp.CircleDensity(lambda th, k=k: 1 + cfg.eps * np.cos(k * th), s, modes=cfg.modes)
+                sol = tp.solve(dyn, rho0, t1=cfg.t1, saveat=jnp.asarray(ts), stepsize_controller=controller)
+                amp = np.abs(np.asarray(tp.solvers.circle.fourier_coefficients(sol.xs))[:, k])
+                pde[a, b] = _slope(ts, amp)
+        theta = 2 * np.pi * np.arange(cfg.n) / cfg.n
+        x = np.stack([np.cos(theta), np.sin(theta)], 1)
+        particles = np.zeros(len(ks))
         for b, k in enumerate(ks):
-            rho0 = tp.CircleDensity(lambda th, k=k: 1 + cfg.eps * np.cos(k * th), s, modes=cfg.modes)
-            sol = tp.solve(dyn, rho0, t1=cfg.t1, saveat=jnp.asarray(ts), stepsize_controller=controller)
-            amp = np.abs(np.asarray(tp.solvers.circle.fourier_coefficients(sol.xs))[:, k])
-            pde[a, b] = _slope(ts, amp)
-    theta = 2 * np.pi * np.arange(cfg.n) / cfg.n
-    x = np.stack([np.cos(theta), np.sin(theta)], 1)
-    particles = np.zeros(len(ks))
-    for b, k in enumerate(ks):
-        w = 1 + cfg.eps * np.cos(k * theta)
-        sol = tp.solve(dyn, tp.Particles(jnp.asarray(x), jnp.asarray(w / w.sum())), t1=cfg.t1,
-                       saveat=jnp.asarray(ts), stepsize_controller=controller)
-        X = np.asarray(sol.xs)
-        amp = np.abs(np.sum(w / w.sum() * np.exp(-1j * k * np.arctan2(X[..., 1], X[..., 0])), -1))
-        particles[b] = _slope(ts, amp)
-    rel = lambda m, t: np.abs(m - t) / np.maximum(np.abs(t), 1e-12)  # noqa: E731
-    arrays = {"k": ks, "sigma": sigmas, "ts": ts, "theory": theory, "pde": pde, "particles": particles,
-              "pde_rel_error": rel(pde, theory), "particles_rel_error": rel(particles, theory[0]),
-              "max_rel_error": np.asarray(max(rel(pde, theory).max(), rel(particles, theory[0]).max()))}
-    grids = {"rates": grid({"sigma": sigmas, "k": ks}, theory=(("sigma", "k"), theory), pde=(("sigma", "k"), pde))}
-    return Result(arrays, grids)
+            w = 1 + cfg.eps * np.cos(k * theta)
+            sol = tp.solve(dyn, tp.Particles(jnp.asarray(x), jnp.asarray(w / w.sum())), t1=cfg.t1,
+                           saveat=jnp.asarray(ts), stepsize_controller=controller)
+            X = np.asarray(sol.xs)
+            amp = np.abs(np.sum(w / w.sum() * np.exp(-1j * k * np.arctan2(X[..., 1], X[..., 0])), -1))
+            particles[b] = _slope(ts, amp)
+        rel = lambda m, t: np.abs(m - t) / np.maximum(np.abs(t), 1e-12)  # noqa: E731
+        arrays = {"k": ks, "sigma": sigmas, "ts": ts, "theory": theory, "pde": pde, "particles": particles,
+                  "pde_rel_error": rel(pde, theory), "particles_rel_error": rel(particles, theory[0]),
+                  "max_rel_error": np.asarray(max(rel(pde, theory).max(), rel(particles, theory[0]).max()))}
+        grids = {"rates": grid({"sigma": sigmas, "k": ks}, theory=(("sigma", "k"), theory), pde=(("sigma", "k"), pde))}
+        return Result(arrays, grids)
 
 
 def figures(res: Result, cfg: InstabilityConfig, out_dir) -> list:

@@ -25,7 +25,7 @@ from annotated_types import Ge, Gt
 
 import transformer_pde as tp
 
-from .._lazy import jnp
+from .._lazy import jax, jnp
 from ..runs.result import Result, grid
 from ._base import Experiment, register
 from ._common import ATTENTIONS
@@ -68,39 +68,40 @@ def _theory(cfg, beta):
 
 
 def compute(cfg: NoisyTransitionConfig, progress: bool = False) -> Result:
-    cb = tp.solvers.circle_branches
-    branches = []
-    for beta in cfg.betas:
-        Ks = _theory(cfg, beta).critical_coupling()
-        branches.append(cb.branch_from_uniform(_dynamics(cfg, beta), cfg.sigma, modes=cfg.modes,
-                                               K_max=cfg.K_factor * Ks, max_points=cfg.max_points))
-    P = max(len(b.K) for b in branches)
-    pad = lambda v: np.concatenate([v, np.full(P - len(v), np.nan)])  # noqa: E731
-    K = np.stack([pad(b.K) for b in branches])
-    order = np.stack([pad(b.order) for b in branches])
-    stable = np.stack([pad(b.stable.astype(float)) for b in branches])
-    fold = np.array([b.folds[0] if b.folds else np.nan for b in branches])
-    pb = np.asarray(cfg.phase_betas, dtype=float)
-    K_sharp = np.array([_theory(cfg, b).critical_coupling() for b in pb])
-    K_bif = np.zeros_like(pb)
-    K_fold = np.full_like(pb, np.nan)
-    for i, beta in enumerate(pb):
-        b = cb.branch_from_uniform(_dynamics(cfg, beta), cfg.sigma, modes=cfg.modes,
-                                   K_max=cfg.K_factor * K_sharp[i], max_points=cfg.max_points)
-        K_bif[i] = b.bifurcation
-        K_fold[i] = b.folds[0] if b.folds else np.nan
-    try:
-        beta_star = tp.theory.noisy_sphere.critical_beta(type(_theory(cfg, 1.0)), 2)
-    except ValueError:
-        beta_star = np.nan
-    arrays = {"betas": np.asarray(cfg.betas, float), "K": K, "order": order, "stable": stable, "fold": fold,
-              "K_sharp_branches": np.array([_theory(cfg, b).critical_coupling() for b in cfg.betas]),
-              "bifurcation": np.array([b.bifurcation for b in branches]),
-              "phase_betas": pb, "K_sharp": K_sharp, "K_bifurcation": K_bif, "K_fold": K_fold,
-              "beta_star": np.asarray(beta_star)}
-    grids = {"phase": grid({"beta": pb}, K_sharp=(("beta",), K_sharp), K_bifurcation=(("beta",), K_bif),
-                           K_fold=(("beta",), K_fold))}
-    return Result(arrays, grids)
+    with jax.enable_x64(True):  # the solvers and Newton tolerances are float64 ones
+        cb = tp.solvers.circle_branches
+        branches = []
+        for beta in cfg.betas:
+            Ks = _theory(cfg, beta).critical_coupling()
+            branches.append(cb.branch_from_uniform(_dynamics(cfg, beta), cfg.sigma, modes=cfg.modes,
+                                                   K_max=cfg.K_factor * Ks, max_points=cfg.max_points))
+        P = max(len(b.K) for b in branches)
+        pad = lambda v: np.concatenate([v, np.full(P - len(v), np.nan)])  # noqa: E731
+        K = np.stack([pad(b.K) for b in branches])
+        order = np.stack([pad(b.order) for b in branches])
+        stable = np.stack([pad(b.stable.astype(float)) for b in branches])
+        fold = np.array([b.folds[0] if b.folds else np.nan for b in branches])
+        pb = np.asarray(cfg.phase_betas, dtype=float)
+        K_sharp = np.array([_theory(cfg, b).critical_coupling() for b in pb])
+        K_bif = np.zeros_like(pb)
+        K_fold = np.full_like(pb, np.nan)
+        for i, beta in enumerate(pb):
+            b = cb.branch_from_uniform(_dynamics(cfg, beta), cfg.sigma, modes=cfg.modes,
+                                       K_max=cfg.K_factor * K_sharp[i], max_points=cfg.max_points)
+            K_bif[i] = b.bifurcation
+            K_fold[i] = b.folds[0] if b.folds else np.nan
+        try:
+            beta_star = tp.theory.noisy_sphere.critical_beta(type(_theory(cfg, 1.0)), 2)
+        except ValueError:
+            beta_star = np.nan
+        arrays = {"betas": np.asarray(cfg.betas, float), "K": K, "order": order, "stable": stable, "fold": fold,
+                  "K_sharp_branches": np.array([_theory(cfg, b).critical_coupling() for b in cfg.betas]),
+                  "bifurcation": np.array([b.bifurcation for b in branches]),
+                  "phase_betas": pb, "K_sharp": K_sharp, "K_bifurcation": K_bif, "K_fold": K_fold,
+                  "beta_star": np.asarray(beta_star)}
+        grids = {"phase": grid({"beta": pb}, K_sharp=(("beta",), K_sharp), K_bifurcation=(("beta",), K_bif),
+                               K_fold=(("beta",), K_fold))}
+        return Result(arrays, grids)
 
 
 def figures(res: Result, cfg: NoisyTransitionConfig, out_dir) -> list:

@@ -167,6 +167,9 @@ def branch_from_uniform(dynamics, sigma, *, modes: int = 32, K_max: float, K_min
                 raise ValueError(f"{name} = {m.tolist()} has a rotation part (b J): the branches are not "
                                  "reflection symmetric; the continuation needs multiples of I")
     density = CircleDensity(np.ones(2 * modes), sigma)
+    if density.values.dtype != jnp.float64:
+        raise ValueError(f"branch_from_uniform needs float64 (Newton to tol={tol:g}), got "
+                         f"{density.values.dtype}: enable jax_enable_x64")
     M = modes - 1
     a0 = jnp.zeros(M, density.values.dtype)
     jd, jt = _parts(dynamics, density, a0)
