@@ -347,4 +347,5 @@ def solve_density(dynamics, density: CircleDensity, *, t1, saveat=None, tol: flo
 
 
 __all__ = ["CircleDensity", "CirculantSolve", "DensitySolution", "UnderResolvedError", "circle_velocity",
-           "LinearStageSolve", "fourier_coefficients", "grid", "imex_solver", "order_parameter", "refine", "solve_density"]
+           "LinearStageSolve", "fourier_coefficients", "grid", "imex_solver", "order_parameter", "refine",
+           "solve_density"]
