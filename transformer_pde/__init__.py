@@ -31,10 +31,10 @@ _NAMES = {
     "FitResult": ".fitting", "checkpointed_adjoint": ".fitting", "fit": ".fitting",
     "PiecewiseConstant": ".params",
     "Result": ".runs",
-    "BlowUp": ".solvers", "Coupled": ".solvers", "Gaussian": ".solvers", "GaussianSolution": ".solvers",
+    "BlowUp": ".solvers", "CircleDensity": ".solvers", "Coupled": ".solvers", "Gaussian": ".solvers", "GaussianSolution": ".solvers",
     "Particles": ".solvers", "Retracted": ".solvers", "Solution": ".solvers", "Tracers": ".solvers",
     "WithLogDensity": ".solvers",
-    "layers": ".solvers", "solve": ".solvers",
+    "layers": ".solvers", "solve": ".solvers", "solve_density": ".solvers",
     "heatmap": ".sweeps", "sweep": ".sweeps",
 }
 _MODEL_NAMES = (
@@ -77,6 +77,7 @@ if TYPE_CHECKING:  # what static tools see: the same names, imported eagerly
     from .runs import Result  # noqa: F401
     from .solvers import (  # noqa: F401
         BlowUp,
+        CircleDensity,
         Coupled,
         Gaussian,
         GaussianSolution,
@@ -87,6 +88,7 @@ if TYPE_CHECKING:  # what static tools see: the same names, imported eagerly
         WithLogDensity,
         layers,
         solve,
+        solve_density,
     )
     from .sweeps import heatmap, sweep  # noqa: F401
 

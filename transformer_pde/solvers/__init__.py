@@ -2,11 +2,13 @@
 
 :func:`solve` is one thin ``diffrax.diffeqsolve`` (:mod:`.solve`); the states it evolves own
 their equations (:mod:`.states`: particles, the Gaussian closure, tracers, coupled systems,
-plain ODEs); stop conditions are values (:mod:`.events`). Nothing here writes a file: chunked,
-resumable runs are the runs layer's (:mod:`transformer_pde.runs`).
+plain ODEs; a density on the circle: :mod:`.circle`, its stationary branches:
+:mod:`.circle_branches`); stop conditions are values (:mod:`.events`). Nothing here writes a
+file: chunked, resumable runs are the runs layer's (:mod:`transformer_pde.runs`).
 """
 
-from . import random_transformer
+from . import circle, circle_branches, random_transformer
+from .circle import CircleDensity, DensitySolution, UnderResolvedError, solve_density
 from .events import BlowUp
 from .layers import layers
 from .retracted import Retracted
@@ -14,6 +16,6 @@ from .solution import GaussianSolution, Solution
 from .solve import solve
 from .states import AbstractODE, AbstractState, Coupled, Gaussian, ODEState, Particles, Tracers, WithLogDensity
 
-__all__ = ["AbstractODE", "AbstractState", "BlowUp", "Coupled", "Gaussian", "GaussianSolution", "ODEState",
-           "Particles", "Retracted", "Solution", "Tracers", "WithLogDensity", "layers", "random_transformer",
-           "solve"]
+__all__ = ["AbstractODE", "AbstractState", "BlowUp", "CircleDensity", "Coupled", "DensitySolution", "Gaussian",
+           "GaussianSolution", "ODEState", "Particles", "Retracted", "Solution", "Tracers", "UnderResolvedError", "WithLogDensity",
+           "circle", "circle_branches", "layers", "random_transformer", "solve", "solve_density"]

@@ -55,6 +55,7 @@ def solve(
         state0: ``tp.Particles(x, weights)`` (a bare ``(n, d)`` array is uniform particles),
             ``tp.Gaussian(mean, cov)`` (the moment ODEs of the Gaussian closure, euclidean.md §4:
             returns a :class:`GaussianSolution`), ``tp.Tracers(carrier, z)``, ``tp.Coupled(...)``,
+            ``tp.CircleDensity(rho, sigma)`` (the Fokker–Planck equation on S¹, pseudo-spectral),
             or a pytree under an ODE.
         t1, t0: time span; t1 > t0 (depth = time).
         dt0: initial (or constant) step. Euler with constant ``dt0`` is a residual
@@ -64,9 +65,10 @@ def solve(
             ``fn(t, x, args)`` the statistic is saved instead of the states (large runs need not
             store every state): ``Solution.stats``; ``x`` is what the state shows (particles on
             their manifold; a tuple for coupled states).
-        solver: any diffrax solver (default ``diffrax.Tsit5()``).
-        stepsize_controller: default constant steps; pass ``diffrax.PIDController(rtol, atol)``
-            for adaptive steps.
+        solver: any diffrax solver (default ``diffrax.Tsit5()``; the state's own where it has a
+            stiff part: a ``tp.CircleDensity`` takes an IMEX ``KenCarp4``).
+        stepsize_controller: default constant steps (a ``tp.CircleDensity``: adaptive); pass
+            ``diffrax.PIDController(rtol, atol)`` for adaptive steps.
         adjoint: diffrax adjoint for gradients (default: recursive checkpointing).
         max_steps: step cap (default: exact for constant steps, 100 000 otherwise).
         event: the stop condition, :class:`~transformer_pde.BlowUp` by default: the run stops at
@@ -94,11 +96,11 @@ def solve(
     if fn is not None:
         state.check_statistics()
     ts = check_times(t0, t1, dt0, save_ts, dtype)
-    solver = diffrax.Tsit5() if solver is None else solver
+    solver = state.default_solver() if solver is None else solver
     if not isinstance(solver, diffrax.AbstractSolver):
         raise ValueError(f"solver must be a diffrax solver such as diffrax.Tsit5(), got {solver!r}")
     if stepsize_controller is None:
-        stepsize_controller = diffrax.ConstantStepSize()
+        stepsize_controller = state.default_controller()
     if dt0 is None and isinstance(stepsize_controller, diffrax.ConstantStepSize):
         raise ValueError("dt0 is required with constant step sizes (pass dt0=..., or an adaptive "
                          "stepsize_controller such as diffrax.PIDController)")
@@ -127,7 +129,7 @@ def solve(
 @eqx.filter_jit
 def _solve(dynamics, state, t0, t1, dt0, ts, fn, solver, controller, adjoint, max_steps, meter, throw,
            watch, criterion):
-    term = diffrax.ODETerm(lambda t, y, args: state.vector_field(dynamics, t, y))
+    term = state.term(dynamics)
     if state.retracts(dynamics):
         solver = Retracted(solver, _StateRetraction(state, dynamics))
     # saves interpolate between steps (dense output may leave the manifold): the state maps them

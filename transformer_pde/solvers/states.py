@@ -24,6 +24,7 @@ from __future__ import annotations
 import abc
 from typing import Any
 
+import diffrax
 import equinox as eqx
 import jax
 import jax.numpy as jnp
@@ -69,6 +70,19 @@ class AbstractState(eqx.Module):
     @abc.abstractmethod
     def vector_field(self, dynamics, t, y) -> Any:
         """dy/dt under ``dynamics`` (unchecked; traced inside the solve)."""
+
+    def term(self, dynamics) -> diffrax.AbstractTerm:
+        """The diffrax term of dy/dt (a state with a stiff part splits it: a ``MultiTerm`` of an
+        explicit and an implicit part, for IMEX solvers)."""
+        return diffrax.ODETerm(lambda t, y, args: self.vector_field(dynamics, t, y))
+
+    def default_solver(self) -> diffrax.AbstractSolver:
+        """The solver of ``tp.solve(..., solver=None)``."""
+        return diffrax.Tsit5()
+
+    def default_controller(self) -> diffrax.AbstractStepSizeController:
+        """The step-size controller of ``tp.solve(..., stepsize_controller=None)``."""
+        return diffrax.ConstantStepSize()
 
     @property
     def dtype(self):

@@ -5,8 +5,10 @@
   field) (sphere.md §4).
 - :mod:`.equiangular`: the reduced ODE of equiangular starts (sphere.md §1).
 - :mod:`.logistic_overlap`: the logistic law of random-heads overlaps (sphere.md §5).
+- :mod:`.noisy_sphere`: noisy SA/USA at the uniform law on S^{d−1}: growth rates, K_#, β_*
+  (sphere.md §12).
 """
 
-from . import causal, equiangular, gaussian, logistic_overlap
+from . import causal, equiangular, gaussian, logistic_overlap, noisy_sphere
 
-__all__ = ["causal", "equiangular", "gaussian", "logistic_overlap"]
+__all__ = ["causal", "equiangular", "gaussian", "logistic_overlap", "noisy_sphere"]

@@ -1,0 +1,136 @@
+r"""Growth rates of the modes of a perturbed uniform law on S¹ against Funk–Hecke (sphere.md §8, §12).
+
+ρ0 = 1 + ε cos kθ, k = 1..6, under SA or USA with value matrix K·I and independent noise σ:
+the linearization gives λ_k = k²(K g_k − σ²/2), g_k = I_k(β)/β (USA) or I_k(β)/(β I_0(β)) (SA)
+(:mod:`transformer_pde.theory.noisy_sphere`; noiseless USA: k²I_k(β)/β of §8). Measured two
+ways: the spectral Fokker–Planck solver (``tp.CircleDensity``; noiseless and noisy), and, without
+noise, weighted deterministic particles θ_j = 2πj/n with weights ∝ 1 + ε cos kθ_j (a trapezoid
+rule for ρ0, spectrally accurate, sphere.md §13) through ``tp.solve(dyn, tp.Particles(x, w))``.
+The rate is the least-squares slope of log|ρ̂_k(t)| on [0, t1], where ε e^{λt} stays linear.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Annotated, Literal
+
+import numpy as np
+from annotated_types import Ge, Gt
+
+import transformer_pde as tp
+
+from .._lazy import diffrax, jax, jnp
+from ..runs.result import Result, grid
+from ._base import Experiment, register
+from ._common import ATTENTIONS
+from ._options import Options
+
+
+@dataclasses.dataclass(frozen=True)
+class InstabilityConfig(Options):
+    model: Literal["SA", "USA"] = "USA"
+    """SA (softmax) or USA (GLPR's 1/n), Q = K = V/K = I on S¹."""
+    beta: Annotated[float, Gt(0)] = 2.0
+    """Inverse temperature β."""
+    K: Annotated[float, Gt(0)] = 1.0
+    """The value matrix V = K·I (the coupling of sphere.md §12)."""
+    sigma: Annotated[float, Gt(0)] = 0.8
+    """The noise of the noisy runs (the noiseless runs have σ = 0)."""
+    k_max: Annotated[int, Ge(1)] = 6
+    """Modes k = 1..k_max."""
+    eps: Annotated[float, Gt(0)] = 1e-5
+    """Amplitude of the perturbation (linear regime)."""
+    t1: Annotated[float, Gt(0)] = 0.5
+    """The rate is fitted on [0, t1]."""
+    num_saves: Annotated[int, Ge(3)] = 11
+    """Save times on [0, t1]."""
+    modes: Annotated[int, Ge(4)] = 32
+    """Fourier modes of the PDE."""
+    n: Annotated[int, Ge(8)] = 256
+    """Weighted deterministic particles θ_j = 2πj/n."""
+    rtol: Annotated[float, Gt(0)] = 1e-11
+    """Relative tolerance of the adaptive solves (atol = rtol/100)."""
+
+    def validate(self):
+        if self.n <= 2 * self.k_max or self.modes <= self.k_max:
+            raise ValueError(f"n = {self.n} and modes = {self.modes} must exceed the modes k <= {self.k_max}")
+
+
+def _theory(cfg, sigma):
+    ns = tp.theory.noisy_sphere
+    cls = {"SA": ns.NoisySA, "USA": ns.NoisyUSA}[cfg.model]
+    return cls(beta=cfg.beta, sigma=sigma)
+
+
+def _slope(ts, amp):
+    return float(np.polyfit(ts, np.log(amp), 1)[0])
+
+
+def compute(cfg: InstabilityConfig, progress: bool = False) -> Result:
+    with jax.enable_x64(True):  # the solvers and Newton tolerances are float64 ones
+        eye = jnp.eye(2)
+        dyn = tp.Sphere(ATTENTIONS[cfg.model]()(eye, eye, cfg.K * eye, cfg.beta))
+        ks = np.arange(1, cfg.k_max + 1)
+        sigmas = np.array([0.0, cfg.sigma])
+        ts = np.linspace(0.0, cfg.t1, cfg.num_saves)
+        controller = diffrax.PIDController(rtol=cfg.rtol, atol=cfg.rtol / 100)
+        theory = np.array([_theory(cfg, s).growth_rate(ks, cfg.K) for s in sigmas])
+        pde = np.zeros((len(sigmas), len(ks)))
+        for a, s in enumerate(sigmas):
+            for b, k in enumerate(ks):
+                rho0 = tp.CircleDensity(lambda th, k=k: 1 + cfg.eps * np.cos(k * th), s, modes=cfg.modes)
+                sol = tp.solve(dyn, rho0, t1=cfg.t1, saveat=jnp.asarray(ts), stepsize_controller=controller)
+                amp = np.abs(np.asarray(tp.solvers.circle.fourier_coefficients(sol.xs))[:, k])
+                pde[a, b] = _slope(ts, amp)
+        theta = 2 * np.pi * np.arange(cfg.n) / cfg.n
+        x = np.stack([np.cos(theta), np.sin(theta)], 1)
+        particles = np.zeros(len(ks))
+        for b, k in enumerate(ks):
+            w = 1 + cfg.eps * np.cos(k * theta)
+            sol = tp.solve(dyn, tp.Particles(jnp.asarray(x), jnp.asarray(w / w.sum())), t1=cfg.t1,
+                           saveat=jnp.asarray(ts), stepsize_controller=controller)
+            X = np.asarray(sol.xs)
+            amp = np.abs(np.sum(w / w.sum() * np.exp(-1j * k * np.arctan2(X[..., 1], X[..., 0])), -1))
+            particles[b] = _slope(ts, amp)
+        rel = lambda m, t: np.abs(m - t) / np.maximum(np.abs(t), 1e-12)  # noqa: E731
+        arrays = {"k": ks, "sigma": sigmas, "ts": ts, "theory": theory, "pde": pde, "particles": particles,
+                  "pde_rel_error": rel(pde, theory), "particles_rel_error": rel(particles, theory[0]),
+                  "max_rel_error": np.asarray(max(rel(pde, theory).max(), rel(particles, theory[0]).max()))}
+        grids = {"rates": grid({"sigma": sigmas, "k": ks}, theory=(("sigma", "k"), theory), pde=(("sigma", "k"), pde))}
+        return Result(arrays, grids)
+
+
+def figures(res: Result, cfg: InstabilityConfig, out_dir) -> list:
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4))
+    ks = res["k"]
+    kk = np.linspace(1, ks.max(), 200)
+    ax = axes[0]
+    for a, s in enumerate(res["sigma"]):
+        th = _theory(cfg, float(s)).growth_rate(kk, cfg.K)
+        ax.plot(kk, th, "-", color=f"C{a}", label=f"theory σ = {s:g}")
+        ax.plot(ks, res["pde"][a], "o", color=f"C{a}", mfc="none", ms=8, label=f"PDE σ = {s:g}")
+    ax.plot(ks, res["particles"], "x", color="C0", ms=8, label=f"weighted particles n = {cfg.n} (σ = 0)")
+    ax.axhline(0, color="k", lw=0.5)
+    ax.set_xlabel("mode k")
+    ax.set_ylabel("growth rate λ_k")
+    ax.set_title(f"{cfg.model}, β = {cfg.beta:g}, K = {cfg.K:g}: λ_k = k²(K g_k − σ²/2)")
+    ax.legend(fontsize=8)
+    ax.grid(alpha=0.3)
+    ax = axes[1]
+    for a, s in enumerate(res["sigma"]):
+        ax.semilogy(ks, np.maximum(res["pde_rel_error"][a], 1e-16), "o-", label=f"PDE σ = {s:g}")
+    ax.semilogy(ks, np.maximum(res["particles_rel_error"], 1e-16), "x--", label="particles σ = 0")
+    ax.axhline(1e-2, color="k", ls=":", label="1 %")
+    ax.set_xlabel("mode k")
+    ax.set_title("relative error against the formula")
+    ax.legend(fontsize=8)
+    ax.grid(alpha=0.3, which="both")
+    return [tp.plot.save_figure(fig, out_dir / "instability.png")]
+
+
+register(Experiment(
+    "instability", "growth rates of the modes of a perturbed uniform law on S¹ (PDE, particles) vs Funk–Hecke",
+    InstabilityConfig, compute, figures,
+    tiny=dict(k_max=3, modes=16, n=64, num_saves=5, t1=0.3, rtol=1e-10)))

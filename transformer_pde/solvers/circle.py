@@ -1,0 +1,351 @@
+r"""The mean field on the circle, pseudo-spectrally: ∂_tρ + ∂_θ(ρ v[ρ]) = (σ²/2)∂²_θρ (sphere.md §12).
+
+ρ is a density against the uniform probability dθ/2π on S¹ (mean 1), held by its values on the
+grid θ_j = 2πj/N, N = 2·modes. The field is that of ``tp.Sphere(attention)`` on S¹ for an
+attention whose score depends on the angle only — the matrices A = βKᵀQ and V commute with the
+rotation J (A, V ∈ {aI + bJ}; Q = K = V = I is GLPR's SA/USA, V = K·I spec §12's K-scaled noisy
+USA): with s(ψ) = e(ψ)ᵀA e(0) and h(ψ) = ⟨V e(ψ), e(0)^⊥⟩, e(ψ) = (cos ψ, sin ψ),
+
+    v[ρ](θ) = ∫ e^{s(ψ)} h(ψ) ρ(θ+ψ) dψ/2π ÷ Z(θ),   Z = ∫ e^{s(ψ)} ρ(θ+ψ) dψ/2π (SA, softmax)
+                                                     or e^{βc} (USA, ``shift`` c),
+
+two cross-correlations by FFT. :class:`CircleDensity` is a state of ``tp.solve``: its term splits
+into the transport −∂_θ(ρv) (explicit) and the diffusion (σ²/2)∂²_θρ (implicit: stiff, its
+eigenvalues −σ²k²/2 reach −σ²·modes²/2). Its default solver is diffrax's IMEX ``KenCarp4`` whose
+implicit stages are solved exactly by :class:`CirculantSolve` (the diffusion is circulant on the
+grid: one FFT per solve, no dense Jacobian), with an adaptive ``PIDController`` by default.
+Mass (the k = 0 mode) is conserved to round-off. :func:`solve_density` adds the checks: the run is
+repeated with twice the modes and compared, and positivity is watched; too few modes for ``tol``
+is :class:`UnderResolvedError` (or a flagged :class:`DensitySolution` with ``throw=False``).
+Noiseless (σ = 0) the same solver runs for as long as the density stays resolved.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import diffrax
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import lineax as lx
+import numpy as np
+import optimistix as optx
+
+from .._checks import as_float_array, check_int, check_scalar, is_concrete
+from ..models.attention.softmax import SoftmaxAttention
+from ..models.attention.unnormalized import UnnormalizedAttention
+from ..models.sphere import Sphere
+from .solve import solve
+from .states import AbstractState
+
+_J = np.array([[0.0, -1.0], [1.0, 0.0]])
+
+
+class UnderResolvedError(ValueError):
+    """The density needs more Fourier modes than it was given for the requested accuracy."""
+
+
+def grid(modes: int, dtype=None) -> jax.Array:
+    """θ_j = 2πj/N, N = 2·modes."""
+    check_int(modes, "modes", minimum=2)
+    return 2 * jnp.pi * jnp.arange(2 * modes, dtype=dtype or jnp.result_type(float)) / (2 * modes)
+
+
+def _circle_attention(dynamics):
+    """(attention, normalized) of ``tp.Sphere(attention)`` on S¹; ValueError naming what does not fit."""
+    if not isinstance(dynamics, Sphere):
+        raise ValueError(f"a CircleDensity moves under tp.Sphere(attention) on S¹, got {type(dynamics).__name__}")
+    attn = dynamics.dynamics
+    if not isinstance(attn, (SoftmaxAttention, UnnormalizedAttention)):
+        raise ValueError(f"the circle solver takes Sphere(SoftmaxAttention) (SA) or "
+                         f"Sphere(UnnormalizedAttention) (USA), got Sphere({type(attn).__name__})")
+    for name, m in (("Q", attn.Q), ("K", attn.K), ("V", attn.V)):
+        if not isinstance(m, (jax.Array, np.ndarray)):
+            raise ValueError(f"{type(attn).__name__}.{name} depends on time; the circle solver needs "
+                             "constant matrices")
+        if m.shape != (2, 2):
+            raise ValueError(f"the circle solver needs d = 2, got {type(attn).__name__}.{name} of shape {m.shape}")
+    if is_concrete(attn.Q) and is_concrete(attn.K) and is_concrete(attn.V) and is_concrete(attn.beta):
+        for name, m in (("A = beta KᵀQ", np.asarray(attn.score_matrix())), ("V", np.asarray(attn.V))):
+            if np.max(np.abs(m @ _J - _J @ m)) > 1e-12 * max(1.0, np.max(np.abs(m))):
+                raise ValueError(f"{name} = {m.tolist()} does not commute with rotations: the score or "
+                                 "value is not a function of the angle (needs a I + b J)")
+    return attn, isinstance(attn, SoftmaxAttention)
+
+
+def _kernels(attn, n: int, dtype):
+    """FFTs of e^{s(ψ)−s_max}·h(ψ) and e^{s(ψ)−s_max} on the n-grid, and s_max."""
+    psi = 2 * jnp.pi * jnp.arange(n, dtype=dtype) / n
+    e = jnp.stack([jnp.cos(psi), jnp.sin(psi)], 1)
+    A = attn.score_matrix().astype(dtype)
+    s = e @ A @ jnp.asarray([1.0, 0.0], dtype)  # e(ψ)ᵀ A e(0)
+    h = (e @ attn.V.astype(dtype).T)[:, 1]  # ⟨V e(ψ), e(0)^⊥⟩
+    smax = jnp.max(s)
+    w = jnp.exp(s - smax)
+    return jnp.fft.rfft(w * h), jnp.fft.rfft(w), smax
+
+
+def _correlate(rho_hat, w_hat, n):
+    """∫ w(ψ) ρ(θ+ψ) dψ/2π on the grid, from rfft(ρ) and rfft(w)."""
+    return jnp.fft.irfft(rho_hat * jnp.conj(w_hat), n) / n
+
+
+def _wavenumbers(n, dtype):
+    k = jnp.fft.rfftfreq(n, 1.0 / n).astype(dtype)
+    return k.at[-1].set(0.0)  # the Nyquist mode of an even grid is dropped
+
+
+def circle_velocity(dynamics, rho):
+    """v[ρ] on the grid of ``rho`` (values of a density against dθ/2π), for a dynamics that
+    :class:`CircleDensity` accepts (unchecked here)."""
+    attn = dynamics.dynamics
+    normalized = isinstance(attn, SoftmaxAttention)
+    n = rho.shape[-1]
+    wh_hat, w_hat, smax = _kernels(attn, n, rho.dtype)
+    rho_hat = jnp.fft.rfft(rho)
+    num = _correlate(rho_hat, wh_hat, n)
+    if normalized:
+        return num / _correlate(rho_hat, w_hat, n)
+    return num * jnp.exp(smax - attn.beta * attn.shift)
+
+
+class CircleDensity(AbstractState):
+    """A density ρ on S¹ against dθ/2π, on the grid θ_j = 2πj/N (N = 2·modes), moving by the
+    Fokker–Planck equation of ``tp.Sphere(attention)`` with independent noise σ on every token:
+    ∂_tρ + ∂_θ(ρ v[ρ]) = (σ²/2)∂²_θρ. ``tp.solve(tp.Sphere(attn), tp.CircleDensity(...), ...)``
+    saves the grid values ``(T, N)``.
+
+    Args:
+        rho: positive values on the grid (N even, N >= 4), or a function of θ (with ``modes``);
+            normalized to mean 1. Non-positive, non-finite or zero-mass input is a ValueError.
+        sigma: the noise σ >= 0 of each token (σ = 0: the continuity equation).
+        modes: Fourier modes when ``rho`` is a function.
+    """
+
+    values: jax.Array
+    sigma: jax.Array
+
+    def __init__(self, rho, sigma=0.0, *, modes: int | None = None):
+        if callable(rho):
+            if modes is None:
+                raise ValueError("CircleDensity(function) needs modes=")
+            rho = rho(np.asarray(grid(modes, np.float64)))
+        elif modes is not None:
+            raise ValueError("modes= is for a function; grid values set the modes themselves")
+        rho = as_float_array(rho, "CircleDensity.rho")
+        check_scalar(sigma, "CircleDensity.sigma", nonnegative=True)
+        if rho.ndim != 1 or rho.shape[0] < 4 or rho.shape[0] % 2:
+            raise ValueError(f"CircleDensity needs values on an even grid of N >= 4 points, got shape {rho.shape}")
+        if is_concrete(rho):
+            r = np.asarray(rho)
+            if not np.all(np.isfinite(r)):
+                raise ValueError("CircleDensity: the density is not finite (NaN or inf on the grid): "
+                                 "it is not normalizable")
+            if np.min(r) <= 0:
+                j = int(np.argmin(r))
+                raise ValueError(f"CircleDensity: the density must be positive, got {r[j]:.3g} at "
+                                 f"theta = {2 * np.pi * j / r.size:.4g}")
+        self.values = rho / jnp.mean(rho)
+        self.sigma = jnp.asarray(sigma, self.values.dtype)
+
+    @property
+    def modes(self) -> int:
+        return self.values.shape[0] // 2
+
+    def prepare(self, dynamics):
+        _circle_attention(dynamics)
+        return self
+
+    @property
+    def y(self):
+        return self.values
+
+    def transport(self, dynamics, rho):
+        """−∂_θ(ρ v[ρ])."""
+        n = rho.shape[0]
+        flux_hat = jnp.fft.rfft(rho * circle_velocity(dynamics, rho))
+        return -jnp.fft.irfft(1j * _wavenumbers(n, rho.dtype) * flux_hat, n)
+
+    def diffusion(self, rho):
+        """(σ²/2)∂²_θρ."""
+        n = rho.shape[0]
+        k = _wavenumbers(n, rho.dtype)
+        return jnp.fft.irfft(-(self.sigma**2 / 2) * k**2 * jnp.fft.rfft(rho), n)
+
+    def vector_field(self, dynamics, t, y):
+        return self.transport(dynamics, y) + self.diffusion(y)
+
+    def term(self, dynamics):
+        return diffrax.MultiTerm(diffrax.ODETerm(lambda t, y, args: self.transport(dynamics, y)),
+                                 diffrax.ODETerm(lambda t, y, args: self.diffusion(y)))
+
+    def default_solver(self):
+        return imex_solver()
+
+    def default_controller(self):
+        return diffrax.PIDController(rtol=1e-8, atol=1e-10)
+
+
+class CirculantSolve(lx.AbstractLinearSolver):
+    """Solves M x = b for a circulant M on a 1-D grid (here I − hγ·diffusion, the Jacobian of an
+    implicit stage): M's first column c = M e_0 gives its eigenvalues fft(c), so x = ifft(fft(b)/fft(c)).
+    Exact for circulant operators only; give it to the implicit stages of an IMEX solver whose
+    implicit term is translation invariant."""
+
+    def init(self, operator, options):
+        del options
+        struct = operator.in_structure()
+        leaves = jax.tree_util.tree_leaves(struct)
+        if len(leaves) != 1 or len(leaves[0].shape) != 1:
+            raise ValueError("CirculantSolve needs an operator on a single 1-D array")
+        e0 = jnp.zeros(leaves[0].shape, leaves[0].dtype).at[0].set(1.0)
+        return jnp.fft.fft(operator.mv(e0))
+
+    def compute(self, state, vector, options):
+        x = jnp.fft.ifft(jnp.fft.fft(vector) / state)
+        x = jnp.real(x) if not jnp.iscomplexobj(vector) else x
+        return x.astype(vector.dtype), lx.RESULTS.successful, {}
+
+    def transpose(self, state, options):
+        return jnp.conj(state), {}  # a real circulant's transpose: conjugate eigenvalues
+
+    def conj(self, state, options):
+        return state, {}
+
+    def assume_full_rank(self):
+        return True
+
+
+class LinearStageSolve(optx.AbstractRootFinder):
+    """The root finder of an implicit stage whose implicit term is linear: one chord (Newton)
+    step with the exact linear solve, then stop. diffrax's ``VeryChord`` instead iterates until
+    the contraction rate is measurable, and on a linear term (exact after one step) it reads
+    round-off as divergence once the predictor is good, rejecting every step."""
+
+    rtol: float = 1e-10
+    atol: float = 1e-12
+    norm: Callable = optx.max_norm
+    linear_solver: lx.AbstractLinearSolver = CirculantSolve()
+
+    def _chord(self):
+        return diffrax.VeryChord(rtol=self.rtol, atol=self.atol, norm=self.norm, linear_solver=self.linear_solver)
+
+    def init(self, fn, y, args, options, f_struct, aux_struct, tags):
+        return self._chord().init(fn, y, args, options, f_struct, aux_struct, tags)
+
+    def step(self, fn, y, args, options, state, tags):
+        return self._chord().step(fn, y, args, options, state, tags)
+
+    def terminate(self, fn, y, args, options, state, tags):
+        return state.step >= 1, state.result
+
+    def postprocess(self, fn, y, aux, args, options, state, tags, result):
+        return y, aux, {}
+
+
+def imex_solver(solver: type[diffrax.AbstractSolver] = diffrax.KenCarp4):
+    """A diffrax IMEX solver (``KenCarp3/4/5``) whose implicit stages (the diffusion) are solved
+    exactly by :class:`LinearStageSolve` with :class:`CirculantSolve`: the default of
+    :class:`CircleDensity`."""
+    return solver(root_finder=LinearStageSolve())
+
+
+# ------------------------------------------------------------------------------ checked solves
+
+
+def order_parameter(rho):
+    """|∫e^{iθ}ρ dθ/2π| = |(1/n)Σ X_i| of the law: the first Fourier coefficient's modulus."""
+    n = rho.shape[-1]
+    return jnp.abs(jnp.fft.rfft(rho, axis=-1)[..., 1]) / n
+
+
+def fourier_coefficients(rho):
+    """ρ̂_k = ∫ρ e^{−ikθ}dθ/2π for k = 0..N/2 (last axis)."""
+    return jnp.fft.rfft(rho, axis=-1) / rho.shape[-1]
+
+
+def refine(rho, modes: int):
+    """Grid values of ``rho`` on the grid of ``modes`` modes (spectral interpolation or truncation)."""
+    n, m = rho.shape[-1], 2 * modes
+    c = jnp.fft.rfft(rho, axis=-1)
+    c = c.at[..., -1].set(0.0)
+    if m >= n:
+        c = jnp.concatenate([c, jnp.zeros(c.shape[:-1] + (m // 2 + 1 - c.shape[-1],), c.dtype)], -1)
+    else:
+        c = c[..., : m // 2 + 1].at[..., -1].set(0.0)
+    return jnp.fft.irfft(c, m, axis=-1) * (m / n)
+
+
+class DensitySolution(eqx.Module):
+    """:func:`solve_density`'s answer.
+
+    Attributes:
+        ts: save times ``(T,)``; densities: ``(T, N)`` values on the grid of ``modes``.
+        resolution_error: max over saves and θ of |ρ_N − ρ_{2N}| (ρ_{2N} with twice the modes).
+        min_density: the smallest grid value met at the saves.
+        mass_error: max |∫ρ dθ/2π − 1| at the saves.
+        resolved: resolution_error <= tol and min_density > −tol.
+        solution: the underlying ``tp.solve`` solution (N modes).
+    """
+
+    ts: jax.Array
+    densities: jax.Array
+    modes: int = eqx.field(static=True)
+    resolution_error: float
+    min_density: float
+    mass_error: float
+    resolved: bool
+    solution: Any
+
+    @property
+    def theta(self):
+        return grid(self.modes, self.densities.dtype)
+
+    @property
+    def order_parameter(self):
+        return order_parameter(self.densities)
+
+
+def solve_density(dynamics, density: CircleDensity, *, t1, saveat=None, tol: float = 1e-6,
+                  throw: bool = True, **kwargs) -> DensitySolution:
+    """``tp.solve`` of a :class:`CircleDensity` checked for resolution and positivity: the same
+    run with twice the modes (the start spectrally interpolated) is compared at the saves.
+
+    Args:
+        dynamics, density, t1, saveat, ``**kwargs``: as for :func:`transformer_pde.solve`
+            (``saveat``: an array of times; default [t1]).
+        tol: the accepted max-norm difference between the N- and 2N-mode answers (and the
+            accepted negativity).
+        throw: raise :class:`UnderResolvedError` when the answer is not resolved (else flagged).
+            A solve that fails (steps shrinking to nothing on an unresolved density, max_steps)
+            counts as not resolved.
+    """
+    check_scalar(tol, "tol", positive=True)
+    if isinstance(saveat, diffrax.SaveAt):
+        raise ValueError("solve_density compares densities: pass saveat as an array of times")
+    fine = CircleDensity(refine(density.values, 2 * density.modes), density.sigma)
+    kw = dict(t1=t1, saveat=saveat, throw=False, **kwargs)
+    coarse_sol = solve(dynamics, density, **kw)
+    fine_sol = solve(dynamics, fine, **kw)
+    failed = [f"{m} modes: {sol.result}" for m, sol in ((density.modes, coarse_sol), (2 * density.modes, fine_sol))
+              if not bool(sol.succeeded)]
+    rho, rho2 = coarse_sol.xs, fine_sol.xs[:, ::2]
+    err = float(jnp.max(jnp.abs(rho - rho2)))
+    err = err if np.isfinite(err) and not failed else float("inf")
+    mn = float(jnp.min(rho))
+    mass = float(jnp.max(jnp.abs(jnp.mean(rho, -1) - 1)))
+    resolved = bool(err <= tol and mn > -tol)
+    if throw and not resolved:
+        why = f" (the solve failed: {'; '.join(failed)})" if failed else ""
+        raise UnderResolvedError(
+            f"solve_density: {density.modes} modes do not resolve the density to tol={tol:g}: the answer "
+            f"with {2 * density.modes} modes differs by {err:.3g} (min density {mn:.3g}){why}; use more "
+            "modes, a shorter t1, or throw=False for the flagged result")
+    return DensitySolution(coarse_sol.ts, rho, density.modes, err, mn, mass, resolved, coarse_sol)
+
+
+__all__ = ["CircleDensity", "CirculantSolve", "DensitySolution", "UnderResolvedError", "circle_velocity",
+           "LinearStageSolve", "fourier_coefficients", "grid", "imex_solver", "order_parameter", "refine",
+           "solve_density"]
