@@ -4,10 +4,11 @@ modes of a KDE; and the a-priori bounds those are checked against (:mod:`.bounds
 Usable as statistics inside a solve: ``tp.solve(..., saveat=diffrax.SaveAt(ts=ts, fn=...))``.
 """
 
-from . import bounds, clusters, distances, energy, kde, moments
+from . import bounds, clusters, distances, distances_1d, energy, kde, moments
 from .bounds import *  # noqa: F403  (each module's __all__ is its public part)
 from .clusters import *  # noqa: F403
 from .distances import *  # noqa: F403
+from .distances_1d import *  # noqa: F403
 from .energy import *  # noqa: F403
 from .kde import *  # noqa: F403
 from .moments import *  # noqa: F403
@@ -16,6 +17,7 @@ __all__ = []
 __all__ += bounds.__all__
 __all__ += clusters.__all__
 __all__ += distances.__all__
+__all__ += distances_1d.__all__
 __all__ += energy.__all__
 __all__ += kde.__all__
 __all__ += moments.__all__
