@@ -32,7 +32,7 @@ _NAMES = {
     "PiecewiseConstant": ".params",
     "Result": ".runs",
     "BlowUp": ".solvers", "Coupled": ".solvers", "Gaussian": ".solvers", "GaussianSolution": ".solvers",
-    "Particles": ".solvers", "Retracted": ".solvers", "Solution": ".solvers", "Tracers": ".solvers",
+    "Particles": ".solvers", "CircleRule": ".solvers", "SphereRule": ".solvers", "GaussHermiteRule": ".solvers", "Retracted": ".solvers", "Solution": ".solvers", "Tracers": ".solvers",
     "layers": ".solvers", "solve": ".solvers",
     "heatmap": ".sweeps", "sweep": ".sweeps",
 }
@@ -76,12 +76,15 @@ if TYPE_CHECKING:  # what static tools see: the same names, imported eagerly
     from .runs import Result  # noqa: F401
     from .solvers import (  # noqa: F401
         BlowUp,
+        CircleRule,
         Coupled,
         Gaussian,
+        GaussHermiteRule,
         GaussianSolution,
         Particles,
         Retracted,
         Solution,
+        SphereRule,
         Tracers,
         layers,
         solve,

@@ -6,13 +6,14 @@ plain ODEs); stop conditions are values (:mod:`.events`). Nothing here writes a 
 resumable runs are the runs layer's (:mod:`transformer_pde.runs`).
 """
 
-from . import random_transformer
+from . import quadrature, random_transformer
 from .events import BlowUp
 from .layers import layers
+from .quadrature import AbstractRule, CircleRule, GaussHermiteRule, SphereRule
 from .retracted import Retracted
 from .solution import GaussianSolution, Solution
 from .solve import solve
 from .states import AbstractODE, AbstractState, Coupled, Gaussian, ODEState, Particles, Tracers
 
-__all__ = ["AbstractODE", "AbstractState", "BlowUp", "Coupled", "Gaussian", "GaussianSolution", "ODEState",
+__all__ = ["AbstractODE", "AbstractRule", "CircleRule", "GaussHermiteRule", "SphereRule", "quadrature", "AbstractState", "BlowUp", "Coupled", "Gaussian", "GaussianSolution", "ODEState",
            "Particles", "Retracted", "Solution", "Tracers", "layers", "random_transformer", "solve"]
