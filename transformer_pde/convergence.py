@@ -26,6 +26,12 @@ n^{-1/2}; W_2 between an empirical measure and its law decays like n^{-1/d} for 
   S^{d-1} under SA with Q = K = V = I, :func:`uniform_sphere_law`): μ_t = μ_0 and the tracers
   stay where they start, so the reference is exact at every n (no floor): this is what takes the
   study to n = 2²² with the fast kernel (:class:`StationaryReference`).
+* A smooth law given by its density (:class:`QuadratureLaw`: :func:`perturbed_circle_law`,
+  :func:`vmf_cap_law`, :func:`gaussian_quadrature_law`), any dynamics: a quadrature rule of μ_0
+  evolved as weighted tokens (sphere.md §13), integrated jointly; the tracers follow its field.
+  Its error is the rule's (spectral while the flow map is smooth), estimated in every
+  measurement as the change when the rule of the coarser order replaces it
+  (:class:`QuadratureReference`; measured: < 1e-6 in the exact W₁ on S¹ at t = 1, β = 9).
 * Any other law: a large-n reference system x^ref (n_ref particles, its own seed) integrated
   jointly; tracers follow the field of μ^{ref}_t. Its own error (n_ref^{-1/2}) is a floor
   (:class:`ParticleReference`).
@@ -35,8 +41,12 @@ module.
 
 The distances (``metrics``): ``mean`` |x̄ − α|; ``cov`` ‖Ĉ − Σ‖_F; ``bw`` the Bures–Wasserstein
 distance between the moment-matched Gaussians; ``coupling`` (above); ``flow_bw`` the ``bw`` of
-the tracers (the sampling error alone); ``w2`` √(Sinkhorn divergence) between μ^n_t and an
-independent n-sample of μ_t (resp. the reference), with explicit ε (ott-jax).
+the tracers (the sampling error alone); ``w1``, ``w2`` transport distances (the study's
+:class:`AbstractStudyDistance`, chosen by the reference): exact on R (W₁, W₂ from quantile
+functions) and on S¹ (W₁ from cumulative functions), no ε; elsewhere ``w2`` = √(Sinkhorn
+divergence) with ε relative to tr Cov of the reference measure (ott-jax), NaN and counted when it
+does not converge. The compared measure is an independent n-sample of μ_t (closure, stationary),
+the reference system, or the quadrature rule (on S¹ and R a finer rule carried by its field).
 """
 
 from __future__ import annotations
