@@ -1,7 +1,6 @@
 """The deterministic mean-field reference (quadrature rules evolved as weighted tokens), the exact
 1-D distances inside the study, and Sinkhorn failures reported instead of raised."""
 
-import math
 
 import jax
 import jax.numpy as jnp

@@ -1,7 +1,6 @@
 """Quadrature rules as initial measures: exactness on known integrals, refinement of the evolved
 rule at the rule's (spectral) order on S¹ and S², clear errors for bad input."""
 
-import math
 
 import diffrax
 import jax
