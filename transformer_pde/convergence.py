@@ -26,6 +26,12 @@ n^{-1/2}; W_2 between an empirical measure and its law decays like n^{-1/d} for 
   S^{d-1} under SA with Q = K = V = I, :func:`uniform_sphere_law`): μ_t = μ_0 and the tracers
   stay where they start, so the reference is exact at every n (no floor): this is what takes the
   study to n = 2²² with the fast kernel (:class:`StationaryReference`).
+* A smooth law given by its density (:class:`QuadratureLaw`: :func:`perturbed_circle_law`,
+  :func:`vmf_cap_law`, :func:`gaussian_quadrature_law`), any dynamics: a quadrature rule of μ_0
+  evolved as weighted tokens (sphere.md §13), integrated jointly; the tracers follow its field.
+  Its error is the rule's (spectral while the flow map is smooth), estimated in every
+  measurement as the change when the rule of the coarser order replaces it
+  (:class:`QuadratureReference`; measured: < 1e-6 in the exact W₁ on S¹ at t = 1, β = 9).
 * Any other law: a large-n reference system x^ref (n_ref particles, its own seed) integrated
   jointly; tracers follow the field of μ^{ref}_t. Its own error (n_ref^{-1/2}) is a floor
   (:class:`ParticleReference`).
@@ -35,14 +41,19 @@ module.
 
 The distances (``metrics``): ``mean`` |x̄ − α|; ``cov`` ‖Ĉ − Σ‖_F; ``bw`` the Bures–Wasserstein
 distance between the moment-matched Gaussians; ``coupling`` (above); ``flow_bw`` the ``bw`` of
-the tracers (the sampling error alone); ``w2`` √(Sinkhorn divergence) between μ^n_t and an
-independent n-sample of μ_t (resp. the reference), with explicit ε (ott-jax).
+the tracers (the sampling error alone); ``w1``, ``w2`` transport distances (the study's
+:class:`AbstractStudyDistance`, chosen by the reference): exact on R (W₁, W₂ from quantile
+functions) and on S¹ (W₁ from cumulative functions), no ε; elsewhere ``w2`` = √(Sinkhorn
+divergence) with ε relative to tr Cov of the reference measure (ott-jax), NaN and counted when it
+does not converge. The compared measure is an independent n-sample of μ_t (closure, stationary),
+the reference system, or the quadrature rule (on S¹ and R a finer rule carried by its field).
 """
 
 from __future__ import annotations
 
 import abc
 import dataclasses
+import warnings
 from collections.abc import Callable, Sequence
 
 import diffrax
@@ -52,15 +63,17 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import ArrayLike
 
-from .diagnostics.distances import bures_wasserstein, sinkhorn_wasserstein
+from .diagnostics.distances import bures_wasserstein, sinkhorn_wasserstein_status
+from .diagnostics.distances_1d import wasserstein_circle, wasserstein_line
 from .diagnostics.moments import empirical_moments
 from .models.attention.base import AbstractGaussianClosure
-from .models.base import AbstractDynamics
+from .models.base import AbstractDynamics, AbstractManifoldDynamics
 from .models.sphere import uniform_sphere
 from .solvers import Coupled, Gaussian, Particles, Tracers, solve
+from .solvers.quadrature import AbstractRule, CircleRule, GaussHermiteRule, SphereRule, refinement_orders
 from .statistics import RateFit, fit_rate
 
-METRICS = ("mean", "cov", "bw", "coupling", "flow_bw", "w2")
+METRICS = ("mean", "cov", "bw", "coupling", "flow_bw", "w1", "w2")
 
 
 # --------------------------------------------------------------------------------------------
@@ -81,7 +94,83 @@ def gaussian_affine_field(dynamics: AbstractDynamics, mean, cov, t=0.0):
 # Distances
 
 
-def _metrics(x, z, m_ref, S_ref, y_ref, w2_epsilon, with_w2):
+class AbstractStudyDistance(eqx.Module):
+    """The transport distance a study measures between two weighted measures Σ a_i δ_{x_i} and
+    Σ b_j δ_{y_j} (:meth:`between`; called with μ^n_t, uniform ``x``, and the reference measure):
+    returns ``w1``, ``w2`` (NaN where not computed) and ``unconverged`` (True where an iterative
+    solve did not converge: its value is then NaN)."""
+
+    @abc.abstractmethod
+    def between(self, x, a, y, b) -> dict:
+        ...
+
+    def __call__(self, x, y, b) -> dict:
+        return self.between(x, jnp.full(x.shape[:1], 1.0 / x.shape[0], x.dtype), y, b)
+
+    @property
+    def exact(self) -> bool:
+        return True
+
+
+class ExactLine(AbstractStudyDistance):
+    """On R: exact W_1 and W_2 from the quantile functions (:func:`wasserstein_line`)."""
+
+    def between(self, x, a, y, b):
+        return {"w1": wasserstein_line(x, y, a, b, p=1.0), "w2": wasserstein_line(x, y, a, b, p=2.0),
+                "unconverged": jnp.zeros((), bool)}
+
+    def __str__(self):
+        return "exact W1, W2 on R (quantile functions)"
+
+
+class ExactCircle(AbstractStudyDistance):
+    """On S¹: exact W_1 for the arc length, from the cumulative functions
+    (:func:`wasserstein_circle`); no W_2."""
+
+    def between(self, x, a, y, b):
+        return {"w1": wasserstein_circle(x, y, a, b), "w2": jnp.full((), jnp.nan, x.dtype),
+                "unconverged": jnp.zeros((), bool)}
+
+    def __str__(self):
+        return "exact W1 on the circle (cumulative functions)"
+
+
+class SinkhornDistance(AbstractStudyDistance):
+    r"""W_2 ≈ √S_ε (debiased Sinkhorn divergence, ott-jax) with ε relative to the data's scale:
+    ε = ``epsilon`` · tr Cov(ν), ν the reference measure at the time of measurement (the bias is
+    O(ε²) for smooth data). A solve that does not reach ``threshold`` in ``max_iterations`` gives
+    NaN and ``unconverged`` (the study counts and warns; it does not stop)."""
+
+    epsilon: float = eqx.field(static=True, default=0.01)
+    max_iterations: int = eqx.field(static=True, default=2000)
+    threshold: float = eqx.field(static=True, default=1e-4)
+
+    def __check_init__(self):
+        if not float(self.epsilon) > 0:
+            raise ValueError(f"the Sinkhorn epsilon (relative to tr Cov) must be > 0, got {self.epsilon}")
+        if int(self.max_iterations) < 1 or not float(self.threshold) > 0:
+            raise ValueError(f"need max_iterations >= 1 and threshold > 0, got {self.max_iterations}, "
+                             f"{self.threshold}")
+
+    def between(self, x, a, y, b):
+        _, S = empirical_moments(y, b)
+        eps = self.epsilon * jnp.maximum(jnp.trace(S), jnp.finfo(x.dtype).tiny)
+        batch = None if x.shape[0] * y.shape[0] <= (1 << 24) else 1024
+        w, converged = sinkhorn_wasserstein_status(x, y, a, b, epsilon=eps, threshold=self.threshold,
+                                                   max_iterations=self.max_iterations, batch_size=batch)
+        return {"w1": jnp.full((), jnp.nan, x.dtype), "w2": jnp.where(converged, w, jnp.nan),
+                "unconverged": ~converged}
+
+    @property
+    def exact(self) -> bool:
+        return False
+
+    def __str__(self):
+        return (f"Sinkhorn W2, epsilon = {self.epsilon:g} x tr Cov(reference), threshold {self.threshold:g}, "
+                f"max_iterations {self.max_iterations}")
+
+
+def _metrics(x, z, m_ref, S_ref, y_ref, b_ref, distance, with_w2):
     m, S = empirical_moments(x)
     mz, Sz = empirical_moments(z)
     out = {
@@ -91,12 +180,12 @@ def _metrics(x, z, m_ref, S_ref, y_ref, w2_epsilon, with_w2):
         "coupling": jnp.sqrt(jnp.mean(jnp.sum((x - z) ** 2, axis=-1))),
         "flow_bw": bures_wasserstein(mz, Sz, m_ref, S_ref),
     }
-    if with_w2:
-        batch = None if x.shape[0] * y_ref.shape[0] <= (1 << 24) else 1024
-        out["w2"] = sinkhorn_wasserstein(x, y_ref, epsilon=w2_epsilon, threshold=1e-4,
-                                         max_iterations=2000, batch_size=batch)
+    if with_w2 or distance.exact:
+        b = jnp.full(y_ref.shape[:1], 1.0 / y_ref.shape[0], x.dtype) if b_ref is None else b_ref
+        out.update(distance(x, y_ref, b))
     else:
-        out["w2"] = jnp.full((), jnp.nan, x.dtype)
+        out.update(w1=jnp.full((), jnp.nan, x.dtype), w2=jnp.full((), jnp.nan, x.dtype),
+                   unconverged=jnp.zeros((), bool))
     return out
 
 
@@ -105,7 +194,7 @@ def _metrics(x, z, m_ref, S_ref, y_ref, w2_epsilon, with_w2):
 
 
 @eqx.filter_jit
-def _run_gaussian(dynamics, mean0, cov0, keys, n, ts, t1, dt0, solver, w2_epsilon, with_w2,
+def _run_gaussian(dynamics, mean0, cov0, keys, n, ts, t1, dt0, solver, distance, with_w2,
                   max_steps):
     dtype = mean0.dtype
 
@@ -120,7 +209,7 @@ def _run_gaussian(dynamics, mean0, cov0, keys, n, ts, t1, dt0, solver, w2_epsilo
             x, ((m, S), z) = y
             # an independent n-sample of μ_t for the W_2 of empirical measures
             yref = m[None, :] + jax.random.normal(ky, x.shape, dtype) @ jnp.linalg.cholesky(S).T
-            return _metrics(x, z, m, S, yref, w2_epsilon, with_w2)
+            return _metrics(x, z, m, S, yref, None, distance, with_w2)
 
         # the system, and tracers moved by the closure's affine field (the same-seed coupling)
         state = Coupled(Particles(x0, w), Tracers(Gaussian(mean0, cov0), x0))
@@ -161,7 +250,7 @@ def uniform_sphere_law(d: int) -> StationaryLaw:
 
 
 @eqx.filter_jit
-def _run_stationary(dynamics, sampler, mean, cov, keys, n, ts, t1, dt0, solver, w2_epsilon, with_w2,
+def _run_stationary(dynamics, sampler, mean, cov, keys, n, ts, t1, dt0, solver, distance, with_w2,
                     max_steps):
     dtype = mean.dtype
 
@@ -175,7 +264,7 @@ def _run_stationary(dynamics, sampler, mean, cov, keys, n, ts, t1, dt0, solver, 
 
         def save(t, x, args):
             # tracers of a vanishing field stay at x0; an independent n-sample of μ_t = μ_0 for W₂
-            return _metrics(x, x0, mean, cov, sampler(ky, n).astype(dtype), w2_epsilon, with_w2)
+            return _metrics(x, x0, mean, cov, sampler(ky, n).astype(dtype), None, distance, with_w2)
 
         return solve(dynamics, Particles(x0, w), t1=t1, dt0=dt0, solver=solver, max_steps=max_steps,
                      saveat=diffrax.SaveAt(ts=ts, fn=save)).stats
@@ -184,7 +273,7 @@ def _run_stationary(dynamics, sampler, mean, cov, keys, n, ts, t1, dt0, solver, 
 
 
 @eqx.filter_jit
-def _run_reference(dynamics, sampler, keys, ref_key, n, n_ref, ts, t1, dt0, solver, w2_epsilon,
+def _run_reference(dynamics, sampler, keys, ref_key, n, n_ref, ts, t1, dt0, solver, distance,
                    with_w2, max_steps):
     xref0 = sampler(ref_key, n_ref)
     dtype = xref0.dtype
@@ -197,12 +286,155 @@ def _run_reference(dynamics, sampler, keys, ref_key, n, n_ref, ts, t1, dt0, solv
         def save(t, y, args):
             x, (xr, z) = y
             m, S = empirical_moments(xr)
-            return _metrics(x, z, m, S, xr, w2_epsilon, with_w2)
+            return _metrics(x, z, m, S, xr, None, distance, with_w2)
 
         # the system, and tracers moved by the field of the large reference system
         state = Coupled(Particles(x0, w), Tracers(Particles(xref0, wref), x0))
         return solve(dynamics, state, t1=t1, dt0=dt0, solver=solver, max_steps=max_steps,
                      saveat=diffrax.SaveAt(ts=ts, fn=save)).stats
+
+    return jax.lax.map(one, keys)
+
+
+@dataclasses.dataclass(frozen=True)
+class QuadratureLaw:
+    r"""A smooth law μ_0 given by its density (a value at points) and a sampler, compared with the
+    deterministic reference: a quadrature rule of μ_0 evolved as weighted tokens by the same
+    dynamics (sphere.md §13, :mod:`transformer_pde.solvers.quadrature`). Its error is the rule's,
+    estimated by refinement against the rule of the coarser order
+    (:func:`~transformer_pde.solvers.quadrature.refinement_orders`); no closure is needed, any
+    attention that has a field at arbitrary points will do.
+
+    Attributes:
+        rule: :class:`~transformer_pde.solvers.CircleRule`, ``SphereRule`` or ``GaussHermiteRule``.
+        density: ρ_0 relative to the rule's reference measure (unnormalized), ``(m, d) -> (m,)``;
+            None: the rule's base measure (uniform, or the Gaussian).
+        sample: ``(key, n) -> (n, d)`` i.i.d. samples of μ_0 (the particles).
+        order: the reference rule's order (nodes on S¹; Legendre nodes on S²; nodes per axis on R^d).
+        resolution: on S¹ and R¹, the number of nodes of the finer measure carried by the
+            reference's field on which the exact 1-D distances are measured (its W_1 distance to
+            μ_t is O(1/resolution)); default 64·order.
+    """
+
+    rule: AbstractRule
+    density: Callable | None
+    sample: Callable
+    order: int
+    resolution: int | None = None
+
+    @property
+    def one_dimensional(self) -> bool:
+        return isinstance(self.rule, CircleRule) or self.rule.dim == 1
+
+
+def _resolved(rule: AbstractRule, density, m: int, dtype) -> Particles:
+    """The measure the 1-D distances are taken to: the trapezoid rule at half-offset on S¹, the
+    quantile midpoints of N(mean, cov) (reweighted by ρ/φ) on R."""
+    if isinstance(rule, CircleRule):
+        return CircleRule(offset=0.5)(density, m, dtype)
+    mean, sd = float(rule.mean[0]), float(np.sqrt(rule.cov[0, 0]))
+    u = (np.arange(m) + 0.5) / m
+    z = np.asarray(jax.scipy.special.ndtri(jnp.asarray(u, jnp.float64)))
+    pts = (mean + sd * z)[:, None]
+    w = np.full(m, 1.0 / m)
+    if density is not None:
+        w = rule.density_weights(density, pts, w)
+    return Particles(jnp.asarray(pts, dtype), jnp.asarray(w, dtype))
+
+
+def perturbed_circle_law(epsilon: float = 0.1, k: int = 1, *, order: int = 256,
+                         resolution: int | None = None) -> QuadratureLaw:
+    r"""ρ_0(θ) = 1 + ε cos kθ on S¹ (relative to the uniform law), |ε| < 1, k >= 1: a perturbation
+    of the uniform law, which moves under SA at β where the uniform law is unstable. Samples by
+    inverting F(θ) = (θ + (ε/k) sin kθ)/2π (bisection, exact to rounding)."""
+    epsilon, k = float(epsilon), int(k)
+    if not abs(epsilon) < 1 or k < 1:
+        raise ValueError(f"need |epsilon| < 1 (a positive density) and k >= 1, got epsilon={epsilon}, k={k}")
+
+    def density(x):
+        return 1.0 + epsilon * jnp.cos(k * jnp.arctan2(x[:, 1], x[:, 0]))
+
+    def sample(key, n):
+        u = jax.random.uniform(key, (n,), jnp.float64)
+        F = lambda th: (th + (epsilon / k) * jnp.sin(k * th)) / (2 * jnp.pi)  # noqa: E731
+        lo, hi = jnp.zeros_like(u), jnp.full_like(u, 2 * jnp.pi)
+
+        def step(_, bracket):
+            lo, hi = bracket
+            mid = 0.5 * (lo + hi)
+            below = F(mid) < u
+            return jnp.where(below, mid, lo), jnp.where(below, hi, mid)
+
+        lo, hi = jax.lax.fori_loop(0, 60, step, (lo, hi))
+        th = 0.5 * (lo + hi)
+        return jnp.stack([jnp.cos(th), jnp.sin(th)], -1)
+
+    return QuadratureLaw(CircleRule(), density, sample, order, resolution)
+
+
+def vmf_cap_law(center, kappa: float, *, order: int = 24) -> QuadratureLaw:
+    r"""The von Mises–Fisher law on S², ρ_0(x) ∝ e^{κ⟨c, x⟩} (a cap about the unit vector c),
+    with the Gauss–Legendre × trapezoid reference rule; samples by Wood's inversion
+    (w = 1 + log(u + (1 − u)e^{−2κ})/κ, Wood 1994)."""
+    c = np.asarray(center, np.float64)
+    if c.shape != (3,) or not np.linalg.norm(c) > 0:
+        raise ValueError(f"center must be a non-zero vector of R^3, got {center!r}")
+    c = c / np.linalg.norm(c)
+    kappa = float(kappa)
+    if not kappa > 0:
+        raise ValueError(f"kappa must be > 0 (kappa = 0 is the uniform law), got {kappa}")
+    # a rotation taking e3 to c (Householder reflection composed with a flip keeps orientation
+    # irrelevant: the law is symmetric about c)
+    e3 = np.array([0.0, 0.0, 1.0])
+    v = e3 - c
+    H = np.eye(3) if np.linalg.norm(v) < 1e-12 else np.eye(3) - 2 * np.outer(v, v) / (v @ v)
+
+    def density(x):
+        return jnp.exp(kappa * (x @ jnp.asarray(c, x.dtype) - 1.0))
+
+    def sample(key, n):
+        ku, kp = jax.random.split(key)
+        u = jax.random.uniform(ku, (n,), jnp.float64)
+        w = 1.0 + jnp.log(u + (1.0 - u) * jnp.exp(-2.0 * kappa)) / kappa
+        phi = jax.random.uniform(kp, (n,), jnp.float64, 0.0, 2 * jnp.pi)
+        r = jnp.sqrt(jnp.clip(1.0 - w**2, 0.0))
+        y = jnp.stack([r * jnp.cos(phi), r * jnp.sin(phi), w], -1)
+        return y @ jnp.asarray(H.T)
+
+    return QuadratureLaw(SphereRule(), density, sample, order)
+
+
+def gaussian_quadrature_law(law: Gaussian, *, order: int = 24, resolution: int | None = None) -> QuadratureLaw:
+    """N(mean, cov) on R^d, d <= 3, with the tensor Gauss–Hermite reference rule: the
+    deterministic reference for any attention (no closure needed)."""
+    return QuadratureLaw(GaussHermiteRule(law.mean, law.cov), None, law.sample, order, resolution)
+
+
+@eqx.filter_jit
+def _run_quadrature(dynamics, sampler, rules, keys, n, ts, t1, dt0, solver, distance, with_w2, max_steps):
+    """``rules``: ``((rule, resolved), (coarse rule, coarse resolved))``; returns the metrics
+    against the fine reference and their differences from those against the coarse one."""
+    dtype = rules[0][0].x.dtype
+
+    def one(key):
+        x0 = sampler(jax.random.fold_in(key, n), n).astype(dtype)
+        w = jnp.full((n,), 1.0 / n, dtype)
+
+        def save(t, y, args):
+            x, *refs = y
+            out = []
+            for (rule, resolved), (xr, zz) in zip(rules, refs):
+                m, S = empirical_moments(xr, rule.weights)
+                out.append(_metrics(x, zz[:n], m, S, zz[n:], resolved.weights, distance, with_w2))
+            fine, coarse = out
+            ref_err = {k: jnp.abs(fine[k] - coarse[k]) for k in METRICS}
+            return {**fine, "reference_error": ref_err}
+
+        # the system; for each rule, tracers from the particles' starts (same-seed coupling) and
+        # the resolved measure, moved by the field of the evolved rule
+        tracers = [Tracers(rule, jnp.concatenate([x0, resolved.x])) for rule, resolved in rules]
+        return solve(dynamics, Coupled(Particles(x0, w), *tracers), t1=t1, dt0=dt0, solver=solver,
+                     max_steps=max_steps, saveat=diffrax.SaveAt(ts=ts, fn=save)).stats
 
     return jax.lax.map(one, keys)
 
@@ -218,8 +450,27 @@ class AbstractMeanFieldReference(abc.ABC):
     dim: int
 
     @abc.abstractmethod
-    def errors(self, dynamics, keys, n, ts, t1, dt0, solver, w2_epsilon, with_w2, max_steps) -> dict:
+    def errors(self, dynamics, keys, n, ts, t1, dt0, solver, distance, with_w2, max_steps) -> dict:
         ...
+
+    #: the error of the reference itself where it is not estimated run by run: 0 (exact up to the
+    #: time stepping) or NaN (unknown)
+    own_error: float = 0.0
+
+    def run(self, dynamics, keys, n, ts, t1, dt0, solver, distance, with_w2, max_steps) -> tuple[dict, dict]:
+        """``(errors, reference_error)``: the metrics of :meth:`errors` and, for each, the
+        estimated error of the reference in that measurement (same shapes)."""
+        out = self.errors(dynamics, keys, n, ts, t1, dt0, solver, distance, with_w2, max_steps)
+        return out, {k: np.full(np.shape(out[k]), self.own_error) for k in METRICS}
+
+    def distance(self, dynamics, sinkhorn: "SinkhornDistance") -> AbstractStudyDistance:
+        """The transport distance the study measures: exact on R (d = 1) and on S¹ (tokens of
+        R² under a manifold dynamics), ``sinkhorn`` elsewhere."""
+        if self.dim == 1:
+            return ExactLine()
+        if self.dim == 2 and isinstance(dynamics, AbstractManifoldDynamics):
+            return ExactCircle()
+        return sinkhorn
 
 
 @dataclasses.dataclass(frozen=True)
@@ -234,8 +485,8 @@ class GaussianClosureReference(AbstractMeanFieldReference):
     def dim(self) -> int:
         return int(self.mean.shape[0])
 
-    def errors(self, dynamics, keys, n, ts, t1, dt0, solver, w2_epsilon, with_w2, max_steps) -> dict:
-        return _run_gaussian(dynamics, self.mean, self.cov, keys, n, ts, t1, dt0, solver, w2_epsilon,
+    def errors(self, dynamics, keys, n, ts, t1, dt0, solver, distance, with_w2, max_steps) -> dict:
+        return _run_gaussian(dynamics, self.mean, self.cov, keys, n, ts, t1, dt0, solver, distance,
                              with_w2, max_steps)
 
     def __str__(self):
@@ -255,9 +506,9 @@ class StationaryReference(AbstractMeanFieldReference):
     def dim(self) -> int:
         return int(self.mean.shape[0])
 
-    def errors(self, dynamics, keys, n, ts, t1, dt0, solver, w2_epsilon, with_w2, max_steps) -> dict:
+    def errors(self, dynamics, keys, n, ts, t1, dt0, solver, distance, with_w2, max_steps) -> dict:
         return _run_stationary(dynamics, self.law.sample, self.mean, self.cov, keys, n, ts, t1, dt0,
-                               solver, w2_epsilon, with_w2, max_steps)
+                               solver, distance, with_w2, max_steps)
 
     def __str__(self):
         return "stationary"
@@ -274,12 +525,49 @@ class ParticleReference(AbstractMeanFieldReference):
     key: jax.Array
     dim: int
 
-    def errors(self, dynamics, keys, n, ts, t1, dt0, solver, w2_epsilon, with_w2, max_steps) -> dict:
+    def errors(self, dynamics, keys, n, ts, t1, dt0, solver, distance, with_w2, max_steps) -> dict:
         return _run_reference(dynamics, self.sampler, keys, self.key, n, self.n_ref, ts, t1, dt0,
-                              solver, w2_epsilon, with_w2, max_steps)
+                              solver, distance, with_w2, max_steps)
+
+    own_error = float("nan")  # ~ n_ref^{-1/2}, not estimated
 
     def __str__(self):
         return f"particles({self.n_ref})"
+
+
+@dataclasses.dataclass(frozen=True)
+class QuadratureReference(AbstractMeanFieldReference):
+    """A :class:`QuadratureLaw`'s rule of ``order`` evolved as weighted tokens beside the
+    n-particle systems; the tracers (and, on S¹ and R, the finer resolved measure the exact 1-D
+    distances are taken to) follow its field. Its error is estimated by refinement against the
+    rule of the coarser order (:meth:`reference_error`)."""
+
+    law: QuadratureLaw
+    rule: Particles
+    resolved: Particles
+    coarse: Particles
+    coarse_resolved: Particles
+
+    @property
+    def dim(self) -> int:
+        return int(self.rule.x.shape[1])
+
+    def run(self, dynamics, keys, n, ts, t1, dt0, solver, distance, with_w2, max_steps):
+        rules = ((self.rule, self.resolved), (self.coarse, self.coarse_resolved))
+        out = _run_quadrature(dynamics, self.law.sample, rules, keys, n, ts, t1, dt0, solver, distance,
+                              with_w2, max_steps)
+        return out, out.pop("reference_error")
+
+    def errors(self, dynamics, keys, n, ts, t1, dt0, solver, distance, with_w2, max_steps) -> dict:
+        return self.run(dynamics, keys, n, ts, t1, dt0, solver, distance, with_w2, max_steps)[0]
+
+    def distance(self, dynamics, sinkhorn):
+        if isinstance(self.law.rule, CircleRule):
+            return ExactCircle()
+        return ExactLine() if self.dim == 1 else sinkhorn
+
+    def __str__(self):
+        return f"quadrature({type(self.law.rule).__name__}, order {self.law.order})"
 
 
 def mean_field_reference(dynamics: AbstractDynamics, law, n_ref: int, dtype) -> AbstractMeanFieldReference:
@@ -294,10 +582,23 @@ def mean_field_reference(dynamics: AbstractDynamics, law, n_ref: int, dtype) -> 
         return GaussianClosureReference(law.mean.astype(dtype), law.cov.astype(dtype))
     if isinstance(law, StationaryLaw):
         return StationaryReference(law, jnp.asarray(law.mean, dtype), jnp.asarray(law.cov, dtype))
+    if isinstance(law, QuadratureLaw):
+        if dynamics.dim is not None and dynamics.dim != law.rule.dim:
+            raise ValueError(f"the law's rule lives in R^{law.rule.dim} but the dynamics act on d={dynamics.dim}")
+        order, coarse = refinement_orders(law.order, law.rule)
+        m = int(law.resolution or 64 * order)
+        if m < 2:
+            raise ValueError(f"resolution must be >= 2, got {law.resolution}")
+        rule, rule_c = law.rule(law.density, order, dtype), law.rule(law.density, coarse, dtype)
+        if law.one_dimensional:
+            res, res_c = _resolved(law.rule, law.density, m, dtype), _resolved(law.rule, law.density, m // 2, dtype)
+        else:
+            res, res_c = rule, rule_c
+        return QuadratureReference(law, rule, res, rule_c, res_c)
     if callable(law):
         d = int(jax.eval_shape(lambda k: law(k, 2), jax.random.key(0)).shape[-1])
         return ParticleReference(law, int(n_ref), jax.random.key(2**31 - 1), d)
-    raise ValueError(f"law must be a tp.Gaussian, a StationaryLaw or a sampler (key, n) -> (n, d), got "
+    raise ValueError(f"law must be a tp.Gaussian, a StationaryLaw, a QuadratureLaw or a sampler (key, n) -> (n, d), got "
                      f"{type(law).__name__}")
 
 
@@ -311,7 +612,13 @@ class ConvergenceResult:
             where it was not computed).
         dim: the dimension d (for the n^{-1/d} comparison).
         reference: the mean field compared with (:func:`mean_field_reference`; ``str`` of it
-            reads ``gaussian``, ``stationary`` or ``particles(n_ref)``).
+            reads ``gaussian``, ``stationary``, ``particles(n_ref)`` or ``quadrature(...)``).
+        distance: the transport distance measured (``str`` states it, with the Sinkhorn ε).
+        unconverged: ``(N,)`` how many Sinkhorn distances of each n did not converge (NaN).
+        reference_error: metric name -> ``(N, S, T)``, the estimated error of the reference in
+            each measurement of ``errors`` (quadrature: the change of the measured value when the
+            reference is replaced by its coarser rule; 0: exact up to the time stepping; NaN: not
+            estimated, the particle reference).
     """
 
     ns: np.ndarray
@@ -320,6 +627,9 @@ class ConvergenceResult:
     errors: dict
     dim: int
     reference: AbstractMeanFieldReference
+    distance: AbstractStudyDistance | None = None
+    unconverged: np.ndarray | None = None
+    reference_error: dict | None = None
 
     def rates(self, metric: str, time_index: int = -1, **kwargs) -> RateFit:
         """Log-log fit of ``errors[metric][:, :, time_index]`` against n
@@ -339,6 +649,8 @@ def convergence_study(
     n_ref: int | None = None,
     w2_epsilon: float = 0.01,
     w2_max_n: int = 4096,
+    w2_max_iterations: int = 2000,
+    w2_threshold: float = 1e-4,
     solver: diffrax.AbstractSolver | None = None,
     dtype=None,
     progress: Callable[[str], None] | None = None,
@@ -351,7 +663,8 @@ def convergence_study(
             dynamics for which ``law`` is a :class:`StationaryLaw`, or any dynamics with a field at
             arbitrary points (``law`` a sampler ``(key, n) -> (n, d)``, compared with an
             ``n_ref``-particle reference).
-        law: :class:`Gaussian`, :class:`StationaryLaw` or a sampler.
+        law: :class:`Gaussian`, :class:`StationaryLaw`, :class:`QuadratureLaw` (the
+            deterministic reference, any dynamics) or a sampler.
         ns: particle counts (e.g. ``2 ** np.arange(6, 17)``).
         t1, dt0: horizon and constant step of the solver (default Tsit5).
         ts: measurement times in [0, t1] (default ``[0, t1]``; include 0 to see the sampling
@@ -359,8 +672,12 @@ def convergence_study(
         seeds: the initial samples of seed s use ``jax.random.key(s)``; the same key drives the
             particles and their tracers (same-seed coupling).
         n_ref: size of the reference system (particle laws only; default 8 · max(ns)).
-        w2_epsilon: ε of the Sinkhorn divergence (absolute, in squared distance units).
-        w2_max_n: skip ``w2`` (NaN) above this n: the Sinkhorn solve costs O(n²) per iteration.
+        w2_epsilon: ε of the Sinkhorn divergence relative to the data's scale: ε = w2_epsilon ·
+            tr Cov of the reference measure at each time (:class:`SinkhornDistance`). Not used on
+            R and S¹, where the distances are exact (``w1``, ``w2`` on R; ``w1`` on S¹).
+        w2_max_n: skip the Sinkhorn ``w2`` (NaN) above this n: it costs O(n²) per iteration.
+        w2_max_iterations, w2_threshold: the Sinkhorn budget; an unconverged distance is NaN,
+            counted in :attr:`ConvergenceResult.unconverged` and warned about (the study goes on).
         progress: called with a line of text after every n.
     """
     ns = np.asarray(sorted({int(n) for n in ns}))
@@ -372,6 +689,7 @@ def convergence_study(
         raise ValueError("need at least one seed")
     if not float(w2_epsilon) > 0:
         raise ValueError(f"w2_epsilon must be > 0, got {w2_epsilon}")
+    sinkhorn = SinkhornDistance(float(w2_epsilon), int(w2_max_iterations), float(w2_threshold))
     dtype = jnp.dtype(dtype or jnp.result_type(float))
     ts = np.asarray([0.0, float(t1)] if ts is None else ts, dtype=np.float64)
     if ts.ndim != 1 or np.any(np.diff(ts) < 0) or ts[0] < 0 or ts[-1] > float(t1) * (1 + 1e-9):
@@ -381,18 +699,29 @@ def convergence_study(
     t1a, dt0a, tsa = (jnp.asarray(v, dtype) for v in (t1, dt0, ts))
     max_steps = int(np.ceil(float(t1) / float(dt0) * (1 + 1e-6))) + 1
     errors = {k: np.zeros((ns.size, len(seeds), ts.size)) for k in METRICS}
+    unconverged = np.zeros(ns.size, dtype=int)
     reference = mean_field_reference(dynamics, law, int(n_ref or 8 * ns[-1]), dtype)
+    distance = reference.distance(dynamics, sinkhorn)
+    reference_error = {k: np.zeros((ns.size, len(seeds), ts.size)) for k in METRICS}
     for i, n in enumerate(ns):
         with_w2 = bool(n <= w2_max_n)
-        out = reference.errors(dynamics, keys, int(n), tsa, t1a, dt0a, solver, w2_epsilon, with_w2,
-                               max_steps)
+        out, ref_err = reference.run(dynamics, keys, int(n), tsa, t1a, dt0a, solver, distance, with_w2,
+                                     max_steps)
         for k in METRICS:
             errors[k][i] = np.asarray(out[k], dtype=np.float64)
+            reference_error[k][i] = np.asarray(ref_err[k], dtype=np.float64)
+        unconverged[i] = int(np.sum(np.asarray(out["unconverged"])))
+        if unconverged[i]:
+            warnings.warn(f"n={n}: {unconverged[i]} of {len(seeds) * ts.size} Sinkhorn distances did not "
+                          f"converge ({distance}); they are reported as NaN (raise w2_max_iterations or "
+                          "w2_epsilon)", RuntimeWarning, stacklevel=2)
         if progress is not None:
-            progress(f"n={n}: " + ", ".join(f"{k}={np.mean(errors[k][i, :, -1]):.3g}"
-                                           for k in METRICS if with_w2 or k != "w2"))
+            progress(f"n={n}: " + ", ".join(f"{k}={np.nanmean(errors[k][i, :, -1]):.3g}"
+                                           for k in METRICS if np.isfinite(errors[k][i, :, -1]).any())
+                     + (f" ({unconverged[i]} unconverged)" if unconverged[i] else ""))
     return ConvergenceResult(ns=ns, seeds=np.asarray(seeds), ts=ts, errors=errors, dim=reference.dim,
-                             reference=reference)
+                             reference=reference, distance=distance, unconverged=unconverged,
+                             reference_error=reference_error)
 
 
 # --------------------------------------------------------------------------------------------
@@ -430,16 +759,25 @@ def geometric_ns(lo: int, hi: int, step: int = 1) -> np.ndarray:
 
 __all__ = [
     "AbstractMeanFieldReference",
+    "AbstractStudyDistance",
     "ConvergenceResult",
+    "ExactCircle",
+    "ExactLine",
     "GaussianClosureReference",
     "ParticleReference",
+    "QuadratureLaw",
+    "QuadratureReference",
+    "SinkhornDistance",
     "StationaryLaw",
     "StationaryReference",
     "convergence_study",
+    "gaussian_quadrature_law",
     "gaussian_affine_field",
     "geometric_ns",
     "mean_field_reference",
     "rate_table",
     "reference_rates",
+    "perturbed_circle_law",
     "uniform_sphere_law",
+    "vmf_cap_law",
 ]

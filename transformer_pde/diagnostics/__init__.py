@@ -4,10 +4,11 @@ modes of a KDE, relative entropy to a target density (:mod:`.entropy`); and the 
 Usable as statistics inside a solve: ``tp.solve(..., saveat=diffrax.SaveAt(ts=ts, fn=...))``.
 """
 
-from . import bounds, clusters, distances, energy, entropy, kde, moments
+from . import bounds, clusters, distances, distances_1d, energy, entropy, kde, moments
 from .bounds import *  # noqa: F403  (each module's __all__ is its public part)
 from .clusters import *  # noqa: F403
 from .distances import *  # noqa: F403
+from .distances_1d import *  # noqa: F403
 from .energy import *  # noqa: F403
 from .entropy import *  # noqa: F403
 from .kde import *  # noqa: F403
@@ -17,6 +18,7 @@ __all__ = []
 __all__ += bounds.__all__
 __all__ += clusters.__all__
 __all__ += distances.__all__
+__all__ += distances_1d.__all__
 __all__ += energy.__all__
 __all__ += entropy.__all__
 __all__ += kde.__all__

@@ -64,3 +64,16 @@ def rescaled_usa_step(dt: float, beta: float) -> float:
     """USA moves e^β times faster than SA near clusters; the authors' step rule (sphere.md §2,
     phase-diagram defaults): dt / max(sqrt(β) e^{β − 1/2}, 1)."""
     return dt / max(np.sqrt(beta) * np.exp(beta - 0.5), 1.0)
+
+
+EUCLIDEAN_ATTENTIONS = {
+    "softmax": lambda Q, K, V, beta, **kw: tp.SoftmaxAttention(Q, K, V, beta, **kw),
+    "l2": lambda Q, K, V, beta, **kw: tp.L2Attention(Q, K, V, beta, **kw),
+    "multihead": lambda Q, K, V, beta, **kw: tp.MultiHeadAttention.split(Q, K, V, 2 if Q.shape[0] % 2 == 0 else 1,
+                                                                         beta, **kw),
+    "sinkhorn": lambda Q, K, V, beta, **kw: tp.SinkhornAttention(Q, K, V, beta, epsilon=1.0, **kw),
+    "sigmoid": lambda Q, K, V, beta, **kw: tp.SigmoidAttention(Q, K, V, beta, **kw),
+}
+"""Attentions with (Q, K, V, β) matrices, by option name (built when called: listing the names
+imports no JAX): softmax, ℓ² (Kim et al., arXiv:2006.04710), multi-head (Q, K, V split into 2 row
+blocks, 1 when d is odd), Sinkhorn (ε = 1), sigmoid."""

@@ -7,15 +7,17 @@ plain ODEs; a density on the circle: :mod:`.circle`, its stationary branches:
 file: chunked, resumable runs are the runs layer's (:mod:`transformer_pde.runs`).
 """
 
-from . import circle, circle_branches, random_transformer
+from . import circle, circle_branches, quadrature, random_transformer
 from .circle import CircleDensity, DensitySolution, UnderResolvedError, solve_density
 from .events import BlowUp
 from .layers import layers
+from .quadrature import AbstractRule, CircleRule, GaussHermiteRule, SphereRule
 from .retracted import Retracted
 from .solution import GaussianSolution, Solution
 from .solve import solve
 from .states import AbstractODE, AbstractState, Coupled, Gaussian, ODEState, Particles, Tracers, WithLogDensity
 
-__all__ = ["AbstractODE", "AbstractState", "BlowUp", "CircleDensity", "Coupled", "DensitySolution", "Gaussian",
-           "GaussianSolution", "ODEState", "Particles", "Retracted", "Solution", "Tracers", "UnderResolvedError", "WithLogDensity",
-           "circle", "circle_branches", "layers", "random_transformer", "solve", "solve_density"]
+__all__ = ["AbstractODE", "AbstractRule", "AbstractState", "BlowUp", "CircleDensity", "CircleRule", "Coupled",
+           "DensitySolution", "GaussHermiteRule", "Gaussian", "GaussianSolution", "ODEState", "Particles",
+           "Retracted", "Solution", "SphereRule", "Tracers", "UnderResolvedError", "WithLogDensity", "circle",
+           "circle_branches", "layers", "quadrature", "random_transformer", "solve", "solve_density"]

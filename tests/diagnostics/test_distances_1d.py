@@ -1,0 +1,107 @@
+"""Exact 1-D transport distances against SciPy (R) and against a brute force and the transport
+linear program (circle)."""
+
+import math
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+import scipy.optimize
+import scipy.stats
+
+from transformer_pde import diagnostics as dg
+
+
+def _weights(rng, n, zeros=False):
+    w = rng.uniform(0.1, 1.0, n)
+    if zeros:
+        w[rng.choice(n, n // 4, replace=False)] = 0.0
+    return w / w.sum()
+
+
+@pytest.mark.parametrize("n,m", [(1, 1), (7, 7), (13, 30), (200, 57)])
+def test_line_w1_matches_scipy_weighted(n, m):
+    rng = np.random.default_rng(n + m)
+    x, y = rng.normal(size=n), 0.7 * rng.standard_t(3, size=m) + 0.4
+    a, b = _weights(rng, n, zeros=n > 4), _weights(rng, m)
+    got = dg.wasserstein_line(x, y, a, b)
+    np.testing.assert_allclose(got, scipy.stats.wasserstein_distance(x, y, a, b), rtol=1e-12, atol=1e-15)
+    # uniform weights, ties, and (n, 1) point arrays
+    xt = np.round(x, 1)
+    np.testing.assert_allclose(dg.wasserstein_line(xt[:, None], y[:, None]),
+                               scipy.stats.wasserstein_distance(xt, y), rtol=1e-12, atol=1e-15)
+
+
+def _lp_wasserstein(x, y, a, b, cost):
+    n, m = len(x), len(y)
+    C = cost(x[:, None], y[None, :])
+    A = np.concatenate([np.kron(np.eye(n), np.ones((1, m))), np.kron(np.ones((1, n)), np.eye(m))])
+    res = scipy.optimize.linprog(C.ravel(), A_eq=A, b_eq=np.concatenate([a, b]), bounds=(0, None),
+                                 method="highs")
+    return res.fun
+
+
+@pytest.mark.parametrize("p", [2.0, 3.0])
+def test_line_wp_matches_the_transport_program(p):
+    rng = np.random.default_rng(int(p))
+    x, y = rng.normal(size=11), rng.uniform(-1, 2, size=9)
+    a, b = _weights(rng, 11), _weights(rng, 9)
+    lp = _lp_wasserstein(x, y, a, b, lambda u, v: np.abs(u - v) ** p) ** (1 / p)
+    np.testing.assert_allclose(dg.wasserstein_line(x, y, a, b, p=p), lp, rtol=1e-9)
+    # a translation: W_p(μ, μ(· − c)) = |c| for every p
+    np.testing.assert_allclose(dg.wasserstein_line(x, x + 0.3, a, a, p=p), 0.3, rtol=1e-12)
+
+
+def _circle_brute_force(x, y, a, b, L, grid=100_001):
+    """min over the shift c of ∫|F_μ − F_ν − c| dθ, F evaluated on a fine grid, every shift in a
+    fine range and every level of F tried (no median formula)."""
+    th = (np.arange(grid) + 0.5) * L / grid
+    F = (np.mod(x, L)[None, :] <= th[:, None]) @ a - (np.mod(y, L)[None, :] <= th[:, None]) @ b
+    cs = np.concatenate([np.linspace(F.min(), F.max(), 1001), np.unique(F)])
+    vals = [np.mean(np.abs(F - c)) * L for c in cs]
+    return min(vals)
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_circle_w1_matches_brute_force_and_the_transport_program(seed):
+    rng = np.random.default_rng(seed)
+    n, m, L = 9, 12, 2 * math.pi
+    x = rng.vonmises(1.0, 3.0, n) + 2 * math.pi * rng.integers(-2, 3, n)  # angles beyond one turn
+    y = rng.uniform(-math.pi, math.pi, m)
+    a, b = _weights(rng, n, zeros=seed == 1), _weights(rng, m)
+    got = float(dg.wasserstein_circle(x, y, a, b))
+    geodesic = lambda u, v: np.minimum(np.mod(u - v, L), np.mod(v - u, L))  # noqa: E731
+    np.testing.assert_allclose(got, _lp_wasserstein(x, y, a, b, geodesic), rtol=1e-9)
+    np.testing.assert_allclose(got, _circle_brute_force(x, y, a, b, L), rtol=2e-4)
+    # tokens on S^1 give the same as their angles; another period rescales
+    pts = lambda t: np.stack([np.cos(t), np.sin(t)], -1)  # noqa: E731
+    np.testing.assert_allclose(dg.wasserstein_circle(pts(x), pts(y), a, b), got, rtol=1e-12)
+    np.testing.assert_allclose(dg.wasserstein_circle(x / L, y / L, a, b, period=1.0), got / L, rtol=1e-12)
+
+
+def test_circle_w1_closed_forms_and_jit():
+    # a rotation by δ < π of any measure costs at most δ, exactly δ for a point mass
+    np.testing.assert_allclose(dg.wasserstein_circle(jnp.array([0.1]), jnp.array([2.0])), 1.9, rtol=1e-14)
+    np.testing.assert_allclose(dg.wasserstein_circle(jnp.array([0.1]), jnp.array([6.0])),
+                               2 * math.pi - 5.9, rtol=1e-12)
+    # n equally spaced atoms vs the same rotated by half a spacing: each atom moves h/2
+    n = 64
+    t = 2 * math.pi * jnp.arange(n) / n
+    np.testing.assert_allclose(jax.jit(dg.wasserstein_circle)(t, t + math.pi / n), math.pi / n, rtol=1e-12)
+    np.testing.assert_allclose(jax.jit(dg.wasserstein_line)(t, t + 0.25), 0.25, rtol=1e-12)
+    # vmappable over a batch of measures: rotations of a point mass cost the arc
+    shifts = jnp.array([0.0, 0.1, 0.2, 4.0])
+    np.testing.assert_allclose(jax.vmap(lambda s: dg.wasserstein_circle(t[:1], t[:1] + s))(shifts),
+                               [0.0, 0.1, 0.2, 2 * math.pi - 4.0], atol=1e-12)
+
+
+def test_bad_input_is_a_clear_error():
+    with pytest.raises(ValueError, match="sum to 1"):
+        dg.wasserstein_line([0.0, 1.0], [0.0], [0.5, 0.6])
+    with pytest.raises(ValueError, match="p must be >= 1"):
+        dg.wasserstein_line([0.0], [1.0], p=0.5)
+    with pytest.raises(ValueError, match="points on a line"):
+        dg.wasserstein_line(np.zeros((3, 2)), [1.0])
+    with pytest.raises(ValueError, match="angles"):
+        dg.wasserstein_circle(np.zeros((3, 3)), [1.0])
