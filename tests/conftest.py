@@ -26,6 +26,10 @@ from jaxtyping import install_import_hook
 # the shared helpers (reference.py, _runs.py, ...) import by name from every subfolder of tests/
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
+# the CLI's persistent compilation cache stays off in tests (not the user's ~/.cache); the
+# tests of the cache name their own directory
+os.environ.setdefault("TRANSFORMER_PDE_COMPILE_CACHE", "off")
+
 jax.config.update("jax_enable_x64", True)
 jax.config.update("jax_numpy_rank_promotion", "raise")
 
