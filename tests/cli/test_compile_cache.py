@@ -6,6 +6,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from transformer_pde._compile_cache import (
     COMPILE_CACHE_ENV,
     default_compile_cache,
@@ -29,7 +31,9 @@ def test_where_the_cache_goes(monkeypatch, tmp_path):
     assert resolve_compile_cache(str(tmp_path / "opt")) == tmp_path / "opt"
 
 
+@pytest.mark.slow
 def test_a_run_fills_the_cache(tmp_path):
+    """A whole CLI run in a subprocess (15-80 s on the shared 2-core machine)."""
     cache = tmp_path / "cache"
     env = dict(os.environ, **{COMPILE_CACHE_ENV: "off"})  # the option overrides it
     cmd = [sys.executable, "-m", "transformer_pde.cli", "run", "clustering", "--out",
