@@ -256,7 +256,7 @@ def _main(argv: list[str]) -> int:
 
 def _run(experiments, name: str | None, rest: list[str]) -> int:
     """``transformer-pde run``: resolve the experiment and its options, then run it."""
-    from ._compile_cache import enable_compile_cache, resolve_compile_cache
+    from .runs.compile_cache import enable_compile_cache, resolve_compile_cache
     from .experiments._base import load_toml
     from .runs import FailedRun, InterruptedRun, SignalReceived, run_experiment, stop_on_signals
     from .runs.directory import read_metadata

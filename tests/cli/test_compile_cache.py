@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from transformer_pde._compile_cache import (
+from transformer_pde.runs.compile_cache import (
     COMPILE_CACHE_ENV,
     default_compile_cache,
     resolve_compile_cache,
