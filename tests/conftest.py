@@ -27,12 +27,15 @@ from jaxtyping import install_import_hook
 # the shared helpers (reference.py, _runs.py, ...) import by name from every subfolder of tests/
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-# the tests' subprocesses (CLI runs, kill/resume, sharding workers) share a persistent JAX
-# compilation cache: a run resumed, repeated or redrawn loads what an earlier one compiled. Set in
-# the environment only, after JAX is configured here, so this process compiles as a user's does.
-os.environ.setdefault("JAX_COMPILATION_CACHE_DIR",
-                      os.path.join(tempfile.gettempdir(), f"transformer_pde-tests-jax-cache-{os.getuid()}"))
+# the tests' subprocesses (CLI runs, kill/resume, sharding workers) and the CLI runs made in this
+# process share a persistent JAX compilation cache in the temporary directory (never the user's
+# ~/.cache): a run resumed, repeated or redrawn loads what an earlier one compiled. Set in the
+# environment after JAX is configured here, so this process's own compilations are not cached; the
+# tests of the cache name their own directory.
+_TEST_CACHE = os.path.join(tempfile.gettempdir(), f"transformer_pde-tests-jax-cache-{os.getuid()}")
+os.environ.setdefault("JAX_COMPILATION_CACHE_DIR", _TEST_CACHE)
 os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0")
+os.environ.setdefault("TRANSFORMER_PDE_COMPILE_CACHE", _TEST_CACHE)
 
 jax.config.update("jax_enable_x64", True)
 jax.config.update("jax_numpy_rank_promotion", "raise")

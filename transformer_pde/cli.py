@@ -23,6 +23,11 @@ at a time holds a directory (a lock; a second run there stops at once, naming th
 SIGINT and SIGTERM stop a run, marking it "interrupted" in ``DIR/metadata.json``; every file
 is written atomically, so even SIGKILL leaves a consistent directory.
 
+Compiled programs are kept in JAX's persistent compilation cache, per user
+(``$XDG_CACHE_HOME/transformer_pde/jax``, ``~/.cache/...`` by default): a second run loads them
+instead of compiling. ``--compile-cache DIR`` moves it, ``--compile-cache off`` turns it off, as
+does the environment variable ``TRANSFORMER_PDE_COMPILE_CACHE`` (a directory or ``off``).
+
 Errors are one line on stderr, never a traceback (``--debug``, or the environment variable
 ``TRANSFORMER_PDE_DEBUG=1``, prints it too). Exit status: 0 done; 2 bad input: a bad option,
 file or directory, a run that cannot be continued, a directory in use (nothing was run), or
@@ -88,6 +93,10 @@ def _common_options(p: argparse.ArgumentParser) -> None:
                    metavar="K", help="resumable experiments: checkpoint every K save intervals")
     p.add_argument("--resume", type=Path, default=None, metavar="DIR",
                    help="continue the unfinished run in DIR with its saved options")
+    p.add_argument("--compile-cache", dest="compile_cache", default=None, metavar="DIR|off",
+                   help="JAX's persistent compilation cache: a directory, or 'off' (default "
+                        "$TRANSFORMER_PDE_COMPILE_CACHE, else $XDG_CACHE_HOME/transformer_pde/jax); "
+                        "a second run loads its compiled programs instead of compiling them")
 
 
 def option_flag(name: str) -> str:
@@ -247,6 +256,7 @@ def _main(argv: list[str]) -> int:
 
 def _run(experiments, name: str | None, rest: list[str]) -> int:
     """``transformer-pde run``: resolve the experiment and its options, then run it."""
+    from .runs.compile_cache import enable_compile_cache, resolve_compile_cache
     from .experiments._base import load_toml
     from .runs import FailedRun, InterruptedRun, SignalReceived, run_experiment, stop_on_signals
     from .runs.directory import read_metadata
@@ -283,7 +293,7 @@ def _run(experiments, name: str | None, rest: list[str]) -> int:
     exp = experiments.REGISTRY[name]
     opts = vars(_option_parser(exp).parse_args(rest))
     control = {k: opts.pop(k, None) for k in ("out", "no_progress", "config", "checkpoint_every",
-                                             "resume")}
+                                             "resume", "compile_cache")}
     if control["resume"] is not None:
         resume_dir = control["resume"]
 
@@ -319,6 +329,7 @@ def _run(experiments, name: str | None, rest: list[str]) -> int:
     except ValueError as e:
         raise ValueError(f"{exp.name}: {e}") from None
 
+    enable_compile_cache(resolve_compile_cache(control["compile_cache"]))
     with stop_on_signals():
         try:
             out_info = run_experiment(exp, config, out, progress=not control["no_progress"],

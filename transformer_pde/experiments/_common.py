@@ -55,7 +55,7 @@ def model_dynamics(model: str, d: int, beta, scheme: str = "projected", backend=
     """The dynamics an experiment's ``model`` and ``scheme`` options name (mapped here, once per
     run): SA or USA with Q = K = V = I (:data:`ATTENTIONS`, sphere.md §1) in the layer scheme
     ``scheme`` (:data:`SCHEMES`): Sphere(attention) by default, PostLN(attention) for the authors'
-    post-LN layer; ``backend`` a kernel backend object (default exact)."""
+    post-LN layer; ``backend`` a kernel backend object (default: automatic, exact below n ~ 4096)."""
     kwargs = {} if backend is None else {"backend": backend}
     return SCHEMES[scheme]()(ATTENTIONS[model]().identity(d, beta, **kwargs))
 

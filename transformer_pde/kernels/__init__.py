@@ -6,16 +6,20 @@
 - :mod:`.reduction`: :class:`SoftmaxReduction`, the reduction an attention hands its backend,
   as a value.
 - :mod:`.backends`: the strategies an attention takes as ``backend=``: :class:`Exact`,
-  :class:`Fast`, :class:`Auto`, each computing the reductions it is handed
-  (``backend.lse_average(reduction)``), with :class:`KernelReport`, the choice and its reason;
+  :class:`Fast`, :class:`Auto` (:func:`automatic`, ``Auto(radius=None)``, when an attention is
+  given none), each computing the reductions it is handed (``backend.lse_average(reduction)``),
+  with :class:`KernelReport`, the choice and its reason; plans refused above a memory budget
+  (:class:`PlanTooLarge`, ``PLAN_MEMORY_BUDGET``);
   :mod:`.binding`: what a fast plan needs from the attention (:class:`ScoreBox`).
+- :mod:`.platforms`: the platforms the installed jax-finufft serves (:func:`fast_platforms`,
+  found without importing it).
 - :mod:`.point_clouds`: ott-jax point clouds whose Sinkhorn kernel streams through :mod:`.exact`.
 - :mod:`.random_partition`: the random batch method (random partitions into batches, and the
   field each token feels inside its batch).
 """
 
-from . import backends, binding, exact, fast, point_clouds, random_partition, reduction
-from .backends import AbstractBackend, Auto, Exact, Fast, KernelReport, bind_backend
+from . import backends, binding, exact, fast, platforms, point_clouds, random_partition, reduction
+from .backends import AbstractBackend, Auto, Exact, Fast, KernelReport, automatic, bind_backend
 from .binding import ScoreBox
 from .exact import (
     DENSE_MAX_PAIRS,
@@ -29,6 +33,8 @@ from .exact import (
     sigmoid_kernel_sum,
     softmax_average,
 )
+from .fast import PLAN_MEMORY_BUDGET, PlanTooLarge
+from .platforms import fast_platforms
 from .reduction import SoftmaxReduction
 
 __all__ = [
@@ -40,18 +46,23 @@ __all__ = [
     "Exact",
     "Fast",
     "KernelReport",
+    "PLAN_MEMORY_BUDGET",
+    "PlanTooLarge",
     "ScoreBox",
     "SoftmaxReduction",
+    "automatic",
     "backends",
     "bind_backend",
     "binding",
     "fast",
     "DENSE_MAX_PAIRS",
     "exact",
+    "platforms",
     "point_clouds",
     "random_partition",
     "reduction",
     "exp_kernel_sum",
+    "fast_platforms",
     "log_weights",
     "lse_average",
     "sigmoid_kernel_sum",

@@ -6,7 +6,7 @@ R^k$) takes ``backend=``, and hands it each reduction as a value
 (:class:`~.reduction.SoftmaxReduction`): ``backend.lse_average(reduction)`` returns the average
 and the log-normalizer, whichever kernel computes them. The backends are
 
-* :class:`Exact` (the default): the dense / exact streaming kernel of :mod:`.exact`, any k, causal
+* :class:`Exact`: the dense / exact streaming kernel of :mod:`.exact`, any k, causal
   included. ``Exact(layout)`` sets how it visits the pairs (:class:`~.exact.Dense`,
   :class:`~.exact.Streaming` blocks, or :class:`~.exact.DenseOrStreaming` by size, the default).
 * :class:`Fast`: the NUFFT Gaussian sum of :mod:`.fast`, forced (k <= 3, non-causal). Its error
@@ -16,6 +16,19 @@ and the log-normalizer, whichever kernel computes them. The backends are
   otherwise, with the choice and its reason inspectable (:class:`KernelReport`,
   ``attn.kernel_report(x)``), and a run-time fallback to the exact kernel for every query whose
   a-posteriori bound misses ``tol``: it never returns an answer whose bound exceeds ``tol``.
+
+**The default** (no ``backend=``) is :func:`automatic`, ``Auto(radius=None)``: it assumes no
+bound on the tokens, so it is :class:`Exact` in R^d, but ``tp.Sphere`` / ``tp.PostLN`` declare
+|x| <= 1.25 (``AbstractDynamics.with_token_radius``) and it then takes the fast kernel where
+:class:`Auto` would (k <= 3, float64, n >= 4096 for softmax on S² at β = 1; n = 256 stays exact).
+The choice is static; ``backend=Exact()`` forces the exact kernel.
+
+**Budget and platform.** A plan's working memory (:func:`~.fast.plan_memory_bytes`) is computed
+before it is built: above ``max_plan_bytes`` (default :data:`~.fast.PLAN_MEMORY_BUDGET`, 1 GiB)
+:class:`Fast` raises :class:`~.fast.PlanTooLarge` (naming the modes, the grid, β and the budget)
+and :class:`Auto` takes the exact kernel. The NUFFT runs on the platforms the installed
+jax-finufft was built for (:func:`~.platforms.fast_platforms`: PyPI's wheels are CPU-only);
+elsewhere :class:`Auto` is exact and :class:`Fast` raises naming what to install.
 
 **What a plan needs before tracing.** The NUFFT's mode count fixes array shapes, so the plan is
 static: it needs a box $|a|_\infty,|b|_\infty\le R$ and a window for γ before ``jit`` traces the
@@ -71,7 +84,14 @@ from ott.geometry import costs, geometry
 from . import exact
 from .binding import ScoreBox, score_box
 from .exact import DEFAULT_LAYOUT, AbstractLayout
-from .fast import GaussianSumPlan, fast_lse_average_with_info, plan_gaussian_sum
+from .fast import (
+    PLAN_MEMORY_BUDGET,
+    GaussianSumPlan,
+    PlanTooLarge,
+    fast_lse_average_with_info,
+    plan_gaussian_sum,
+)
+from .platforms import current_platform, fast_platforms, no_fast_path_message
 from .point_clouds import FastDotCloud, StreamingDotCloud
 from .reduction import SoftmaxReduction, gather_keys, keys_over_devices
 
@@ -82,7 +102,10 @@ __all__ = [
     "Fast",
     "KernelReport",
     "PATCH_ROWS",
+    "PLAN_MEMORY_BUDGET",
+    "PlanTooLarge",
     "ScoreBox",
+    "automatic",
     "bind_backend",
 ]
 
@@ -171,8 +194,15 @@ class AbstractBackend(eqx.Module):
         this device's, and the reduction runs over every device's keys."""
 
     @abc.abstractmethod
-    def over_heads(self, head, *stacked):
-        """``head(*per_head)`` for every head (the leading axis of ``stacked``), stacked."""
+    def over_heads(self, head, *stacked, m: int | None = None, n: int | None = None, e: int = 1,
+                   dtype=None, causal: bool = False):
+        """``head(*per_head)`` for every head (the leading axis of ``stacked``), stacked; ``m, n,
+        e, dtype, causal``: each head's reduction, where the caller knows them."""
+
+    def with_token_radius(self, r: float, who: str) -> AbstractBackend:
+        """This backend where ``who`` (a wrapper such as ``tp.Sphere``) declares |x| <= ``r``
+        for every token and query: a bound backend without a declared bound on |x| takes it."""
+        return self
 
     @abc.abstractmethod
     def dot_cost_geometry(self, a, b, scale, *, epsilon, dtype) -> geometry.Geometry:
@@ -188,8 +218,8 @@ class AbstractBackend(eqx.Module):
 
 
 class Exact(AbstractBackend):
-    """The exact kernel (:func:`.exact.lse_average`): any score dimension, causal included. The
-    default.
+    """The exact kernel (:func:`.exact.lse_average`): any score dimension, causal included (what
+    the automatic default takes unless the fast kernel is known to be cheaper and accurate).
 
     Args:
         layout: how it visits the pairs: :class:`~.exact.DenseOrStreaming` (the default: dense
@@ -211,7 +241,7 @@ class Exact(AbstractBackend):
         return exact.lse_average(q, k, v, bias, causal=reduction.causal,
                                  query_offset=reduction.query_offset, layout=self.layout)
 
-    def over_heads(self, head, *stacked):
+    def over_heads(self, head, *stacked, m=None, n=None, e=1, dtype=None, causal=False):
         return jax.vmap(head)(*stacked)  # one batched kernel
 
     def dot_cost_geometry(self, a, b, scale, *, epsilon, dtype):
@@ -229,11 +259,13 @@ class Exact(AbstractBackend):
 
 @functools.lru_cache(maxsize=256)
 def _plan(gamma: tuple[float, float], radius: float, k: int, tol: float, dtype: str,
-          nthreads: int) -> tuple[GaussianSumPlan, bool]:
-    """(plan, reached): ``reached`` is False where ``tol`` is below what ``dtype`` reaches."""
+          nthreads: int, max_bytes: float, e: int) -> tuple[GaussianSumPlan, bool]:
+    """(plan, reached): ``reached`` is False where ``tol`` is below what ``dtype`` reaches.
+    Raises :class:`~.fast.PlanTooLarge` above ``max_bytes`` (before allocating anything)."""
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        plan = plan_gaussian_sum(gamma, radius, k, tol, dtype, nthreads=nthreads)
+        plan = plan_gaussian_sum(gamma, radius, k, tol, dtype, nthreads=nthreads,
+                                 max_bytes=max_bytes, value_width=e)
     return plan, not caught
 
 
@@ -245,22 +277,33 @@ class _AbstractGaussianBackend(AbstractBackend):
     """Shared by :class:`Fast` and :class:`Auto` (their fields are documented there)."""
 
     tol: eqx.AbstractVar[float]
-    radius: eqx.AbstractVar[float]
+    radius: eqx.AbstractVar[float | None]
     score_radius: eqx.AbstractVar[float | None]
     beta: eqx.AbstractVar[tuple[float, float] | None]
     mass_ratio: eqx.AbstractVar[float | None]
     nthreads: eqx.AbstractVar[int]
+    max_plan_bytes: eqx.AbstractVar[float]
+    platform: eqx.AbstractVar[str | None]
     box: eqx.AbstractVar[ScoreBox | None]
 
     def _check_fields(self):
         name = type(self).__name__
         if not (isinstance(self.tol, Real) and 0 < self.tol < 1):
             raise ValueError(f"{name}.tol must lie in (0, 1), got {self.tol!r}")
-        if not (isinstance(self.radius, Real) and self.radius > 0):
-            raise ValueError(f"{name}.radius must be a positive bound on |x|, got {self.radius!r}")
+        if self.radius is not None and not (isinstance(self.radius, Real)
+                                            and 0 < self.radius < math.inf):
+            raise ValueError(f"{name}.radius must be a positive, finite bound on |x|, got "
+                             f"{self.radius!r}")
         if self.score_radius is not None and not (isinstance(self.score_radius, Real)
-                                                  and self.score_radius > 0):
-            raise ValueError(f"{name}.score_radius must be None or positive, got {self.score_radius!r}")
+                                                  and 0 < self.score_radius < math.inf):
+            raise ValueError(f"{name}.score_radius must be None or positive and finite, got "
+                             f"{self.score_radius!r}")
+        if not (isinstance(self.max_plan_bytes, Real) and self.max_plan_bytes > 0):
+            raise ValueError(f"{name}.max_plan_bytes must be a positive number of bytes, got "
+                             f"{self.max_plan_bytes!r}")
+        if self.platform is not None and not isinstance(self.platform, str):
+            raise ValueError(f"{name}.platform must be None (JAX's default backend) or a platform "
+                             f"name such as 'cpu' or 'gpu', got {self.platform!r}")
         if self.beta is not None:
             lo, hi = self.beta
             if not 0 < lo <= hi < math.inf:
@@ -277,6 +320,19 @@ class _AbstractGaussianBackend(AbstractBackend):
     def _check_box(self, box: ScoreBox, causal: bool, owner: str):
         """Refuse, when the attention is built, what this backend cannot plan (Fast)."""
 
+    def with_token_radius(self, r, who):
+        if self.box is None or self.radius is not None or self.score_radius is not None:
+            return self
+        return dataclasses.replace(self, box=self.box.with_token_radius(r, who))
+
+    def run_platform(self) -> str:
+        """The platform the reductions run on: ``platform``, or JAX's default backend."""
+        return self.platform if self.platform is not None else current_platform()
+
+    def runs_here(self) -> bool:
+        """Whether the installed jax-finufft has a kernel for :meth:`run_platform`."""
+        return self.run_platform() in fast_platforms()
+
     def _rho(self) -> float:
         return float(self.mass_ratio) if self.mass_ratio is not None else _default_mass_ratio(self.box)
 
@@ -290,15 +346,24 @@ class _AbstractGaussianBackend(AbstractBackend):
         ``plan``, checked (:class:`Fast` raises outside the plan, :class:`Auto` recomputes what
         misses ``tol`` exactly)."""
 
-    def plan_for(self, dtype, points: int | None = None) -> tuple[GaussianSumPlan, bool]:
+    def plan_for(self, dtype, points: int | None = None, e: int = 1) -> tuple[GaussianSumPlan, bool]:
         """The plan for ``dtype``; ``points`` (queries + keys) picks FINUFFT's threads when
-        ``nthreads=0`` (one thread below ``SMALL_PROBLEM`` points, all cores above)."""
+        ``nthreads=0`` (one thread below ``SMALL_PROBLEM`` points, all cores above); ``e`` value
+        columns. Raises :class:`~.fast.PlanTooLarge` (naming the sizes, β and the budget) where
+        its working memory exceeds ``max_plan_bytes``."""
         box = self.box
         threads = int(self.nthreads)
         if threads == 0 and points is not None and points < SMALL_PROBLEM:
             threads = 1
-        return _plan(tuple(box.gamma), float(box.radius), int(box.k), self._target(),
-                     np.dtype(dtype).name, threads)
+        try:
+            return _plan(tuple(box.gamma), float(box.radius), int(box.k), self._target(),
+                         np.dtype(dtype).name, threads, float(self.max_plan_bytes), int(e))
+        except PlanTooLarge as err:
+            beta = box.beta
+            where = "" if beta is None else (f"beta={beta[0]:.6g}" if beta[0] == beta[1] else
+                                             f"beta in [{beta[0]:.6g}, {beta[1]:.6g}]")
+            raise PlanTooLarge(f"{type(self).__name__}: {where + ': ' if where else ''}{err} "
+                               f"[{box.note}]") from None
 
     def _fast_report(self, plan, m, n, e, reason) -> KernelReport:
         rho = self._rho()
@@ -306,9 +371,11 @@ class _AbstractGaussianBackend(AbstractBackend):
                             predicted_speedup=plan.predicted_speedup(n, m, e),
                             predicted_error=2.0 * rho * plan.eta, mass_ratio=rho)
 
-    def over_heads(self, head, *stacked):
+    def over_heads(self, head, *stacked, m=None, n=None, e=1, dtype=None, causal=False):
         # one head at a time, not vmap: Auto's fallback is a lax.switch, which vmap would turn
-        # into running every branch
+        # into running every branch; where the choice is exact for every head, one batched kernel
+        if m is not None and not self.choose(m=m, n=n, e=e, dtype=dtype, causal=causal).fast:
+            return jax.vmap(head)(*stacked)
         outs = [head(*(z[h] for z in stacked)) for h in range(stacked[0].shape[0])]
         return jax.tree.map(lambda *zs: jnp.stack(zs), *outs)
 
@@ -360,6 +427,13 @@ class Fast(_AbstractGaussianBackend):
             a fit; None: the concrete β.
         mass_ratio: ρ⋆ for the report's predicted error (default 4(1 + γR²)).
         nthreads: FINUFFT threads (0: all cores).
+        max_plan_bytes: the plan's working-memory budget in bytes (default
+            ``PLAN_MEMORY_BUDGET``, 1 GiB): a larger plan (modes grow like R√γ per dimension) is
+            refused with :class:`~.fast.PlanTooLarge`, a ValueError naming the sizes, β and the
+            budget, when the attention is built and on every call.
+        platform: the JAX platform it runs on (None: ``jax.default_backend()``); one the
+            installed jax-finufft has no kernel for (:func:`~.platforms.fast_platforms`) raises,
+            naming what to install.
         box: filled in by the attention (:class:`ScoreBox`); do not pass it.
 
     A token outside the planned box, or β outside the window, raises (``eqx.error_if``).
@@ -371,6 +445,8 @@ class Fast(_AbstractGaussianBackend):
     beta: tuple[float, float] | None = eqx.field(static=True, default=None, converter=_window)
     mass_ratio: float | None = eqx.field(static=True, default=None)
     nthreads: int = eqx.field(static=True, default=0)
+    max_plan_bytes: float = eqx.field(static=True, default=PLAN_MEMORY_BUDGET)
+    platform: str | None = eqx.field(static=True, default=None)
     box: ScoreBox | None = eqx.field(static=True, default=None)
 
     def __check_init__(self):
@@ -378,6 +454,15 @@ class Fast(_AbstractGaussianBackend):
 
     def _target(self):
         return float(self.tol)
+
+    def _check_platform(self):
+        platform = self.run_platform()
+        if platform not in fast_platforms():
+            raise RuntimeError(f"Fast: {no_fast_path_message(platform)}")
+
+    def plan_for(self, dtype, points=None, e=1):
+        self._check_platform()
+        return super().plan_for(dtype, points, e)
 
     def _check_box(self, box, causal, owner):
         if causal:
@@ -388,9 +473,12 @@ class Fast(_AbstractGaussianBackend):
                              f"(k, d)), got k={box.k}; use Exact, or Auto")
         if not box.known:
             raise ValueError(f"{owner}: backend=Fast cannot be planned before tracing: {box.note}")
+        self._check_platform()
+        # the plan's size, before anything runs (one value column: the least it needs)
+        dataclasses.replace(self, box=box).plan_for(jnp.result_type(float))
 
     def choose(self, *, m, n, e, dtype, causal):
-        plan, reached = self.plan_for(dtype, m + n)
+        plan, reached = self.plan_for(dtype, m + n, e)
         reason = "Fast backend (forced)"
         if not reached:
             reason += (f"; tol={self.tol:g} is below what {np.dtype(dtype).name} reaches, "
@@ -401,7 +489,7 @@ class Fast(_AbstractGaussianBackend):
         if reduction.causal:
             raise ValueError("Fast: a causal mask is not a convolution; use Exact or Auto")
         m, n = reduction.num_queries, keys_over_devices(reduction.num_keys, axis_name)
-        plan, _ = self.plan_for(reduction.dtype, m + n)
+        plan, _ = self.plan_for(reduction.dtype, m + n, reduction.value_width)
         return self.fast_lse_average(plan, *reduction.gaussian_form(), axis_name=axis_name)
 
     def dot_cost_geometry(self, a, b, scale, *, epsilon, dtype):
@@ -429,9 +517,16 @@ class Auto(_AbstractGaussianBackend):
     returned averages are within ``tol·max(1, V)`` and the log-normalizers within ``tol`` of the
     exact ones (module docstring).
 
+    Also exact where the plan's working memory exceeds ``max_plan_bytes``, and on a platform the
+    installed jax-finufft does not serve (:func:`~.platforms.fast_platforms`; PyPI's wheels are
+    CPU-only).
+
     Args:
         tol: the target error per query (see above).
-        radius, score_radius, beta, nthreads: as in :class:`Fast`.
+        radius: bound on |x|_2 of every token and query over the run (default 1); None: no bound
+            declared, so exact unless a wrapper declares one (``tp.Sphere`` does: this is the
+            default backend of every attention, :func:`automatic`).
+        score_radius, beta, nthreads, max_plan_bytes, platform: as in :class:`Fast`.
         mass_ratio: ρ⋆, the share of the mass the plan budgets for (η = tol / (2ρ⋆); default
             4(1 + γR²)); queries with ρ_i beyond it are likely to be recomputed exactly.
         min_speedup: least predicted flop ratio for the fast path (None: ``MIN_SPEEDUP`` of the
@@ -442,12 +537,14 @@ class Auto(_AbstractGaussianBackend):
     """
 
     tol: float = eqx.field(static=True, default=1e-8)
-    radius: float = eqx.field(static=True, default=1.0)
+    radius: float | None = eqx.field(static=True, default=1.0)
     score_radius: float | None = eqx.field(static=True, default=None)
     beta: tuple[float, float] | None = eqx.field(static=True, default=None, converter=_window)
     mass_ratio: float | None = eqx.field(static=True, default=None)
     min_speedup: float | None = eqx.field(static=True, default=None)
     nthreads: int = eqx.field(static=True, default=0)
+    max_plan_bytes: float = eqx.field(static=True, default=PLAN_MEMORY_BUDGET)
+    platform: str | None = eqx.field(static=True, default=None)
     exact: Exact = eqx.field(static=True, default=Exact())
     box: ScoreBox | None = eqx.field(static=True, default=None)
 
@@ -472,7 +569,12 @@ class Auto(_AbstractGaussianBackend):
             return exact_because(f"scores in R^{box.k}: the fast kernel needs k <= 3")
         if not box.known:
             return exact_because(f"no plan before tracing: {box.note}")
-        plan, reached = self.plan_for(dtype, m + n)
+        if not self.runs_here():
+            return exact_because(no_fast_path_message(self.run_platform()))
+        try:
+            plan, reached = self.plan_for(dtype, m + n, e)
+        except PlanTooLarge as err:
+            return exact_because(f"plan over budget: {err}")
         rho = self._rho()
         kw = dict(predicted_speedup=plan.predicted_speedup(n, m, e),
                   predicted_error=2.0 * rho * plan.eta, mass_ratio=rho)
@@ -540,12 +642,23 @@ class Auto(_AbstractGaussianBackend):
         return jax.lax.switch(branch, [keep, patch, redo], avg, lse)
 
 
+def automatic() -> Auto:
+    """The backend of an attention given none: ``Auto(radius=None)``. Exact unless the tokens'
+    bound is known (``tp.Sphere`` declares it; no bound is assumed in R^d), the score dimension
+    is <= 3, the attention is non-causal, β (or its window) is concrete when built, the dtype
+    reaches ``tol`` = 1e-8 (float64), jax-finufft runs on the platform, the plan fits its memory
+    budget and its predicted flop ratio reaches ``MIN_SPEEDUP`` (in float64 on S², n >= 4096);
+    fast, with the exact fallback, otherwise. The choice is static (shapes, dtype, the plan):
+    small and vmapped systems run exactly what ``Exact()`` runs."""
+    return Auto(radius=None)
+
+
 def bind_backend(backend, owner: str, *, Q, K, beta, gamma_factor=1.0,
                  causal: bool = False) -> AbstractBackend:
     """The attention ``owner``'s backend, bound to it (:meth:`AbstractBackend.bind`; ``None`` is
-    ``Exact()``)."""
+    :func:`automatic`, ``Auto(radius=None)``)."""
     if backend is None:
-        backend = Exact()
+        backend = automatic()
     if not isinstance(backend, AbstractBackend):
         raise ValueError(f"{owner}.backend must be a kernel backend such as tp.kernels.Exact(), "
                          f"tp.kernels.Fast(tol=1e-8) or tp.kernels.Auto(), got {backend!r}")

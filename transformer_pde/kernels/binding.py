@@ -4,6 +4,8 @@ the attention's parameters when it is built (:class:`ScoreBox`; the module docst
 
 from __future__ import annotations
 
+import math
+
 import equinox as eqx
 import numpy as np
 
@@ -20,16 +22,55 @@ class ScoreBox(eqx.Module):
         gamma: the window ``(lo, hi)`` of γ, or None (β traced at construction, no declared
             window: no fast plan).
         note: where R and γ came from, or why they are unknown (in reports and error messages).
+        row_norm: the largest row norm of Q and K (R = radius · row_norm), or None (unknown, or
+            R declared directly); lets a wrapper that bounds |x| (``tp.Sphere``) fill in R.
+        gamma_factor: γ / β (1 softmax, 2 ℓ², 1/ε Sinkhorn), for messages naming β.
     """
 
     k: int = eqx.field(static=True)
     radius: float | None = eqx.field(static=True)
     gamma: tuple[float, float] | None = eqx.field(static=True)
     note: str = eqx.field(static=True)
+    row_norm: float | None = eqx.field(static=True, default=None)
+    gamma_factor: float | None = eqx.field(static=True, default=None)
 
     @property
     def known(self) -> bool:
         return self.radius is not None and self.gamma is not None
+
+    @property
+    def beta(self) -> tuple[float, float] | None:
+        """The β window (γ / gamma_factor), where known."""
+        if self.gamma is None or not self.gamma_factor:
+            return None
+        return (self.gamma[0] / self.gamma_factor, self.gamma[1] / self.gamma_factor)
+
+    def with_token_radius(self, r: float, who: str) -> ScoreBox:
+        """This box with |x| <= ``r`` declared by ``who``: R = r · row_norm (unchanged where R is
+        known or the row norms are not)."""
+        if self.radius is not None or self.row_norm is None:
+            return self
+        radius, note = _from_rows(r, self.row_norm, f"|x| <= {r:g} declared by {who}")
+        notes = [n for n in self.note.split("; ") if not n.startswith("no bound on |x|")]
+        return ScoreBox(k=self.k, radius=radius, gamma=self.gamma, note="; ".join([note] + notes),
+                        row_norm=self.row_norm, gamma_factor=self.gamma_factor)
+
+
+# R below this is floored to it: Q = 0 or K = 0 makes every score 0 (the softmax a plain weighted
+# average); the plan is then a handful of modes, and every point lies in the box.
+MIN_RADIUS = 1e-12
+
+
+def _from_rows(r: float, rows: float, source: str) -> tuple[float | None, str]:
+    """(R, note) for R = r · rows: None where it is not finite, floored at MIN_RADIUS."""
+    radius = float(r) * float(rows)
+    if not math.isfinite(radius):
+        return None, (f"R = {source} x max row norm of Q, K {rows:.6g} is not finite: no plan "
+                      "(declare score_radius=R)")
+    if radius == 0.0:
+        return MIN_RADIUS, (f"R = 0 ({source}, max row norm of Q, K {rows:.6g}): every score is "
+                            f"0, planned at R = {MIN_RADIUS:g}")
+    return radius, f"R = {source} x max row norm of Q, K {rows:.6g}"
 
 
 def _row_norm_bound(params, owner: str) -> tuple[float | None, str]:
@@ -46,7 +87,8 @@ def _row_norm_bound(params, owner: str) -> tuple[float | None, str]:
         if not is_concrete(values):
             return None, (f"{owner}: Q, K are traced when the attention is built; pass "
                           "score_radius=R (a bound on |Qx|_inf, |Kx|_inf)")
-        rows = np.linalg.norm(np.asarray(values, np.float64), axis=-1)
+        with np.errstate(over="ignore"):  # an overflowing norm is inf: no plan (score_box)
+            rows = np.linalg.norm(np.asarray(values, np.float64), axis=-1)
         best = max(best, float(rows.max()))
     return best, ""
 
@@ -60,13 +102,22 @@ def score_box(backend, owner: str, *, Q, K, beta, gamma_factor=1.0) -> ScoreBox:
     """
     k = int(param_shape(Q)[-2])
     notes = []
+    rows = None
     if backend.score_radius is not None:
         radius = float(backend.score_radius)
         notes.append(f"R = score_radius = {radius:.6g}")
     else:
         rows, why = _row_norm_bound((Q, K), owner)
-        radius = None if rows is None else float(backend.radius) * rows
-        notes.append(why or f"R = radius {backend.radius:g} x max row norm of Q, K {rows:.6g}")
+        if rows is None:
+            radius = None
+            notes.append(why)
+        elif backend.radius is None:
+            radius = None
+            notes.append("no bound on |x| declared (tp.Sphere declares one; Auto(radius=r) "
+                         "declares |x| <= r)")
+        else:
+            radius, note = _from_rows(backend.radius, rows, f"radius {backend.radius:g}")
+            notes.append(note)
     if gamma_factor is None:
         gamma = None
         notes.append(f"{owner}: epsilon is traced when the attention is built; build it with a "
@@ -89,7 +140,8 @@ def score_box(backend, owner: str, *, Q, K, beta, gamma_factor=1.0) -> ScoreBox:
         gamma = None
         notes.append(f"{owner}: beta is traced when the attention is built (a sweep or a fit); "
                      "declare its window, beta=(lo, hi)")
-    return ScoreBox(k=k, radius=radius, gamma=gamma, note="; ".join(n for n in notes if n))
+    return ScoreBox(k=k, radius=radius, gamma=gamma, note="; ".join(n for n in notes if n),
+                    row_norm=rows, gamma_factor=gamma_factor)
 
 
-__all__ = ["ScoreBox", "score_box"]
+__all__ = ["MIN_RADIUS", "ScoreBox", "score_box"]

@@ -127,8 +127,11 @@ except ImportError:  # pragma: no cover
     nufft1 = nufft2 = _Opts = None
 
 __all__ = [
+    "PLAN_MEMORY_BUDGET",
     "FastSumInfo",
     "GaussianSumPlan",
+    "PlanTooLarge",
+    "plan_memory_bytes",
     "fast_lse_average",
     "fast_lse_average_with_info",
     "plan_gaussian_sum",
@@ -142,6 +145,39 @@ _EPS_FLOOR = {"float64": 1e-14, "float32": 1e-6}
 _ROUND_UNITS = 32.0
 # Upsampling factor FINUFFT uses for these tolerances (the cost model only).
 _SIGMA = 2.0
+PLAN_MEMORY_BUDGET = 1 << 30
+"""The default budget (bytes) for one plan's working memory (:func:`plan_memory_bytes`): 1 GiB.
+Modes grow like R√γ per dimension and the grid like their k-th power (β = 10⁴ on S² needs 421³
+modes on an 864³ grid, ~10 GiB per channel): a plan above it is refused (:class:`PlanTooLarge`)
+before anything is allocated."""
+
+
+class PlanTooLarge(ValueError):
+    """A Gaussian-sum plan whose working memory exceeds its budget (raised before any allocation;
+    ``tp.kernels.Auto`` takes the exact kernel instead)."""
+
+
+def plan_memory_bytes(modes: int, fine_grid: int, k: int, dtype: str, value_width: int = 1) -> int:
+    """Working memory (bytes) of one fast reduction with ``modes`` per dimension on FINUFFT's
+    ``fine_grid`` per dimension: per complex channel (the 1 + e real channels packed in pairs)
+    the upsampled grid (fine^k) and about k + 2 mode arrays (N^k: the type-1 output, the
+    multiplier's products, the type-2 input). The O(n) arrays (points, strengths) are the exact
+    kernel's too and are not counted."""
+    channels = (2 + int(value_width)) // 2
+    cbytes = 8 if dtype == "float32" else 16
+    return int(cbytes * channels * (float(fine_grid) ** k + (k + 2) * float(modes) ** k))
+
+
+def _too_large(needed: int, budget: float, *, modes: int, fine: int, k: int, dtype: str,
+               value_width: int, gamma, radius: float, tol: float) -> PlanTooLarge:
+    lo, hi = gamma
+    g = f"gamma={lo:.6g}" if lo == hi else f"gamma in [{lo:.6g}, {hi:.6g}]"
+    return PlanTooLarge(
+        f"the fast kernel's plan for {g}, radius R={radius:.6g}, tol={tol:g} (k={k}, {dtype}, "
+        f"{value_width} value column(s)) needs {modes}^{k} modes on a {fine}^{k} grid, about "
+        f"{needed / 2**30:.3g} GiB, above the budget of {budget / 2**30:.3g} GiB ({int(budget)} "
+        "bytes). Modes grow like R*sqrt(gamma) per dimension: use the exact kernel "
+        "(tp.kernels.Exact(), or Auto, which takes it), or raise the budget (max_plan_bytes=)")
 
 
 def _restore_not_mapped() -> None:
@@ -317,6 +353,8 @@ def plan_gaussian_sum(
     dtype=None,
     *,
     nthreads: Integral = 0,
+    max_bytes: Real | None = None,
+    value_width: Integral = 1,
 ) -> GaussianSumPlan:
     r"""Choose the period, mode count and NUFFT tolerance for a Gaussian sum of bandwidth γ.
 
@@ -329,6 +367,10 @@ def plan_gaussian_sum(
             (module docstring); the per-query errors are ``tol · ρ_i``.
         dtype: ``float32`` or ``float64`` (default: JAX's default float).
         nthreads: FINUFFT threads (0: all cores).
+        max_bytes: refuse (:class:`PlanTooLarge`, a ValueError naming the sizes, γ and the
+            budget) a plan whose working memory (:func:`plan_memory_bytes` for ``value_width``
+            value columns) exceeds it; checked from the predicted mode count before the exact
+            search, so a huge γR² costs nothing. None: no budget.
 
     The budget is split as: ε_A, ε_T <= tol/(4k) per dimension (so ε_G <= tol/2), and
     ε_nu = tol/10 for each transform (4 S ε_nu <= tol/2), clamped to what FINUFFT reaches in ``dtype``
@@ -344,12 +386,24 @@ def plan_gaussian_sum(
         raise ValueError(f"dtype must be float32 or float64, got {dt}")
     if not (0 < g_lo <= g_hi < math.inf):
         raise ValueError(f"gamma must be positive (or a window 0 < lo <= hi), got {gamma}")
-    if not radius > 0:
-        raise ValueError(f"radius must be positive, got {radius}")
+    if not 0 < radius < math.inf:
+        raise ValueError(f"radius must be positive and finite, got {radius}")
     if not 0 < tol < 1:
         raise ValueError(f"tol must lie in (0, 1), got {tol}")
     if k not in (1, 2, 3):
         raise ValueError(f"the fast kernel needs score dimension k in (1, 2, 3), got k={k}")
+    if max_bytes is not None and not float(max_bytes) > 0:
+        raise ValueError(f"max_bytes must be None or positive, got {max_bytes!r}")
+
+    def check_budget(half):
+        if max_bytes is None:
+            return
+        modes = 2 * half + 1
+        fine = _next_smooth(int(_SIGMA * modes))
+        needed = plan_memory_bytes(modes, fine, k, dt, value_width)
+        if needed > float(max_bytes):
+            raise _too_large(needed, float(max_bytes), modes=modes, fine=fine, k=k, dtype=dt,
+                             value_width=int(value_width), gamma=(g_lo, g_hi), radius=radius, tol=tol)
 
     per_dim = tol / (4.0 * k)
     # Period: the smallest reach h with aliasing <= per_dim at the smallest γ.
@@ -359,9 +413,12 @@ def plan_gaussian_sum(
     period = 2.0 * radius + h
     eps_a = _aliasing(g_lo, period, radius)
     # Modes: the smallest half-width with truncation <= per_dim at the largest γ.
-    half = max(1, int(period * math.sqrt(2.0 * g_hi * math.log(1.0 / per_dim)) / (2 * math.pi)) - 2)
+    half_est = period * math.sqrt(2.0 * g_hi * math.log(1.0 / per_dim)) / (2 * math.pi)
+    check_budget(max(1, int(min(half_est, 1e12)) - 2))  # before the search: it sums O(half) terms
+    half = max(1, int(half_est) - 2)
     while _truncation(g_hi, period, half) > per_dim:
         half += 1
+    check_budget(half)
     eps_t = _truncation(g_hi, period, half)
     eps_1 = eps_a + eps_t
     kernel_error = (1.0 + eps_1) ** k - 1.0

@@ -48,6 +48,13 @@ class AbstractDynamics(eqx.Module):
     def check_state(self, x, name: str = "x"):
         return check_points(x, name, self.dim)
 
+    def with_token_radius(self, r: float, who: str) -> AbstractDynamics:
+        """This dynamics where ``who`` (a wrapper such as ``tp.Sphere``) guarantees that it is
+        evaluated only at tokens and queries with |x| <= ``r``: a kernel attention whose backend
+        declared no bound takes it (its automatic kernel choice may then plan the fast kernel).
+        Unchanged by default."""
+        return self
+
     def velocity(self, x: PointsLike, weights: WeightsLike | None = None, t=0.0) -> Points:
         """Velocity Γ_μ(x_i) of every token for μ = Σ_j w_j δ_{x_j} (uniform when ``weights`` is None).
 

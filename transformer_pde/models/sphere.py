@@ -32,6 +32,19 @@ def normalize(x: PointsLike) -> Points:
     return x / jnp.linalg.norm(x, axis=-1, keepdims=True)
 
 
+TOKEN_RADIUS = 1.25
+"""The bound on |x| that :class:`Sphere` and :class:`PostLN` declare to their attention's kernel
+(``AbstractDynamics.with_token_radius``; an automatic backend then knows its box): unit tokens,
+plus a margin for the stages of a Runge–Kutta step, which leave the sphere (|x|² = 1 + O(h²));
+a query beyond it is recomputed exactly by ``Auto``, never wrong."""
+
+
+def _declare_unit_tokens(dynamics):
+    if isinstance(dynamics, AbstractDynamics):
+        return dynamics.with_token_radius(TOKEN_RADIUS, "tp.Sphere")
+    return dynamics
+
+
 class Sphere(AbstractManifoldDynamics):
     r"""Layer-normalized dynamics on the unit sphere S^{d-1} (sphere.md §1):
 
@@ -40,9 +53,12 @@ class Sphere(AbstractManifoldDynamics):
     ``tp.Sphere(attn)`` wraps any R^d dynamics. Solvers step in R^d and retract with
     x ← x/|x| after each step (a projection method: it keeps the order of the solver), so
     one Euler step is exactly one residual layer followed by layer normalization.
+
+    The tokens' bound (|x| <= :data:`TOKEN_RADIUS`) is declared to the wrapped dynamics, so an
+    attention with the automatic kernel backend takes the fast kernel at large n (k <= 3).
     """
 
-    dynamics: AbstractDynamics
+    dynamics: AbstractDynamics = eqx.field(converter=_declare_unit_tokens)
 
     def __check_init__(self):
         if not isinstance(self.dynamics, AbstractDynamics):
@@ -141,7 +157,7 @@ class PostLN(AbstractManifoldDynamics):
     measured with it).
     """
 
-    dynamics: AbstractDynamics
+    dynamics: AbstractDynamics = eqx.field(converter=_declare_unit_tokens)
 
     def __check_init__(self):
         if isinstance(self.dynamics, AbstractRetractedDynamics) or not isinstance(

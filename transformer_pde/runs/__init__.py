@@ -11,7 +11,9 @@ idea per module:
   :func:`solve_checkpointed`, ``tp.solve`` in chunks as a host loop, resumable bitwise;
 * :mod:`.run`: :func:`run_experiment`, :func:`load_run`, :func:`redraw`, and the exceptions
   :class:`FailedRun`, :class:`InterruptedRun` of a started run;
-* :mod:`.info`: :func:`run_info`, what ``transformer-pde info RUN_DIR`` prints.
+* :mod:`.info`: :func:`run_info`, what ``transformer-pde info RUN_DIR`` prints;
+* :mod:`.compile_cache`: JAX's persistent compilation cache for CLI runs (where it goes, how it
+  is turned off).
 
 Importing this package does not import JAX: :func:`solve_checkpointed` and
 :func:`run_fingerprint` load :mod:`.chunked` on first use.

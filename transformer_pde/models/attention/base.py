@@ -11,13 +11,14 @@
   moment ODEs α' = Jα + c, Σ' = JΣ + ΣJᵀ are written once here (euclidean.md §4).
 - :class:`AbstractKernelAttention`: the field is made of softmax reductions of logits
   γ⟨a_i, b_j⟩ + bias_j with a = Qx, b = Ky in R^k, each a value its kernel backend
-  (``tp.kernels.Exact``, ``Fast``, ``Auto``, chosen by the user) computes; the choice is
-  inspectable (:meth:`AbstractKernelAttention.kernel_report`).
+  (``tp.kernels.Exact``, ``Fast``, ``Auto``; automatic when none is given) computes; the choice
+  is inspectable (:meth:`AbstractKernelAttention.kernel_report`).
 """
 
 from __future__ import annotations
 
 import abc
+import copy
 
 import equinox as eqx
 import jax
@@ -127,6 +128,14 @@ class AbstractKernelAttention(AbstractAttention):
     @abc.abstractmethod
     def _value_width(self) -> int:
         """Value columns of each reduction (the cost model's e)."""
+
+    def with_token_radius(self, r, who):
+        backend = self.backend.with_token_radius(r, who)
+        if backend is self.backend:
+            return self
+        new = copy.copy(self)  # the backend is a static field: eqx.tree_at cannot reach it
+        object.__setattr__(new, "backend", backend)
+        return new
 
     def kernel_choice(self, m: int, n: int, dtype) -> KernelReport:
         """The kernel the backend takes for m queries and n keys of ``dtype``, and why (static:

@@ -87,7 +87,7 @@ class L2Attention(_AbstractL2, AbstractGaussianClosure):
 
 class CausalL2Attention(AbstractCausalAttention, _AbstractL2):
     """Causal ℓ² attention (euclidean.md §2c, §2f): :class:`L2Attention` with token i attending to
-    tokens j <= i. ``backend``: ``tp.kernels.Exact()`` (default) or ``Auto`` (exact here)."""
+    tokens j <= i. ``backend``: ``tp.kernels.Exact()`` or ``Auto`` (the default; exact here)."""
 
     Q: Param
     K: Param

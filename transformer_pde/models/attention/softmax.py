@@ -11,7 +11,7 @@ from ..._checks import as_float_array, check_scalar
 from ..._types import Param
 from ...kernels.backends import AbstractBackend, bind_backend
 from ...kernels.exact import log_weights
-from ...kernels.reduction import SoftmaxReduction
+from ...kernels.reduction import SoftmaxReduction, keys_over_devices
 from ...params import as_param, bilinear_params, evaluate, param_shape, scalar_param
 from .base import (
     AbstractBilinearAttention,
@@ -54,9 +54,11 @@ class SoftmaxAttention(_AbstractSoftmax, AbstractGaussianClosure):
         V: shape ``(d, d)``, or a callable.
         beta: inverse temperature β (scores are β⟨Qx, Ky⟩ = β yᵀ A x with A = KᵀQ).
         backend: how the reduction is computed (:mod:`transformer_pde.kernels.backends`):
-            ``tp.kernels.Exact()`` (default; ``Exact(tp.kernels.Streaming(key_block))`` sets its
+            ``tp.kernels.Exact()`` (``Exact(tp.kernels.Streaming(key_block))`` sets its
             blocks), ``Fast(tol, radius)`` or ``Auto(tol, radius)``, the NUFFT Gaussian sum for
-            Q, K of shape (k, d) with k <= 3.
+            Q, K of shape (k, d) with k <= 3. Default: ``tp.kernels.automatic()``, exact unless
+            the tokens' bound is known (``tp.Sphere`` declares it) and the fast kernel is
+            predicted cheaper (n in the thousands).
 
     Many papers use A = KᵀQ/√d: pass ``Q / sqrt(d)`` (sphere.md §9). Token i attending to
     tokens j <= i only is :class:`CausalSoftmaxAttention`.
@@ -125,7 +127,7 @@ class CausalSoftmaxAttention(AbstractCausalAttention, _AbstractSoftmax):
             streams and shards like any causal attention.
         include_self: False masks j < i (the LitM model): the first token then sees no key and
             does not move.
-        backend: ``tp.kernels.Exact()`` (default) or ``Auto`` (which takes the exact kernel: a
+        backend: ``tp.kernels.Exact()`` or ``Auto`` (the default; it takes the exact kernel: a
             causal mask is not a convolution).
 
     Token weights are the masses of the causal measure (uniform: the authors' CSA). It has no
@@ -229,7 +231,9 @@ class _AbstractMultiHead(AbstractKernelAttention, AbstractNormalizedAttention):
             avg, _ = self.backend.lse_average(red, axis_name=axis_name)
             return avg @ Wh.T
 
-        return jnp.sum(self.backend.over_heads(head, Q, K, V, W), axis=0)
+        sizes = dict(m=queries.shape[0], n=keys_over_devices(x.shape[0], axis_name),
+                     e=V.shape[1], dtype=x.dtype, causal=bool(mask.get("causal", False)))
+        return jnp.sum(self.backend.over_heads(head, Q, K, V, W, **sizes), axis=0)
 
 
 def _multihead_params(name: str, Q, K, V, W, beta):
@@ -296,7 +300,7 @@ class CausalMultiHeadAttention(AbstractCausalAttention, _AbstractMultiHead):
 
     Args:
         Q, K, V, W, beta: as in :class:`MultiHeadAttention`.
-        backend: ``tp.kernels.Exact()`` (default) or ``Auto`` (which takes the exact kernel).
+        backend: ``tp.kernels.Exact()`` or ``Auto`` (the default; it takes the exact kernel).
     """
 
     Q: Param

@@ -152,7 +152,7 @@ class UnnormalizedAttention(_AbstractUnnormalized, AbstractFieldAttention):
 
 class CausalUnnormalizedAttention(AbstractCausalAttention, _AbstractUnnormalized):
     """Causal USA (sphere.md §1, euclidean.md §2f): :class:`UnnormalizedAttention` with token i
-    attending to tokens j <= i. ``backend``: ``tp.kernels.Exact()`` (default) or ``Auto``."""
+    attending to tokens j <= i. ``backend``: ``tp.kernels.Exact()`` or ``Auto`` (the default; exact here)."""
 
     Q: Param
     K: Param
