@@ -32,7 +32,7 @@ _NAMES = {
     "PiecewiseConstant": ".params",
     "Result": ".runs",
     "BlowUp": ".solvers", "Coupled": ".solvers", "Gaussian": ".solvers", "GaussianSolution": ".solvers",
-    "Particles": ".solvers", "Retracted": ".solvers", "Solution": ".solvers", "Tracers": ".solvers",
+    "Noise": ".solvers", "Particles": ".solvers", "Retracted": ".solvers", "Solution": ".solvers", "Tracers": ".solvers",
     "layers": ".solvers", "solve": ".solvers",
     "heatmap": ".sweeps", "sweep": ".sweeps",
 }
@@ -79,6 +79,7 @@ if TYPE_CHECKING:  # what static tools see: the same names, imported eagerly
         Coupled,
         Gaussian,
         GaussianSolution,
+        Noise,
         Particles,
         Retracted,
         Solution,
