@@ -89,10 +89,13 @@ def solve(
             sphere.md §12, :mod:`~transformer_pde.solvers.noise`). The solver must be an SDE solver
             (default then ``diffrax.Euler()``: with ``dt0 = h`` one step is the noisy residual
             layer); an ODE solver such as Tsit5 is refused. A ``tp.Gaussian`` takes noise as
-            Σ' += σ²I (no key needed); a plain ODE state refuses it.
+            Σ' += σ²I (an ODE: no key, default solver Tsit5); a plain ODE state refuses it.
         key: the PRNG key of the run's Brownian path (required with noise): the same key gives
             the same path, whatever the steps (a virtual Brownian tree), so a run with dt0 and one
             with dt0/2 see the same Brownian motion (strong convergence), and gradients follow it.
+            The SRK solvers (SPaRK, ShARK, ...) draw a tree with space-time Lévy area, whose path
+            differs from the plain tree of Euler/Heun/EulerHeun for the same key: compare runs
+            path by path within one of these two families.
         brownian_interval: ``(T0, T1) ⊇ [t0, t1]``, the interval of the Brownian tree (default
             ``(t0, t1)``): runs cut into pieces pass the whole interval so every piece sees the
             same path (:func:`transformer_pde.runs.solve_checkpointed` does).
@@ -116,7 +119,9 @@ def solve(
         raise ValueError("key and brownian_interval are for noisy runs: pass noise=tp.Noise(sigma) too")
     if noise is not None and not isinstance(noise, Noise):
         raise ValueError(f"noise must be tp.Noise(sigma) or None, got {noise!r}")
-    solver = (diffrax.Tsit5() if noise is None else diffrax.Euler()) if solver is None else solver
+    # a noisy run is an SDE where the state takes a Brownian path (a Gaussian's noise is Σ' += σ²I)
+    sde = noise is not None and bool(jax.tree_util.tree_leaves(state.noise_shape(dynamics)))
+    solver = (diffrax.Euler() if sde else diffrax.Tsit5()) if solver is None else solver
     if not isinstance(solver, diffrax.AbstractSolver):
         raise ValueError(f"solver must be a diffrax solver such as diffrax.Tsit5(), got {solver!r}")
     if stepsize_controller is None:
