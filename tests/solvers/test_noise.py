@@ -131,6 +131,7 @@ def test_uniform_law_stays_uniform_fast_kernel():
     assert float(jnp.max(jnp.abs(x.T @ x / n - jnp.eye(3) / 3))) < 4 / np.sqrt(n)
 
 
+@pytest.mark.slow  # ~10 s on a quiet machine (compiles several solves)
 def test_fast_and_random_batch_follow_the_same_path():
     """The noise does not depend on how the field is computed: on one Brownian path, the fast
     kernel agrees with the exact one to its tolerance, and random batches of the whole system
@@ -153,6 +154,7 @@ def test_fast_and_random_batch_follow_the_same_path():
 # ---------------------------------------------------------------------------- R^d
 
 
+@pytest.mark.slow  # ~10 s on a quiet machine (compiles several solves)
 def test_strong_order_additive_noise():
     """Additive noise in R²: Euler has strong order 1 and ShARK 1.5 (Lévy area from the tree),
     against a fine ShARK solution on the same path."""
@@ -195,6 +197,7 @@ def test_weak_order_ornstein_uhlenbeck():
     assert 0.7 < p < 1.3, (errs, p)
 
 
+@pytest.mark.slow  # ~10 s on a quiet machine (compiles several solves)
 def test_gaussian_closure_under_noise():
     """A Gaussian under isotropic additive noise: Σ' = JΣ + ΣJᵀ + σ²I. At β = 0 the field is the
     mean (J = 0, c = α): α(t) = e^t α0, Σ(t) = Σ0 + σ²t I (closed form). At β = 0.5, tracers of
@@ -235,6 +238,7 @@ def test_reproducible_and_chunked():
     assert float(jnp.max(jnp.abs(chunked - a))) < 1e-12
 
 
+@pytest.mark.slow  # ~10 s on a quiet machine (compiles several solves)
 def test_gradient_matches_finite_differences():
     """d/dβ of a statistic of a noisy run on a fixed Brownian path: jax.grad (through the
     Brownian tree, recursive checkpointing) against central differences."""
