@@ -31,7 +31,7 @@ _NAMES = {
     "FitResult": ".fitting", "checkpointed_adjoint": ".fitting", "fit": ".fitting",
     "PiecewiseConstant": ".params",
     "Result": ".runs",
-    "BlowUp": ".solvers", "Coupled": ".solvers", "Gaussian": ".solvers", "GaussianSolution": ".solvers",
+    "BlowUp": ".solvers", "BrownianIncrements": ".solvers", "BrownianTree": ".solvers", "Coupled": ".solvers", "Gaussian": ".solvers", "GaussianSolution": ".solvers",
     "Noise": ".solvers", "Particles": ".solvers", "Retracted": ".solvers", "Solution": ".solvers", "Tracers": ".solvers",
     "layers": ".solvers", "solve": ".solvers",
     "heatmap": ".sweeps", "sweep": ".sweeps",
@@ -76,6 +76,8 @@ if TYPE_CHECKING:  # what static tools see: the same names, imported eagerly
     from .runs import Result  # noqa: F401
     from .solvers import (  # noqa: F401
         BlowUp,
+        BrownianIncrements,
+        BrownianTree,
         Coupled,
         Gaussian,
         GaussianSolution,

@@ -98,7 +98,7 @@ def test_strong_order_sphere():
     attn = tp.SoftmaxAttention.identity(3, 2.0)
     dyn = tp.Sphere(attn)
     x0 = tp.uniform_sphere(jax.random.key(3), 64, 3)
-    run = lambda h: tp.solve(dyn, x0, t1=1.0, dt0=h, noise=tp.Noise(0.8, tol=2**-14),  # noqa: E731
+    run = lambda h: tp.solve(dyn, x0, t1=1.0, dt0=h, noise=tp.Noise(0.8, path=tp.BrownianTree(tol=2**-14)),  # noqa: E731
                              key=jax.random.key(4), max_steps=2048).xs[-1]
     ref = run(2.0**-10)
     hs = [2.0**-3, 2.0**-4, 2.0**-5, 2.0**-6]
@@ -160,7 +160,7 @@ def test_strong_order_additive_noise():
     against a fine ShARK solution on the same path."""
     attn = tp.SoftmaxAttention(jnp.eye(2), jnp.eye(2), -0.5 * jnp.eye(2), 1.0)
     x0 = jax.random.normal(jax.random.key(11), (8, 2))
-    noise = tp.Noise(0.5, tol=2**-13)
+    noise = tp.Noise(0.5, path=tp.BrownianTree(tol=2**-13))
 
     def run(h, solver):
         return tp.solve(attn, x0, t1=1.0, dt0=h, solver=solver, noise=noise, key=jax.random.key(12),
@@ -236,6 +236,11 @@ def test_reproducible_and_chunked():
     assert bool(jnp.all(a == b)) and float(jnp.max(jnp.abs(a - c))) > 1e-2
     chunked = tp.runs.solve_checkpointed(dyn, x0, every=3, key=jax.random.key(17), **kw).xs
     assert float(jnp.max(jnp.abs(chunked - a))) < 1e-12
+    # one draw per step: reproducible for a key and a step grid, a different path from the tree's
+    kw["noise"] = tp.Noise(0.5, path=tp.BrownianIncrements())
+    d = tp.solve(dyn, x0, key=jax.random.key(17), **kw).xs
+    assert bool(jnp.all(d == tp.solve(dyn, x0, key=jax.random.key(17), **kw).xs))
+    assert float(jnp.max(jnp.abs(d - a))) > 1e-2
 
 
 @pytest.mark.slow  # ~10 s on a quiet machine (compiles several solves)
@@ -283,6 +288,11 @@ def test_bad_input():
     with pytest.raises(ValueError, match="ODEState cannot take noise"):
         tp.solve(_Decay(), jnp.ones(2), t1=1.0, dt0=0.1,
                  noise=tp.Noise(0.5), key=key)
+    with pytest.raises(ValueError, match="cannot serve adaptive steps"):
+        tp.solve(dyn, x0, t1=1.0, dt0=0.1, solver=diffrax.Heun(), noise=tp.Noise(0.5, path=tp.BrownianIncrements()),
+                 stepsize_controller=diffrax.PIDController(rtol=1e-3, atol=1e-3), key=key)
+    with pytest.raises(ValueError, match="BrownianTree.tol must be > 0, got -1"):
+        tp.BrownianTree(tol=-1.0)
     with pytest.raises(ValueError, match="PRNG key"):
         tp.layers(dyn, x0, 4, 0.1, noise=tp.Noise(0.5))
     # a negative σ(t) met along the run (not at t0), and a traced negative σ, under jit

@@ -9,11 +9,11 @@ resumable runs are the runs layer's (:mod:`transformer_pde.runs`).
 from . import random_transformer
 from .events import BlowUp
 from .layers import layers
-from .noise import Noise
+from .noise import AbstractBrownian, BrownianIncrements, BrownianTree, Noise
 from .retracted import Retracted
 from .solution import GaussianSolution, Solution
 from .solve import solve
 from .states import AbstractODE, AbstractState, Coupled, Gaussian, ODEState, Particles, Tracers
 
-__all__ = ["AbstractODE", "AbstractState", "BlowUp", "Coupled", "Gaussian", "GaussianSolution", "Noise", "ODEState",
+__all__ = ["AbstractBrownian", "AbstractODE", "AbstractState", "BlowUp", "BrownianIncrements", "BrownianTree", "Coupled", "Gaussian", "GaussianSolution", "Noise", "ODEState",
            "Particles", "Retracted", "Solution", "Tracers", "layers", "random_transformer", "solve"]

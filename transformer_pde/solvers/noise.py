@@ -25,6 +25,7 @@ noise is the noisy residual layer x ← R(x + hΓ + σ√h ξ).
 
 from __future__ import annotations
 
+import abc
 from collections.abc import Callable
 
 import diffrax
@@ -35,7 +36,71 @@ import numpy as np
 
 from .._checks import check_scalar, is_concrete
 
-__all__ = ["Noise", "check_sde_solver", "brownian_levy_area"]
+__all__ = ["AbstractBrownian", "BrownianIncrements", "BrownianTree", "Noise", "check_sde_solver",
+           "brownian_levy_area"]
+
+
+class AbstractBrownian(eqx.Module):
+    """How a noisy run draws its Brownian path (a value given to :class:`Noise`)."""
+
+    @abc.abstractmethod
+    def path(self, t0, t1, dt0, adaptive: bool, shape, key, levy_area):
+        """The ``diffrax.AbstractBrownianPath`` of a run over [t0, t1] (traced)."""
+
+    def check(self, adaptive: bool) -> None:
+        """ValueError if this path cannot serve the step-size control."""
+
+    def default_adjoint(self):
+        """The adjoint of ``tp.solve`` when none is given."""
+        return diffrax.RecursiveCheckpointAdjoint()
+
+
+class BrownianTree(AbstractBrownian):
+    """A ``diffrax.VirtualBrownianTree`` over the run (the default): any steps, adaptive ones
+    included; a run and its refinement see one path (strong errors), chunks of a run too.
+
+    Args:
+        tol: the resolution (default ``dt0/2`` for constant steps, diffrax's advice;
+            ``(t1 − t0)·2^-20`` for adaptive ones); below it the path is a Brownian-bridge spline.
+            Give runs compared path by path one ``tol`` below the smallest step. Each halving
+            costs a normal draw per token at every evaluation: on S² at n = 2·10⁴ one tree
+            evaluation (5 levels) cost ~10 normal draws of all tokens here.
+    """
+
+    tol: float | None = eqx.field(static=True, default=None)
+
+    def __check_init__(self):
+        if self.tol is not None:
+            check_scalar(self.tol, "BrownianTree.tol", positive=True)
+
+    def path(self, t0, t1, dt0, adaptive, shape, key, levy_area):
+        if self.tol is not None:
+            tol = jnp.asarray(self.tol, t0.dtype)
+        elif dt0 is not None and not adaptive:
+            tol = dt0 / 2
+        else:
+            tol = (t1 - t0) * 2.0**-20
+        return diffrax.VirtualBrownianTree(t0, t1, tol=tol, shape=shape, key=key, levy_area=levy_area)
+
+
+class BrownianIncrements(AbstractBrownian):
+    """One independent draw per step (``diffrax.UnsafeBrownianPath``, keyed by the step's times):
+    the cheapest path (one normal per token and step), for constant steps only. Reproducible for
+    a fixed key and step grid, but a run with another step (or cut into chunks) sees another
+    Brownian motion: use :class:`BrownianTree` for strong errors and chunked runs. diffrax cannot
+    reverse-differentiate through it (the solve's default adjoint is then ``DirectAdjoint``, for
+    forward runs and ``jax.jvp``): use :class:`BrownianTree` for ``jax.grad``."""
+
+    def default_adjoint(self):
+        return diffrax.DirectAdjoint()
+
+    def path(self, t0, t1, dt0, adaptive, shape, key, levy_area):
+        return diffrax.UnsafeBrownianPath(shape=shape, key=key, levy_area=levy_area)
+
+    def check(self, adaptive):
+        if adaptive:
+            raise ValueError("BrownianIncrements draws one increment per step and cannot serve "
+                             "adaptive steps; use tp.BrownianTree() (the default)")
 
 
 class Noise(eqx.Module):
@@ -45,8 +110,9 @@ class Noise(eqx.Module):
         sigma: σ >= 0, a float (a differentiable parameter) or a function ``t ↦ σ(t)``
             (traceable: JAX operations on a scalar time). σ = 1 on the sphere is standard
             spherical Brownian motion (generator ½Δ_S).
-        tol: the resolution of the virtual Brownian tree (default: ``dt0/16`` for constant steps,
-            ``(t1 − t0)·2^-20`` for adaptive ones); increments below it are interpolated.
+        path: how the Brownian path is drawn: :class:`BrownianTree` ``(tol=None)`` (default: a
+            virtual Brownian tree, any steps, one path for a run and its refinements and chunks)
+            or :class:`BrownianIncrements` ``()`` (one draw per step, constant steps only, cheaper).
 
     ``tp.solve(dynamics, x0, t1=..., dt0=..., noise=tp.Noise(0.5), key=jax.random.key(0))``.
     A negative or non-finite σ is an error naming it (a ValueError when concrete, ``eqx.error_if``
@@ -54,18 +120,19 @@ class Noise(eqx.Module):
     """
 
     sigma: jax.Array | Callable
-    tol: float | None = eqx.field(static=True, default=None)
+    path: AbstractBrownian
 
-    def __init__(self, sigma, *, tol=None):
+    def __init__(self, sigma, *, path: AbstractBrownian | None = None):
         if callable(sigma):
             self.sigma = sigma
         else:
             check_scalar(sigma, "Noise.sigma", nonnegative=True)
             self.sigma = sigma if isinstance(sigma, jax.Array) else jnp.asarray(sigma, dtype=float)
-        if tol is not None:
-            check_scalar(tol, "Noise.tol", positive=True)
-            tol = float(tol)
-        self.tol = tol
+        if path is None:
+            path = BrownianTree()
+        if not isinstance(path, AbstractBrownian):
+            raise ValueError(f"Noise.path must be tp.BrownianTree(...) or tp.BrownianIncrements(), got {path!r}")
+        self.path = path
 
     @property
     def time_dependent(self) -> bool:

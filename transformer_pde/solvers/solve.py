@@ -91,8 +91,10 @@ def solve(
             layer); an ODE solver such as Tsit5 is refused. A ``tp.Gaussian`` takes noise as
             Σ' += σ²I (an ODE: no key, default solver Tsit5); a plain ODE state refuses it.
         key: the PRNG key of the run's Brownian path (required with noise): the same key gives
-            the same path, whatever the steps (a virtual Brownian tree), so a run with dt0 and one
-            with dt0/2 see the same Brownian motion (strong convergence), and gradients follow it.
+            the same path (a virtual Brownian tree over the run), and gradients follow it. Runs
+            with different steps see the same Brownian motion at the dyadic points of the interval;
+            for strong comparisons across step sizes give them one resolution,
+            ``tp.Noise(σ, tol=...)`` below the smallest step.
             The SRK solvers (SPaRK, ShARK, ...) draw a tree with space-time Lévy area, whose path
             differs from the plain tree of Euler/Heun/EulerHeun for the same key: compare runs
             path by path within one of these two families.
@@ -142,7 +144,8 @@ def solve(
     check_int(max_steps, "max_steps", minimum=1)
     if max_steps > MAX_STEPS:
         raise ValueError(f"max_steps={max_steps} exceeds {MAX_STEPS} (diffrax counts steps in int32)")
-    adjoint = diffrax.RecursiveCheckpointAdjoint() if adjoint is None else adjoint
+    if adjoint is None:
+        adjoint = diffrax.RecursiveCheckpointAdjoint() if brownian is None else brownian.kind.default_adjoint()
     if event is not None and not isinstance(adjoint, _NO_EVENT_ADJOINTS):
         event = None
     criterion = None if event is None else state.resolve(event)
@@ -211,29 +214,26 @@ def _brownian(noise, key, interval, state, dynamics, solver, controller, t0, t1,
     if all(is_concrete(v) for v in (T0, T1, t0, t1)) and not (float(T0) <= float(t0) < float(t1) <= float(T1)):
         raise ValueError(f"brownian_interval = ({float(T0)}, {float(T1)}) must contain [t0, t1] = "
                          f"[{float(t0)}, {float(t1)}]")
-    if noise.tol is not None:
-        tol = noise.tol
-    elif dt0 is not None and not adaptive:
-        tol = dt0 / 16
-    else:
-        tol = (T1 - T0) * 2.0**-20
-    T0, T1, tol = (jnp.asarray(v, dtype) for v in (T0, T1, tol))
-    return _BrownianSpec(T0, T1, tol, shape, key, brownian_levy_area(solver))
+    noise.path.check(adaptive)
+    T0, T1 = (jnp.asarray(v, dtype) for v in (T0, T1))
+    dt = None if dt0 is None else jnp.asarray(dt0, dtype)
+    return _BrownianSpec(noise.path, T0, T1, dt, adaptive, shape, key, brownian_levy_area(solver))
 
 
 class _BrownianSpec(eqx.Module):
     """What the Brownian tree of a run is built from (the tree itself is built inside jit)."""
 
+    kind: object
     t0: jax.Array
     t1: jax.Array
-    tol: jax.Array
+    dt0: jax.Array | None
+    adaptive: bool = eqx.field(static=True)
     shape: object = eqx.field(static=True)
     key: jax.Array
     levy_area: type = eqx.field(static=True)
 
     def tree(self):
-        return diffrax.VirtualBrownianTree(self.t0, self.t1, tol=self.tol, shape=self.shape, key=self.key,
-                                           levy_area=self.levy_area)
+        return self.kind.path(self.t0, self.t1, self.dt0, self.adaptive, self.shape, self.key, self.levy_area)
 
 
 def _noisy_terms(dynamics, state, noise, brownian):
