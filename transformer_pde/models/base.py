@@ -55,6 +55,19 @@ class AbstractDynamics(eqx.Module):
         Unchanged by default."""
         return self
 
+    def diffusion(self, x: Points, dB: Points, t) -> Points:
+        """How an independent Brownian increment dB (unit σ, one row per token) moves the tokens
+        (sphere.md §12): additive, dB itself, for tokens in R^d and for every dynamics whose
+        retraction ends the step (the noisy layer x ← R(x + hF + σ√h ξ)). :class:`Sphere`
+        projects it (P⊥_x ∘ dB, Stratonovich)."""
+        return dB
+
+    @property
+    def additive_noise(self) -> bool:
+        """Whether :meth:`diffusion` is independent of the tokens (solvers for additive noise
+        only, such as ``diffrax.ShARK``, then apply)."""
+        return True
+
     def velocity(self, x: PointsLike, weights: WeightsLike | None = None, t=0.0) -> Points:
         """Velocity Γ_μ(x_i) of every token for μ = Σ_j w_j δ_{x_j} (uniform when ``weights`` is None).
 

@@ -117,6 +117,17 @@ class Sphere(AbstractManifoldDynamics):
 
         return inner.divergence(queries, x, weights, t) + jax.vmap(one)(queries)
 
+    def diffusion(self, x, dB, t):
+        """σ P⊥_x ∘ dB (sphere.md §12), with P⊥ at x/|x| so that the Stratonovich SDE keeps |x|
+        exactly; Euler (Itô) followed by the retraction x/|x| gains the Itô drift
+        −(d−1)(σ²/2)x from the normalization, so every solver converges to the spherical
+        Brownian motion of generator (σ²/2)Δ_S."""
+        return tangent_projection(normalize(x), dB)
+
+    @property
+    def additive_noise(self):
+        return False
+
 
 def unit_tolerance(dtype) -> float:
     """How far |x| may be from 1 for unit tokens of ``dtype``: 1e-6 in float64, 1e-3 in float32,

@@ -69,6 +69,13 @@ class AbstractSwitched(AbstractRetractedDynamics):
         return self._by_part(jnp.asarray(t) < self.switch_time,
                              lambda part: part.vector_field(x, weights, t), x.dtype)
 
+    def diffusion(self, x, dB, t):
+        return self._by_part(jnp.asarray(t) < self.switch_time, lambda part: part.diffusion(x, dB, t), x.dtype)
+
+    @property
+    def additive_noise(self):
+        return self.before.additive_noise and self.after.additive_noise
+
     def step_velocity(self, x, weights, t0, t1):
         return self._by_part(self._before_step(t0, t1),
                              lambda part: step_velocity(part, x, weights, t0, t1), x.dtype)

@@ -108,8 +108,10 @@ def solve_checkpointed(
     chunked identically (``every`` or :data:`DEFAULT_EVERY`), so results agree bitwise either
     way. ``progress`` draws a bar of chunks.
 
-    Solver options (``solver``, ``stepsize_controller``, ``max_steps``, ...) pass through to
-    ``solve`` for each chunk. A chunk that stops on a non-finite state (``throw=False``) ends
+    Solver options (``solver``, ``stepsize_controller``, ``max_steps``, ``noise`` and ``key``, ...)
+    pass through to ``solve`` for each chunk; a noisy run's Brownian tree spans [t0, t1] in every
+    chunk, so the chunks follow one Brownian path (the unchunked run's, to rounding of the step
+    grid). A chunk that stops on a non-finite state (``throw=False``) ends
     the run: later saves are ``inf`` and ``Solution.nonfinite_time`` says when. A checkpoint
     of another run (other dynamics, x0, weights, solver options, dt0 or save times: see
     :func:`run_fingerprint`) is refused, never mixed in.
@@ -134,6 +136,10 @@ def solve_checkpointed(
     w = check_weights(weights, x0.shape[0], dtype)
     t0f = float(t0)
     ts, stats = _save_times(saveat, t0f, float(t1), dtype)
+    if solve_kwargs.get("noise") is not None and solve_kwargs.get("brownian_interval") is None:
+        # one Brownian tree over [t0, t1] for all chunks: the chunked run follows the same path
+        # as tp.solve(..., t0=t0, t1=t1, noise=..., key=...)
+        solve_kwargs["brownian_interval"] = (t0f, float(t1))
     chunks = _chunks(len(ts), every)
     width = len(chunks[0])
 

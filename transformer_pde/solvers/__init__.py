@@ -12,12 +12,14 @@ from .circle import CircleDensity, DensitySolution, UnderResolvedError, solve_de
 from .events import BlowUp
 from .layers import layers
 from .quadrature import AbstractRule, CircleRule, GaussHermiteRule, SphereRule
+from .noise import AbstractBrownian, BrownianIncrements, BrownianTree, Noise
 from .retracted import Retracted
 from .solution import GaussianSolution, Solution
 from .solve import solve
 from .states import AbstractODE, AbstractState, Coupled, Gaussian, ODEState, Particles, Tracers, WithLogDensity
 
-__all__ = ["AbstractODE", "AbstractRule", "AbstractState", "BlowUp", "CircleDensity", "CircleRule", "Coupled",
-           "DensitySolution", "GaussHermiteRule", "Gaussian", "GaussianSolution", "ODEState", "Particles",
-           "Retracted", "Solution", "SphereRule", "Tracers", "UnderResolvedError", "WithLogDensity", "circle",
-           "circle_branches", "layers", "quadrature", "random_transformer", "solve", "solve_density"]
+__all__ = ["AbstractBrownian", "AbstractODE", "AbstractRule", "AbstractState", "BlowUp", "BrownianIncrements",
+           "BrownianTree", "CircleDensity", "CircleRule", "Coupled", "DensitySolution", "GaussHermiteRule",
+           "Gaussian", "GaussianSolution", "Noise", "ODEState", "Particles", "Retracted", "Solution",
+           "SphereRule", "Tracers", "UnderResolvedError", "WithLogDensity", "circle", "circle_branches",
+           "layers", "quadrature", "random_transformer", "solve", "solve_density"]

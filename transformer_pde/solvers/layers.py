@@ -10,18 +10,26 @@ import numpy as np
 
 from .._checks import NonFiniteStateError, check_int, check_scalar, is_concrete
 from ..models.base import retract_step, step_velocity
+from .noise import Noise
 from .solution import Solution
 from .solve import as_time
 from .states import Particles, as_state
 
 
-def layers(dynamics, x0, num_layers: int, step, *, t0=0.0, save_every: int = 1) -> Solution:
+def layers(dynamics, x0, num_layers: int, step, *, t0=0.0, save_every: int = 1, noise: Noise | None = None,
+           key=None) -> Solution:
     """The discrete residual Transformer: x ← retract(x + h · v(t_l, x)), t_l = t0 + l·h.
 
     This is explicit Euler with step ``h``; on the sphere it is followed by layer
     normalization x ← x/|x| (spec README, "Conventions"). ``x0`` is an ``(n, d)`` array or
     ``tp.Particles(x, weights)``. Returns states after every ``save_every`` layers, including
     the input (layer 0).
+
+    With ``noise=tp.Noise(σ)`` and a ``key``, the noisy residual layer (sphere.md §12):
+    x ← R(x + h v(t_l, x) + σ(t_l)√h g(x, ξ_l)), ξ_l ~ N(0, I) i.i.d. per token and layer
+    (``fold_in(key, l)``), g the dynamics' :meth:`~transformer_pde.models.AbstractDynamics.diffusion`
+    (ξ itself; its tangent part on :class:`~transformer_pde.Sphere`): Euler–Maruyama, then the
+    layer's normalization.
     """
     state = as_state(dynamics, x0)
     if not isinstance(state, Particles):
@@ -36,7 +44,15 @@ def layers(dynamics, x0, num_layers: int, step, *, t0=0.0, save_every: int = 1) 
     x0, w = state.x, state.weights
     h = jnp.asarray(step, x0.dtype)
     t0 = as_time(t0, "t0", x0.dtype)
-    xs = _layers(dynamics, x0, w, h, t0, int(num_layers), int(save_every))
+    if noise is None and key is not None:
+        raise ValueError("key is for noisy layers: pass noise=tp.Noise(sigma) too")
+    if noise is not None:
+        if not isinstance(noise, Noise):
+            raise ValueError(f"noise must be tp.Noise(sigma) or None, got {noise!r}")
+        if key is None:
+            raise ValueError("noise needs a PRNG key: pass key=jax.random.key(seed)")
+        noise.check(t0, x0.dtype)
+    xs = _layers(dynamics, x0, w, h, t0, int(num_layers), int(save_every), noise, key)
     ts = t0 + h * jnp.arange(0, int(num_layers) + 1, int(save_every), dtype=x0.dtype)
     if is_concrete(xs):
         finite = np.isfinite(np.asarray(xs)).reshape(xs.shape[0], -1).all(axis=1)
@@ -50,11 +66,15 @@ def layers(dynamics, x0, num_layers: int, step, *, t0=0.0, save_every: int = 1) 
 
 
 @eqx.filter_jit
-def _layers(dynamics, x0, w, h, t0, num_layers, save_every):
+def _layers(dynamics, x0, w, h, t0, num_layers, save_every, noise, key):
     def layer(x, l):
         t = t0 + l * h
         v = step_velocity(dynamics, x, w, t, t + h).astype(x.dtype)
-        return retract_step(dynamics, x + h * v, t, t + h), None
+        x1 = x + h * v
+        if noise is not None:
+            xi = jax.random.normal(jax.random.fold_in(key, l), x.shape, x.dtype)
+            x1 = x1 + noise.at(t, x.dtype) * jnp.sqrt(h) * dynamics.diffusion(x, xi, t).astype(x.dtype)
+        return retract_step(dynamics, x1, t, t + h), None
 
     def block(x, b):
         x, _ = jax.lax.scan(layer, x, b * save_every + jnp.arange(save_every))

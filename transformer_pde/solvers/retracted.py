@@ -29,6 +29,10 @@ class Retracted(diffrax.AbstractWrappedSolver):
         return self.solver.term_structure
 
     @property
+    def term_compatible_contr_kwargs(self):  # SRK solvers ask the Brownian path for Lévy areas
+        return self.solver.term_compatible_contr_kwargs
+
+    @property
     def interpolation_cls(self):  # pyright: ignore
         return self.solver.interpolation_cls
 

@@ -9,6 +9,8 @@ step-size controller, adjoint and ``SaveAt``, the progress meter, and the stop c
 
 from __future__ import annotations
 
+import warnings
+
 import diffrax
 import equinox as eqx
 import jax
@@ -19,6 +21,7 @@ from .._checks import NonFiniteStateError, check_int, check_scalar, is_concrete
 from ..models.base import AbstractRetractedDynamics, AbstractRetraction
 from ..models.switched import AbstractSwitched
 from .events import BlowUp
+from .noise import Noise, brownian_levy_area, check_sde_solver
 from .retracted import Retracted
 from .solution import GaussianSolution, Solution
 from .states import AbstractState, as_state
@@ -45,6 +48,9 @@ def solve(
     event: BlowUp | None = _BLOW_UP,
     progress_meter: diffrax.AbstractProgressMeter | None = None,
     throw: bool = True,
+    noise: Noise | None = None,
+    key: jax.Array | None = None,
+    brownian_interval: tuple | None = None,
 ) -> Solution | GaussianSolution:
     """Integrate a state from t0 to t1 under ``dynamics``.
 
@@ -80,6 +86,23 @@ def solve(
         progress_meter: a diffrax progress meter (e.g. ``diffrax.TqdmProgressMeter()``),
             updated from inside jit; default none.
         throw: raise if the solve fails; otherwise inspect ``Solution.result``.
+        noise: :class:`~transformer_pde.Noise` ``(σ)``: independent noise on every token,
+            dX_i = Γ dt + σ(t) dB_i (on the sphere σP⊥_{X_i} ∘ dB_i, generator (σ²/2)Δ_S;
+            sphere.md §12, :mod:`~transformer_pde.solvers.noise`). The solver must be an SDE solver
+            (default then ``diffrax.Euler()``: with ``dt0 = h`` one step is the noisy residual
+            layer); an ODE solver such as Tsit5 is refused. A ``tp.Gaussian`` takes noise as
+            Σ' += σ²I (an ODE: no key, default solver Tsit5); a plain ODE state refuses it.
+        key: the PRNG key of the run's Brownian path (required with noise): the same key gives
+            the same path (a virtual Brownian tree over the run), and gradients follow it. Runs
+            with different steps see the same Brownian motion at the dyadic points of the interval;
+            for strong comparisons across step sizes give them one resolution,
+            ``tp.Noise(σ, tol=...)`` below the smallest step.
+            The SRK solvers (SPaRK, ShARK, ...) draw a tree with space-time Lévy area, whose path
+            differs from the plain tree of Euler/Heun/EulerHeun for the same key: compare runs
+            path by path within one of these two families.
+        brownian_interval: ``(T0, T1) ⊇ [t0, t1]``, the interval of the Brownian tree (default
+            ``(t0, t1)``): runs cut into pieces pass the whole interval so every piece sees the
+            same path (:func:`transformer_pde.runs.solve_checkpointed` does).
 
     The compiled program depends only on shapes and the static configuration, so repeated
     calls with new values (x0, parameters, t1) do not recompile; ``solve`` works under
@@ -96,11 +119,21 @@ def solve(
     if fn is not None:
         state.check_statistics()
     ts = check_times(t0, t1, dt0, save_ts, dtype)
-    solver = state.default_solver() if solver is None else solver
+    if noise is None and (key is not None or brownian_interval is not None):
+        raise ValueError("key and brownian_interval are for noisy runs: pass noise=tp.Noise(sigma) too")
+    if noise is not None and not isinstance(noise, Noise):
+        raise ValueError(f"noise must be tp.Noise(sigma) or None, got {noise!r}")
+    # a noisy run is an SDE where the state takes a Brownian path (a Gaussian's noise is Σ' += σ²I)
+    sde = noise is not None and bool(jax.tree_util.tree_leaves(state.noise_shape(dynamics)))
+    solver = (diffrax.Euler() if sde else state.default_solver()) if solver is None else solver
     if not isinstance(solver, diffrax.AbstractSolver):
         raise ValueError(f"solver must be a diffrax solver such as diffrax.Tsit5(), got {solver!r}")
     if stepsize_controller is None:
         stepsize_controller = state.default_controller()
+    brownian = None
+    if noise is not None:
+        brownian = _brownian(noise, key, brownian_interval, state, dynamics, solver, stepsize_controller,
+                             t0, t1, dt0, dtype)
     if dt0 is None and isinstance(stepsize_controller, diffrax.ConstantStepSize):
         raise ValueError("dt0 is required with constant step sizes (pass dt0=..., or an adaptive "
                          "stepsize_controller such as diffrax.PIDController)")
@@ -113,14 +146,15 @@ def solve(
     check_int(max_steps, "max_steps", minimum=1)
     if max_steps > MAX_STEPS:
         raise ValueError(f"max_steps={max_steps} exceeds {MAX_STEPS} (diffrax counts steps in int32)")
-    adjoint = diffrax.RecursiveCheckpointAdjoint() if adjoint is None else adjoint
+    if adjoint is None:
+        adjoint = diffrax.RecursiveCheckpointAdjoint() if brownian is None else brownian.kind.default_adjoint()
     if event is not None and not isinstance(adjoint, _NO_EVENT_ADJOINTS):
         event = None
     criterion = None if event is None else state.resolve(event)
     sol = _solve(dynamics, state, as_time(t0, "t0", dtype), as_time(t1, "t1", dtype),
                  None if dt0 is None else jnp.asarray(dt0, dtype), ts, fn, solver, stepsize_controller,
                  adjoint, int(max_steps), progress_meter or diffrax.NoProgressMeter(), bool(throw),
-                 event is not None, criterion)
+                 event is not None, criterion, noise, brownian)
     if throw and event is not None and isinstance(sol, Solution):
         sol = _raise_if_nonfinite(sol)
     return sol
@@ -128,8 +162,10 @@ def solve(
 
 @eqx.filter_jit
 def _solve(dynamics, state, t0, t1, dt0, ts, fn, solver, controller, adjoint, max_steps, meter, throw,
-           watch, criterion):
+           watch, criterion, noise, brownian):
     term = state.term(dynamics)
+    if noise is not None:
+        term = _noisy_terms(dynamics, state, noise, brownian)
     if state.retracts(dynamics):
         solver = Retracted(solver, _StateRetraction(state, dynamics))
     # saves interpolate between steps (dense output may leave the manifold): the state maps them
@@ -143,9 +179,12 @@ def _solve(dynamics, state, t0, t1, dt0, ts, fn, solver, controller, adjoint, ma
     event = None
     if watch:
         event = diffrax.Event(lambda t, y, args, **kw: state.blown_up(criterion, y))
-    sol = diffrax.diffeqsolve(term, solver, t0, t1, dt0, state.y, saveat=saveat,
-                              stepsize_controller=controller, adjoint=adjoint, max_steps=max_steps,
-                              throw=throw, event=event, progress_meter=meter)
+    with warnings.catch_warnings():
+        # a Retracted SDE solver is its wrapped solver's kind (check_sde_solver checked that one)
+        warnings.filterwarnings("ignore", message=".*not marked as converging to either the Itô")
+        sol = diffrax.diffeqsolve(term, solver, t0, t1, dt0, state.y, saveat=saveat,
+                                  stepsize_controller=controller, adjoint=adjoint, max_steps=max_steps,
+                                  throw=throw, event=event, progress_meter=meter)
     (save_ts, _), (saved, (t_end, final)) = sol.ts, sol.ys
     stop_time = None
     if watch:
@@ -154,6 +193,95 @@ def _solve(dynamics, state, t0, t1, dt0, ts, fn, solver, controller, adjoint, ma
     final = (t_end[0], jax.tree.map(lambda a: a[0], final))
     return state.solution(save_ts, saved, fn is not None, stop_time, final,
                           sol.stats["num_accepted_steps"], sol.result, criterion)
+
+
+def _brownian(noise, key, interval, state, dynamics, solver, controller, t0, t1, dt0, dtype):
+    """The Brownian path of a noisy run (a ``diffrax.VirtualBrownianTree``), or None where the
+    noise acts deterministically (a Gaussian's moments); checks the key, σ and the solver."""
+    noise.check(t0, dtype)
+    shape = state.noise_shape(dynamics)
+    if not jax.tree_util.tree_leaves(shape):
+        return None
+    if key is None:
+        raise ValueError("noise needs a PRNG key: pass key=jax.random.key(seed) (one key per run; "
+                         "the same key gives the same Brownian path)")
+    if not (isinstance(key, jax.Array) and (jax.dtypes.issubdtype(key.dtype, jax.dtypes.prng_key) or (
+            key.dtype == jnp.uint32 and key.shape == (2,)))):
+        raise ValueError(f"key must be a JAX PRNG key such as jax.random.key(0), got {key!r}")
+    adaptive = isinstance(controller, diffrax.AbstractAdaptiveStepSizeController)
+    check_sde_solver(solver, state.additive_noise(dynamics), adaptive)
+    T0, T1 = (t0, t1) if interval is None else interval
+    check_scalar(T0, "brownian_interval[0]")
+    check_scalar(T1, "brownian_interval[1]")
+    if all(is_concrete(v) for v in (T0, T1, t0, t1)) and not (float(T0) <= float(t0) < float(t1) <= float(T1)):
+        raise ValueError(f"brownian_interval = ({float(T0)}, {float(T1)}) must contain [t0, t1] = "
+                         f"[{float(t0)}, {float(t1)}]")
+    noise.path.check(adaptive)
+    T0, T1 = (jnp.asarray(v, dtype) for v in (T0, T1))
+    dt = None if dt0 is None else jnp.asarray(dt0, dtype)
+    return _BrownianSpec(noise.path, T0, T1, dt, adaptive, shape, key, brownian_levy_area(solver))
+
+
+class _BrownianSpec(eqx.Module):
+    """What the Brownian tree of a run is built from (the tree itself is built inside jit)."""
+
+    kind: object
+    t0: jax.Array
+    t1: jax.Array
+    dt0: jax.Array | None
+    adaptive: bool = eqx.field(static=True)
+    shape: object = eqx.field(static=True)
+    key: jax.Array
+    levy_area: type = eqx.field(static=True)
+
+    def tree(self):
+        return self.kind.path(self.t0, self.t1, self.dt0, self.adaptive, self.shape, self.key, self.levy_area)
+
+
+def _noisy_terms(dynamics, state, noise, brownian):
+    """drift + σ(t)·diffusion ∘ dW: an ODE term (a Gaussian's Σ' += σ²I) or diffrax's SDE terms."""
+    def drift(t, y, args):
+        v = state.vector_field(dynamics, t, y)
+        extra = state.noise_drift(dynamics, t, y, noise.at(t, state.dtype))
+        return v if extra is None else jax.tree.map(jnp.add, v, extra)
+
+    if brownian is None:
+        return diffrax.ODETerm(drift)
+    diffusion = _NoiseTerm(brownian.tree(), noise, state, dynamics, state.additive_noise(dynamics))
+    return diffrax.MultiTerm(diffrax.ODETerm(drift), diffusion)
+
+
+class _Diffusion(eqx.Module):
+    """The diffusion coefficient at (t, y) as data (diffrax's SRK solvers vmap and combine it
+    linearly): σ(t), and the point where the noise acts (None for additive noise)."""
+
+    sigma: jax.Array
+    y: object
+    t: jax.Array
+
+
+class _NoiseTerm(diffrax.AbstractTerm):
+    """σ(t)·g(t, y)∘dW with g the state's (and the dynamics') :meth:`diffusion`: the ``ControlTerm``
+    of an SDE whose vector field is applied to the increment by the state, not by a matrix."""
+
+    control: diffrax.AbstractBrownianPath
+    noise: Noise
+    state: object
+    dynamics: object
+    additive: bool = eqx.field(static=True)
+
+    def vf(self, t, y, args):
+        sigma = self.noise.at(t, self.state.dtype)
+        return _Diffusion(sigma, None if self.additive else y, jnp.asarray(t, self.state.dtype))
+
+    def contr(self, t0, t1, **kwargs):
+        return self.control.evaluate(t0, t1, **kwargs)
+
+    def prod(self, vf, control):
+        if self.additive:  # g = σ(t)·I: the increment itself (independent of y, as ShARK needs)
+            return jax.tree.map(lambda dw: (vf.sigma * dw).astype(dw.dtype), control)
+        g = self.state.diffusion(self.dynamics, vf.t, vf.y, control)
+        return jax.tree.map(lambda a: (vf.sigma * a).astype(a.dtype), g)
 
 
 class _StateRetraction(AbstractRetraction):

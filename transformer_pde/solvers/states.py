@@ -93,6 +93,28 @@ class AbstractState(eqx.Module):
         """Whether every step ends with the dynamics' retraction."""
         return False
 
+    # --- independent noise (sphere.md §12; :class:`~.noise.Noise`) ----------------------------
+    def noise_shape(self, dynamics) -> Any:
+        """The Brownian motion this state needs under noise: a pytree of ``jax.ShapeDtypeStruct``
+        (None where the noise acts deterministically, as on a Gaussian's moments). States that
+        cannot take noise raise a ValueError naming themselves."""
+        raise ValueError(f"{type(self).__name__} cannot take noise: independent noise moves tokens "
+                         "(tp.Particles, tp.Tracers, tp.Coupled of them) or a Gaussian's moments "
+                         "(tp.Gaussian); a plain ODE state has no tokens to move")
+
+    def diffusion(self, dynamics, t, y, dB) -> Any:
+        """The increment of y for a Brownian increment dB (unit σ; linear in dB)."""
+        raise NotImplementedError
+
+    def noise_drift(self, dynamics, t, y, sigma) -> Any:
+        """What noise of strength σ adds to dy/dt deterministically (None: nothing)."""
+        return None
+
+    def additive_noise(self, dynamics) -> bool:
+        """Whether the noise is additive, the increment being σ dB itself (solvers for additive
+        noise, such as ``diffrax.ShARK``, then apply)."""
+        return False
+
     def retract_step(self, dynamics, y, t0, t1):
         return y
 
@@ -167,6 +189,15 @@ class Particles(AbstractState):
 
     def value(self, dynamics, y, t):
         return retract_at(dynamics, y, t)
+
+    def noise_shape(self, dynamics):
+        return jax.ShapeDtypeStruct(self.x.shape, self.x.dtype)
+
+    def diffusion(self, dynamics, t, y, dB):
+        return dynamics.diffusion(y, dB, t).astype(y.dtype)
+
+    def additive_noise(self, dynamics):
+        return dynamics.additive_noise
 
     def solution(self, ts, saved, statistics, stop_time, final, num_steps, result, criterion):
         sol = super().solution(ts, saved, statistics, stop_time, final, num_steps, result, criterion)
@@ -318,6 +349,21 @@ class Gaussian(AbstractState):
         # the state's dtype rules (float32 moments with float64 parameters stay float32)
         return dm.astype(m.dtype), dc.astype(c.dtype)
 
+    def noise_shape(self, dynamics):
+        return None  # isotropic additive noise keeps a Gaussian Gaussian: Σ' += σ²I, no path
+
+    def diffusion(self, dynamics, t, y, dB):
+        return jax.tree.map(jnp.zeros_like, y)
+
+    def additive_noise(self, dynamics):
+        return False  # the moments take no increment (a tracer's does: Tracers asks its own)
+
+    def noise_drift(self, dynamics, t, y, sigma):
+        """dX = (JX + c)dt + σ dB keeps N(α, Σ) Gaussian with α' = Jα + c, Σ' = JΣ + ΣJᵀ + σ²I
+        (Itô's formula for the second moments; the field depends on μ only through (α, Σ))."""
+        m, c = y
+        return jnp.zeros_like(m), (sigma ** 2 * jnp.eye(m.shape[0])).astype(c.dtype)
+
     def field_at(self, dynamics, queries, y, t):
         """The affine field J z + c of N(mean, cov) at test particles z."""
         J, c = dynamics.affine_field(*y, t)
@@ -416,6 +462,23 @@ class Tracers(AbstractState):
     def value(self, dynamics, y, t):
         yc, z = y
         return self.carrier.value(dynamics, yc, t), retract_at(dynamics, z, t)
+
+    def noise_shape(self, dynamics):
+        """The carrier's noise and the tracers' own, independent of it: started at samples of
+        μ_0, the tracers are then i.i.d. samples of the noisy mean field (McKean–Vlasov)."""
+        return self.carrier.noise_shape(dynamics), jax.ShapeDtypeStruct(self.z.shape, self.z.dtype)
+
+    def diffusion(self, dynamics, t, y, dB):
+        (yc, z), (dc, dz) = y, dB
+        return self.carrier.diffusion(dynamics, t, yc, dc), dynamics.diffusion(z, dz, t).astype(z.dtype)
+
+    def noise_drift(self, dynamics, t, y, sigma):
+        yc, z = y
+        drift = self.carrier.noise_drift(dynamics, t, yc, sigma)
+        return None if drift is None else (drift, jnp.zeros_like(z))
+
+    def additive_noise(self, dynamics):
+        return self.carrier.additive_noise(dynamics) and dynamics.additive_noise
 
     def resolve(self, event):
         return self.carrier.resolve(event)
@@ -559,6 +622,22 @@ class Coupled(AbstractState):
 
     def resolve(self, event):
         return tuple(p.resolve(event) for p in self.parts)
+
+    def noise_shape(self, dynamics):
+        """Each part its own independent noise."""
+        return tuple(p.noise_shape(dynamics) for p in self.parts)
+
+    def diffusion(self, dynamics, t, y, dB):
+        return tuple(p.diffusion(dynamics, t, yp, db) for p, yp, db in zip(self.parts, y, dB))
+
+    def noise_drift(self, dynamics, t, y, sigma):
+        drifts = [p.noise_drift(dynamics, t, yp, sigma) for p, yp in zip(self.parts, y)]
+        if all(d is None for d in drifts):
+            return None
+        return tuple(jax.tree.map(jnp.zeros_like, yp) if d is None else d for d, yp in zip(drifts, y))
+
+    def additive_noise(self, dynamics):
+        return all(p.additive_noise(dynamics) for p in self.parts)
 
     def blown_up(self, criteria, y):
         return jnp.any(jnp.stack([p.blown_up(c, yp) for p, c, yp in zip(self.parts, criteria, y)]))
