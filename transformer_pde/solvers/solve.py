@@ -88,6 +88,12 @@ def solve(
     if progress_meter is not None and not isinstance(progress_meter, diffrax.AbstractProgressMeter):
         raise ValueError(f"progress_meter must be a diffrax progress meter such as "
                          f"diffrax.TqdmProgressMeter(), got {progress_meter!r}")
+    check_scalar(t0, "t0")
+    check_scalar(t1, "t1")
+    if isinstance(dynamics, AbstractSwitched):
+        # the part that holds on [t0, t1] checks the state: a run that starts after the switch
+        # (a resumed chunk) starts from the second part's states, not the first's
+        dynamics = dynamics.part_on(t0, t1)
     state = as_state(dynamics, state0).prepare(dynamics)
     dtype = state.dtype
     save_ts, fn = parse_saveat(saveat)
@@ -102,8 +108,6 @@ def solve(
     if dt0 is None and isinstance(stepsize_controller, diffrax.ConstantStepSize):
         raise ValueError("dt0 is required with constant step sizes (pass dt0=..., or an adaptive "
                          "stepsize_controller such as diffrax.PIDController)")
-    if isinstance(dynamics, AbstractSwitched):
-        dynamics = dynamics.part_on(t0, t1)
     if isinstance(dynamics, AbstractRetractedDynamics) and dynamics.switch_times:
         stepsize_controller, dt0 = jump_at_switches(dynamics, stepsize_controller, t0, t1, dt0, dtype)
     if max_steps is None:
