@@ -119,7 +119,10 @@ def solve(
     if event is not None and not isinstance(adjoint, _NO_EVENT_ADJOINTS):
         event = None
     criterion = None if event is None else state.resolve(event)
-    sol = _solve(dynamics, state, as_time(t0, "t0", dtype), as_time(t1, "t1", dtype),
+    t0a, t1a = as_time(t0, "t0", dtype), as_time(t1, "t1", dtype)
+    if not (is_concrete(t0) and is_concrete(t1)):  # the concrete case was refused above
+        t1a = eqx.error_if(t1a, ~(t1a > t0a), "solve: must have t1 > t0 (time runs forward)")
+    sol = _solve(dynamics, state, t0a, t1a,
                  None if dt0 is None else jnp.asarray(dt0, dtype), ts, fn, solver, stepsize_controller,
                  adjoint, int(max_steps), progress_meter or diffrax.NoProgressMeter(), bool(throw),
                  event is not None, criterion)
@@ -138,7 +141,7 @@ def _solve(dynamics, state, t0, t1, dt0, ts, fn, solver, controller, adjoint, ma
     if fn is None:
         save = lambda t, y, args: state.value(dynamics, y, t)  # noqa: E731
     else:
-        save = lambda t, y, args: fn(t, state.value(dynamics, y, t), args)  # noqa: E731
+        save = lambda t, y, args: jax.tree.map(_saved_array, fn(t, state.value(dynamics, y, t), args))  # noqa: E731
     # the extra save at t1 records where the run actually stopped (the event time, or t1)
     saveat = diffrax.SaveAt(subs=[diffrax.SubSaveAt(ts=ts, fn=save),
                                   diffrax.SubSaveAt(t1=True, fn=lambda t, y, args: (t, state.final_value(y)))])
@@ -156,6 +159,15 @@ def _solve(dynamics, state, t0, t1, dt0, ts, fn, solver, controller, adjoint, ma
     final = (t_end[0], jax.tree.map(lambda a: a[0], final))
     return state.solution(save_ts, saved, fn is not None, stop_time, final,
                           sol.stats["num_accepted_steps"], sol.result, criterion)
+
+
+def _saved_array(value):
+    """A leaf of a ``SaveAt(fn=...)`` statistic as an array (a Python number becomes one)."""
+    if isinstance(value, (bool, int, float, np.ndarray, np.generic, jax.Array)) and not (
+            isinstance(value, (np.ndarray, np.generic)) and value.dtype == object):
+        return jnp.asarray(value)
+    raise ValueError(f"SaveAt fn must return arrays (or a pytree of them), got a "
+                     f"{type(value).__name__}: {value!r}"[:300])
 
 
 class _StateRetraction(AbstractRetraction):
