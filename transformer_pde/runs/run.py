@@ -37,7 +37,7 @@ from .directory import (
 from .provenance import environment
 from .result import DATA_FILE, GRIDS_FILE, Result
 from .runnable import RunnableExperiment
-from .signals import SignalReceived, check_interrupt, signals_deferred
+from .signals import SignalReceived, check_interrupt, on_forced_stop, signals_deferred
 
 
 class FailedRun(Exception):
@@ -171,6 +171,18 @@ def _run_locked(exp, config, out_dir, progress, checkpoint_every, resume, replac
 
     start = time.perf_counter()
     data_path = out_dir / DATA_FILE
+
+    def forced_stop(signum):  # the watchdog's last act (runs/signals.py): a resumable directory
+        _mark(meta_path, {**meta, "status": STATUS_INTERRUPTED, "stopped_by": "watchdog",
+                          "wall_time_s": time.perf_counter() - start})
+
+    with on_forced_stop(forced_stop):
+        return _compute_and_save(exp, config, out_dir, progress, checkpoint, meta, meta_path, start,
+                                 data_path, ckpt_dir, continued)
+
+
+def _compute_and_save(exp, config, out_dir, progress, checkpoint, meta, meta_path, start, data_path,
+                      ckpt_dir, continued) -> dict:
     try:
         check_interrupt()
         if exp.resumable:
