@@ -26,7 +26,7 @@ def test_ngpt_default_alpha_is_the_authors_layer():
 
 
 def test_equiangular_runs_sa_alone(tmp_path):
-    cfg = equiangular.EquiangularConfig(**{**equiangular_tiny(), "models": ("SA",)})
+    cfg = equiangular.EquiangularConfig(**{**equiangular_tiny(), "betas": (1.0,), "models": ("SA",)})
     res = equiangular.compute(cfg)
     assert "rho_SA" in res and "rho_USA" not in res
     # SA's late decay rate of 1 − ρ is 2 (GLPR, orthogonal start)
