@@ -29,7 +29,11 @@ def _first_bad(mask: np.ndarray) -> tuple:
 def as_float_array(x, name: str):
     """Convert to a floating JAX array (ints are promoted to the default float dtype)."""
     if isinstance(x, (list, tuple)):
-        x = np.asarray(x)
+        try:
+            x = np.asarray(x)
+        except ValueError:
+            raise ValueError(f"{name} must be a rectangular array (every row the same length), got "
+                             f"a ragged {type(x).__name__}") from None
     if not isinstance(x, (np.ndarray, np.generic, jax.Array)):
         try:
             x = np.asarray(x)
@@ -132,3 +136,62 @@ def check_block_size(block_size, name: str):
     if block_size is None:
         return None
     return check_int(block_size, name, minimum=1)
+
+
+def _condition(low, high, low_open, high_open) -> str:
+    """'be > 0', 'be <= 1', 'lie in [-1, 1)'."""
+    if low is not None and high is not None:
+        return f"lie in {'(' if low_open else '['}{low:g}, {high:g}{')' if high_open else ']'}"
+    if low is not None:
+        return f"be {'>' if low_open else '>='} {low:g}"
+    if high is not None:
+        return f"be {'<' if high_open else '<='} {high:g}"
+    return "be finite"
+
+
+def check_in_range(value, name: str, *, low=None, high=None, low_open: bool = False,
+                   high_open: bool = False, meaning: str = ""):
+    """A finite real scalar in the interval [low, high] (ends open where asked, ``None``
+    unbounded): ValueError naming ``name``, the interval and the value when concrete; the same
+    message through ``eqx.error_if`` when traced (use the returned value). ``meaning`` says why
+    (e.g. "a cosine")."""
+    check_scalar(value, name)
+    why = f" ({meaning})" if meaning else ""
+    where = f"{name} must {_condition(low, high, low_open, high_open)}{why}"
+    if is_concrete(value):
+        v = float(np.asarray(value))
+        bad = (low is not None and (v <= low if low_open else v < low)) or (
+            high is not None and (v >= high if high_open else v > high))
+        if bad:
+            raise ValueError(f"{where}, got {v!r}")
+        return value
+    v = jnp.asarray(value)
+    bad = ~jnp.isfinite(v)
+    if low is not None:
+        bad = bad | ((v <= low) if low_open else (v < low))
+    if high is not None:
+        bad = bad | ((v >= high) if high_open else (v > high))
+    return eqx.error_if(v, bad, f"{where}, and be finite")
+
+
+def check_count(value, name: str, *, minimum: int | None = None) -> int:
+    """An integer count given as an int or an integral float (10.0 is 10); a non-integer (10.7),
+    NaN, inf or bool is refused naming ``name`` -- never truncated."""
+    if isinstance(value, (float, np.floating)) and not isinstance(value, bool):
+        if not np.isfinite(value) or float(value) != int(value):
+            raise ValueError(f"{name} must be an integer, got {value!r}")
+        value = int(value)
+    if isinstance(value, (np.ndarray, jax.Array)) and np.ndim(value) == 0 and is_concrete(value) and \
+            jnp.issubdtype(value.dtype, jnp.integer):
+        value = int(value)
+    return check_int(value, name, minimum=minimum)
+
+
+def check_key(key, name: str = "key"):
+    """A JAX random key: ``jax.random.key(s)`` (typed) or ``jax.random.PRNGKey(s)`` (raw uint32
+    pair); ValueError naming ``name`` otherwise (None, an int seed, another array)."""
+    if isinstance(key, jax.Array) and (jax.dtypes.issubdtype(key.dtype, jax.dtypes.prng_key) or (
+            key.shape == (2,) and key.dtype == jnp.uint32)):
+        return key
+    raise ValueError(f"{name} must be a JAX random key such as jax.random.key(0), got "
+                     f"{type(key).__name__} {key!r}"[:300])

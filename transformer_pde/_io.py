@@ -184,7 +184,7 @@ def lock_directory(directory):
 
     The lock is ``fcntl.flock`` on ``directory/.lock``, held through an open file for the
     whole block; the file records the holder (pid, host, start time, command) for the error
-    of whoever finds it taken. The kernel releases the lock when its process ends, however
+    of whoever finds it taken, and is removed when the block ends. The kernel releases the lock when its process ends, however
     it ends (SIGKILL included), so a lock left by a dead process is free for the next one: no
     stale-lock cleanup is needed. Never waits: a taken lock raises :class:`DirectoryBusyError`
     at once. Locks are per open file, so a second ``lock_directory`` of the same directory in
@@ -227,4 +227,8 @@ def lock_directory(directory):
         os.ftruncate(fd, len(data))
         yield
     finally:
+        # remove the file while still holding the lock (a run leaves no .lock behind); a process
+        # that opened it meanwhile finds it unlinked after its flock and retries on a new file
+        with contextlib.suppress(OSError):
+            os.unlink(path)
         os.close(fd)  # releases the lock

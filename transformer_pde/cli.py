@@ -84,14 +84,24 @@ def _positive_int(text: str) -> int:
     return value
 
 
+def _directory(text: str) -> Path:
+    """A directory argument: a non-empty path ('' would be the current directory)."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError(f"expected a directory, got {text!r} (an empty path would "
+                                         f"write into the current directory; pass '.' to mean it)")
+    return Path(text)
+
+
 def _common_options(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--out", type=Path, default=None, help="output directory (default runs/NAME)")
+    p.add_argument("--out", type=_directory, default=None, help="output directory (default runs/NAME)")
+    p.add_argument("--replace", action="store_true",
+                   help="replace a complete run of other options in the output directory")
     p.add_argument("--no-progress", action="store_true", help="hide the progress bar")
     p.add_argument("--config", type=Path, default=None, metavar="FILE.toml",
                    help="options from a TOML file (flat 'key = value'; flags given here win)")
     p.add_argument("--checkpoint-every", dest="checkpoint_every", type=_positive_int, default=None,
                    metavar="K", help="resumable experiments: checkpoint every K save intervals")
-    p.add_argument("--resume", type=Path, default=None, metavar="DIR",
+    p.add_argument("--resume", type=_directory, default=None, metavar="DIR",
                    help="continue the unfinished run in DIR with its saved options")
     p.add_argument("--compile-cache", dest="compile_cache", default=None, metavar="DIR|off",
                    help="JAX's persistent compilation cache: a directory, or 'off' (default "
@@ -215,12 +225,12 @@ def _main(argv: list[str]) -> int:
     run_p.add_argument("name", nargs="?", default=None)
     plot_p = sub.add_parser("plot", help="redraw the figures of a run from its saved data: "
                             "transformer-pde plot RUN_DIR", usage=_PLOT_USAGE)
-    plot_p.add_argument("run_dir", type=Path, metavar="RUN_DIR", help="output directory of a complete run")
-    plot_p.add_argument("--out", type=Path, default=None, metavar="DIR",
+    plot_p.add_argument("run_dir", type=_directory, metavar="RUN_DIR", help="output directory of a complete run")
+    plot_p.add_argument("--out", type=_directory, default=None, metavar="DIR",
                         help="write the figures here (default: RUN_DIR)")
     info_p = sub.add_parser("info", help="what a run directory holds: experiment, status, options, "
                             "provenance, outputs: transformer-pde info RUN_DIR", usage=_INFO_USAGE)
-    info_p.add_argument("run_dir", type=Path, metavar="RUN_DIR", help="output directory of a run")
+    info_p.add_argument("run_dir", type=_directory, metavar="RUN_DIR", help="output directory of a run")
     if len(argv) >= 1 and argv[0] == "run" and (len(argv) == 1 or argv[1].startswith("-")):
         # `run --resume DIR` / `run --config FILE`: no NAME (argparse would take DIR for it)
         args, rest = argparse.Namespace(command="run", name=None), argv[1:]
@@ -293,13 +303,14 @@ def _run(experiments, name: str | None, rest: list[str]) -> int:
     exp = experiments.REGISTRY[name]
     opts = vars(_option_parser(exp).parse_args(rest))
     control = {k: opts.pop(k, None) for k in ("out", "no_progress", "config", "checkpoint_every",
-                                             "resume", "compile_cache")}
+                                             "resume", "compile_cache", "replace")}
     if control["resume"] is not None:
         resume_dir = control["resume"]
 
     try:
         if resume_dir is not None:
             given = sorted(k for k in ("config", "checkpoint_every") if control[k] is not None)
+            given += ["replace"] if control["replace"] else []
             given += sorted(opts)
             if given:
                 raise ValueError(f"--resume continues a run with its saved options; remove "
@@ -334,7 +345,7 @@ def _run(experiments, name: str | None, rest: list[str]) -> int:
         try:
             out_info = run_experiment(exp, config, out, progress=not control["no_progress"],
                                       checkpoint_every=control["checkpoint_every"],
-                                      resume=resume_dir is not None)
+                                      resume=resume_dir is not None, replace=bool(control["replace"]))
         except InterruptedRun as e:
             print(f"interrupted ({signal.Signals(e.signum).name}); the output directory is consistent. "
                   f"Continue with: transformer-pde run --resume {e.run_dir}", file=sys.stderr)

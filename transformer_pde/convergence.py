@@ -63,6 +63,7 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import ArrayLike
 
+from ._checks import check_count
 from .diagnostics.distances import bures_wasserstein, sinkhorn_wasserstein_status
 from .diagnostics.distances_1d import wasserstein_circle, wasserstein_line
 from .diagnostics.moments import empirical_moments
@@ -680,9 +681,19 @@ def convergence_study(
             counted in :attr:`ConvergenceResult.unconverged` and warned about (the study goes on).
         progress: called with a line of text after every n.
     """
-    ns = np.asarray(sorted({int(n) for n in ns}))
-    if ns.size < 1 or ns[0] < 2:
+    ns = np.asarray(sorted({check_count(n, f"ns[{i}]", minimum=2) for i, n in enumerate(ns)}))
+    if ns.size < 1:
         raise ValueError(f"ns must hold particle counts >= 2, got {ns.tolist()}")
+    seeds = [check_count(s, f"seeds[{i}]", minimum=0) for i, s in enumerate(seeds)]
+    if len(set(seeds)) != len(seeds):
+        twice = sorted({s for s in seeds if seeds.count(s) > 1})
+        raise ValueError(f"seeds must be distinct (each is one independent sample; a repeat would "
+                         f"narrow the band), got {twice} more than once")
+    if n_ref is not None:
+        n_ref = check_count(n_ref, "n_ref", minimum=2)
+        if n_ref < ns[-1]:
+            raise ValueError(f"n_ref={n_ref} must be at least the largest n={int(ns[-1])} (the "
+                             f"reference stands in for the mean-field limit)")
     if not float(t1) > 0 or not float(dt0) > 0:
         raise ValueError(f"need t1 > 0 and dt0 > 0, got t1={t1}, dt0={dt0}")
     if len(seeds) < 1:

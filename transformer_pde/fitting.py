@@ -28,6 +28,8 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
+from ._checks import check_count
+
 
 class FitResult(NamedTuple):
     """``(model, losses)``: the trained model and the loss before each step (``(steps,)``);
@@ -88,8 +90,7 @@ def fit(
         ``FitResult(model, losses, final_loss)``; unpacks as ``model, losses, final = ...``.
         Raises ``ValueError`` if the loss becomes NaN or infinite (with the step number).
     """
-    if int(steps) < 1:
-        raise ValueError(f"steps must be >= 1, got {steps}")
+    steps = check_count(steps, "steps", minimum=1)
     if not callable(loss):
         raise ValueError(f"loss must be a callable loss(model) -> scalar, got {loss!r}")
     if progress is not None and not callable(progress):
@@ -128,17 +129,40 @@ def fit(
         params, opt_state = update(grads, opt_state, params)
         return params, opt_state, value
 
-    losses = np.empty(int(steps))
-    for k in range(int(steps)):
-        params, opt_state, value = step(params, opt_state)
+    def diverged(k, e):
+        return ValueError(f"fit: the optimizer diverged at step {k} of {steps}: with the parameters "
+                          f"it reached, the loss cannot be computed ({_first_line(e)}); lower the "
+                          f"learning rate, clip the gradients (optax.clip_by_global_norm) or bound the "
+                          f"parameters")
+
+    losses = np.empty(steps)
+    for k in range(steps):
+        try:
+            params, opt_state, value = step(params, opt_state)
+        except (FloatingPointError, RuntimeError) as e:  # a solve that blew up (eqx.error_if)
+            if k == 0:
+                raise  # the initial model fails: not the optimizer's doing
+            raise diverged(k, e) from e
         losses[k] = float(value)
         if not np.isfinite(losses[k]):
             raise ValueError(f"fit: the loss is {losses[k]} at step {k}; lower the learning rate "
                              "or check the loss")
         if progress is not None:
             progress(k, losses[k])
-    final = float(value_and_grad(params)[0])
+    try:
+        final = float(value_and_grad(params)[0])
+    except (FloatingPointError, RuntimeError) as e:
+        raise diverged(steps, e) from e
     return FitResult(eqx.combine(params, static), losses, final)
+
+
+def _first_line(e: BaseException) -> str:
+    """The message of an error raised inside jit (equinox puts it after its own preamble)."""
+    lines = [ln.strip() for ln in str(e).splitlines() if ln.strip()]
+    for ln in lines:
+        if ln.startswith("equinox.EquinoxRuntimeError:"):
+            return ln.split(":", 1)[1].strip()
+    return f"{type(e).__name__}: {lines[0]}" if lines else type(e).__name__
 
 
 def tqdm_progress(steps: int, desc: str = "fit") -> Callable[[int, float], None]:

@@ -16,9 +16,52 @@ import numpy as np  # noqa: E402
 from ._io import atomic_write_bytes  # noqa: E402
 
 
+def _data_points(fig):
+    """Per data artist (line, scatter, filled area, image, bar), its points as rows: a point
+    is drawn only where every coordinate is finite."""
+    from matplotlib.collections import Collection, PathCollection
+    from matplotlib.image import AxesImage
+    from matplotlib.patches import Rectangle
+
+    for ax in fig.axes:
+        for line in ax.get_lines():
+            yield np.asarray(line.get_xydata(), float).reshape(-1, 2)
+        for coll in ax.collections:
+            if isinstance(coll, PathCollection):  # a scatter: its paths are the marker's shape
+                yield np.asarray(coll.get_offsets(), float).reshape(-1, 2)
+            elif isinstance(coll, Collection):  # areas, line collections: the paths are the data
+                paths = [np.asarray(p.vertices, float).reshape(-1, 2) for p in coll.get_paths()]
+                yield np.concatenate(paths) if paths else np.zeros((0, 2))
+        for image in ax.images:
+            if isinstance(image, AxesImage):
+                yield np.ma.filled(np.ma.asarray(image.get_array(), float), np.nan).reshape(-1, 1)
+        for patch in ax.patches:
+            if isinstance(patch, Rectangle):
+                yield np.asarray([[patch.get_height(), patch.get_width()]], float)
+
+
+class EmptyFigureError(ValueError):
+    """A figure whose data is all NaN or inf (it would be saved empty)."""
+
+
+def check_drawn(fig, name: str) -> None:
+    """Refuse a figure whose every data artist holds only NaN or inf: it would be saved empty
+    while the run reports success."""
+    artists = [a for a in _data_points(fig) if a.size]
+    if artists and not any(np.isfinite(a).all(axis=1).any() for a in artists):
+        raise EmptyFigureError(f"figure {name}: every series it draws is NaN or inf, so it would be empty "
+                         f"(the data it plots is not finite)")
+
+
 def save_figure(fig, path, dpi: int = 130) -> Path:
-    """Save atomically (temporary file + rename) and close the figure."""
+    """Save atomically (temporary file + rename) and close the figure; a figure with data that
+    is all NaN or inf is refused (:func:`check_drawn`), not saved empty."""
     path = Path(path)
+    try:
+        check_drawn(fig, path.name)
+    except ValueError:
+        plt.close(fig)
+        raise
     buf = io.BytesIO()
     fig.savefig(buf, format=path.suffix.lstrip(".") or "png", dpi=dpi, bbox_inches="tight")
     plt.close(fig)

@@ -28,6 +28,8 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import ArrayLike
 
+from ._checks import check_count
+
 if TYPE_CHECKING:  # imported when a sweep returns (importing the package stays light)
     import xarray as xr
 
@@ -114,9 +116,12 @@ def sweep(
     for k, v in static.items():
         if len(v) < 1:
             raise ValueError(f"static axis '{k}' is empty")
-    if chunk_size is not None and int(chunk_size) < 1:
-        raise ValueError(f"chunk_size must be >= 1, got {chunk_size}")
+    if chunk_size is not None:
+        chunk_size = check_count(chunk_size, "chunk_size", minimum=1)
     dtype = jnp.dtype(dtype or jnp.result_type(float))
+    if not jnp.issubdtype(dtype, jnp.floating):
+        raise ValueError(f"dtype must be a floating dtype (the swept coordinates are cast to it: "
+                         f"1.5 would become 1 as {dtype}), got {dtype}")
     names, coords, flat = _flatten_grid(axes)
     P = next(iter(flat.values())).size
     flat = {k: (v.astype(dtype) if np.issubdtype(v.dtype, np.floating) else v) for k, v in flat.items()}

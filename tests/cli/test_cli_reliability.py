@@ -155,11 +155,17 @@ def test_same_command_continues_an_unfinished_run_and_debug_shows_the_traceback(
     meta = json.loads((out / "metadata.json").read_text())
     assert meta["status"] == "complete" and meta["resumed"] == 2 and meta["config"]["seed"] == 3
 
-    # a complete run is replaced by another one; nothing of the first stays
+    # a complete run of other options is refused, naming them (issue 25 cause 7) ...
+    with pytest.raises(SystemExit):
+        cli.main(["run", "fake-exp", "--seed", "4", "--x", "5", "--out", str(out)])
+    err = capsys.readouterr().err
+    assert "holds a complete run with other options" in err and "seed=3 there, 4 here" in err
+    assert "--replace" in err
+    # ... and replaced with --replace; nothing of the first stays
     (out / "stale.png").write_bytes(b"old figure")
     meta["figures"] = [str(out / "stale.png")]
     (out / "metadata.json").write_text(json.dumps(meta))
-    assert cli.main(["run", "fake-exp", "--seed", "4", "--x", "5", "--out", str(out)]) == 0
+    assert cli.main(["run", "fake-exp", "--seed", "4", "--x", "5", "--out", str(out), "--replace"]) == 0
     assert not (out / "stale.png").exists()
     meta = json.loads((out / "metadata.json").read_text())
     assert meta["config"] == {"seed": 4, "x": 5.0} and meta["resumed"] == 0
@@ -220,7 +226,9 @@ def test_resume_of_a_failed_run_retries_from_its_last_good_checkpoint(small_refe
     chunk = out / "checkpoints" / "trajectory_SA" / "chunk_000002.npz"
     chunk.write_bytes(chunk.read_bytes()[:100])  # damaged: chunks 2 and 3 are recomputed
     assert cli.main(["run", "--resume", str(out)]) == 0
-    assert "checkpoint trajectory_SA chunk 2 is unreadable (BadZipFile" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "checkpoint trajectory_SA chunk 2 is unreadable" in err
+    assert "chunk_000002.npz is damaged (not a readable .npz: BadZipFile)" in err
     assert (out / "data.npz").read_bytes() == small_reference
     assert json.loads((out / "metadata.json").read_text())["status"] == "complete"
 
@@ -328,5 +336,5 @@ def test_two_runs_started_together_on_one_directory_never_mix(tmp_path):
     data = np.load(out / "data.npz")
     assert data["seed"] == seed and (data["x"] == seed).all()
     assert (out / "figure.txt").read_text() == f"seed {seed}"
-    assert sorted(p.name for p in out.iterdir()) == [".lock", "config.json", "config.toml", "data.npz",
+    assert sorted(p.name for p in out.iterdir()) == ["config.json", "config.toml", "data.npz",
                                                      "figure.txt", "metadata.json"]

@@ -23,7 +23,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .._checks import check_points, check_scalar, check_weights
+from .._checks import check_in_range, check_points, check_weights
 from .._types import PointsLike, Scalar, WeightsLike
 
 
@@ -34,12 +34,22 @@ class AbstractClusterMetric(eqx.Module):
     def adjacency(self, x, threshold):
         """The boolean matrix ``(n, n)`` of linked pairs of the tokens ``x`` ``(n, d)``."""
 
+    @abc.abstractmethod
+    def check_threshold(self, threshold):
+        """The threshold, checked against its meaning for this metric (ValueError / error_if)."""
+
 
 class Cosine(AbstractClusterMetric):
     """⟨x_i, x_j⟩ > threshold: for unit tokens (the published runs use 0.999, sphere.md §10)."""
 
     def adjacency(self, x, threshold):
         return (x @ x.T) > threshold
+
+    def check_threshold(self, threshold):
+        # a cosine: >= 1 links no pair (every token its own cluster, even identical ones in
+        # float32), < -1 links every pair
+        return check_in_range(threshold, "threshold", low=-1.0, high=1.0, high_open=True,
+                              meaning="a cosine similarity")
 
 
 class Euclidean(AbstractClusterMetric):
@@ -49,12 +59,16 @@ class Euclidean(AbstractClusterMetric):
         sq = jnp.sum(x * x, axis=-1)
         return (sq[:, None] + sq[None, :] - 2 * x @ x.T) < threshold**2
 
+    def check_threshold(self, threshold):
+        return check_in_range(threshold, "threshold", low=0.0, low_open=True, meaning="a distance")
 
-def _checked(x, threshold):
-    """Finite tokens ``(n, d)`` (a NaN coordinate would silently split a cluster) and a finite
-    threshold; ValueError when concrete, ``eqx.error_if`` under jit."""
-    check_scalar(threshold, "threshold")
-    return check_points(x, "x"), threshold
+
+def _checked(x, threshold, metric):
+    """Finite tokens ``(n, d)`` (a NaN coordinate would silently split a cluster) and a
+    threshold within its meaning for ``metric``; ValueError when concrete, ``eqx.error_if``
+    under jit."""
+    metric = _check_metric(metric)
+    return check_points(x, "x"), metric.check_threshold(threshold)
 
 
 def _check_metric(metric):
@@ -78,7 +92,7 @@ def cluster_labels(x: PointsLike, threshold: float | Scalar = 0.999, *, metric=C
     Works under ``jit``: min-label propagation with pointer jumping, O(n²) per sweep and
     O(log n) sweeps for typical graphs (at most n).
     """
-    x, threshold = _checked(x, threshold)
+    x, threshold = _checked(x, threshold, metric)
     return _cluster_labels(x, threshold, _check_metric(metric))
 
 
@@ -101,7 +115,7 @@ def _cluster_labels(x, threshold, metric):
 
 def cluster_count(x: PointsLike, threshold: float | Scalar = 0.999, *, metric=COSINE) -> jax.Array:
     """Number of clusters (connected components, see :func:`cluster_labels`)."""
-    x, threshold = _checked(x, threshold)
+    x, threshold = _checked(x, threshold, metric)
     return _cluster_count(x, threshold, _check_metric(metric))
 
 
@@ -119,7 +133,7 @@ def cluster_masses(x: PointsLike, threshold: float | Scalar = 0.999, weights: We
     ``jnp.sum(masses > 0)`` is :func:`cluster_count`. For well-separated point clusters the
     normalized energy is Σ_k m_k² (sphere.md §2, "Plateau values").
     """
-    x, threshold = _checked(x, threshold)
+    x, threshold = _checked(x, threshold, metric)
     weights = None if weights is None else check_weights(weights, x.shape[0], x.dtype)
     return _cluster_masses(x, threshold, weights, _check_metric(metric))
 
@@ -137,7 +151,7 @@ def clustered_pair_fraction(x: PointsLike, threshold: float | Scalar = 0.999) ->
     """Fraction of ordered pairs i ≠ j with ⟨x_i, x_j⟩ > threshold (the authors' "density"
     in their phase diagrams, sphere.md §2 and §10.4); 1 exactly when all tokens are one
     tight cluster. Needs n >= 2."""
-    x, threshold = _checked(x, threshold)
+    x, threshold = _checked(x, threshold, COSINE)
     n = x.shape[0]
     if n < 2:
         raise ValueError(f"clustered_pair_fraction needs n >= 2 tokens, got n={n}")

@@ -21,16 +21,15 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-from .._checks import check_scalar, is_concrete
+from .._checks import check_in_range, check_scalar, check_weights, is_concrete
 from .._types import PointsLike, WeightsLike
 from ..models.perceptron import AbstractPotentialActivation, PerceptronBlock
 from ..models.sphere import tangent_projection
 
 
 def _weights(x, weights):
-    if weights is None:
-        return jnp.full((x.shape[0],), 1.0 / x.shape[0], dtype=x.dtype)
-    return jnp.asarray(weights, dtype=x.dtype)
+    # one check for every diagnostic: shape (n,), finite, non-negative, summing to one
+    return check_weights(weights, x.shape[0], x.dtype)
 
 
 def _log_weights(w):
@@ -102,6 +101,8 @@ def numerical_rank(P, rtol=1e-3) -> jax.Array:
     a Boolean matrix (sphere.md §1, "1D Boolean limit"; §10.5 for its decay over time);
     ``rtol`` sets what counts as numerically zero.
     """
+    rtol = check_in_range(rtol, "rtol", low=0.0, high=1.0, high_open=True,
+                          meaning="relative to the largest singular value")
     s = jnp.linalg.svd(jnp.asarray(P), compute_uv=False)
     return jnp.sum(s > rtol * s[0]) * (s[0] > 0)
 

@@ -5,7 +5,8 @@ A config is a frozen dataclass whose fields are the options. A field is one of
 
 * ``bool``, ``int``, ``float``, ``str``;
 * ``Literal["a", "b"]``: a string chosen among variants;
-* ``tuple[int, ...]``, ``tuple[float, ...]``, ``tuple[Literal[...], ...]``: a list.
+* ``tuple[int, ...]``, ``tuple[float, ...]``, ``tuple[Literal[...], ...]``: a list of distinct
+  values (a list labels an axis of the results: ``--dims 2,2`` is refused).
 
 Values arrive in two forms and are checked in one place (:func:`coerce_option`): native
 values (Python defaults, TOML arrays such as ``betas = [0.5, 1, 4]``, JSON lists of a saved
@@ -132,6 +133,13 @@ def coerce_option(exp_name: str | None, key: str, typ, value):
     if item_type is int:
         for i, v in enumerate(items):
             _check_int_range(f"{where}: item {i} ({v!r})", v)
+    # a list option names the values of an axis (a grid, a set of models): one of each
+    seen = {}
+    for i, v in enumerate(items):
+        if v in seen:
+            raise ValueError(f"{where} lists {v!r} twice (items {seen[v]} and {i}); its values "
+                             f"label an axis of the results and must be distinct")
+        seen[v] = i
     return items
 
 

@@ -15,7 +15,7 @@ import dataclasses
 from typing import Annotated
 
 import numpy as np
-from annotated_types import Ge, Gt
+from annotated_types import Ge, Gt, Interval
 
 import transformer_pde as tp
 
@@ -39,7 +39,7 @@ class CausalClusteringConfig(Options):
     """Parking radius δ = c_low/√β of the blog code: the higher count of Rényi centers."""
     c_high: float = 4.4
     """parking radii δ = c/√β of the blog code (c_high gives the lower count)"""
-    threshold: float = 0.9995
+    threshold: Annotated[float, Interval(ge=-1, lt=1)] = 0.9995
     beta_long: float = 1.0
     """β of the long run (t_long) in which every token reaches x_1(0)."""
     t_long: Annotated[float, Gt(0)] = 100.0

@@ -37,7 +37,7 @@ import dataclasses
 from typing import Annotated, Literal
 
 import numpy as np
-from annotated_types import Ge, Gt
+from annotated_types import Ge, Gt, Interval
 
 import transformer_pde as tp
 
@@ -70,7 +70,7 @@ class ClusteringConfig(Options):
     models: tuple[Literal["SA", "USA"], ...] = MODELS
     """Models to run: SA (softmax) and/or USA (unnormalized, GLPR's 1/n)."""
     num_saves: Annotated[int, Ge(2)] = 61
-    threshold: float = 0.999
+    threshold: Annotated[float, Interval(ge=-1, lt=1)] = 0.999
     animate: bool = True
     """Write clustering.gif (tokens over time; d = 2 or 3)."""
     frames: Annotated[int, Ge(2)] = 31
@@ -86,7 +86,7 @@ class ClusteringConfig(Options):
     backend: Literal["exact", "fast", "auto"] = "exact"
     """pair kernel: 'exact' (dense / streaming), 'fast' (NUFFT Gaussian sums, d <= 3: n = 10^6 in
     minutes), 'auto' (fast where predicted cheaper and accurate; kernels/backends.py)."""
-    tol: float = 1e-8
+    tol: Annotated[float, Interval(gt=0, lt=1)] = 1e-8
     """planned error of the fast kernel, relative to the total mass."""
     max_tokens_saved: Annotated[int, Ge(2)] = 4096
     """Above this n, the saved trajectories, cluster counts, energies and figures use a fixed random

@@ -31,7 +31,7 @@ import io
 from typing import Annotated, Literal
 
 import numpy as np
-from annotated_types import Ge, Gt
+from annotated_types import Ge, Gt, Interval
 
 import transformer_pde as tp
 
@@ -109,7 +109,7 @@ class ConvergenceConfig(Options):
     backend: Literal["exact", "fast", "auto"] = "exact"
     """kernel of the particle and reference runs (spheres only, softmax: the fast kernel plans
     for bounded tokens): 'fast' takes n = 2^22 on a workstation (issue 13)."""
-    tol: Annotated[float, Gt(0)] = 1e-8
+    tol: Annotated[float, Interval(gt=0, lt=1)] = 1e-8
     """planned error of the fast kernel, relative to the total mass."""
 
     @property

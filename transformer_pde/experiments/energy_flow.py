@@ -48,8 +48,8 @@ class EnergyFlowConfig(Options):
     t1: Annotated[float, Gt(0)] = 300.0
     num_saves: Annotated[int, Ge(2)] = 60
     """Saved times: 0, then a geometric grid from 0.01 to t1."""
-    rtol: float = 1e-7
-    threshold: float = 0.9999
+    rtol: Annotated[float, Interval(gt=0, lt=1)] = 1e-7
+    threshold: Annotated[float, Interval(ge=-1, lt=1)] = 0.9999
     indefinite_d2: tuple[float, ...] = (0.2, 1.0)
     """d₂ values of the indefinite cases D = diag(−1, d₂)."""
     four_d1: Annotated[float, Gt(0)] = 1.0  # four particles: D = diag(d1, d2), d1, d2 > 0

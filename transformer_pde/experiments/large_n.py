@@ -18,7 +18,7 @@ import dataclasses
 from typing import Annotated, Literal
 
 import numpy as np
-from annotated_types import Ge, Gt
+from annotated_types import Ge, Gt, Interval
 
 import transformer_pde as tp
 
@@ -40,11 +40,11 @@ class LargeNConfig(Options):
     num_saves: Annotated[int, Ge(2)] = 16
     backend: Literal["fast", "auto", "exact"] = "fast"
     """Pair kernel: 'fast' (NUFFT Gaussian sums), 'auto' (fast where predicted cheaper and accurate) or 'exact'."""
-    tol: Annotated[float, Gt(0)] = 1e-8
+    tol: Annotated[float, Interval(gt=0, lt=1)] = 1e-8
     """the fast kernel's planned error, relative to the total mass (kernels/backends.py)."""
     num_plotted: Annotated[int, Ge(1)] = 3000
     """Size of the fixed random subsample of tokens saved, drawn and counted in clusters."""
-    threshold: float = 0.999
+    threshold: Annotated[float, Interval(ge=-1, lt=1)] = 0.999
     seed: int = 0
 
 

@@ -14,8 +14,8 @@ Two measurements:
 2. **The energy staircase** (n = 5 on the circle, the authors' set-up, sphere.md §10.3).
    USA with GKPR's weights e^{β(cos(θ_j − θ_i) − 1)}/n, followed with normalized-gradient
    steps θ ← θ + h log β · g/|g| (the time change dτ = |g| dt/log β of GKPR §6, i.e. arc
-   length over log β), and merging of tokens closer than 1/sqrt(β log β) (the modified USA
-   of the theorem). The normalized energy φ = (1/n²) Σ e^{β(cos(θ_i − θ_j) − 1)} (with the
+   length over log β), and merging of tokens closer than ``merge_angle`` (the authors' code:
+   10⁻³; the modified USA of the theorem merges at 1/sqrt(β log β), ``merge_angle = 0``). The normalized energy φ = (1/n²) Σ e^{β(cos(θ_i − θ_j) − 1)} (with the
    erratum's normalization) then shows plateaus at Σ_k (m_k/n)² for the cluster masses m_k:
    0.28, 0.44, 0.52 for sizes (2,1,1,1), (3,1,1), (3,2), then 1; in rescaled time the
    collapse comes near 0.12 (β = 500), 0.10 (β = 2000), 0.092 (β = 4000).
@@ -59,7 +59,7 @@ class MetastabilityConfig(Options):
     """Angle θ0 between neighbouring cap centers on S^1 (default π/2)."""
     eps: Annotated[float, Interval(gt=0, lt=1 / 16)] = 0.05
     """Cap size ε: caps S_q(ε) = {x : ⟨x, w_q⟩ ≥ 1 − ε}; the theorem needs ε < 1/16 (sphere.md §2)."""
-    rtol: float = 1e-6
+    rtol: Annotated[float, Interval(gt=0, lt=1)] = 1e-6
     # Part 2: staircase.
     stair_betas: Annotated[tuple[float, ...], Gt(1)] = (500.0, 1000.0, 1500.0, 2000.0, 3000.0, 4000.0)
     """Inverse temperatures β of the energy staircase (n = 5 on the circle)."""
@@ -69,6 +69,9 @@ class MetastabilityConfig(Options):
     """β₀ of the staircase start (see theta0)."""
     step: float = 1e-5
     """Step h of the normalized-gradient staircase steps θ ← θ + h log β · g/|g|."""
+    merge_angle: Annotated[float, Interval(ge=0, lt=1)] = 1e-3
+    """Tokens closer than this angle merge. 1e-3 is the authors' code (it reproduces their
+    collapse at 0.12 for β = 500); 0 merges at the theorem's 1/sqrt(β log β) (0.114 at β = 500)."""
     tau_max: float = 0.2
     """Rescaled time τ to which the staircase runs."""
     save_every: int = 100
@@ -132,10 +135,11 @@ def staircase_start(cfg: MetastabilityConfig):
     return 0.5 * np.asarray(cfg.theta0) * np.log(b0) / np.sqrt(b0)
 
 
-def _staircase(theta0, beta, h, num_chunks, every):
-    """Normalized-gradient USA on the circle, with merging; φ and masses every ``every`` steps."""
+def _staircase(theta0, beta, h, merge_angle, num_chunks, every):
+    """Normalized-gradient USA on the circle, with merging of tokens closer than ``merge_angle``
+    (0: the theorem's 1/sqrt(β log β)); φ and masses every ``every`` steps."""
     log_beta = jnp.log(beta)
-    merge = jnp.cos(1.0 / jnp.sqrt(beta * log_beta))
+    merge = jnp.cos(jnp.where(merge_angle > 0, merge_angle, 1.0 / jnp.sqrt(beta * log_beta)))
 
     def step(theta, _):
         diff = theta[None, :] - theta[:, None]  # θ_j − θ_i
@@ -167,8 +171,8 @@ def staircase(cfg: MetastabilityConfig):
     theta0 = jnp.asarray(staircase_start(cfg))
     betas = jnp.asarray(np.asarray(cfg.stair_betas), dtype=theta0.dtype)
     num_chunks = int(round(cfg.tau_max / (cfg.step * cfg.save_every)))
-    run = jax.jit(jax.vmap(_staircase, in_axes=(None, 0, None, None, None)), static_argnums=(3, 4))
-    phi, masses, theta = run(theta0, betas, cfg.step, num_chunks, cfg.save_every)
+    run = jax.jit(jax.vmap(_staircase, in_axes=(None, 0, None, None, None, None)), static_argnums=(4, 5))
+    phi, masses, theta = run(theta0, betas, cfg.step, cfg.merge_angle, num_chunks, cfg.save_every)
     taus = cfg.step * cfg.save_every * np.arange(1, num_chunks + 1)
     return taus, np.asarray(phi), np.asarray(masses), np.asarray(theta)
 

@@ -42,9 +42,10 @@ from a radius update r ← r + h Σ_coordinates(rA), a coordinate sum instead of
 §11): they are **not** this model and not a target (saved as ``simuformer_*`` for reference). Post-LN
 does not use r: post-LN → 1.00 clustered at t = 20 (every β) is the check. Their nGPT layer
 θ ← N(θ + 0.2hÂ) is exactly the nGPT layer here, N(x + αh(Â − x)) = N(x + (αh/(1 − αh))Â), with
-αh/(1 − αh) = 0.2h: their 200 layers are the first 196 of ``ngpt`` at α = 0.2, h = 0.1 (α = 0.2/1.02
-would match layer for layer). At layer 196 this experiment gives 0.277/0.028/0.013 (± 0.012/0.005/0.002,
-32 draws) against their 0.28/0.03/0.01; the figure puts their point at that depth.
+αh/(1 − αh) = 0.2h: at the default α = 0.2/1.02, h = 0.1 their 200 layers are this run's 200, layer
+for layer (at α = 0.2 they are its first 196: layer 196 there gave 0.277/0.028/0.013 ± 0.012/0.005/
+0.002 over 32 draws, against their 0.28/0.03/0.01, while layer 200 read 0.395/0.045/0.020). The figure
+puts their point at the corresponding depth (:func:`simuformer_depth`).
 """
 
 from __future__ import annotations
@@ -103,8 +104,9 @@ class NormalizationConfig(Options):
     """Independent draws (tokens and weights) averaged."""
     seed: int = 0
     threshold: Annotated[float, Interval(gt=-1, lt=1)] = 0.999
-    ngpt_alpha: Annotated[float, Gt(0)] = 0.2
-    """nGPT's eigen learning rate α (scalar; the authors' code takes the step 0.2h, α = 0.2/(1 + 0.2h))."""
+    ngpt_alpha: Annotated[float, Gt(0)] = 0.2 / 1.02
+    """nGPT's eigen learning rate α (scalar). The default 0.2/(1 + 0.2h) at h = 0.1 is the authors'
+    layer N(θ + 0.2hÂ) layer for layer (αh/(1 − αh) = 0.2h): their 200 layers are this run's 200."""
     mix_fraction: Annotated[float, Interval(gt=0, le=1)] = 0.25
     """Mix-LN: the fraction α of post-LN layers, ⌊αL⌋ (the Mix-LN scripts use 1/4)."""
 

@@ -15,7 +15,7 @@ import dataclasses
 from typing import Annotated
 
 import numpy as np
-from annotated_types import Ge, Gt
+from annotated_types import Ge, Gt, Interval
 
 import transformer_pde as tp
 
@@ -36,8 +36,8 @@ class PerceptronConfig(Options):
     """Token numbers of the runs: the atoms must not depend on n."""
     t1: Annotated[float, Gt(0)] = 10.0
     """the flows settle by t ≈ 2 at these parameters"""
-    rtol: float = 1e-6
-    atom_threshold: float = 0.9999
+    rtol: Annotated[float, Interval(gt=0, lt=1)] = 1e-6
+    atom_threshold: Annotated[float, Interval(ge=-1, lt=1)] = 0.9999
     """Tokens whose cosine exceeds this form one atom."""
     num_saves: int = 101
 

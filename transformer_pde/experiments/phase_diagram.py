@@ -22,7 +22,7 @@ import dataclasses
 from typing import Annotated, Literal
 
 import numpy as np
-from annotated_types import Ge, Gt
+from annotated_types import Ge, Gt, Interval
 
 import transformer_pde as tp
 
@@ -53,7 +53,7 @@ class PhaseDiagramConfig(Options):
     t1: Annotated[float, Gt(0)] = 30.0
     dt: Annotated[float, Gt(0)] = 0.1
     num_saves: Annotated[int, Ge(2)] = 61
-    threshold: float = 0.999
+    threshold: Annotated[float, Interval(ge=-1, lt=1)] = 0.999
     scheme: Literal["post-ln", "projected"] = "post-ln"
     """The layer: 'post-ln' x ← N(x + h Γ(x)) (tp.PostLN, the authors' code, sphere.md §9);
     'projected' x ← N(x + h P⊥Γ(x)) (explicit Euler for tp.Sphere). As in ``clustering``."""

@@ -77,8 +77,8 @@ class RdSpectrumConfig(Options):
     t1_1d: Annotated[float, Gt(0)] = 8.0
     """Final time of the d = 1 'leaders' run."""
     num_saves: Annotated[int, Ge(2)] = 41
-    rtol: float = 1e-8
-    rank_rtol: float = 1e-3
+    rtol: Annotated[float, Interval(gt=0, lt=1)] = 1e-8
+    rank_rtol: Annotated[float, Interval(gt=0, lt=1)] = 1e-3
     """Relative tolerance of the numerical rank of the attention matrix P."""
     tol: float = 0.1
     """Distance at which a token counts as at a hull vertex / on a hyperplane."""

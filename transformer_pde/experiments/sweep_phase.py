@@ -15,7 +15,7 @@ import dataclasses
 from typing import Annotated
 
 import numpy as np
-from annotated_types import Ge, Gt
+from annotated_types import Ge, Gt, Interval
 
 import transformer_pde as tp
 
@@ -41,7 +41,7 @@ class SweepPhaseConfig(Options):
     t1: Annotated[float, Gt(0)] = 60.0
     dt: Annotated[float, Gt(0)] = 0.1
     num_saves: Annotated[int, Ge(2)] = 241
-    threshold: float = 0.999
+    threshold: Annotated[float, Interval(ge=-1, lt=1)] = 0.999
     chunk_size: Annotated[int, Ge(0)] = 0
     """points per vmapped chunk (0: all points of a dimension in one chunk)."""
 

@@ -24,6 +24,7 @@ import abc
 import equinox as eqx
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from .._checks import check_points, check_scalar, check_weights, is_concrete
 from .._types import Points, PointsLike, Weights, WeightsLike
@@ -79,20 +80,54 @@ class AbstractDynamics(eqx.Module):
         x = self.check_state(x)
         w = check_weights(weights, x.shape[0], x.dtype)
         check_scalar(t, "t")
-        return check_finite_output(self.vector_field(x, w, jnp.asarray(t, x.dtype)), self, x.dtype)
+        return check_finite_output(self.vector_field(x, w, jnp.asarray(t, x.dtype)), self, x.dtype, x)
 
 
-def check_finite_output(v, dynamics, dtype):
-    """Finite tokens must give a finite velocity: an overflow (scores β⟨Qx, Ky⟩ beyond the range
-    of the dtype) is an error naming the cause, concrete or under jit, never a silent NaN."""
-    msg = (f"{type(dynamics).__name__}: finite tokens gave a non-finite velocity: the scores overflow "
-           f"{jnp.dtype(dtype).name} (tokens or parameters too large for it, e.g. β|x|² beyond "
-           f"{float(jnp.finfo(dtype).max):.3g}); rescale, or enable float64")
+def _nonfinite_parameters(dynamics) -> list[str]:
+    """The paths of the dynamics' floating parameters that hold a NaN or inf (concrete ones)."""
+    leaves = jax.tree_util.tree_flatten_with_path(eqx.filter(dynamics, eqx.is_inexact_array))[0]
+    return [jax.tree_util.keystr(path) for path, leaf in leaves
+            if is_concrete(leaf) and not bool(jnp.all(jnp.isfinite(leaf)))]
+
+
+def check_finite_output(v, dynamics, dtype, x=None):
+    """Finite tokens must give a finite velocity: an error, concrete or under jit, never a silent
+    NaN. The message states what was checked, and names a cause only when it was found: a
+    non-finite parameter (its path), or the size of the tokens against the dtype's range."""
+    name = type(dynamics).__name__
     if is_concrete(v):
-        if not bool(jnp.all(jnp.isfinite(v))):
-            raise ValueError(msg)
-        return v
-    return eqx.error_if(v, ~jnp.all(jnp.isfinite(v)), msg)
+        bad = ~np.isfinite(np.asarray(v))
+        if not bad.any():
+            return v
+        i = int(np.argwhere(bad)[0][0])
+        found = []
+        params = _nonfinite_parameters(dynamics)
+        if params:
+            found.append(f"the parameter(s) {', '.join(params)} hold NaN or inf")
+        if x is not None and is_concrete(x):
+            r2 = float(np.max(np.sum(np.asarray(x, np.float64) ** 2, axis=-1)))
+            if r2 > np.sqrt(float(jnp.finfo(dtype).max)):
+                found.append(f"the largest |x|² = {r2:.3g} is near the range of {jnp.dtype(dtype).name} "
+                             f"(scores ~ β|x|² may overflow): rescale, or enable float64")
+        cause = ("; ".join(found) if found else
+                 "no non-finite parameter and no token too large for the dtype was found: the field "
+                 "itself produced it (a zero token under a normalization, an activation returning NaN, "
+                 "...); jax.config.update('jax_debug_nans', True) locates the operation")
+        raise ValueError(f"{name}: finite tokens gave a non-finite velocity (first at token {i}): {cause}")
+    params = eqx.filter(dynamics, eqx.is_inexact_array)
+    bad_params = jnp.asarray(False)
+    for leaf in jax.tree_util.tree_leaves(params):
+        bad_params = bad_params | ~jnp.all(jnp.isfinite(leaf))
+    v = eqx.error_if(v, bad_params, f"{name}: a parameter holds NaN or inf, so the velocity is not finite")
+    if x is not None:
+        large = jnp.max(jnp.sum(jnp.asarray(x) ** 2, axis=-1)) > jnp.sqrt(jnp.finfo(dtype).max)
+        v = eqx.error_if(v, large & ~jnp.all(jnp.isfinite(v)),
+                         f"{name}: finite tokens gave a non-finite velocity: the largest |x|² is near the "
+                         f"range of {jnp.dtype(dtype).name} (scores ~ β|x|² may overflow): rescale, or "
+                         f"enable float64")
+    return eqx.error_if(v, ~jnp.all(jnp.isfinite(v)),
+                        f"{name}: finite tokens gave a non-finite velocity (under jit: call it outside "
+                        f"jit for a diagnosis of the parameters and token sizes)")
 
 
 class AbstractFieldDynamics(AbstractDynamics):

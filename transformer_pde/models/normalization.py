@@ -61,7 +61,7 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, Float
 
-from .._checks import as_float_array, check_finite, check_points, check_scalar, is_concrete
+from .._checks import as_float_array, check_count, check_finite, check_points, check_scalar, is_concrete
 from .._types import Points
 from ..params import scalar_param
 from .base import AbstractDynamics, AbstractManifoldDynamics, AbstractRetractedDynamics
@@ -352,9 +352,8 @@ def num_post_layers(alpha, num_layers) -> int:
     """⌊αL⌋, Mix-LN's number of Post-LN layers (α read as the decimal it was written as, so
     α = 0.29, L = 100 gives 29, not 28)."""
     alpha = _check_post_fraction(alpha)
-    if int(num_layers) < 1:
-        raise ValueError(f"num_layers must be >= 1, got {num_layers}")
-    return math.floor(Fraction(repr(float(alpha))) * int(num_layers))
+    num_layers = check_count(num_layers, "num_layers", minimum=1)
+    return math.floor(Fraction(repr(float(alpha))) * num_layers)
 
 
 class MixLN(AbstractSwitched, AbstractNormalizationScheme):

@@ -14,7 +14,7 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 
-from .._checks import check_int, check_scalar
+from .._checks import check_in_range, check_int, check_key, check_scalar
 from ..kernels.random_partition import random_batch_field
 from .attention.base import AbstractAttention
 from .attention.softmax import CausalSoftmaxAttention
@@ -49,8 +49,10 @@ class RandomBatch(AbstractDynamics):
                 isinstance(attention.alibi, jax.core.Tracer) or float(attention.alibi) == 0.0):
             raise ValueError("RandomBatch does not support ALiBi position weights (alibi != 0): "
                              "their positions are global, a batch's are not")
-        check_scalar(step, "RandomBatch.step", positive=True)
-        check_scalar(t0, "RandomBatch.t0")
+        check_key(key, "RandomBatch.key")
+        # checked under jit too: a step of 0 would make every time step index infinite
+        step = check_in_range(step, "RandomBatch.step", low=0.0, low_open=True)
+        t0 = check_in_range(t0, "RandomBatch.t0")
         self.attention = attention
         self.batch_size = check_int(batch_size, "RandomBatch.batch_size", minimum=1)
         self.step = jnp.asarray(step)
@@ -62,7 +64,13 @@ class RandomBatch(AbstractDynamics):
         return self.attention.dim
 
     def vector_field(self, x, weights, t):
-        k = jnp.floor((t - self.t0) / self.step + 1e-6).astype(jnp.int32)
-        key = jax.random.fold_in(self.key, k)
+        # the step index, exact in the time's float type, folded in as two 32-bit words: past 2^31
+        # steps an int32 index would saturate and every step reuse one partition. Below 2^32 the
+        # high word is 0 and not folded (the same batches as a single fold of k).
+        k = jnp.floor((t - self.t0) / self.step + 1e-6)
+        high = jnp.floor(k / 2.0**32)
+        low = (k - high * 2.0**32).astype(jnp.uint32)
+        key = jax.random.fold_in(self.key, low)
+        key = jax.lax.cond(high > 0, lambda: jax.random.fold_in(key, high.astype(jnp.uint32)), lambda: key)
         return random_batch_field(lambda q, y, w, r: self.attention.query_field(q, y, w, t, query_offset=r),
                                   x, weights, key, self.batch_size)

@@ -11,7 +11,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .._checks import check_points, is_concrete
+from .._checks import check_int, check_key, check_points, is_concrete
 from .._types import Points, PointsLike
 from .base import (
     AbstractDynamics,
@@ -204,8 +204,9 @@ class UnitSphere(AbstractRetraction):
 
 def uniform_sphere(key, n: int, d: int, dtype=None) -> Points:
     """n i.i.d. points, uniform on S^{d-1} (normalized Gaussians)."""
-    if n < 1 or d < 2:
-        raise ValueError(f"uniform_sphere needs n >= 1 and d >= 2, got n={n}, d={d}")
+    n = check_int(n, "n", minimum=1)
+    d = check_int(d, "d", minimum=2)
+    check_key(key, "key")
     dtype = dtype or jnp.result_type(float)
     return normalize(jax.random.normal(key, (n, d), dtype=dtype))
 

@@ -7,6 +7,7 @@ idea per module:
 * :mod:`.provenance`: versions, JAX backend and devices, git commit, command;
 * :mod:`.directory`: the run directory: files, status state machine, lock, identity;
 * :mod:`.result`: :class:`Result`, what a run saves (``data.npz``, ``results.nc``);
+* :mod:`.fingerprint`: :func:`run_fingerprint`, a run's identity (code, closures, arrays);
 * :mod:`.checkpoint` and :mod:`.chunked`: :class:`Checkpoint` files and
   :func:`solve_checkpointed`, ``tp.solve`` in chunks as a host loop, resumable bitwise;
 * :mod:`.run`: :func:`run_experiment`, :func:`load_run`, :func:`redraw`, and the exceptions

@@ -2,7 +2,8 @@
 
 A stage (one ``solve_checkpointed`` call of a run) is a sub-directory holding
 ``chunk_000000.npz, chunk_000001.npz, ...`` (each chunk's saved outputs, end state and step
-count) and ``manifest.json``, which records the run's identity and how many chunks are
+count, and the run's identity and the chunk's index, so a chunk of another run or copied over
+another is refused) and ``manifest.json``, which records the run's identity and how many chunks are
 complete. A chunk is written before the manifest that declares it, each atomically
 (temporary file + rename), so a process killed at any instant leaves a stage whose declared
 chunks are all whole. Nothing here integrates (:mod:`.chunked` does); reading a stage needs
@@ -12,6 +13,8 @@ only NumPy, so the run directory can check one without importing JAX.
 from __future__ import annotations
 
 import json
+import zipfile
+import zlib
 from collections.abc import Callable
 from pathlib import Path
 
@@ -93,16 +96,43 @@ class Checkpoint:
         save_json(self.stage_dir(name) / "manifest.json", {**manifest, "completed": completed})
 
     def write_chunk(self, name: str, index: int, arrays: dict, manifest: dict) -> None:
-        """Write chunk ``index`` then the manifest that declares it complete (in that order)."""
+        """Write chunk ``index`` then the manifest that declares it complete (in that order).
+        The chunk carries ``manifest["run"]`` (the run's fingerprint) and its index."""
         d = self.stage_dir(name)
         d.mkdir(parents=True, exist_ok=True)
-        save_npz(d / f"chunk_{index:06d}.npz", arrays)
+        identity = {_RUN: np.asarray(str(manifest.get("run", ""))), _INDEX: np.asarray(index, np.int64)}
+        save_npz(d / f"chunk_{index:06d}.npz", {**arrays, **identity})
         self.set_completed(name, manifest, index + 1)
 
-    def read_chunk(self, name: str, index: int) -> dict:
+    def read_chunk(self, name: str, index: int, run: str | None = None) -> dict:
+        """Chunk ``index`` of stage ``name``, checked to be whole, to be chunk ``index`` and (when
+        ``run`` is given) to belong to the run of that fingerprint: ValueError naming the file
+        otherwise."""
         path = self.stage_dir(name) / f"chunk_{index:06d}.npz"
-        with np.load(path, allow_pickle=False) as f:
-            return {k: f[k] for k in f.files}
+        fresh = "; delete the stage directory (or use a fresh output directory) to recompute it"
+        try:
+            with np.load(path, allow_pickle=False) as f:
+                data = {k: f[k] for k in f.files}
+        except FileNotFoundError:
+            raise ValueError(f"checkpoint chunk {path} is missing although the manifest declares it"
+                             f"{fresh}") from None
+        except (OSError, ValueError, EOFError, KeyError, zipfile.BadZipFile, zlib.error) as e:
+            raise ValueError(f"checkpoint chunk {path} is damaged (not a readable .npz: "
+                             f"{type(e).__name__}){fresh}") from e
+        if _INDEX not in data or _RUN not in data:
+            raise ValueError(f"checkpoint chunk {path} carries no run identity (written by an older "
+                             f"version, or not a chunk){fresh}")
+        if data[_INDEX].shape != () or int(data[_INDEX]) != index:
+            raise ValueError(f"checkpoint chunk {path} is chunk {data[_INDEX]} of its run, not chunk "
+                             f"{index} (a file copied over another){fresh}")
+        if run is not None and str(data[_RUN]) != run:
+            raise ValueError(f"checkpoint chunk {path} belongs to another run (fingerprint "
+                             f"{str(data[_RUN])[:12]}..., this run {run[:12]}...){fresh}")
+        del data[_INDEX], data[_RUN]
+        return data
+
+
+_RUN, _INDEX = "_run", "_index"  # the identity every chunk carries
 
 
 __all__ = ["DEFAULT_EVERY", "Checkpoint"]

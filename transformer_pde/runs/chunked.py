@@ -15,9 +15,6 @@ unchunked ``tp.solve``, whose constant-step grid runs across save times.)
 
 from __future__ import annotations
 
-import hashlib
-import types
-
 import diffrax
 import jax
 import jax.numpy as jnp
@@ -27,31 +24,11 @@ from .._checks import check_weights
 from ..models.base import AbstractDynamics, retract_at
 from ..solvers import Particles, Solution, solve
 from .checkpoint import DEFAULT_EVERY, Checkpoint, check_every
+from .fingerprint import run_fingerprint
 
-_FORMAT = 2  # 2: chunks are tp.solve calls with their own step cap (1: one cap for all chunks)
+_FORMAT = 3  # 3: fingerprints over code and closures, chunks carry the run and their index
+# (2: chunks are tp.solve calls with their own step cap; 1: one cap for all chunks)
 _SAVE_STATES = diffrax.SaveAt(t1=True).subs.fn  # diffrax's fn when SaveAt saves the states
-
-
-def run_fingerprint(*objects) -> str:
-    """SHA-256 of pytrees: every array leaf to the bit (dtype, shape, bytes), every other leaf
-    and the tree structure (static fields, solver and controller classes and options) by repr."""
-    h = hashlib.sha256()
-    leaves, treedef = jax.tree_util.tree_flatten(objects, is_leaf=lambda v: v is None)
-    h.update(str(treedef).encode())
-    for leaf in leaves:
-        if isinstance(leaf, (jax.Array, np.ndarray, np.generic)):
-            if jax.dtypes.issubdtype(leaf.dtype, jax.dtypes.prng_key):
-                leaf = jax.random.key_data(leaf)
-            a = np.asarray(leaf)
-            h.update(f"{a.dtype}{a.shape}".encode())
-            h.update(np.ascontiguousarray(a).tobytes())
-        elif isinstance(leaf, (types.FunctionType, types.BuiltinFunctionType)):
-            h.update(leaf.__qualname__.encode())  # a lambda's repr holds its address
-        elif callable(leaf):
-            h.update(type(leaf).__qualname__.encode())
-        else:
-            h.update(repr(leaf).encode())
-    return h.hexdigest()
 
 
 def _save_times(saveat, t0: float, t1: float, dtype) -> tuple[np.ndarray, object]:
@@ -157,7 +134,8 @@ def solve_checkpointed(
         "format": _FORMAT, "every": every, "num_chunks": len(chunks),
         "ts": [float(t) for t in ts], "t0": t0f, "x0_shape": list(x0.shape), "dtype": str(dtype),
         "x0_sum": float(np.sum(np.asarray(x0, np.float64))),
-        "run": run_fingerprint(dynamics, x0, w, dt0, stats, solve_kwargs),
+        "run": run_fingerprint(dynamics=dynamics, x0=x0, weights=w, dt0=dt0, saveat_fn=stats,
+                               solve_options=solve_kwargs),
     }
 
     start = 0
@@ -173,11 +151,11 @@ def solve_checkpointed(
                                  f"(mismatch in {diff}); use a fresh output directory")
             start = int(man["completed"])
             for j in range(start):
-                data = checkpoint.read_chunk(name, j)
+                data = checkpoint.read_chunk(name, j, signature["run"])
                 outputs.append([data[f"out_{i}"] for i in range(len(leaves_struct))])
                 num_steps += int(data["num_steps"])
             if start:
-                x = jnp.asarray(checkpoint.read_chunk(name, start - 1)["state"], dtype)
+                x = jnp.asarray(data["state"], dtype)  # the end state of the last chunk
 
     bar = None
     if progress and start < len(chunks):

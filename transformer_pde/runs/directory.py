@@ -227,7 +227,7 @@ def check_checkpoints(ckpt_dir: Path, exp: RunnableExperiment, config, every: in
         good = 0
         for j in range(completed):
             try:
-                chunk = reader.read_chunk(stage, j)
+                chunk = reader.read_chunk(stage, j, man.get("run"))
                 if "state" not in chunk or "num_steps" not in chunk:
                     raise KeyError("state/num_steps")
             except CORRUPT_FILE_ERRORS as e:

@@ -37,7 +37,7 @@ from .directory import (
 from .provenance import environment
 from .result import DATA_FILE, GRIDS_FILE, Result
 from .runnable import RunnableExperiment
-from .signals import SignalReceived, check_interrupt, signals_deferred
+from .signals import SignalReceived, check_interrupt, on_forced_stop, signals_deferred
 
 
 class FailedRun(Exception):
@@ -71,7 +71,8 @@ class InterruptedRun(BaseException):
 
 
 def run_experiment(exp: RunnableExperiment, config, out_dir: Path, *, progress: bool = True,
-                   checkpoint_every: int | None = None, resume: bool = False) -> dict:
+                   checkpoint_every: int | None = None, resume: bool = False,
+                   replace: bool = False) -> dict:
     """Compute, save ``data.npz``, ``config.json``, ``config.toml``, ``metadata.json``, figures.
 
     Args:
@@ -82,11 +83,14 @@ def run_experiment(exp: RunnableExperiment, config, out_dir: Path, *, progress: 
             (default :data:`~.checkpoint.DEFAULT_EVERY`; a continued run keeps its own).
         resume: continue the run in ``out_dir`` (its options must equal ``config``; see the
             CLI's ``--resume``), from its last good checkpoint.
+        replace: overwrite a complete run of other options in ``out_dir`` (the CLI's
+            ``--replace``); without it such a run is refused, naming the options that differ.
 
     The directory is locked for the whole call (:class:`~transformer_pde._io.DirectoryBusyError`
     if another run holds it). An unfinished run there (killed, interrupted or failed) is
     continued when ``config`` and the chunk length are its own, and refused otherwise
-    (ValueError naming the options that differ); a complete run there is replaced. Returns
+    (ValueError naming the options that differ); a complete run there is replaced when it has
+    the same options (or ``replace``), else refused likewise. Returns
     ``{"data", "metadata", "figures", "results", "grids", "continued"}`` (``results``: the
     :class:`~.result.Result`; ``grids``: the ``results.nc`` path or None; ``continued``:
     whether an unfinished run was continued).
@@ -103,10 +107,10 @@ def run_experiment(exp: RunnableExperiment, config, out_dir: Path, *, progress: 
     out_dir = Path(out_dir)
     rundir.make_directory(out_dir)
     with rundir.locked(out_dir):
-        return _run_locked(exp, config, out_dir, progress, checkpoint_every, resume)
+        return _run_locked(exp, config, out_dir, progress, checkpoint_every, resume, replace)
 
 
-def _run_locked(exp, config, out_dir, progress, checkpoint_every, resume) -> dict:
+def _run_locked(exp, config, out_dir, progress, checkpoint_every, resume, replace) -> dict:
     rundir.remove_stale_temporaries(out_dir)
     previous = rundir.read_metadata(out_dir)
     ckpt_dir = out_dir / CHECKPOINT_DIR
@@ -133,6 +137,10 @@ def _run_locked(exp, config, out_dir, progress, checkpoint_every, resume) -> dic
         continued = True
         rundir.note(f"{out_dir} holds an unfinished run of these options ({status}); continuing it")
     else:
+        diff = None if previous is None or replace else rundir.run_difference(exp, previous, config, every)
+        if diff:
+            raise ValueError(f"{str(out_dir)!r} holds a complete run with other options ({diff}); write "
+                             f"this run elsewhere (--out), or pass --replace to overwrite it")
         continued = False
     if continued:
         rundir.check_checkpoints(ckpt_dir, exp, config, every)
@@ -163,6 +171,18 @@ def _run_locked(exp, config, out_dir, progress, checkpoint_every, resume) -> dic
 
     start = time.perf_counter()
     data_path = out_dir / DATA_FILE
+
+    def forced_stop(signum):  # the watchdog's last act (runs/signals.py): a resumable directory
+        _mark(meta_path, {**meta, "status": STATUS_INTERRUPTED, "stopped_by": "watchdog",
+                          "wall_time_s": time.perf_counter() - start})
+
+    with on_forced_stop(forced_stop):
+        return _compute_and_save(exp, config, out_dir, progress, checkpoint, meta, meta_path, start,
+                                 data_path, ckpt_dir, continued)
+
+
+def _compute_and_save(exp, config, out_dir, progress, checkpoint, meta, meta_path, start, data_path,
+                      ckpt_dir, continued) -> dict:
     try:
         check_interrupt()
         if exp.resumable:
@@ -257,12 +277,16 @@ def redraw(run_dir: Path, find, out_dir: Path | None = None) -> list[str]:
     run_dir = Path(run_dir)
     out_dir = Path(run_dir if out_dir is None else out_dir)
     in_place = out_dir == run_dir and run_dir.is_dir()
+    from ..plot import EmptyFigureError  # matplotlib only when drawing
+
     with rundir.locked(run_dir) if in_place else contextlib.nullcontext():
         exp, config, result = load_run(run_dir, find)
         if not in_place:
             rundir.make_directory(out_dir)
         try:
             return [str(p) for p in exp.figures(result, config, out_dir)]
+        except EmptyFigureError as e:
+            raise ValueError(f"cannot draw the figures of {str(run_dir)!r}: {e}") from None
         except (KeyError, IndexError, TypeError, ValueError) as e:
             raise ValueError(f"cannot draw the figures of {str(run_dir)!r} from its saved "
                              f"{DATA_FILE} ({rundir.error_text(e)}): it does not match the run's "

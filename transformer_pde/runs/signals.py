@@ -7,12 +7,27 @@ callback, which the interpreter only reports) still stops the run at the next sa
 runner controls (:func:`check_interrupt`: after each checkpoint, after ``compute``, before the
 data and the figures). Inside :func:`signals_deferred` (the writes that complete a run) they are
 only recorded, and :func:`pending_signal` tells the caller one came.
+
+Python runs a handler only between bytecodes: a signal that lands while the main thread waits
+in native code (one compiled XLA call, a kernel plan) would wait for it to return, minutes
+perhaps. A watchdog thread therefore reads the signal from the interpreter's wakeup fd
+(``signal.set_wakeup_fd``; native calls that wait release the GIL, so the thread runs): if the
+run has not stopped :data:`WATCHDOG_GRACE_S` seconds after SIGINT/SIGTERM, it calls the hooks
+registered with :func:`on_forced_stop` (the runner marks its directory "interrupted"; every
+file was written atomically and checkpoints declare only whole chunks, so the directory is
+consistent and ``--resume`` continues it) and ends the process with status 128 + N.
 """
 
 from __future__ import annotations
 
 import contextlib
+import os
 import signal
+import sys
+import threading
+
+WATCHDOG_GRACE_S = 3.0
+"""Seconds a run has, after SIGINT/SIGTERM, to stop by itself before the watchdog ends it."""
 
 
 class SignalReceived(BaseException):
@@ -27,6 +42,80 @@ class SignalReceived(BaseException):
 class _SignalState:
     pending: list = []  # signals received since stop_on_signals began
     deferred: bool = False  # inside the final writes: record only
+    forced_stop_hooks: list = []  # called by the watchdog before it ends the process
+
+
+class _Watchdog:
+    """Reads signal numbers from the wakeup fd; ends the process when the main thread does not
+    stop within the grace time (module docstring)."""
+
+    def __init__(self, signals, grace: float):
+        self.signals, self.grace = {int(s) for s in signals}, grace
+        self.done = threading.Event()
+        self.r, self.w = os.pipe()
+        os.set_blocking(self.w, False)
+        self.previous_fd = signal.set_wakeup_fd(self.w, warn_on_full_buffer=False)
+        self.thread = threading.Thread(target=self._watch, name="transformer-pde-watchdog", daemon=True)
+        self.thread.start()
+
+    def _watch(self):
+        while True:
+            try:
+                data = os.read(self.r, 1)
+            except OSError:
+                return
+            if not data or self.done.is_set():
+                return
+            signum = data[0]
+            if signum not in self.signals:
+                continue
+            # the main thread's handler stops the run; give it the grace time (longer while it
+            # completes the run's final writes)
+            while not self.done.wait(self.grace):
+                if not _SignalState.deferred:
+                    self._force(signum)
+                    return
+
+    def _force(self, signum):
+        for hook in list(_SignalState.forced_stop_hooks):
+            try:
+                hook(signum)
+            except Exception:  # noqa: BLE001 - best effort: the process ends either way
+                pass
+        try:
+            name = signal.Signals(signum).name
+        except ValueError:
+            name = str(signum)
+        sys.stderr.write(f"interrupted ({name}) inside a native computation; stopped {self.grace:g} s "
+                         f"later by the watchdog; the output directory is consistent (--resume "
+                         f"continues it)\n")
+        sys.stderr.flush()
+        os._exit(128 + signum)
+
+    def close(self):
+        self.done.set()
+        signal.set_wakeup_fd(self.previous_fd)
+        try:
+            os.write(self.w, b"\0")  # wake the thread: it sees done and returns
+        except OSError:
+            pass
+        self.thread.join(timeout=1.0)
+        for fd in (self.r, self.w):
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+
+
+@contextlib.contextmanager
+def on_forced_stop(hook):
+    """While the block runs, ``hook(signum)`` is called (from the watchdog thread) before the
+    watchdog ends a run stuck in native code after a signal; it must leave files consistent."""
+    _SignalState.forced_stop_hooks.append(hook)
+    try:
+        yield
+    finally:
+        _SignalState.forced_stop_hooks.remove(hook)
 
 
 def _on_signal(signum, frame):
@@ -51,10 +140,11 @@ def check_interrupt() -> None:
 
 
 @contextlib.contextmanager
-def stop_on_signals(signals=(signal.SIGINT, signal.SIGTERM)):
+def stop_on_signals(signals=(signal.SIGINT, signal.SIGTERM), grace: float = WATCHDOG_GRACE_S):
     """While the block runs, SIGINT and SIGTERM stop a run (:class:`SignalReceived`) instead of
-    killing the process; the previous handlers come back after it. Outside the main thread
-    (where handlers cannot be set) the block runs without them."""
+    killing the process, and the watchdog ends the process ``grace`` seconds after one if the
+    run is stuck in native code; the previous handlers come back after it. Outside the main
+    thread (where handlers cannot be set) the block runs without them."""
     _SignalState.pending = []
     _SignalState.deferred = False
     previous = {}
@@ -63,9 +153,12 @@ def stop_on_signals(signals=(signal.SIGINT, signal.SIGTERM)):
             previous[sig] = signal.signal(sig, _on_signal)
         except ValueError:  # not in the main thread
             pass
+    watchdog = _Watchdog(previous, grace) if previous else None
     try:
         yield
     finally:
+        if watchdog is not None:
+            watchdog.close()
         for sig, handler in previous.items():
             signal.signal(sig, handler)
         _SignalState.pending = []  # a later run outside this block must not see them
@@ -82,4 +175,5 @@ def signals_deferred():
         _SignalState.deferred = before
 
 
-__all__ = ["SignalReceived", "check_interrupt", "pending_signal", "signals_deferred", "stop_on_signals"]
+__all__ = ["WATCHDOG_GRACE_S", "SignalReceived", "check_interrupt", "on_forced_stop", "pending_signal",
+           "signals_deferred", "stop_on_signals"]

@@ -113,6 +113,12 @@ def solve(
     if progress_meter is not None and not isinstance(progress_meter, diffrax.AbstractProgressMeter):
         raise ValueError(f"progress_meter must be a diffrax progress meter such as "
                          f"diffrax.TqdmProgressMeter(), got {progress_meter!r}")
+    check_scalar(t0, "t0")
+    check_scalar(t1, "t1")
+    if isinstance(dynamics, AbstractSwitched):
+        # the part that holds on [t0, t1] checks the state: a run that starts after the switch
+        # (a resumed chunk) starts from the second part's states, not the first's
+        dynamics = dynamics.part_on(t0, t1)
     state = as_state(dynamics, state0).prepare(dynamics)
     dtype = state.dtype
     save_ts, fn = parse_saveat(saveat)
@@ -137,8 +143,6 @@ def solve(
     if dt0 is None and isinstance(stepsize_controller, diffrax.ConstantStepSize):
         raise ValueError("dt0 is required with constant step sizes (pass dt0=..., or an adaptive "
                          "stepsize_controller such as diffrax.PIDController)")
-    if isinstance(dynamics, AbstractSwitched):
-        dynamics = dynamics.part_on(t0, t1)
     if isinstance(dynamics, AbstractRetractedDynamics) and dynamics.switch_times:
         stepsize_controller, dt0 = jump_at_switches(dynamics, stepsize_controller, t0, t1, dt0, dtype)
     if max_steps is None:
@@ -151,7 +155,10 @@ def solve(
     if event is not None and not isinstance(adjoint, _NO_EVENT_ADJOINTS):
         event = None
     criterion = None if event is None else state.resolve(event)
-    sol = _solve(dynamics, state, as_time(t0, "t0", dtype), as_time(t1, "t1", dtype),
+    t0a, t1a = as_time(t0, "t0", dtype), as_time(t1, "t1", dtype)
+    if not (is_concrete(t0) and is_concrete(t1)):  # the concrete case was refused above
+        t1a = eqx.error_if(t1a, ~(t1a > t0a), "solve: must have t1 > t0 (time runs forward)")
+    sol = _solve(dynamics, state, t0a, t1a,
                  None if dt0 is None else jnp.asarray(dt0, dtype), ts, fn, solver, stepsize_controller,
                  adjoint, int(max_steps), progress_meter or diffrax.NoProgressMeter(), bool(throw),
                  event is not None, criterion, noise, brownian)
@@ -172,7 +179,7 @@ def _solve(dynamics, state, t0, t1, dt0, ts, fn, solver, controller, adjoint, ma
     if fn is None:
         save = lambda t, y, args: state.value(dynamics, y, t)  # noqa: E731
     else:
-        save = lambda t, y, args: fn(t, state.value(dynamics, y, t), args)  # noqa: E731
+        save = lambda t, y, args: jax.tree.map(_saved_array, fn(t, state.value(dynamics, y, t), args))  # noqa: E731
     # the extra save at t1 records where the run actually stopped (the event time, or t1)
     saveat = diffrax.SaveAt(subs=[diffrax.SubSaveAt(ts=ts, fn=save),
                                   diffrax.SubSaveAt(t1=True, fn=lambda t, y, args: (t, state.final_value(y)))])
@@ -282,6 +289,15 @@ class _NoiseTerm(diffrax.AbstractTerm):
             return jax.tree.map(lambda dw: (vf.sigma * dw).astype(dw.dtype), control)
         g = self.state.diffusion(self.dynamics, vf.t, vf.y, control)
         return jax.tree.map(lambda a: (vf.sigma * a).astype(a.dtype), g)
+
+
+def _saved_array(value):
+    """A leaf of a ``SaveAt(fn=...)`` statistic as an array (a Python number becomes one)."""
+    if isinstance(value, (bool, int, float, np.ndarray, np.generic, jax.Array)) and not (
+            isinstance(value, (np.ndarray, np.generic)) and value.dtype == object):
+        return jnp.asarray(value)
+    raise ValueError(f"SaveAt fn must return arrays (or a pytree of them), got a "
+                     f"{type(value).__name__}: {value!r}"[:300])
 
 
 class _StateRetraction(AbstractRetraction):

@@ -286,6 +286,13 @@ class Gaussian(AbstractState):
                 raise ValueError(f"Gaussian.cov must be positive definite, but its smallest "
                                  f"eigenvalue is {lam[0]:.6g} (needs > {tol:.3g}, relative to "
                                  f"the largest {lam[-1]:.6g})")
+        elif d:  # traced (jit, vmap): the same checks, at run time
+            asym = jnp.max(jnp.abs(cov - cov.T))
+            scale = jnp.maximum(jnp.max(jnp.abs(cov)), 1e-300)
+            cov = eqx.error_if(cov, asym > 1e-6 * scale, "Gaussian.cov must be symmetric")
+            lam = jnp.linalg.eigvalsh((cov + cov.T) / 2)
+            tol = d * jnp.finfo(cov.dtype).eps * jnp.maximum(jnp.abs(lam[-1]), 1e-300)
+            cov = eqx.error_if(cov, ~(lam[0] > tol), "Gaussian.cov must be positive definite")
         self.mean = mean
         self.cov = cov
 

@@ -1,0 +1,91 @@
+"""Outputs that do not lie (issue 25 cause 7): an empty ``--out`` is refused, a figure of NaN
+data is an error (not an empty picture with status 0), a complete run of other options is not
+silently replaced, and a finished run leaves no ``.lock``."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import matplotlib.pyplot as plt
+import numpy as np
+import pytest
+
+import transformer_pde as tp
+from transformer_pde import cli
+from transformer_pde.experiments import REGISTRY, Experiment, Result
+from transformer_pde.experiments._options import Options
+
+
+@dataclasses.dataclass(frozen=True)
+class _Config(Options):
+    x: float = 1.0
+    seed: int = 0
+
+
+def _compute(cfg, progress):
+    return Result({"y": np.full(5, cfg.x), "seed": np.asarray(cfg.seed)})
+
+
+def _figures(res, cfg, out):
+    fig, ax = plt.subplots()
+    ax.plot(np.arange(5), res["y"])
+    return [tp.plot.save_figure(fig, out / "y.png")]
+
+
+PLOTTER = Experiment("plotter-exp", "draws its data", _Config, _compute, _figures)
+
+
+@pytest.fixture
+def plotter(monkeypatch):
+    monkeypatch.setitem(REGISTRY, PLOTTER.name, PLOTTER)
+
+
+def test_empty_out_is_refused(plotter, tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    for argv in (["run", "plotter-exp", "--out", ""], ["plot", ""], ["info", " "]):
+        with pytest.raises(SystemExit) as e:
+            cli.main(argv)
+        assert e.value.code == 2
+        assert "expected a directory, got" in capsys.readouterr().err
+    assert list(tmp_path.iterdir()) == []  # nothing written into the current directory
+
+
+def test_nan_data_is_not_drawn_as_an_empty_figure(plotter, tmp_path, capsys):
+    out = tmp_path / "run"
+    assert cli.main(["run", "plotter-exp", "--out", str(out)]) == 0
+    assert sorted(p.name for p in out.iterdir() if p.name.startswith(".")) == []  # no .lock left
+    np.savez(out / "data.npz", y=np.full(5, np.nan), seed=np.asarray(0))
+    (out / "y.png").unlink()
+    with pytest.raises(SystemExit) as e:
+        cli.main(["plot", str(out)])
+    assert e.value.code != 0
+    err = capsys.readouterr().err
+    assert "figure y.png: every series it draws is NaN or inf" in err
+    assert not (out / "y.png").exists()
+
+
+def test_a_figure_with_some_finite_data_is_drawn(tmp_path):
+    fig, ax = plt.subplots()
+    ax.plot([0, 1, 2], [np.nan, 1.0, np.inf])
+    assert tp.plot.save_figure(fig, tmp_path / "f.png").exists()
+    fig, ax = plt.subplots()
+    ax.scatter([np.nan], [np.nan])
+    ax.imshow(np.full((2, 2), np.nan))
+    with pytest.raises(ValueError, match="every series it draws is NaN or inf"):
+        tp.plot.save_figure(fig, tmp_path / "g.png")
+
+
+def test_a_complete_run_of_other_options_is_refused_naming_them(plotter, tmp_path, capsys):
+    out = tmp_path / "run"
+    assert cli.main(["run", "plotter-exp", "--out", str(out), "--x", "2"]) == 0
+    assert cli.main(["run", "plotter-exp", "--out", str(out), "--x", "2"]) == 0  # same options: rerun
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as e:
+        cli.main(["run", "plotter-exp", "--out", str(out), "--x", "3", "--seed", "1"])
+    assert e.value.code == 2
+    err = capsys.readouterr().err
+    assert "x=2.0 there, 3.0 here" in err and "seed=0 there, 1 here" in err and "--replace" in err
+    assert float(np.load(out / "data.npz")["y"][0]) == 2.0  # untouched
+    assert cli.main(["run", "plotter-exp", "--out", str(out), "--x", "3", "--replace"]) == 0
+    assert float(np.load(out / "data.npz")["y"][0]) == 3.0
+    assert not (out / ".lock").exists()
