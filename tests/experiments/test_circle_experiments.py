@@ -23,6 +23,24 @@ def test_noisy_transition_fold_and_threshold(tmp_path_factory):
     assert np.all(res["fold"][above] < res["K_sharp_branches"][above])
 
 
-def test_particle_curves_are_refused_until_noise_lands():
-    with pytest.raises(ValueError, match="noise"):
-        get("noisy-transition").make_config(particles=True)
+def test_noisy_transition_particle_curves(tmp_path_factory):
+    res, cfg, _ = tiny_run("noisy-transition", tmp_path_factory)
+    r = res["particle_K_ratio"]
+    P = cfg.K_points
+    np.testing.assert_allclose(r[:P], np.linspace(cfg.K_lo, cfg.K_factor, P))
+    np.testing.assert_allclose(r[P:], r[:P][::-1])  # up, then down
+    assert cfg.dims == (2,)  # the tiny run: S¹ only (S² is tests/solvers/test_noisy_stationary.py's)
+    for d in cfg.dims:
+        m = res[f"particle_order_d{d}"]
+        assert m.shape == (len(cfg.betas), 2 * P)
+        assert np.all((m > 0) & (m <= 1))
+        assert res[f"particle_order_d{d}_seeds"].shape == (len(cfg.betas), cfg.seeds, 2 * P)
+        assert np.all(res[f"K_sharp_d{d}"] > 0)
+    assert np.all(res["K_sharp_d2"] == res["K_sharp_branches"])
+
+
+def test_noisy_transition_sweep_range_is_checked():
+    with pytest.raises(ValueError, match="K_lo"):
+        get("noisy-transition").make_config(K_lo=2.0, K_factor=1.5)
+    with pytest.raises(ValueError, match="dims"):
+        get("noisy-transition").make_config(dims=(4,))
