@@ -18,7 +18,12 @@ state, so a discontinuous transition shows its hysteresis loop (uniform kept up 
 clustered state kept down to ≈K_c). Each point is |(1/n)Σ X_i| averaged over the second half of
 its run and over independent seeds (one ``lax.scan`` over K, ``vmap`` over seeds and β). Finite n
 puts a floor O(n^{−1/2}) under the uniform branch (n·E m² = 1/(1 − K/K_#) below K_#), finite run
-times round the jumps (critical slowing down near K_#).
+times round the jumps (critical slowing down near K_#). Default run (n = 256, 2 seeds, t = 20 per K,
+h = 0.02; 3 min on a shared 2-core CPU): S¹, β = 1.5: m = 0.81 (up), 0.78 (down) at 1.3 K_# against the
+branch's 0.78, 0.88 against 0.88 at 1.6 K_#; β = 4 on S¹ (fold K_c = 0.944 K_#): clustered from
+1.0–1.1 K_# going up (0.45 at K_#: n = 256 fluctuations nucleate early), kept down to 0.9 K_#
+(0.57), uniform at 0.8; β = 4 on S² (β_*^{(3)} = 1.816): up jumps between 0.9 and 1.0 K_#^{(3)},
+down kept to 0.8 (0.79), a loop of width ~0.2 K_#; β = 1.5 on S²: no loop beyond finite-time lag.
 """
 
 from __future__ import annotations
