@@ -10,9 +10,20 @@ linearization. Left: the order parameter m = |∫x dρ| against K for each β, s
 dashed, K_# of the theory and the folds marked. Right: the phase diagram over (β, K): K_#(β) and
 the computed fold K_c(β).
 
-Particle curves (the order parameter of noisy particles on S¹ and S², K swept up then down for
-the hysteresis) need independent noise on particles in ``tp.solve`` (issue 21 item 1, another
-branch): ``particles = true`` is refused until that lands.
+Particle curves (``particles``, on by default): n noisy particles on S¹ (d = 2) and S² (d = 3)
+under the same K-scaled noisy USA/SA, ``tp.solve(tp.Sphere(attn with V = K·I), x, noise=tp.Noise(σ))``
+with Euler (the noisy residual layer; the retraction adds the Itô drift), K swept up over
+[K_lo, K_factor]·K_#^{(d)}(β) and then down again, each K started from the previous K's final
+state, so a discontinuous transition shows its hysteresis loop (uniform kept up to ≈K_#, the
+clustered state kept down to ≈K_c). Each point is |(1/n)Σ X_i| averaged over the second half of
+its run and over independent seeds (one ``lax.scan`` over K, ``vmap`` over seeds and β). Finite n
+puts a floor O(n^{−1/2}) under the uniform branch (n·E m² = 1/(1 − K/K_#) below K_#), finite run
+times round the jumps (critical slowing down near K_#). Default run (n = 256, 2 seeds, t = 20 per K,
+h = 0.02; 3 min on a shared 2-core CPU): S¹, β = 1.5: m = 0.81 (up), 0.78 (down) at 1.3 K_# against the
+branch's 0.78, 0.88 against 0.88 at 1.6 K_#; β = 4 on S¹ (fold K_c = 0.944 K_#): clustered from
+1.0–1.1 K_# going up (0.45 at K_#: n = 256 fluctuations nucleate early), kept down to 0.9 K_#
+(0.57), uniform at 0.8; β = 4 on S² (β_*^{(3)} = 1.816): up jumps between 0.9 and 1.0 K_#^{(3)},
+down kept to 0.8 (0.79), a loop of width ~0.2 K_#; β = 1.5 on S²: no loop beyond finite-time lag.
 """
 
 from __future__ import annotations
@@ -25,7 +36,7 @@ from annotated_types import Ge, Gt
 
 import transformer_pde as tp
 
-from .._lazy import jax, jnp
+from .._lazy import diffrax, jax, jnp
 from ..runs.result import Result, grid
 from ._base import Experiment, register
 from ._common import ATTENTIONS
@@ -48,14 +59,30 @@ class NoisyTransitionConfig(Options):
     """Fourier modes of the stationary densities."""
     max_points: Annotated[int, Ge(3)] = 300
     """The most points of one branch."""
-    particles: bool = False
-    """Noisy particle curves (S¹ and S², K swept up then down). Needs independent noise on
-    particles in tp.solve (issue 21 item 1), not on this branch: true is refused for now."""
+    particles: bool = True
+    """Noisy particle curves on S¹ and S² (K swept up then down, hysteresis)."""
+    dims: tuple[int, ...] = (2, 3)
+    """Particle curves on S^{d−1} for these d (2: S¹, drawn with the branches; 3: S², its own panel)."""
+    n: Annotated[int, Ge(8)] = 256
+    """Particles of each noisy run."""
+    seeds: Annotated[int, Ge(1)] = 2
+    """Independent particle systems per curve (averaged)."""
+    K_points: Annotated[int, Ge(2)] = 11
+    """K values of a particle sweep (each way), evenly spaced over [K_lo, K_factor]·K_#."""
+    K_lo: Annotated[float, Gt(0)] = 0.6
+    """The sweep starts (and ends) at K = K_lo·K_#."""
+    run_time: Annotated[float, Gt(0)] = 20.0
+    """Time spent at each K (the order parameter is averaged over its second half)."""
+    dt: Annotated[float, Gt(0)] = 0.02
+    """Step of the noisy residual layer (Euler)."""
 
     def validate(self):
-        if self.particles:
-            raise ValueError("particles = true needs independent noise on particles in tp.solve "
-                             "(tp.solve(..., noise=...), issue 21 item 1), not available yet")
+        if not self.dims or any(d not in (2, 3) for d in self.dims) or len(set(self.dims)) < len(self.dims):
+            raise ValueError(f"dims must be distinct values among 2 (S¹) and 3 (S²), got {self.dims}")
+        if not self.K_lo < self.K_factor:
+            raise ValueError(f"K_lo = {self.K_lo} must be below K_factor = {self.K_factor}")
+        if self.run_time < 4 * self.dt:
+            raise ValueError(f"run_time = {self.run_time} must be at least 4 steps dt = {self.dt}")
 
 
 def _dynamics(cfg, beta):
@@ -65,6 +92,40 @@ def _dynamics(cfg, beta):
 def _theory(cfg, beta):
     ns = tp.theory.noisy_sphere
     return {"SA": ns.NoisySA, "USA": ns.NoisyUSA}[cfg.model](beta=float(beta), sigma=cfg.sigma)
+
+
+def _theory_d(cfg, beta, d):
+    ns = tp.theory.noisy_sphere
+    return {"SA": ns.NoisySA, "USA": ns.NoisyUSA}[cfg.model](beta=float(beta), d=d, sigma=cfg.sigma)
+
+
+def particle_sweeps(cfg, d, betas, Ks, key):
+    """Order parameters of noisy particle systems on S^{d−1}, K swept along ``Ks`` ``(B, P)`` for
+    each β: returns ``(B, seeds, P)``, |(1/n)Σ X_i| averaged over the second half of each run."""
+    steps = max(4, round(cfg.run_time / cfg.dt))
+    h = cfg.run_time / steps
+    ts = h * np.arange(steps - steps // 2, steps + 1)  # the second half, on the step grid
+    attention = ATTENTIONS[cfg.model]()
+    noise = tp.Noise(cfg.sigma, path=tp.BrownianIncrements())
+
+    def one(beta, K_path, k, x0):
+        def at_K(x, Kk):
+            K, kk = Kk
+            eye = jnp.eye(d, dtype=x.dtype)
+            dyn = tp.Sphere(attention(eye, eye, K * eye, beta))
+            sol = tp.solve(dyn, x, t1=cfg.run_time, dt0=h, saveat=jnp.asarray(ts), solver=diffrax.Euler(),
+                           noise=noise, key=kk, event=None)
+            m = jnp.linalg.norm(jnp.mean(sol.xs, axis=1), axis=-1)
+            return sol.xs[-1], jnp.mean(m)
+        return jax.lax.scan(at_K, x0, (K_path, jax.random.split(k, K_path.shape[0])))[1]
+
+    B = len(betas)
+    k0, k1 = jax.random.split(key)
+    x0 = jax.random.normal(k0, (B, cfg.seeds, cfg.n, d))
+    x0 = x0 / jnp.linalg.norm(x0, axis=-1, keepdims=True)
+    keys = jax.random.split(k1, (B, cfg.seeds))
+    run = jax.vmap(jax.vmap(one, in_axes=(None, None, 0, 0)), in_axes=(0, 0, 0, 0))
+    return np.asarray(jax.jit(run)(jnp.asarray(betas, jnp.float64), jnp.asarray(Ks), keys, x0))
 
 
 def compute(cfg: NoisyTransitionConfig, progress: bool = False) -> Result:
@@ -99,6 +160,20 @@ def compute(cfg: NoisyTransitionConfig, progress: bool = False) -> Result:
                   "bifurcation": np.array([b.bifurcation for b in branches]),
                   "phase_betas": pb, "K_sharp": K_sharp, "K_bifurcation": K_bif, "K_fold": K_fold,
                   "beta_star": np.asarray(beta_star)}
+        if cfg.particles:
+            r = np.linspace(cfg.K_lo, cfg.K_factor, cfg.K_points)
+            arrays["particle_K_ratio"] = np.concatenate([r, r[::-1]])  # up, then down
+            for d in cfg.dims:
+                Ks = np.array([_theory_d(cfg, b, d).critical_coupling() for b in cfg.betas])
+                m = particle_sweeps(cfg, d, cfg.betas, Ks[:, None] * arrays["particle_K_ratio"],
+                                    jax.random.key(d))
+                arrays[f"particle_order_d{d}"] = m.mean(axis=1)
+                arrays[f"particle_order_d{d}_seeds"] = m
+                arrays[f"K_sharp_d{d}"] = Ks
+            try:
+                arrays["beta_star_d3"] = np.asarray(tp.theory.noisy_sphere.critical_beta(type(_theory(cfg, 1.0)), 3))
+            except ValueError:
+                arrays["beta_star_d3"] = np.asarray(np.nan)
         grids = {"phase": grid({"beta": pb}, K_sharp=(("beta",), K_sharp), K_bifurcation=(("beta",), K_bif),
                                K_fold=(("beta",), K_fold))}
         return Result(arrays, grids)
@@ -107,7 +182,9 @@ def compute(cfg: NoisyTransitionConfig, progress: bool = False) -> Result:
 def figures(res: Result, cfg: NoisyTransitionConfig, out_dir) -> list:
     import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(1, 2, figsize=(12, 4.5))
+    parts = "particle_K_ratio" in res
+    s2 = "particle_order_d3" in res
+    fig, axes = plt.subplots(1, 3 if s2 else 2, figsize=(18 if s2 else 12, 4.5))
     ax = axes[0]
     for i, beta in enumerate(res["betas"]):
         K, m, st = res["K"][i], res["order"][i], res["stable"][i]
@@ -126,10 +203,23 @@ def figures(res: Result, cfg: NoisyTransitionConfig, out_dir) -> list:
     ax.axvline(1.0, color="k", lw=0.8, ls=":", label="K_# (theory)")
     ax.set_xlabel("K / K_#(β)")
     ax.set_ylabel("order parameter m = |∫x dρ|")
-    ax.set_title(f"{cfg.model} on S¹, σ = {cfg.sigma:g}: stationary branches (solid stable)")
+    ax.set_title(f"{cfg.model} on S¹, σ = {cfg.sigma:g}: stationary branches (solid stable)"
+                 + (",\nparticles swept K up (▲) then down (▼)" if "particle_order_d2" in res else ""))
+    if "particle_order_d2" in res:
+        _particle_markers(ax, res, cfg, 2)
     ax.legend(fontsize=8)
     ax.grid(alpha=0.3)
-    ax = axes[1]
+    if s2:
+        ax = axes[1]
+        _particle_markers(ax, res, cfg, 3, lines=True)
+        ax.axvline(1.0, color="k", lw=0.8, ls=":", label="K_#^{(3)} (theory)")
+        ax.set_xlabel("K / K_#^{(3)}(β)")
+        ax.set_ylabel("order parameter |(1/n)Σ X_i|")
+        bs = float(res["beta_star_d3"])
+        ax.set_title(f"{cfg.model} particles on S², σ = {cfg.sigma:g} (β_*^(3) = {bs:.3f})")
+        ax.legend(fontsize=8)
+        ax.grid(alpha=0.3)
+    ax = axes[-1]
     pb = res["phase_betas"]
     ax.plot(pb, res["K_sharp"], "k-", label="K_#(β): uniform law loses stability")
     ax.plot(pb, res["K_bifurcation"], "k+", ms=8, label="bifurcation found by continuation")
@@ -148,7 +238,18 @@ def figures(res: Result, cfg: NoisyTransitionConfig, out_dir) -> list:
     return [tp.plot.save_figure(fig, out_dir / "noisy_transition.png")]
 
 
+def _particle_markers(ax, res, cfg, d, lines=False):
+    r = res["particle_K_ratio"]
+    P = len(r) // 2
+    m = res[f"particle_order_d{d}"]
+    for i, beta in enumerate(res["betas"]):
+        kw = dict(color=f"C{i}", ms=6, ls="-" if lines else "none", lw=0.8)
+        ax.plot(r[:P], m[i, :P], marker="^", label=f"β = {beta:g}, n = {cfg.n}, K up" if lines else None, **kw)
+        ax.plot(r[P:], m[i, P:], marker="v", mfc="none", label=f"β = {beta:g}, K down" if lines else None, **kw)
+
+
 register(Experiment(
     "noisy-transition", "noisy attention on S¹: stationary branches, folds and the (β, K) phase diagram",
     NoisyTransitionConfig, compute, figures,
-    tiny=dict(betas=(1.5, 4.0), phase_betas=(2.0, 4.0), modes=24, max_points=60)))
+    tiny=dict(betas=(1.5, 4.0), phase_betas=(2.0, 4.0), modes=24, max_points=60,
+              dims=(2,), n=48, seeds=1, K_points=3, run_time=2.0, dt=0.1)))
