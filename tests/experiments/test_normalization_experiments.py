@@ -161,7 +161,7 @@ def test_normalization_config_rejects_bad_values():
     exp = get("normalization")
     with pytest.raises(ValueError, match="whole number of layers"):
         exp.make_config(t1=1.05)
-    with pytest.raises(ValueError, match="schemes lists a value twice"):
+    with pytest.raises(ValueError, match="schemes lists 'pre-ln' twice"):
         exp.make_config(schemes=("pre-ln", "pre-ln"))
     with pytest.raises(ValueError, match="ngpt_alpha"):
         exp.make_config(ngpt_alpha=20.0)
