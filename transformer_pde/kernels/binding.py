@@ -34,6 +34,20 @@ class ScoreBox(eqx.Module):
     row_norm: float | None = eqx.field(static=True, default=None)
     gamma_factor: float | None = eqx.field(static=True, default=None)
 
+    def _identity(self):
+        # with R unknown no plan can be made and every backend computes exactly: the parameter
+        # data (γ, row norms, the note) must not make two such boxes differ, or an attention would
+        # recompile for every new β and attentions of other parameters could not be stacked
+        if self.radius is None:
+            return (self.k, None)
+        return (self.k, self.radius, self.gamma, self.note, self.row_norm, self.gamma_factor)
+
+    def __eq__(self, other):
+        return isinstance(other, ScoreBox) and self._identity() == other._identity()
+
+    def __hash__(self):
+        return hash(self._identity())
+
     @property
     def known(self) -> bool:
         return self.radius is not None and self.gamma is not None
