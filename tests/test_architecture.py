@@ -129,6 +129,7 @@ def test_no_attribute_sniffing_of_models():
     assert not offenders, "\n".join(offenders)
 
 
+@pytest.mark.slow
 def test_importing_the_library_does_not_import_experiments():
     code = ("import sys, transformer_pde as tp; import transformer_pde.models, transformer_pde.solvers; "
             "print(any(m.startswith('transformer_pde.experiments') for m in sys.modules))")

@@ -1,3 +1,4 @@
+import pytest
 """Smoke test of the benchmark script at tiny n (speed is measured only in benchmarks/)."""
 
 import importlib.util
@@ -11,6 +12,7 @@ ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "benchmarks" / "bench_kernels.py"
 
 
+@pytest.mark.slow
 def test_benchmark_script_tiny(tmp_path):
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]))
     proc = subprocess.run([sys.executable, str(SCRIPT), "--tiny", "--out", str(tmp_path)],

@@ -73,6 +73,7 @@ def test_bures_wasserstein_closed_forms():
                                rtol=1e-10)
 
 
+@pytest.mark.slow
 def test_sinkhorn_w2_of_a_translation_is_the_shift():
     """S_ε(μ, τ_a μ) = |a|² for every ε: the cross terms of |x − y − a|² are separable. At
     ε = 0.05 the cross problem does not reach the marginal threshold 1e-7 in 2000 iterations
@@ -87,6 +88,7 @@ def test_sinkhorn_w2_of_a_translation_is_the_shift():
                                jnp.linalg.norm(a), rtol=1e-4)
 
 
+@pytest.mark.slow
 def test_streamed_sinkhorn_divergence_matches_dense_with_gradients():
     from transformer_pde.diagnostics import sinkhorn_divergence
 
@@ -116,6 +118,7 @@ def test_fit_rate_recovers_a_known_slope():
         fit_rate(ns, np.where(errors > 0.1, 0.0, errors))
 
 
+@pytest.mark.slow
 def test_reference_run_of_the_reference_itself_has_zero_error():
     """With n = n_ref and the same samples, particles, reference and tracers coincide."""
     X = tp.uniform_sphere(jax.random.key(5), 24, 3)
@@ -130,6 +133,7 @@ def test_reference_run_of_the_reference_itself_has_zero_error():
     assert np.isnan(res.errors["w2"]).all()
 
 
+@pytest.mark.slow
 def test_uniform_law_on_the_sphere_has_a_vanishing_field():
     """uniform_sphere_law's claim, Γ_σ = 0 under Sphere(SA): the field of an n-sample is a Monte
     Carlo error, RMS ∝ n^{-1/2} (not O(1)), for β = 1 and 4."""
@@ -142,6 +146,7 @@ def test_uniform_law_on_the_sphere_has_a_vanishing_field():
         assert -0.6 < slope < -0.4, (beta, rms)
 
 
+@pytest.mark.slow
 def test_stationary_reference_agrees_with_the_particle_reference():
     """Same trajectories, two references: the exact moments of σ (0, I/3) and a 4096-particle system.
     Their moment errors differ by at most the reference system's own distance to (0, I/3)."""
@@ -165,6 +170,7 @@ def test_stationary_reference_agrees_with_the_particle_reference():
     np.testing.assert_allclose(exact.errors["mean"][..., 1], approx.errors["mean"][..., 1], atol=3 * floor_mean)
 
 
+@pytest.mark.slow
 def test_convergence_experiment_tiny(tmp_path_factory):
     """Moment errors decay at the Monte Carlo rate n^{-1/2}, with the Monte Carlo constants."""
     from transformer_pde.experiments.convergence import setup

@@ -35,6 +35,7 @@ def _pair_energy(x):
     return jnp.mean(jnp.exp(-sq)) + jnp.mean(x[:, 0] ** 2)
 
 
+@pytest.mark.slow
 def test_gradient_wrt_parameters_and_initial_data_matches_finite_differences():
     """∂/∂(Q, K, V(t) per layer, β, x0) of a diagnostic at time t, float64 central differences,
     through a checkpointed adjoint that stores 5 of the 18 states."""
@@ -79,6 +80,7 @@ def test_gradient_on_the_sphere_matches_finite_differences():
     np.testing.assert_allclose(0.7 * gb + jnp.vdot(gx, v), fd, rtol=1e-7)
 
 
+@pytest.mark.slow
 def test_gradient_through_the_gaussian_closure_matches_finite_differences():
     d = 3
     Q = jax.random.normal(jax.random.key(3), (d, d)) / 2
@@ -119,6 +121,7 @@ def test_checkpointed_adjoint_choice():
         tp.checkpointed_adjoint(0)
 
 
+@pytest.mark.slow
 def test_fit_recovers_piecewise_constant_weights():
     """Learn per-layer V(t) from the outputs it produces; Q and K (not trainable) stay put."""
     d, n = 2, 24
@@ -179,6 +182,7 @@ def test_attention_perceptron_field_matches_numpy():
         AttentionPerceptron(V, B, W.T, U, b)
 
 
+@pytest.mark.slow
 def test_interpolation_experiment_tiny(tmp_path_factory):
     from transformer_pde.diagnostics import sinkhorn_divergence
     from transformer_pde.experiments.interpolation import problem

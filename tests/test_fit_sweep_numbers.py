@@ -20,6 +20,7 @@ def test_fit_steps_must_be_an_integer():
         tp.fit(m, lambda m: jnp.sum(m.V ** 2), optimizer=optax.sgd(0.1), steps=2.5)
 
 
+@pytest.mark.slow
 def test_a_diverging_optimizer_is_named_with_its_step():
     """A gradient step of 1e100 on -ΣV: after it V ~ 1e100 and four Euler steps of 0.25 take the
     tokens to ~1e398, past float64: the solve's blow-up check fires inside the loss."""

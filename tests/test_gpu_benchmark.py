@@ -11,6 +11,7 @@ pytest.importorskip("jax_finufft")
 ROOT = Path(__file__).resolve().parents[1]
 
 
+@pytest.mark.slow
 def test_gpu_benchmark_dry_run(tmp_path):
     spec = importlib.util.spec_from_file_location("gpu_benchmark", ROOT / "benchmarks" / "gpu.py")
     gpu = importlib.util.module_from_spec(spec)

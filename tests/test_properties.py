@@ -108,6 +108,7 @@ def _tol(kind):
     return 1e-6 if kind == "sinkhorn" else 1e-10  # Sinkhorn: to its convergence threshold
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind", KINDS)
 @ran_at_least("perm-{kind}", 5)
 @FAST
@@ -122,6 +123,7 @@ def test_permutation_equivariance(kind, x, w, beta, perm):
     np.testing.assert_allclose(vp, v[p], atol=_tol(kind) * (1 + np.abs(v).max()))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind", KINDS)
 @ran_at_least("split-{kind}", 5)
 @FAST
@@ -144,6 +146,7 @@ def test_weight_splitting(kind, x, w, beta, j, a):
 @FAST
 @given(x=tokens.filter(lambda a: np.linalg.norm(a, axis=1).min() > 1e-3), w=raw_weights,
        beta=betas, kind=st.sampled_from(["softmax", "l2", "multihead", "usa"]))
+@pytest.mark.slow
 def test_sphere_velocity_is_tangent(x, w, beta, kind):
     EXAMPLES["sphere-tangent"] += 1
     xs = np.asarray(tp.normalize(jnp.asarray(x)))
@@ -158,6 +161,7 @@ SAVE = jnp.linspace(0.0, 1.0, 5)
 @settings(FAST, max_examples=10)
 @given(x=tokens.filter(lambda a: np.linalg.norm(a, axis=1).min() > 1e-3), w=raw_weights,
        beta=betas)
+@pytest.mark.slow
 def test_retracted_sphere_solve_follows_the_projected_flow(x, w, beta):
     """The retraction after each step changes the flow by no more than the solver's error: the
     retracted Tsit5 solve agrees with an unretracted solve of dx/dt = P⊥_x Γ(x) in R^d (whose
@@ -178,6 +182,7 @@ def test_retracted_sphere_solve_follows_the_projected_flow(x, w, beta):
 @settings(FAST, max_examples=8)
 @given(x=tokens, w=raw_weights, beta=st.floats(0.1, 2.0), j=st.integers(0, N - 1),
        a=st.floats(0.05, 0.95))
+@pytest.mark.slow
 def test_mass_conservation_along_trajectories(x, w, beta, j, a):
     """Each token carries its mass: splitting one token into two coincident ones of the same
     total weight leaves the whole trajectory unchanged (both copies move together)."""
@@ -267,6 +272,7 @@ ROBUST_KINDS = ["softmax", "l2", "multihead", "sigmoid", "sinkhorn"]
 @settings(FAST, max_examples=25)
 @given(x=hnp.arrays(np.float32, (N, D), elements=st.floats(-1.0, 1.0, width=32)),
        log_beta=st.floats(-1.0, 3.0), log_norm=st.floats(-1.0, 2.0))
+@pytest.mark.slow
 def test_float32_large_beta_and_norms_stay_finite(kind, x, log_beta, log_norm):
     """β up to 1e3 and token norms up to 1e2 (logits up to ~1e7): every variant stays finite
     in float32, softmax-type outputs stay in the convex hull of the values V x_j."""

@@ -23,6 +23,7 @@ RUNTIME_ERRORS = (eqx.EquinoxRuntimeError, jax.errors.JaxRuntimeError)
 # --- 1. checks that vanish under jit / vmap / sweeps ------------------------------------------
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("read", ["xs", "final", "stats"])
 def test_nonfinite_state_raises_under_jit_whatever_output_is_kept(read):
     usa = tp.UnnormalizedAttention.identity(3, 40.0)  # blows up in R^3 from these tokens
@@ -38,6 +39,7 @@ def test_nonfinite_state_raises_under_jit_whatever_output_is_kept(read):
         jax.block_until_ready(jax.jit(run)(X0 * 3.0))
 
 
+@pytest.mark.slow
 def test_sweep_over_a_bad_value_raises_instead_of_returning_inf():
     with pytest.raises(RUNTIME_ERRORS):
         tp.sweep(lambda beta: tp.solve(tp.Sphere(tp.SoftmaxAttention.identity(3, beta)), X0, t1=1.0,
@@ -194,6 +196,7 @@ def test_sinkhorn_weights_are_validated(a, match):
 # --- 9. a float32 Gaussian closure near its blow-up reports the blow-up -------------------------
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("throw", [True, False])
 def test_float32_gaussian_blowup_is_reported_with_adaptive_steps(throw):
     attn = tp.SoftmaxAttention.identity(2, 1.0)  # V = I: t* = 1/λmax(A + Aᵀ) = 1/2 from Σ0 = I

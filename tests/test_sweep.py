@@ -68,6 +68,7 @@ def _order(t, x):
     return jnp.mean(x @ x.T)
 
 
+@pytest.mark.slow
 def test_sweep_of_64_dynamics_points_in_one_vmapped_call():
     """β × spectrum of V × horizon on the sphere: 64 points, one trace, each point equal to
     solving it alone. A traced horizon t1 needs an explicit max_steps (constant steps)."""
@@ -133,6 +134,7 @@ def test_sweep_shards_over_two_devices():
     assert res.returncode == 0 and "ok" in res.stdout, res.stderr[-2000:]
 
 
+@pytest.mark.slow
 def test_sweep_phase_experiment_tiny(tmp_path_factory):
     res, cfg, run_dir = tiny_run("sweep-phase", tmp_path_factory)
     assert (run_dir / "sweep-phase.png").exists()

@@ -513,6 +513,7 @@ def _blowup_time(beta, r0):
     return 0.5 * exp1(beta * r0**2)
 
 
+@pytest.mark.slow
 def test_blowup_reported_with_its_time():
     usa = tp.UnnormalizedAttention.identity(2, 1.0)
     x0 = jnp.array([[1.0, 0.0]])

@@ -205,6 +205,7 @@ def _completed(out: Path) -> int:
     return json.loads((out / "checkpoints" / "trajectory_SA" / "manifest.json").read_text())["completed"]
 
 
+@pytest.mark.slow
 def test_resume_of_a_failed_run_retries_from_its_last_good_checkpoint(small_reference, tmp_path, capsys,
                                                                       monkeypatch):
     out = tmp_path / "run"

@@ -20,6 +20,7 @@ def _circle_w1_to_cdf(theta, F, grid=400_001):
     return np.mean(np.abs(g - np.median(g))) * 2 * np.pi
 
 
+@pytest.mark.slow
 def test_moving_circle_law_is_measured_to_1e_6():
     """SA on S¹ at β = 9 from 1 + 0.2 cos 2θ (unstable: the law moves into clusters): the exact W₁
     of μ^n_t to the evolved trapezoid rule is measured with an estimated reference error below
@@ -82,6 +83,7 @@ def test_gaussian_on_the_line_with_the_exact_quantile_distance():
     np.testing.assert_allclose(res.errors["w2"][0, 0, 0], w2, rtol=1e-3)
 
 
+@pytest.mark.slow
 def test_l2_gaussian_study_in_r2_reports_unconverged_sinkhorn():
     """The issue's failure: ℓ² attention on Gaussian data in R² died at n = 64 with 'Sinkhorn
     divergence did not converge'. Now an unconverged distance is NaN, counted and warned about,

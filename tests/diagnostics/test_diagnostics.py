@@ -149,6 +149,7 @@ def test_energy_dissipation_identity(model):
     assert float(dE) > 0
 
 
+@pytest.mark.slow
 def test_energy_monotone_along_solution_and_stats():
     """E non-decreasing along SA (sphere.md §8.2); diagnostics inside solve(saveat=SaveAt(fn=...)) equal
     the same functions applied to the saved states."""

@@ -101,6 +101,7 @@ def test_exact_wasserstein_translation_and_split_particles():
 
 # ---------------------------------------------------------------- Sinkhorn divergence
 
+@pytest.mark.slow
 def test_sinkhorn_translation_exact_and_small_epsilon_matches_exact():
     rng = np.random.default_rng(5)
     x = jnp.asarray(rng.normal(size=(40, 2)))
@@ -155,6 +156,7 @@ def test_support_radius_and_value_norm_integral():
     np.testing.assert_allclose(dg.value_norm_integral(mh, ts), ref * np.asarray(ts), rtol=1e-12)
 
 
+@pytest.mark.slow
 def test_support_bound_holds_along_particles_and_is_attained():
     # V = I with every token at one point: x' = x, so R(t) = R0 e^t and the bound is attained
     ts = jnp.linspace(0, 1, 5)
@@ -174,6 +176,7 @@ def test_support_bound_holds_along_particles_and_is_attained():
                   <= np.asarray(dg.support_radius_bound(attn, R0, ts)) * (1 + 1e-9))
 
 
+@pytest.mark.slow
 def test_stability_bound_and_ratio():
     rng = np.random.default_rng(7)
     Q, K, V = (0.5 * rng.normal(size=(2, 2)) for _ in range(3))

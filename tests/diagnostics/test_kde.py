@@ -71,6 +71,7 @@ def test_mean_shift_float32():
     assert sol.final.dtype == jnp.float32 and bool(jnp.all(jnp.isfinite(sol.final)))
 
 
+@pytest.mark.slow
 def test_experiment_kde_modes_tiny(tmp_path_factory):
     res, cfg, _ = tiny_run("kde-modes", tmp_path_factory)
     # the counts of the first run's samples (the experiment's generator, redrawn) against NumPy

@@ -7,6 +7,7 @@ from _runs import tiny_run
 from transformer_pde.experiments import get
 
 
+@pytest.mark.slow
 def test_instability_rates_match_the_formula(tmp_path_factory):
     res, cfg, _ = tiny_run("instability", tmp_path_factory)
     assert res["pde"].shape == (2, cfg.k_max)
@@ -14,6 +15,7 @@ def test_instability_rates_match_the_formula(tmp_path_factory):
     np.testing.assert_allclose(res["particles"], res["theory"][0], rtol=1e-3)
 
 
+@pytest.mark.slow
 def test_noisy_transition_fold_and_threshold(tmp_path_factory):
     res, cfg, _ = tiny_run("noisy-transition", tmp_path_factory)
     np.testing.assert_allclose(res["K_bifurcation"], res["K_sharp"], rtol=1e-8)
@@ -23,6 +25,7 @@ def test_noisy_transition_fold_and_threshold(tmp_path_factory):
     assert np.all(res["fold"][above] < res["K_sharp_branches"][above])
 
 
+@pytest.mark.slow
 def test_noisy_transition_particle_curves(tmp_path_factory):
     res, cfg, _ = tiny_run("noisy-transition", tmp_path_factory)
     r = res["particle_K_ratio"]

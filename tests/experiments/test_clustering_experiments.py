@@ -35,6 +35,7 @@ def _numpy_single_linkage(x, threshold):
     return connected_components(np.asarray(x) @ np.asarray(x).T > threshold, directed=False)[0]
 
 
+@pytest.mark.slow
 def test_clustering_one_cluster_sa_and_usa(runs):
     data, cfg, d = runs("clustering")
     assert (d / "clustering.gif").read_bytes()[:4] == b"GIF8"
@@ -54,6 +55,7 @@ def test_clustering_one_cluster_sa_and_usa(runs):
         np.testing.assert_allclose(e, phi, rtol=1e-12)
 
 
+@pytest.mark.slow
 def test_clustering_saves_a_subsample_above_max_tokens_saved():
     """n > max_tokens_saved: the saved trajectories are the full run's rows of the subsample, and
     the counts and energies are those of the subsample (SciPy components; the energy written out)."""
@@ -71,6 +73,7 @@ def test_clustering_saves_a_subsample_above_max_tokens_saved():
     np.testing.assert_allclose(part["energy_SA"], energy, rtol=1e-10)
 
 
+@pytest.mark.slow
 def test_phase_diagram_matches_published(runs):
     data, cfg, d = runs("phase-diagram")
     assert (d / "angle_histograms.png").exists()
@@ -91,6 +94,7 @@ def test_phase_diagram_default_size():
     np.testing.assert_allclose(res["measured_at_published"], res["published_fraction"], atol=0.05)
 
 
+@pytest.mark.slow
 def test_equiangular_against_scipy(runs):
     from scipy.integrate import solve_ivp
 
@@ -123,6 +127,7 @@ def test_equiangular_against_scipy(runs):
         np.testing.assert_allclose(tp.Sphere(cls.identity(n, 2.0)).velocity(x), 0, atol=1e-12)
 
 
+@pytest.mark.slow
 def test_metastability_caps_and_staircase(runs):
     data, cfg, d = runs("metastability")
     ex, pred = data["exit_times"], data["predicted_exit"]
@@ -149,6 +154,7 @@ def test_metastability_caps_and_staircase(runs):
             assert abs(data["collapse_times"][k] / published[beta] - 1) < 0.05
 
 
+@pytest.mark.slow
 def test_energy_flow_extremal_measures(runs):
     from transformer_pde.experiments.energy_flow import classify, ngon_energy
 
@@ -191,6 +197,7 @@ def test_energy_flow_extremal_measures(runs):
     np.testing.assert_allclose(data["four_x1_sq"][-1], s, atol=1e-6)
 
 
+@pytest.mark.slow
 def test_rd_spectrum_limits(runs):
     data, cfg, d = runs("rd-spectrum")
     assert bool(data["identity_limits_are_vertices"])
@@ -206,6 +213,7 @@ def test_rd_spectrum_limits(runs):
     assert data["leaders_rank"][-1] <= 3
 
 
+@pytest.mark.slow
 def test_rescaled_model_matches_unscaled():
     """z = e^{−tV}x: the rescaled ODE reproduces the plain R^d attention dynamics."""
     import diffrax

@@ -12,6 +12,7 @@ TINY_CIRCLE = dict(model="circle", d=2, beta=9.0, log2_n_min=5, log2_n_max=6, lo
                    dt=0.1, num_times=3, order=32)
 
 
+@pytest.mark.slow
 def test_circle_study_tiny(tmp_path):
     exp = get("convergence")
     cfg = exp.make_config(**TINY_CIRCLE)

@@ -14,6 +14,7 @@ def _run(name, tmp_path_factory):
     return tiny_run(name, tmp_path_factory)[0]
 
 
+@pytest.mark.slow
 def test_gaussian_anisotropy_tiny(tmp_path_factory):
     res, cfg, _ = tiny_run("gaussian-anisotropy", tmp_path_factory)
     code = {name: i for i, name in enumerate(ga.OUTCOMES)}
@@ -74,6 +75,7 @@ def test_gaussian_anisotropy_tiny(tmp_path_factory):
         assert np.all(res[f"blowup__{v}__blowup_time"] >= np.log(1e4 / 2) / (2 * rate)), v
 
 
+@pytest.mark.slow
 def test_rank_histograms_tiny(tmp_path_factory):
     from transformer_pde.experiments.rank_histograms import UNCONVERGED
 
@@ -95,6 +97,7 @@ def test_rank_histograms_tiny(tmp_path_factory):
             assert np.all(ranks[ranks != UNCONVERGED] == (d + 1) // 2)
 
 
+@pytest.mark.slow
 def test_rank_histograms_no_longer_counts_a_shrinking_eigenvalue():
     """d = 3, V = GᵀG, seed 40, run 58 of 100: its third eigenvalue decays like 1/(c + εt) with
     εt ≪ c until t ~ 1e5 (4e-3, 3e-3, 2e-3 at t = 1e3, 1e4, 1e5; 6e-5 at 1e7). The earlier rule,
@@ -125,6 +128,7 @@ def test_rank_histograms_no_longer_counts_a_shrinking_eigenvalue():
     assert rh.decided_rank(covs, cfg.keep_ratio, cfg.settle_tol, 10 * cfg.rtol, 0.1 * cfg.rtol)[0] is None
 
 
+@pytest.mark.slow
 def test_stability_tiny(tmp_path_factory):
     res = _run("stability", tmp_path_factory)
     for v in experiments.get("stability").tiny["variants"]:

@@ -1,3 +1,4 @@
+import pytest
 """The large-n experiment (issue 13) at its tiny size: the fast kernel drives SA on S² to one
 cluster (sphere.md §1, d >= 3), seen in the O(n) statistics it saves."""
 
@@ -5,6 +6,7 @@ import numpy as np
 from _runs import tiny_run
 
 
+@pytest.mark.slow
 def test_large_n_tokens_meet_in_one_cluster(tmp_path_factory):
     res, cfg, _ = tiny_run("large-n", tmp_path_factory)
     assert bool(res["fast_kernel"])  # the run took the NUFFT path it was asked for

@@ -93,6 +93,7 @@ def tiny(tmp_path_factory):
     return tiny_run("normalization", tmp_path_factory)
 
 
+@pytest.mark.slow
 def test_normalization_tiny_matches_numpy_layers(tiny):
     """Every scheme, β and statistic of the tiny run, recomputed draw by draw with NumPy."""
     res, cfg, run_dir = tiny
@@ -106,6 +107,7 @@ def test_normalization_tiny_matches_numpy_layers(tiny):
     assert (run_dir / "normalization_none.png").exists()
 
 
+@pytest.mark.slow
 def test_normalization_speed_regulation_bounds(tiny):
     """Bounds that hold layer by layer: the sphere schemes keep |x| = 1; nGPT's step is the post-type
     step α_h/(1 − α_h) of a unit field, so its tokens move at most α/(1 − αh) per unit depth."""
@@ -120,6 +122,7 @@ def test_normalization_speed_regulation_bounds(tiny):
     assert np.all(lns < pre)
 
 
+@pytest.mark.slow
 def test_normalization_causal_mask_matches_numpy():
     exp = get("normalization")
     cfg = exp.make_config(**{**exp.tiny, "masks": ("causal",), "schemes": ("pre-ln", "mix-ln")})
@@ -128,6 +131,7 @@ def test_normalization_causal_mask_matches_numpy():
     check_against_numpy(res, cfg)
 
 
+@pytest.mark.slow
 def test_normalization_post_ln_clusters_by_t20_and_pre_ln_does_not():
     """The published set-up (d = 16, n = 64, 8 heads averaged, V = I, h = 0.1): post-LN → 1.00
     clustered at t = 20 for β = 1, 5, 9 (sphere.md §11, the check). Pre-LN's radius grows and its
@@ -192,6 +196,7 @@ def np_post_ln(x, field, h, L, projected=False):
     return x
 
 
+@pytest.mark.slow
 def test_five_token_circle_movie(tmp_path):
     """GKPR kinetic.py: n = 5, d = 2, SA, β = 4, h = 0.1, 4000 post-LN layers from their z0 →
     final angle 105.52°, merges at t = 1.4, 2.6, 5.7 and last at 364.1 (NOTES.md §9)."""
@@ -217,6 +222,7 @@ def test_five_token_circle_movie(tmp_path):
     np.testing.assert_allclose(xs[500], np_post_ln(z0, sa, 0.1, 500), atol=1e-11)
 
 
+@pytest.mark.slow
 def test_usa_64_tokens_post_ln_vs_projected():
     """USA, β = 4, h = 0.1, d = 3, n = 64, t = 15 (150 layers, raw step): the authors' post-LN
     leaves 2 clusters, the projected layer many (NOTES.md §9: 2 in 9/10 seeds vs 7–24); both

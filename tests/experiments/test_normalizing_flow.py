@@ -39,6 +39,7 @@ def test_affine_piece_pushes_the_base_to_the_closed_form_gaussian():
     assert abs(float(nf.flow_kl(controls, x0, target, t1=T, substeps=20, solver=diffrax.Tsit5()))) < 1e-10
 
 
+@pytest.mark.slow
 def test_gradient_through_the_density_track_matches_finite_differences():
     controls = nf.init_controls(jax.random.key(1), switches=2)
     controls = (3.0 * controls[0], controls[1], controls[2])  # a flow that moves the tokens
@@ -59,6 +60,7 @@ def test_gradient_through_the_density_track_matches_finite_differences():
     assert abs(ad - fd) < 1e-6 * max(1.0, abs(fd))
 
 
+@pytest.mark.slow
 def test_bad_targets_are_clear_errors():
     x0 = jax.random.normal(jax.random.key(4), (8, 2))
     controls = nf.init_controls(jax.random.key(5), switches=0)
@@ -73,6 +75,7 @@ def test_bad_targets_are_clear_errors():
         nf.fit_flow(half_plane, x0, controls, **kw)
 
 
+@pytest.mark.slow
 def test_tiny_run_lowers_the_relative_entropy(tmp_path_factory):
     res, cfg, _ = tiny_run("normalizing-flow", tmp_path_factory)
     assert res["kl"].shape == (len(cfg.targets), len(cfg.switches))

@@ -25,6 +25,7 @@ def test_ngpt_default_alpha_is_the_authors_layer():
     assert normalization.simuformer_depth("ngpt", cfg) == pytest.approx(20.0, rel=1e-12)
 
 
+@pytest.mark.slow
 def test_equiangular_runs_sa_alone(tmp_path):
     cfg = equiangular.EquiangularConfig(**{**equiangular_tiny(), "betas": (1.0,), "models": ("SA",)})
     res = equiangular.compute(cfg)

@@ -32,6 +32,7 @@ def _no_compute(*args, **kwargs):
     raise AssertionError("plot must not recompute")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", sorted(REGISTRY))
 def test_tiny_run_draws_and_plot_redraws_from_saved_data(name, tmp_path_factory, tmp_path, monkeypatch):
     result, cfg, run_dir = tiny_run(name, tmp_path_factory)
@@ -81,6 +82,7 @@ def test_tiny_run_draws_and_plot_redraws_from_saved_data(name, tmp_path_factory,
             assert (tmp_path / f.name).read_bytes() == f.read_bytes(), f.name
 
 
+@pytest.mark.slow
 def test_grids_hold_the_saved_arrays(tmp_path_factory):
     """results.nc is a labelled view of the same numbers as data.npz (sweep-phase: d × beta × seed × t)."""
     import xarray as xr

@@ -137,6 +137,7 @@ def test_nufft_error_model():
 # values and bounds against the NumPy reference
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("k", [1, 2, 3])
 @pytest.mark.parametrize("gamma", [1.0, 9.0, 100.0])
 @pytest.mark.parametrize("tol", [1e-6, 1e-10])
@@ -229,6 +230,7 @@ def test_far_query_is_flagged():
     assert np.all(np.isfinite(avg)) and np.abs(np.asarray(avg)[0]).max() <= 3 * np.abs(v).max() + 1
 
 
+@pytest.mark.slow
 def test_float32():
     a, b, v, bias = (x.astype(np.float32) for x in problem(300, 200, 3, True, seed=7))
     plan = plan_gaussian_sum(9.0, 1.0, 3, 1e-5, dtype=jnp.float32)
@@ -248,6 +250,7 @@ def test_float32():
 # gradients against the dense JAX formula
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("k", [2, 3])
 def test_gradients_match_dense(k):
     a, b, v, bias = map(jnp.asarray, problem(200, 150, k, True, seed=11))
@@ -313,6 +316,7 @@ def test_outside_box_raises():
     assert not bool(info.in_box) and not np.asarray(info.reliable(1.0)).any()
 
 
+@pytest.mark.slow
 def test_jit_and_vmap():
     plan = plan_gaussian_sum(9.0, 1.0, 3, 1e-10)
     states = np.stack([cloud(150, 3, s) for s in range(3)])

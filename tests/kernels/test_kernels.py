@@ -86,6 +86,7 @@ def test_streaming_wide_values(causal):
         np.testing.assert_allclose(lse, ref_lse, rtol=1e-12)
 
 
+@pytest.mark.slow
 def test_causal_query_offset_is_a_slice_of_the_full_problem():
     """Queries that are tokens 20..44 (one shard) see keys j <= 20 + i: the same rows as the
     full causal problem, on both paths, and the same gradients (custom VJPs included)."""
@@ -113,6 +114,7 @@ def test_causal_query_offset_is_a_slice_of_the_full_problem():
         np.testing.assert_allclose(b, a, rtol=1e-10, atol=1e-12)
 
 
+@pytest.mark.slow
 def test_loose_bound_falls_back_to_exact_shift():
     """Large logits of both signs: |q||k| over-estimates the row maximum by ~1e3, so the
     single-pass shift underflows and the block must be recomputed with exact maxima."""
@@ -133,6 +135,7 @@ def test_loose_bound_falls_back_to_exact_shift():
         np.testing.assert_allclose(got, want, rtol=1e-11, atol=1e-11)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("causal", [False, True])
 def test_streaming_gradients_match_dense(causal):
     """Custom VJP (recomputation) against autodiff of the dense path, every input."""
@@ -154,6 +157,7 @@ def test_streaming_gradients_match_dense(causal):
         np.testing.assert_allclose(b, a, rtol=1e-10, atol=1e-12)
 
 
+@pytest.mark.slow
 def test_streaming_gradient_finite_difference():
     """An independent check of the VJP: directional derivative by central differences."""
     rng = np.random.default_rng(4)
@@ -166,6 +170,7 @@ def test_streaming_gradient_finite_difference():
     np.testing.assert_allclose(jnp.vdot(jax.grad(f)(q), direction), fd, rtol=1e-7)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("causal", [False, True])
 def test_sigmoid_streaming(causal):
     rng = np.random.default_rng(5)
@@ -194,6 +199,7 @@ def _attention_family(d, rng, layout):
     }
 
 
+@pytest.mark.slow
 def test_every_variant_streams_like_dense(monkeypatch):
     # the default layout (dense at this n) against streaming with a key block; a small tile
     # makes the query block 16 rows, so both axes have several, ragged, blocks
@@ -264,6 +270,7 @@ def _temp_bytes(fn, *args):
     return jax.jit(fn).lower(*args).compile().memory_analysis().temp_size_in_bytes
 
 
+@pytest.mark.slow
 def test_memory_is_linear_forward_and_backward():
     """XLA's buffer assignment (compile only, nothing runs): the streaming forward at
     n = 65536 needs < 64 MiB of temporaries, and forward+backward temporaries grow like n."""

@@ -78,6 +78,7 @@ def test_auto_takes_the_exact_kernel_over_budget():
     np.testing.assert_allclose(attn.velocity(x), ref, atol=1e-12)
 
 
+@pytest.mark.slow
 def test_sinkhorn_small_epsilon_is_refused_not_hung():
     # γ = β/ε = 10⁴: the report used to run the plan (memory past 10 GiB)
     x = _tokens(30)

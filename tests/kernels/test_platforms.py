@@ -29,6 +29,7 @@ def test_a_platform_without_the_nufft():
     assert choice.path == "exact" and "does not run on platform 'gpu'" in choice.reason
 
 
+@pytest.mark.slow
 def test_no_nufft_anywhere_forces_the_exact_kernel(monkeypatch):
     monkeypatch.setattr(platforms, "fast_platforms", lambda: frozenset())
     from transformer_pde.kernels import backends

@@ -26,6 +26,7 @@ def rms_error(attn, batch_size, tau, num_keys=16):
     return float(jnp.sqrt(jnp.mean(jax.vmap(one)(jax.random.split(jax.random.key(1), num_keys)))))
 
 
+@pytest.mark.slow
 def test_one_batch_of_all_tokens_is_the_exact_field():
     for attn in (tp.SoftmaxAttention.identity(D, 2.0), tp.UnnormalizedAttention.identity(D, 1.0),
                  tp.L2Attention.identity(D, 0.5)):
@@ -34,6 +35,7 @@ def test_one_batch_of_all_tokens_is_the_exact_field():
         np.testing.assert_allclose(rbm.velocity(X0, w), attn.velocity(X0, w), rtol=1e-12, atol=1e-14)
 
 
+@pytest.mark.slow
 def test_batch_field_is_unbiased_for_attention_linear_in_mu():
     """E over partitions of the USA batch field = the exact field (uniform weights)."""
     attn = tp.UnnormalizedAttention.identity(D, 1.0)
@@ -53,12 +55,14 @@ def test_rbm_error_is_order_sqrt_tau_for_usa():
     assert 0.4 < slope < 0.6, (errs, slope)  # Jin–Li–Liu: O(√τ)
 
 
+@pytest.mark.slow
 def test_softmax_rbm_bias_shrinks_with_batch_size():
     sa = tp.SoftmaxAttention.identity(D, 1.0)
     small, large = rms_error(sa, 2, 1 / 128), rms_error(sa, 8, 1 / 128)
     assert large < 0.5 * small, (small, large)
 
 
+@pytest.mark.slow
 def test_causal_rbm_keeps_the_first_token_still():
     attn = tp.CausalSoftmaxAttention.identity(D, 1.0)
     rbm = tp.Sphere(tp.RandomBatch(attn, batch_size=4, step=0.1, key=jax.random.key(2)))

@@ -56,6 +56,7 @@ def test_softmax_with_full_rank_scores_matches_numpy(data, kdim):
                                rtol=1e-10, atol=1e-12)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", ["softmax", "multihead", "l2", "sigmoid", "unnormalized"])
 def test_field_matches_numpy(data, name):
     x, w, Q, K, V, queries = data
@@ -67,6 +68,7 @@ def test_field_matches_numpy(data, name):
     np.testing.assert_allclose(attn.velocity(x), reference(x, x, uniform), rtol=1e-10, atol=1e-12)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("epsilon", [0.5, 2.0])
 def test_sinkhorn_matches_numpy(data, epsilon):
     x, w, Q, K, V, _ = data
@@ -148,6 +150,7 @@ def _all_attentions(Q, K, V):
     return out
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", ["softmax", "multihead", "l2", "sigmoid", "unnormalized", "sinkhorn"])
 def test_permutation_equivariance_and_splitting(data, name):
     x, w, Q, K, V, _ = data
@@ -203,6 +206,7 @@ def test_time_dependent_parameters(data):
                                np.cos(0.8) * tp.SoftmaxAttention(Q, K, V, 0.7).velocity(x, w), rtol=1e-12)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", ["softmax", "multihead", "l2", "sigmoid", "sinkhorn"])
 def test_float32_large_beta_and_norms_stay_finite(name):
     rng = np.random.default_rng(7)

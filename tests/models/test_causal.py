@@ -19,6 +19,7 @@ def test_bessel_matches_scipy():
                                    scipy.special.iv(n, beta), rtol=1e-10, atol=1e-14)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("lam", [0.0, 1.0, 3.0])
 def test_volterra_closed_form_solves_the_equation(lam):
     # direct solve (quadrature + matrix exponential, no Bessel function) vs the Bessel form
@@ -43,6 +44,7 @@ def test_kernel_integrates_to_one():
                                    rtol=1e-3)
 
 
+@pytest.mark.slow
 def test_finite_n_linearization_converges_to_closed_form():
     errs = []
     for n in (48, 192):  # n_max = 5: a_n < 1e-3 beyond, and both sides use the same truncation
@@ -53,6 +55,7 @@ def test_finite_n_linearization_converges_to_closed_form():
     assert errs[1] < 0.02 and errs[0] / errs[1] > 3  # O(1/N)
 
 
+@pytest.mark.slow
 def test_u_shape_under_smallness():
     t, beta, lam = 2.0, 1.0, 1.0
     assert causal.smallness_holds(t, beta, lam)
@@ -97,6 +100,7 @@ def test_causal_attention_matches_masked_softmax_and_alibi_reference():
         tp.CausalSoftmaxAttention.identity(3, 1.0, alibi=-1.0)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("d", [2, 3])
 def test_all_tokens_go_to_the_first_token(d):
     # sphere.md §4 Thm 1 with Q = K = V = I (the case the spec marks as checked)
@@ -107,6 +111,7 @@ def test_all_tokens_go_to_the_first_token(d):
     assert float(jnp.max(jnp.linalg.norm(sol.final - x0[0][None, :], axis=-1))) < 1e-4
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("d", [2, 3])
 def test_renyi_expected_count(d):
     delta, n, reps = 0.5, 40, 400
@@ -136,6 +141,7 @@ def test_cap_measure_general_d_against_monte_carlo(d):
     assert causal.cap_measure(0.0, d) == 0.0
 
 
+@pytest.mark.slow
 def test_experiment_causal_clustering_tiny(tmp_path_factory):
     res, cfg, _ = tiny_run("causal-clustering", tmp_path_factory)
     assert float(res["long_final_dist"]) < 1e-3  # everything at x_1(0)
@@ -146,6 +152,7 @@ def test_experiment_causal_clustering_tiny(tmp_path_factory):
     assert abs(float(res["slope"]) - 0.5) < 0.2
 
 
+@pytest.mark.slow
 def test_experiment_lost_in_the_middle_tiny(tmp_path_factory):
     res, cfg, _ = tiny_run("lost-in-the-middle", tmp_path_factory)
     assert res["smallness"] and res["primacy"] and res["recency"] and res["unique_min"]
@@ -163,6 +170,7 @@ def test_experiment_lost_in_the_middle_tiny(tmp_path_factory):
     assert d["primacy"] and d["recency"] and d["unique_min"]
 
 
+@pytest.mark.slow
 def test_litm_mean_field_linear_response_and_invariants():
     S, M, beta, lam = 16, 32, 1.0, 1.0
     mf = causal.LitMMeanField(beta, lam, S, M)
@@ -185,6 +193,7 @@ def test_litm_mean_field_linear_response_and_invariants():
     np.testing.assert_allclose(coef, ref, rtol=1e-4, atol=1e-6)
 
 
+@pytest.mark.slow
 def test_float32_paths():
     x = tp.uniform_sphere(jax.random.key(0), 6, 3, dtype=jnp.float32)
     eye = jnp.eye(3, dtype=jnp.float32)

@@ -105,6 +105,7 @@ def numpy_lse_average(q, k, v, bias, causal=False, query_offset=0):
     return avg, lse
 
 
+@pytest.mark.slow
 def test_backends_compute_the_reduction_they_are_handed():
     """Each backend against the NumPy reduction of the same SoftmaxReduction value: Exact with
     either factorization and either layout, causal included; Fast and Auto (bound to a box of
@@ -160,6 +161,7 @@ def test_backends_compute_the_reduction_they_are_handed():
 VELOCITY = eqx.filter_jit(lambda a, x, w: a.velocity(x, w))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", ["softmax", "l2", "unnormalized", "multihead"])
 def test_fast_matches_exact_weighted_off_sphere(name):
     d = 6 if name == "multihead" else 3
@@ -177,6 +179,7 @@ def test_fast_matches_exact_weighted_off_sphere(name):
     assert max_err(fast.field(q, x, w), exact_twin(fast).field(q, x, w)) <= 1e-8 * scale
 
 
+@pytest.mark.slow
 def test_time_dependent_parameters():
     """PiecewiseConstant layers (R over every layer's rows) and a callable with score_radius:
     the parameters are evaluated at t, and the plan covers all of them."""
@@ -212,6 +215,7 @@ def test_sphere_and_unit_tokens():
     # (solves on the sphere: test_gradients_through_solve_match_exact)
 
 
+@pytest.mark.slow
 def test_sinkhorn_through_the_fast_kernel():
     """Every Sinkhorn half-iteration and the final average on the NUFFT (FastDotCloud)."""
     x = ball(300, 3, 2, r_min=0.8)
@@ -285,6 +289,7 @@ def unreliable_cloud():
     return jnp.asarray(np.concatenate([outer, inner]))
 
 
+@pytest.mark.slow
 def test_auto_falls_back_where_the_bound_misses_tol():
     x = unreliable_cloud()
     tol = 1e-9
@@ -304,6 +309,7 @@ def test_auto_falls_back_where_the_bound_misses_tol():
     assert max_err(l2.velocity(y), exact_twin(l2).velocity(y)) <= 10 * tol
 
 
+@pytest.mark.slow
 def test_box_and_window_violations():
     """Fast raises (the box it was planned for is named); Auto recomputes exactly."""
     # |x| = 2 > radius = 1; more tokens than PATCH_ROWS, so Auto recomputes all of them at once
@@ -324,6 +330,7 @@ def test_box_and_window_violations():
     assert max_err(moved.velocity(y), exact_twin(moved).velocity(y)) < 1e-14
 
 
+@pytest.mark.slow
 def test_declared_beta_window_under_vmap():
     """A sweep builds the model under vmap (β traced): plan from the declared window."""
     x = tp.uniform_sphere(jax.random.key(3), 200, 3)
@@ -345,6 +352,7 @@ def test_declared_beta_window_under_vmap():
 # gradients through solve
 
 
+@pytest.mark.slow
 def test_gradients_through_solve_match_exact():
     x0 = tp.uniform_sphere(jax.random.key(4), 48, 3)
     c = jax.random.normal(jax.random.key(5), (48, 3))

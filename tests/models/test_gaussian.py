@@ -48,6 +48,7 @@ def _rel(a, b):
 
 # ---------------------------------------------------------------- particles against the closure
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind", ["softmax", "multihead", "l2", "sinkhorn", "sinkhorn-singular"])
 def test_instantaneous_moments_match_gauss_hermite_particles(kind):
     # d/dt ∫x dμ = ∫Γ dμ and d/dt Cov = ∫(x−α)Γᵀ + Γ(x−α)ᵀ dμ, evaluated on the particles
@@ -87,6 +88,7 @@ def test_wrong_variants_miss():
     "softmax", "sinkhorn",
     # each costs two compilations; their fields are checked above at every node by default
     pytest.param("multihead", marks=pytest.mark.slow), pytest.param("l2", marks=pytest.mark.slow)])
+@pytest.mark.slow
 def test_closure_solve_matches_gauss_hermite_particles(kind):
     """Done-when criterion of the issue: 1e-8 relative, float64, through ``tp.solve``."""
     attn = _attention(kind)
@@ -102,6 +104,7 @@ def test_closure_solve_matches_gauss_hermite_particles(kind):
     assert float(jnp.max(jnp.abs(gs.covs - jnp.swapaxes(gs.covs, 1, 2)))) == 0.0
 
 
+@pytest.mark.slow
 def test_closure_d3_and_time_dependent_parameters():
     # d = 3 with V(t) varying in time (every formula holds pointwise in t, euclidean.md §1)
     # (Gauss–Hermite converges slowly for strong tilts e^{yᵀAx}: keep ‖A‖ moderate)
@@ -116,6 +119,7 @@ def test_closure_d3_and_time_dependent_parameters():
     assert _rel(gs.means, m) < 1e-8 and _rel(gs.covs, c) < 1e-8
 
 
+@pytest.mark.slow
 def test_sampling_error_decays_like_inverse_sqrt_n():
     attn = _attention("softmax")
     g0 = tp.Gaussian(M0, S0)
@@ -153,6 +157,7 @@ def _identity_value(seed, d, sign):
     return Q, -Q
 
 
+@pytest.mark.slow
 def test_identity_value_closed_form_and_blowup_time():
     d = 3
     Q, K = _identity_value(0, d, +1)
@@ -221,6 +226,7 @@ def test_identity_value_convergence_to_rank_of_kernel():
 
 # ---------------------------------------------------------------- bounded growth: ℓ² and Sinkhorn
 
+@pytest.mark.slow
 def test_l2_and_sinkhorn_do_not_blow_up_where_softmax_does():
     d = 2
     Q, K = _identity_value(5, d, +1)
@@ -325,6 +331,7 @@ def test_gauss_hermite_and_sampling_moments():
     np.testing.assert_allclose(cs, S0, atol=0.03)
 
 
+@pytest.mark.slow
 def test_float32_closure_solve():
     attn = _attention("l2")
     g64 = tp.Gaussian(M0, S0)

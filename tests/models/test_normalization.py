@@ -164,6 +164,7 @@ SCHEMES = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", list(SCHEMES))
 def test_layer_map(name):
     make, x0, layer = SCHEMES[name]
@@ -181,6 +182,7 @@ def test_single_head_usa_layers():
                                run(ngpt, X0, H, 6, usa_np, alpha=2.0), atol=1e-13)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("alpha, num_layers, n_post", [(0.25, 8, 2), (0.3, 10, 3), (1.0, 5, 5)])
 def test_mix_ln_layers(alpha, num_layers, n_post):
     """One dynamics: ⌊αL⌋ Post-LN layers, then Pre-LN layers, against the NumPy loop; the same
@@ -220,6 +222,7 @@ def _two_part_limit(x0, tau):
     return solve(tp.PreLN(ATTN), solve(tp.Sphere(ATTN), x0, tau), T, tau)
 
 
+@pytest.mark.slow
 def test_mix_ln_solve_is_the_switched_limit():
     """tp.solve of the one MixLN dynamics is its limit: adaptive steps land on τ, so the error
     follows the tolerance (a step straddling τ would leave ~1e-3 whatever the tolerance), and
@@ -239,6 +242,7 @@ def test_mix_ln_solve_is_the_switched_limit():
         tp.solve(mix, jnp.asarray(X0), t1=T, dt0=0.2)
 
 
+@pytest.mark.slow
 def test_switches_on_a_constant_grid_take_their_extra_steps():
     """Each switch inside (t0, t1) splits its grid point into two floats (a 2-ulp step): 14 steps
     of 0.1 with three switches are 17 steps, past the 16 that the constant-step default allows;
@@ -279,6 +283,7 @@ BLOCKS = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", list(BLOCKS))
 def test_block_map(name):
     make, x0, layer = BLOCKS[name]
@@ -341,6 +346,7 @@ LIMITS = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", list(LIMITS))
 def test_layers_converge_to_limit(name):
     make, limit = LIMITS[name]
@@ -492,6 +498,7 @@ def test_cluster_count_does_not_retrace():
     assert (clusters_module._cluster_count._cache_size(), clusters_module._cluster_labels._cache_size()) == sizes
 
 
+@pytest.mark.slow
 def test_post_ln_integrated_by_a_high_order_solver_is_the_sphere_flow():
     """PostLN's field is the 1-homogeneous extension |x|Γ(x/|x|): Euler + N is the layer, and any
     solver integrates θ' = P⊥Γ(θ) to its own order (the unextended field is off by O(h))."""

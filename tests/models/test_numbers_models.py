@@ -37,6 +37,7 @@ def test_random_batch_step_is_checked_under_jit():
         make(jnp.asarray(0.0))
 
 
+@pytest.mark.slow
 def test_random_batch_step_index_past_2_31():
     """Steps k and k' = k + 2^32 (both past 2^31) draw different batches; below 2^32 the batches
     are those of fold_in(key, k), as before."""

@@ -33,6 +33,7 @@ def test_velocity_is_gradient_of_first_variation():
         np.testing.assert_allclose(v[i], g - (g @ x[i]) * x[i], rtol=1e-6, atol=1e-8)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("sign", [1.0, -1.0])
 def test_energy_dissipation_identity(sign):
     # dE/dt = sign·∫|velocity|² dμ along the particle flow (Wasserstein gradient flow)
@@ -81,6 +82,7 @@ def test_softplus_field_matches_numpy():
     np.testing.assert_allclose(blk.velocity(x), ref, rtol=1e-12, atol=1e-14)
 
 
+@pytest.mark.slow
 def test_experiment_perceptron_tiny(tmp_path_factory):
     res, cfg, _ = tiny_run("perceptron", tmp_path_factory)
     n1, n2 = (int(n) for n in res["ns"])

@@ -54,6 +54,7 @@ def test_one_layer_moments_match_the_sde_generator():
     np.testing.assert_allclose(cov, (xb @ xb) / (d - 1) * P[0] @ P[1], atol=0.03)
 
 
+@pytest.mark.slow
 def test_sde_stays_on_sphere_and_validates():
     heads = rh.GaussianHeads(3, beta=1.0)
     x0 = tp.uniform_sphere(jax.random.key(0), 4, 3)
@@ -73,6 +74,7 @@ def test_chain_float32():
     assert xs.shape == (3, 4, 3) and xs.dtype == jnp.float32
 
 
+@pytest.mark.slow
 def test_experiment_random_heads_tiny(tmp_path_factory):
     res, cfg, _ = tiny_run("random-heads", tmp_path_factory)
     assert float(np.mean((res["b_gauss"] / res["b_gauss_se"]) ** 2)) < 2.5

@@ -77,6 +77,7 @@ def test_two_processes_jax_distributed_localhost():
             assert e < 1e-12, (name, e)
 
 
+@pytest.mark.slow
 def test_one_device_mesh_and_bad_input():
     rng = np.random.default_rng(0)
     x = rng.normal(size=(20, 3))

@@ -121,6 +121,7 @@ def test_a_damaged_chunk_names_the_file(tmp_path, finished_dirs, damage):
     assert "pickled" not in str(e.value)
 
 
+@pytest.mark.slow
 def test_checkpointed_mixln_passes_its_switch(tmp_path):
     """Chunks after τ start off the sphere (Pre-LN): they are checked against the Pre-LN part."""
     attn = tp.SoftmaxAttention.identity(D, 1.0)

@@ -30,6 +30,7 @@ def _run(out: Path, *extra: str, name: str | None = "clustering") -> Path:
     return out
 
 
+@pytest.mark.slow
 def test_same_command_and_seed_give_identical_files(tmp_path):
     a = _run(tmp_path / "a", "--seed", "3")
     b = _run(tmp_path / "b", "--seed", "3")

@@ -187,6 +187,7 @@ def _problem():
 EULER = diffrax.Euler()  # cheap to compile; the chunking logic does not depend on the solver
 
 
+@pytest.mark.slow
 def test_solve_checkpointed_resume_matches_uninterrupted(tmp_path, monkeypatch):
     dyn, x0, ts = _problem()
     stats = lambda t, x, args: {"mean": jnp.mean(x, 0), "t": t}  # noqa: E731
@@ -225,6 +226,7 @@ def test_solve_checkpointed_resume_matches_uninterrupted(tmp_path, monkeypatch):
     np.testing.assert_array_equal(s1.stats["t"], ts)
 
 
+@pytest.mark.slow
 def test_checkpoint_refuses_a_different_run(tmp_path):
     dyn, x0, ts = _problem()
     ckpt = Checkpoint(tmp_path, every=4)
@@ -237,6 +239,7 @@ def test_checkpoint_refuses_a_different_run(tmp_path):
                            every=2)
 
 
+@pytest.mark.slow
 def test_interrupted_runner_leaves_consistent_directory(tmp_path):
     """An exception inside compute (as SIGINT raises KeyboardInterrupt) marks the run, and
     the runner says so by type (InterruptedRun)."""

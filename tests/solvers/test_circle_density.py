@@ -22,6 +22,7 @@ def sa(beta, K=1.0):
     return tp.Sphere(tp.SoftmaxAttention(jnp.eye(2), jnp.eye(2), K * jnp.eye(2), beta))
 
 
+@pytest.mark.slow
 def test_heat_equation_and_mass():
     # V = 0: the pure heat equation, mode k decays as e^{-σ²k²t/2}; the mean stays 1
     sigma, ts = 0.7, jnp.array([0.5, 1.0])

@@ -30,6 +30,7 @@ def _jac_traces(field, q):
     return jax.jit(jax.vmap(lambda z: jnp.trace(jax.jacfwd(field)(z))))(q)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("d", [2, 3])
 def test_softmax_divergence_closed_form_matches_autodiff_trace(d):
     att = _attention(d, beta=0.7)
@@ -79,6 +80,7 @@ def test_sphere_surface_divergence_matches_tangent_trace():
     np.testing.assert_allclose(got, jax.jit(jax.vmap(tangent_trace))(q), atol=1e-12)
 
 
+@pytest.mark.slow
 def test_density_on_tracers_matches_gaussian_closure():
     """Tracers moved by the Gaussian closure's field carry exactly log N(mean_t, cov_t)."""
     att = _attention(2, beta=0.2)

@@ -53,6 +53,7 @@ def _euler_heat_kernel(h, t=1.0):
     return rho ** (t / h)
 
 
+@pytest.mark.slow
 def test_heat_kernel_weak_order_sphere():
     """Brownian motion on S² (Γ = 0, σ = 1): E⟨X_t, X_0⟩ = e^{-(d-1)σ²t/2} = e^{-1} at t = 1. Over
     20 000 independent tokens (Monte Carlo error ~ 0.004) the Euler scheme (the noisy layer
@@ -72,6 +73,7 @@ def test_heat_kernel_weak_order_sphere():
     assert 0.6 < p < 1.2, (errs, p)
 
 
+@pytest.mark.slow
 def test_degree_two_mode_and_time_dependent_sigma():
     """Heat kernels of degree 1 and 2 on S² with σ(t) = 0.5 + 0.5t (∫_0^1 σ² = 7/12), Heun:
     E X_3 = e^{-∫σ²}, E[X_3²] - 1/3 = (2/3) e^{-3∫σ²} (eigenvalues l(l+d-2) = 2, 6 of -Δ, times
@@ -92,6 +94,7 @@ def test_degree_two_mode_and_time_dependent_sigma():
     assert np.all(np.abs(2 * moments[1] - moments[0] - exact) < 0.015), moments
 
 
+@pytest.mark.slow
 def test_strong_order_sphere():
     """Strong order ½ of Euler on S² (the noise σP⊥_x dB does not commute) against a fine solution
     on the same Brownian path (the same key: one virtual Brownian tree), interacting tokens."""
@@ -118,6 +121,7 @@ def test_noisy_layers_are_the_spherical_brownian_motion():
         np.testing.assert_allclose(jnp.linalg.norm(sol.xs[-1], axis=-1), 1.0, atol=1e-12)
 
 
+@pytest.mark.slow
 def test_uniform_law_stays_uniform_fast_kernel():
     """Softmax attention on S² through the fast kernel, with noise strong enough that the uniform
     law is stable: mean and second moments of 2000 tokens stay those of the uniform law
@@ -175,6 +179,7 @@ def test_strong_order_additive_noise():
         assert lo < p < hi, (type(solver).__name__, errs, p)
 
 
+@pytest.mark.slow
 def test_weak_order_ornstein_uhlenbeck():
     """One token: softmax attention to itself is Γ(x) = Vx, so dX = VX dt + σdB (V = -I) is an
     Ornstein–Uhlenbeck process: E|X_1|² = e^{-2}|x0|² + d σ²(1 - e^{-2})/2. Euler's weak order 1
@@ -223,6 +228,7 @@ def test_gaussian_closure_under_noise():
 # ---------------------------------------------------------------------------- runs, gradients
 
 
+@pytest.mark.slow
 def test_reproducible_and_chunked():
     """Same key, same path (bitwise); another key, another path; a run chunked by the runs layer
     follows the unchunked run's path (one Brownian tree over [t0, t1])."""
@@ -264,6 +270,7 @@ def test_gradient_matches_finite_differences():
 # ---------------------------------------------------------------------------- bad input
 
 
+@pytest.mark.slow
 def test_bad_input():
     dyn = tp.Sphere(tp.SoftmaxAttention.identity(3, 1.0))
     x0 = tp.uniform_sphere(jax.random.key(21), 5, 3)

@@ -111,6 +111,7 @@ def _decay_rate(orders, errors):
     return np.polyfit(np.asarray(orders, float), np.log(errors), 1)[0]
 
 
+@pytest.mark.slow
 def test_evolved_circle_rule_converges_spectrally():
     """SA on S¹ at β = 4 from 1 + 0.3 cos 2θ (the law moves: its covariance changes by O(0.1)):
     the moments of the evolved trapezoid rule at t = 1 converge geometrically in the number of
@@ -128,6 +129,7 @@ def test_evolved_circle_rule_converges_spectrally():
     assert err[-1] < 1e-10 and np.all(np.diff(np.log(err[:4])) < 0), err
 
 
+@pytest.mark.slow
 def test_evolved_sphere_rule_converges_spectrally():
     """SA on S² at β = 2 from a von Mises–Fisher cap (κ = 2): the moments of the evolved
     Gauss–Legendre × trapezoid rule at t = 1 converge geometrically in the order (measured:

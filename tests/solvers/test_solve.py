@@ -21,6 +21,7 @@ def _x0(n=8, d=3, seed=1):
     return np.random.default_rng(seed).normal(size=(n, d))
 
 
+@pytest.mark.slow
 def test_sphere_stays_on_sphere_and_is_tangent():
     x0 = tp.uniform_sphere(jax.random.key(3), 16, 3)
     dyn = tp.Sphere(tp.SoftmaxAttention.identity(3, beta=4.0))
@@ -45,6 +46,7 @@ def _errors(dyn, x0, solver, dts, t1=1.0):
     (diffrax.Heun(), 2, [0.1, 0.05, 0.025, 0.0125]),
     (diffrax.Tsit5(), 5, [0.2, 0.1, 0.05]),
 ])
+@pytest.mark.slow
 def test_convergence_order_on_rd(solver, order, dts):
     attn, _ = _random_attention()
     errs = _errors(attn, jnp.asarray(_x0()), solver, dts)
@@ -53,6 +55,7 @@ def test_convergence_order_on_rd(solver, order, dts):
     assert abs(slope - order) < (0.5 if order == 5 else 0.2), (slope, errs)
 
 
+@pytest.mark.slow
 def test_retraction_keeps_heun_second_order_on_sphere():
     x0 = tp.uniform_sphere(jax.random.key(0), 8, 3)
     dyn = tp.Sphere(tp.SoftmaxAttention.identity(3, beta=2.0))
@@ -91,6 +94,7 @@ def test_layers_on_sphere_are_residual_layers_with_layer_norm():
     np.testing.assert_allclose(euler.final, x, rtol=1e-10, atol=1e-12)
 
 
+@pytest.mark.slow
 def test_stats_saved_instead_of_states_and_weights():
     attn, _ = _random_attention()
     x0 = _x0(n=6)
@@ -142,6 +146,7 @@ def test_compiled_once_per_shape():
     assert len(traces) == first  # new values (x0, beta, weights, t1): no retrace
 
 
+@pytest.mark.slow
 def test_vmap_over_initial_data_and_beta():
     attn, _ = _random_attention()
     batch = jnp.asarray(np.random.default_rng(2).normal(size=(3, 8, 3)))
@@ -158,6 +163,7 @@ def test_vmap_over_initial_data_and_beta():
                                rtol=1e-12)
 
 
+@pytest.mark.slow
 def test_grad_matches_finite_differences():
     _, (Q, K, V, beta) = _random_attention(seed=3)
     x0 = _x0(n=5, seed=6)
