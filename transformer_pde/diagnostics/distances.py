@@ -83,6 +83,16 @@ def sinkhorn_divergence(x, y, a=None, b=None, *, epsilon, p: float = 2.0, thresh
     ``max_iterations`` raises (``eqx.error_if``) instead of returning an unconverged value;
     losses inside gradient descent may pass False.
     """
+    div, converged = _checked_divergence(x, y, a, b, epsilon, p, threshold, max_iterations, batch_size)
+    if throw:
+        div = eqx.error_if(div, ~converged, f"Sinkhorn divergence did not converge within "
+                           f"max_iterations={max_iterations} (threshold={threshold}); raise "
+                           "max_iterations or epsilon, or pass throw=False")
+    return div
+
+
+def _checked_divergence(x, y, a, b, epsilon, p, threshold, max_iterations, batch_size):
+    """The arguments checked, then ``(S_ε, converged)``: the one path of the public functions."""
     x = check_points(x, "x")
     y = check_points(y, "y", x.shape[1])
     a = check_weights(a, x.shape[0], x.dtype, "a")
@@ -95,13 +105,14 @@ def sinkhorn_divergence(x, y, a=None, b=None, *, epsilon, p: float = 2.0, thresh
     if batch_size is not None and float(p) != 2:
         raise ValueError(f"batch_size streams the squared Euclidean cost only (p = 2), got p={p}")
     max_iterations = check_int(max_iterations, "max_iterations", minimum=1)
-    div, converged = _sinkhorn_divergence(x, y, a, b, jnp.asarray(epsilon, x.dtype), float(p),
-                                          float(threshold), max_iterations, batch_size)
-    if throw:
-        div = eqx.error_if(div, ~converged, f"Sinkhorn divergence did not converge within "
-                           f"max_iterations={max_iterations} (threshold={threshold}); raise "
-                           "max_iterations or epsilon, or pass throw=False")
-    return div
+    return _sinkhorn_divergence(x, y, a, b, jnp.asarray(epsilon, x.dtype), float(p),
+                                float(threshold), max_iterations, batch_size)
+
+
+def _wasserstein_of(div, p):
+    """W_p from a Sinkhorn divergence: max(S_ε, 0)^{1/p}."""
+    div = jnp.clip(div, 0.0)
+    return jnp.sqrt(div) if float(p) == 2 else div ** (1.0 / float(p))
 
 
 @functools.partial(jax.jit, static_argnums=(5, 6, 7, 8))
@@ -124,10 +135,9 @@ def sinkhorn_wasserstein(x, y, a=None, b=None, *, epsilon, p: float = 2.0, thres
     smooth data at p = 2). For p = 2 a translation is reproduced exactly:
     S_ε(μ, μ(· − c)) = |c|² for every ε.
     """
-    div = jnp.clip(sinkhorn_divergence(x, y, a, b, epsilon=epsilon, p=p, threshold=threshold,
-                                       max_iterations=max_iterations, batch_size=batch_size,
-                                       throw=throw), 0.0)
-    return jnp.sqrt(div) if float(p) == 2 else div ** (1.0 / float(p))
+    return _wasserstein_of(sinkhorn_divergence(x, y, a, b, epsilon=epsilon, p=p, threshold=threshold,
+                                               max_iterations=max_iterations, batch_size=batch_size,
+                                               throw=throw), p)
 
 
 def sinkhorn_wasserstein_status(x, y, a=None, b=None, *, epsilon, p: float = 2.0, threshold: float = 1e-6,
@@ -136,21 +146,8 @@ def sinkhorn_wasserstein_status(x, y, a=None, b=None, *, epsilon, p: float = 2.0
     """``(W_p estimate, converged)``: :func:`sinkhorn_wasserstein` without the error, with the
     convergence flag of its three Sinkhorn solves returned instead (a study reports unconverged
     values rather than stopping)."""
-    x = check_points(x, "x")
-    y = check_points(y, "y", x.shape[1])
-    a = check_weights(a, x.shape[0], x.dtype, "a")
-    b = check_weights(b, y.shape[0], y.dtype, "b")
-    check_scalar(epsilon, "epsilon", positive=True)
-    if not float(p) >= 1:
-        raise ValueError(f"p must be >= 1, got {p}")
-    batch_size = check_block_size(batch_size, "batch_size")
-    if batch_size is not None and float(p) != 2:
-        raise ValueError(f"batch_size streams the squared Euclidean cost only (p = 2), got p={p}")
-    max_iterations = check_int(max_iterations, "max_iterations", minimum=1)
-    div, converged = _sinkhorn_divergence(x, y, a, b, jnp.asarray(epsilon, x.dtype), float(p),
-                                          float(threshold), max_iterations, batch_size)
-    div = jnp.clip(div, 0.0)
-    return (jnp.sqrt(div) if float(p) == 2 else div ** (1.0 / float(p))), converged
+    div, converged = _checked_divergence(x, y, a, b, epsilon, p, threshold, max_iterations, batch_size)
+    return _wasserstein_of(div, p), converged
 
 
 def exact_wasserstein(x, y, a=None, b=None, *, p: float = 2.0) -> float:
