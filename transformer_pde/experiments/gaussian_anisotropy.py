@@ -120,12 +120,10 @@ def regime_parameters(regime: str):
 
 
 ATTENTIONS = {
-    # the exact kernel named: the automatic default keeps a parameter-dependent score box as static
-    # metadata, and these attentions are stacked over regimes (one vmapped program)
-    "softmax": lambda Q, K, V: tp.SoftmaxAttention(Q, K, V, 1 / np.sqrt(2), backend=tp.kernels.Exact()),
-    "l2": lambda Q, K, V: tp.L2Attention(Q, K, V, 1 / np.sqrt(2), backend=tp.kernels.Exact()),
-    "multihead": lambda Q, K, V: tp.MultiHeadAttention.split(Q, K, V, 2, 1.0, backend=tp.kernels.Exact()),  # k = 1
-    "sinkhorn": lambda Q, K, V: tp.SinkhornAttention(Q, K, V, 1.0, epsilon=1.0, backend=tp.kernels.Exact()),
+    "softmax": lambda Q, K, V: tp.SoftmaxAttention(Q, K, V, 1 / np.sqrt(2)),
+    "l2": lambda Q, K, V: tp.L2Attention(Q, K, V, 1 / np.sqrt(2)),
+    "multihead": lambda Q, K, V: tp.MultiHeadAttention.split(Q, K, V, 2, 1.0),  # heads of width k = 1
+    "sinkhorn": lambda Q, K, V: tp.SinkhornAttention(Q, K, V, 1.0, epsilon=1.0),
 }
 """The attention each ``variants`` name builds (d = 2, scores over √d, the authors' convention)."""
 
