@@ -290,3 +290,17 @@ def test_memory_is_linear_forward_and_backward():
     small, large = grad_bytes(8192), grad_bytes(32768)
     assert large < 4 * 2**20 + 8 * small  # 4x the tokens: at most ~4x the memory, not 16x
     assert large < 0.05 * 32768**2 * 4  # far below one materialized n x n matrix
+
+
+def test_default_blocks_follow_the_platform(monkeypatch):
+    """No block given: the CPU tile on CPU; the tile measured fastest on an H100 on a GPU
+    (benchmarks/results/gpu/results.md); an explicit block is kept on every platform."""
+    from transformer_pde.kernels import exact
+
+    cpu = DenseOrStreaming().blocks(20000, 20000)
+    assert cpu[1] == kernels.DEFAULT_BLOCK
+    monkeypatch.setattr(exact, "current_platform", lambda: "gpu")
+    assert DenseOrStreaming().blocks(20000, 20000) == exact.GPU_BLOCKS
+    assert Streaming(query_block=100).blocks(20000, 20000) == (100, exact.GPU_BLOCKS[1])
+    assert Streaming(1024).blocks(20000, 20000) == (kernels.DEFAULT_TILE // 1024, 1024)
+    assert DenseOrStreaming().blocks(1000, 1000) == (1000, 1000)  # clipped to the problem
