@@ -10,7 +10,8 @@ tiny client below, no Selenium or Playwright):
 1. a page with math (the home page and an API page with docstring formulas): KaTeX has typeset
    every formula (``.arithmatex`` elements hold ``.katex`` output) and no raw TeX delimiter
    (``\\(``, ``\\[``, ``$$``) is left in the page's text outside code;
-2. the search: types ``SoftmaxAttention`` into the search box, as a user does, and waits for the
+2. the tutorial notebooks: no TeX left untypeset in their Markdown cells;
+3. the search: types ``SoftmaxAttention`` into the search box, as a user does, and waits for the
    search worker's results; one of them must link to the class's reference.
 
 Screenshots go to the site directory: ``browser-check-math.png``, ``browser-check-search.png``.
@@ -167,6 +168,22 @@ MATH_JS = r"""
 })()
 """
 
+# The notebooks' Markdown cells: no TeX left untypeset ($$, \(, \[, or a $...$ holding a TeX command).
+NOTEBOOK_MATH_JS = r"""
+(() => {
+  const cells = [...document.querySelectorAll('.jupyter-wrapper .jp-RenderedMarkdown')];
+  const raw = [];
+  for (const cell of cells) {
+    const clone = cell.cloneNode(true);
+    clone.querySelectorAll('.katex, pre, code').forEach(el => el.remove());
+    const text = clone.textContent;
+    if (text.includes('$$') || text.includes('\\(') || text.includes('\\[') || /\$[^$\n]*\\[a-zA-Z]+[^$\n]*\$/.test(text))
+      raw.push(text.trim().slice(0, 80));
+  }
+  return {cells: cells.length, katex: document.querySelectorAll('.jupyter-wrapper .katex').length, raw: raw};
+})()
+"""
+
 SEARCH_RESULTS_JS = r"""
 (() => {
   const links = [...document.querySelectorAll('.md-search-result__item a.md-search-result__link')];
@@ -194,6 +211,22 @@ def check_math(page: DevTools, base: str, out_dir: Path) -> list[str]:
             problems.append(f"{name}: raw TeX delimiters in the text: {r['raw_delimiters']}")
         if i == 0:
             print(f"      screenshot {page.screenshot(out_dir / 'browser-check-math.png')}")
+    return problems
+
+
+def check_notebooks(page: DevTools, base: str, site: Path) -> list[str]:
+    """Every tutorial notebook's formulas are typeset (the notebooks keep Jupyter's $ and $$)."""
+    problems = []
+    for index in sorted(site.glob("tutorials/*/index.html")):
+        path = index.parent.relative_to(site).as_posix() + "/"
+        page.navigate(base + path)
+        page.wait_for("typeof renderMathInElement !== 'undefined'", timeout=10)
+        r = page.wait_for(f"(() => {{ const r = {NOTEBOOK_MATH_JS}; return r.raw.length ? null : r; }})()", timeout=5)
+        if not r:
+            r = page.evaluate(NOTEBOOK_MATH_JS)
+            problems.append(f"{path}: formulas left as TeX: {r['raw'][:3]}")
+        print(f"notebook {path}: {r['cells']} Markdown cells, {r['katex']} formulas typeset, raw TeX left: "
+              f"{r['raw'] or 'none'}")
     return problems
 
 
@@ -254,7 +287,7 @@ def check_site(site_dir, chromium: str | None = None, timeout: float = 60.0) -> 
         page = DevTools(ws, timeout=timeout)
         page.send("Page.enable")
         page.send("Runtime.enable")
-        return check_math(page, base, site) + check_search(page, base, site)
+        return check_math(page, base, site) + check_notebooks(page, base, site) + check_search(page, base, site)
     finally:
         if page is not None:
             page.close()
