@@ -21,3 +21,10 @@ def test_quick_start_has_exactly_two_commands():
 
 def test_ci_runs_the_readme_test_command():
     assert _quick_start_commands()[1] in (ROOT / ".ci" / "run").read_text()
+
+
+def test_ci_builds_the_docs_site_the_readme_names():
+    readme, ci = (ROOT / "README.md").read_text(), (ROOT / ".ci" / "run").read_text()
+    assert 'pip install -e ".[docs]" && mkdocs serve' in readme
+    assert 'pip install -e ".[docs]" && mkdocs build --strict' in ci
+    assert "docs/check_site.py" in readme and "docs/check_site.py" in ci

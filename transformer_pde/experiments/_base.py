@@ -28,6 +28,8 @@ from ..runs.result import Result
 from ._options import Options, coerce_option, format_value
 
 REGISTRY: dict[str, "Experiment"] = {}
+"""Every registered experiment by its command-line name (filled as the experiment modules are
+imported: ``import transformer_pde.experiments``)."""
 
 #: Keys a TOML config may hold besides the option fields.
 _META_KEYS = ("experiment",)
@@ -172,6 +174,8 @@ def config_to_toml(exp: Experiment, config) -> str:
 
 
 def register(experiment: Experiment) -> Experiment:
+    """Add ``experiment`` to :data:`REGISTRY` under its name (an error if the name is taken);
+    returns it. Each experiment module calls this once, on import."""
     if experiment.name in REGISTRY:
         raise ValueError(f"experiment '{experiment.name}' is registered twice")
     REGISTRY[experiment.name] = experiment
@@ -179,6 +183,7 @@ def register(experiment: Experiment) -> Experiment:
 
 
 def get(name: str) -> Experiment:
+    """The registered experiment called ``name``; a ValueError naming the available ones if none."""
     if name not in REGISTRY:
         raise ValueError(f"unknown experiment '{name}'; available: {', '.join(sorted(REGISTRY))}")
     return REGISTRY[name]

@@ -111,6 +111,8 @@ __all__ = [
 
 # Queries recomputed one by one (an exact m' x n reduction) before Auto recomputes all of them.
 PATCH_ROWS = 1024
+"""Queries whose fast-kernel error is patched by exact recomputation, one by one, before Auto
+recomputes all of them exactly."""
 # Auto takes the fast kernel only when the plan's predicted flop ratio (exact / fast) reaches
 # this, per dtype. The flop model is a poor clock, in opposite directions per dtype (2-core CPU,
 # k = 2-3, n = 3e3-1e5, benchmarks/README.md "Fast kernel"): in float64 the exact kernel's

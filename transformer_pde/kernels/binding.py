@@ -73,6 +73,7 @@ class ScoreBox(eqx.Module):
 # R below this is floored to it: Q = 0 or K = 0 makes every score 0 (the softmax a plain weighted
 # average); the plan is then a handful of modes, and every point lies in the box.
 MIN_RADIUS = 1e-12
+"""The floor of a score box's radius R (Q = 0 or K = 0 make every score 0)."""
 
 
 def _from_rows(r: float, rows: float, source: str) -> tuple[float | None, str]:

@@ -60,6 +60,7 @@ from .platforms import current_platform
 # Above this many query-key pairs (512 x 512) the automatic choice switches to the streaming
 # path, which is faster from ~1000 tokens on (benchmarks/README.md) and memory-linear.
 DENSE_MAX_PAIRS = 1 << 18
+"""Query-key pairs (512 x 512) above which the automatic layout streams instead of going dense."""
 # Key block (rows of keys per tile) and tile size (query rows x key rows) of the streaming
 # path, measured fastest on a 2-core x86 CPU (benchmarks/README.md): XLA:CPU splits each tile's
 # fused kernel over the cores by query rows, so narrow problems (d = 3) want tall tiles
