@@ -1,4 +1,5 @@
-r"""Support radius and W₂ stability of the particle system against their bounds (euclidean.md §3).
+r"""Support radius and W₂ stability of the particle system against their bounds
+(docs: math/attention.md#support-and-stability-bounds).
 
 * Support radius: for softmax, ℓ², Sinkhorn and multi-head attention the field lies in
   V conv(supp μ), so R(t) ≤ R₀ exp(∫₀ᵗ‖V‖) (Σ_h‖W_hV_h‖ for multi-head).
