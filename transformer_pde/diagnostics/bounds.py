@@ -38,7 +38,8 @@ def _cumulative_integral(f, ts, t0, substeps):
 def _check_normalized(attn, what: str):
     if not isinstance(attn, AbstractNormalizedAttention):
         raise ValueError(f"{what} holds for normalized attention (softmax, ℓ², Sinkhorn, multi-head: "
-                         f"the field averages V y, euclidean.md §3), got {type(attn).__name__}")
+                         f"the field averages V y; docs/math/attention.md#support-and-stability-bounds), "
+                         f"got {type(attn).__name__}")
 
 
 def value_norm_integral(attn, ts, t0=0.0, substeps: int = 64) -> jax.Array:
@@ -56,8 +57,8 @@ def value_norm_integral(attn, ts, t0=0.0, substeps: int = 64) -> jax.Array:
 
 
 def support_radius_bound(attn, R0, ts, t0=0.0) -> jax.Array:
-    r"""R(t) ≤ R₀ exp(∫_{t0}^t ‖V(τ)‖ dτ) (docs: math/attention.md#support-and-stability-bounds), for softmax, ℓ²,
-    Sinkhorn and multi-head attention (with Σ_h‖W_hV_h‖), at each t of ``ts``."""
+    r"""R(t) ≤ R₀ exp(∫_{t0}^t ‖V(τ)‖ dτ) (docs: math/attention.md#support-and-stability-bounds),
+    for softmax, ℓ², Sinkhorn and multi-head attention (with Σ_h‖W_hV_h‖), at each t of ``ts``."""
     check_scalar(R0, "R0", nonnegative=True)
     return R0 * jnp.exp(value_norm_integral(attn, ts, t0))
 
@@ -68,7 +69,8 @@ def lipschitz_rate(attn, R, t=0.0) -> jax.Array:
     (docs: math/attention.md#support-and-stability-bounds). Single-head softmax attention only.
     """
     if not isinstance(attn, SoftmaxAttention):
-        raise ValueError(f"the Lipschitz bounds of euclidean.md §3 are stated for SoftmaxAttention, "
+        raise ValueError(f"the Lipschitz bounds (docs/math/attention.md#support-and-stability-bounds) "
+                         f"are stated for SoftmaxAttention, "
                          f"got {type(attn).__name__}")
     nv, na = attn.value_norm(t), jnp.linalg.norm(attn.score_matrix(t), ord=2)
     r2 = na * jnp.asarray(R) ** 2

@@ -17,15 +17,15 @@ step is x ← N(x + hP⊥_xΓ(x))), ``post-ln`` is ``tp.PostLN``, the authors' p
 x ← N(x + hΓ(x)) (docs: math/sphere.md#differences-from-the-papers; GLPR ``sphere.py``, GKPR ``kinetic.py``).
 ``solver = "tsit5"`` (default) integrates the flow, where the two schemes agree to the solver's order;
 ``solver = "euler"`` runs the discrete layers with step ``dt`` (a residual Transformer), where
-they differ at O(h²) per layer (NOTES.md §1: post-LN is the projected layer with the per-token
-step h/(1 + h⟨x, Γ⟩)). The published runs are layers of the authors' scheme:
+they differ at O(h²) per layer (docs: math/sphere.md#normalization-schemes: post-LN is the
+projected layer with the per-token step h/(1 + h⟨x, Γ⟩)). The published runs are layers of the authors' scheme:
 
 * the five-token circle movie (GKPR ``kinetic.py``): ``start = "kinetic"`` (their fixed z0,
   normalized), n = 5, d = 2, β = 4, ``models = SA``, ``scheme = post-ln``, ``solver = euler``,
   dt = 0.1, t1 = 400 (4000 layers): final angle 105.52°, last merge at t = 364.1 (the projected
   layer: 105.44°, 329.8);
 * 64 tokens on S², USA, β = 4, dt = 0.1, t1 = 15 (150 layers), ``usa_step = raw``: the authors'
-  post-LN leaves 1–2 clusters, the projected layer 7–24 (NOTES.md §9).
+  post-LN leaves 1–2 clusters, the projected layer 7–24 (docs: math/sphere.md#normalization-schemes).
 
 Both are reproduced to round-off against a plain NumPy loop in
 ``tests/experiments/test_normalization_experiments.py``.

@@ -195,7 +195,7 @@ def figures(res: Result, cfg: LitMConfig, out_dir) -> list:
     ax.axhline(float(np.mod(th[0, 0], 2 * np.pi)), color="k", lw=0.8, ls=":", label="θ_1(0)")
     ax.set_xlabel("t")
     ax.set_ylabel("θ mod 2π")
-    ax.set_title("§10.6 demo: N=64, β=λ=1, four initial clusters", fontsize=9)
+    ax.set_title("published ALiBi demo: N=64, β=λ=1, four initial clusters", fontsize=9)
     ax.legend(fontsize=7)
     return [tp.plot.save_figure(fig, out_dir / "lost_in_the_middle.png")]
 

@@ -159,7 +159,7 @@ def figures(res: Result, cfg: PhaseDiagramConfig, out_dir) -> list:
             ax.plot(PUBLISHED_TIMES, meas[a], "x", color=line.get_color())
     ax.set_xlabel("t (depth)")
     ax.set_ylabel("fraction of clustered pairs")
-    ax.set_title(f"batch {cfg.batch}: ours (lines, ×), published §10.4 (○)")
+    ax.set_title(f"batch {cfg.batch}: ours (lines, ×), published run (○)")
     ax.legend(fontsize=8)
     ax.grid(alpha=0.3)
     paths = [tp.plot.save_figure(fig, out_dir / "phase_diagram.png")]
@@ -184,5 +184,5 @@ def figures(res: Result, cfg: PhaseDiagramConfig, out_dir) -> list:
 
 
 register(Experiment(
-    "phase-diagram", "clustered pairs and clusters over (β, t) on S^1, n=32, batch of starts (GKPR §10.4)",
+    "phase-diagram", "clustered pairs and clusters over (β, t) on S^1, n=32, batch of starts (the authors' published run)",
     PhaseDiagramConfig, compute, figures, tiny=dict(batch=48, num_betas=4, num_saves=5, t1=30.0)))

@@ -341,7 +341,8 @@ class Gaussian(AbstractState):
                 f"{_dynamics_name(dynamics)} has no Gaussian closure: its field of a Gaussian is not "
                 "affine in x (sigmoid, unnormalized and causal attention: a causal field depends on "
                 "positions), or tokens live on the "
-                "sphere, where no Gaussian on R^d is a state (euclidean.md §4 needs an affine field)")
+                "sphere, where no Gaussian on R^d is a state (the Gaussian closure, docs/math/gaussian.md, "
+                "needs an affine field)")
         if dynamics.dim is not None and self.dim != dynamics.dim:
             raise ValueError(f"Gaussian has dimension {self.dim} but the dynamics act on d={dynamics.dim}")
         jax.eval_shape(dynamics.gaussian_velocity, self.mean, self.cov, jnp.zeros((), self.dtype))
