@@ -1,7 +1,7 @@
 """transformer_pde: self-attention dynamics and the Transformer PDE, in JAX.
 
 Tokens move as interacting particles, dx_i/dt = Γ_μ(x_i), and their empirical measure μ
-follows the continuity equation ∂_t μ + div(μ Γ_μ) = 0 (spec: ``shared/spec/``).
+follows the continuity equation ∂_t μ + div(μ Γ_μ) = 0 (docs: math/index.md).
 
 The house, by role (``docs/architecture.md``): :mod:`.kernels` (pair reductions) →
 :mod:`.models` (every dynamics) → :mod:`.solvers` (the one place that integrates) →

@@ -6,7 +6,7 @@ from typing import Union
 from jaxtyping import Array, ArrayLike, Float
 
 Points = Float[Array, "n d"]
-"""Token positions, one row per token (spec README: tokens are rows)."""
+"""Token positions, one row per token (docs: math/attention.md#conventions: tokens are rows)."""
 PointsLike = Float[ArrayLike, "n d"]
 """Tokens as given by a user (NumPy or JAX), validated by :func:`transformer_pde._checks.check_points`."""
 Queries = Float[Array, "m d"]

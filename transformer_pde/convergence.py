@@ -1,9 +1,9 @@
 r"""Mean-field convergence rates: how fast n-particle systems approach the Transformer PDE.
 
 The particle system dx_i/dt = Γ_{μ^n_t}(x_i) with x_i(0) i.i.d. μ_0 has empirical measure
-μ^n_t = (1/n) Σ_i δ_{x_i(t)}, a weak solution of the Transformer PDE (euclidean.md §1). Its
-distance to the mean-field solution μ_t is measured at chosen times, for n over a geometric
-range and several seeds, and the rate is fitted on a log-log scale.
+μ^n_t = (1/n) Σ_i δ_{x_i(t)}, a weak solution of the Transformer PDE
+(docs: math/mean_field.md#mean-field-convergence). Its distance to the mean-field solution μ_t is measured at chosen
+times, for n over a geometric range and several seeds, and the rate is fitted on a log-log scale.
 
 **Two sources of error, separated by a same-seed coupling** (the Sznitman construction). With
 the same initial samples, also move *tracers* z_i along the characteristics of the mean-field
@@ -13,14 +13,14 @@ field: dz_i/dt = Γ_{μ_t}(z_i), z_i(0) = x_i(0). The z_i(t) are i.i.d. samples 
                        └ dynamics-added ┘    └ sampling error carried by the exact flow ┘
 
 and W_2(μ^n_t, ν^n_t) <= ((1/n) Σ_i |x_i(t) − z_i(t)|²)^{1/2} =: coupling error, zero at t = 0.
-For a Lipschitz field (compact support, euclidean.md §3) propagation of chaos gives a coupling
-error O(n^{-1/2}) on bounded time intervals; moment errors follow the Monte Carlo rate
+For a Lipschitz field (compact support, docs: math/mean_field.md#mean-field-convergence) propagation of chaos gives
+a coupling error O(n^{-1/2}) on bounded time intervals; moment errors follow the Monte Carlo rate
 n^{-1/2}; W_2 between an empirical measure and its law decays like n^{-1/d} for d >= 3 (and
 (log n / n)^{1/2} for d = 2).
 
 **Mean-field references** (values, :func:`mean_field_reference`, chosen once from the type of the law).
-* Gaussian data with a Gaussian closure (euclidean.md §4): μ_t = N(α(t), Σ(t)) from the moment
-  ODEs, and the characteristics are affine, dz/dt = J(t) z + c(t), with (J, c) the affine field
+* Gaussian data with a Gaussian closure (docs: math/gaussian.md#moment-equations): μ_t = N(α(t), Σ(t)) from the
+  moment ODEs, and the characteristics are affine, dz/dt = J(t) z + c(t), with (J, c) the affine field
   of the closure (:func:`gaussian_affine_field`; :class:`GaussianClosureReference`).
 * A law whose mean field vanishes, Γ_{μ_0} ≡ 0 (:class:`StationaryLaw`; the uniform law on
   S^{d-1} under SA with Q = K = V = I, :func:`uniform_sphere_law`): μ_t = μ_0 and the tracers
@@ -28,8 +28,8 @@ n^{-1/2}; W_2 between an empirical measure and its law decays like n^{-1/d} for 
   study to n = 2²² with the fast kernel (:class:`StationaryReference`).
 * A smooth law given by its density (:class:`QuadratureLaw`: :func:`perturbed_circle_law`,
   :func:`vmf_cap_law`, :func:`gaussian_quadrature_law`), any dynamics: a quadrature rule of μ_0
-  evolved as weighted tokens (sphere.md §13), integrated jointly; the tracers follow its field.
-  Its error is the rule's (spectral while the flow map is smooth), estimated in every
+  evolved as weighted tokens (docs: math/mean_field.md#quadrature-references), integrated jointly; the tracers
+  follow its field. Its error is the rule's (spectral while the flow map is smooth), estimated in every
   measurement as the change when the rule of the coarser order replaces it
   (:class:`QuadratureReference`; measured: < 1e-6 in the exact W₁ on S¹ at t = 1, β = 9).
 * Any other law: a large-n reference system x^ref (n_ref particles, its own seed) integrated
@@ -82,7 +82,7 @@ METRICS = ("mean", "cov", "bw", "coupling", "flow_bw", "w1", "w2")
 
 
 def gaussian_affine_field(dynamics: AbstractDynamics, mean, cov, t=0.0):
-    r"""The affine field Γ_μ(x) = J x + c of μ = N(mean, cov) (euclidean.md §4, "Mechanism"),
+    r"""The affine field Γ_μ(x) = J x + c of μ = N(mean, cov) (docs: math/gaussian.md#gaussian-data-stay-gaussian),
     from :meth:`~transformer_pde.models.AbstractGaussianClosure.affine_field`; a ValueError when
     there is no closure (causal attention included: its field depends on positions)."""
     if not isinstance(dynamics, AbstractGaussianClosure):
@@ -241,8 +241,8 @@ class StationaryLaw:
 def uniform_sphere_law(d: int) -> StationaryLaw:
     r"""The uniform law σ on S^{d-1}, mean 0 and covariance I/d: its field vanishes under
     ``Sphere(attention)`` for every attention invariant under rotations (Q, K, V multiples of I:
-    SA, USA, ℓ²; sphere.md §1). By symmetry about x, Γ_σ(x) = ∫ e^{β⟨x,y⟩} y dσ(y) / Z(x) is
-    parallel to x, and its tangent part P⊥_x Γ_σ(x) is 0 (checked in the tests: the field of an
+    SA, USA, ℓ²; docs: math/sphere.md#the-projected-flow). By symmetry about x, Γ_σ(x) = ∫ e^{β⟨x,y⟩} y dσ(y) / Z(x)
+    is parallel to x, and its tangent part P⊥_x Γ_σ(x) is 0 (checked in the tests: the field of an
     n-sample is O(n^{-1/2}))."""
     if int(d) < 2:
         raise ValueError(f"uniform_sphere_law needs d >= 2, got {d}")
@@ -301,8 +301,8 @@ def _run_reference(dynamics, sampler, keys, ref_key, n, n_ref, ts, t1, dt0, solv
 class QuadratureLaw:
     r"""A smooth law μ_0 given by its density (a value at points) and a sampler, compared with the
     deterministic reference: a quadrature rule of μ_0 evolved as weighted tokens by the same
-    dynamics (sphere.md §13, :mod:`transformer_pde.solvers.quadrature`). Its error is the rule's,
-    estimated by refinement against the rule of the coarser order
+    dynamics (docs: math/mean_field.md#quadrature-references, :mod:`transformer_pde.solvers.quadrature`). Its error
+    is the rule's, estimated by refinement against the rule of the coarser order
     (:func:`~transformer_pde.solvers.quadrature.refinement_orders`); no closure is needed, any
     attention that has a field at arbitrary points will do.
 

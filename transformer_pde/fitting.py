@@ -1,7 +1,7 @@
 r"""Training the parameters of a dynamics through the solver: ``tp.fit``.
 
 The models are equinox Modules, so their parameters — including time-dependent ones, such as a
-:class:`~transformer_pde.PiecewiseConstant` stack of per-layer weights (euclidean.md §1,
+:class:`~transformer_pde.PiecewiseConstant` stack of per-layer weights (docs: math/attention.md#the-transformer-pde,
 "Time-dependent weights") — are leaves that ``jax.grad`` reaches through :func:`tp.solve`.
 ``fit`` partitions the model into trainable leaves and the rest (``eqx.partition``), and runs an
 optax optimizer on the former:

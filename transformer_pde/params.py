@@ -1,7 +1,8 @@
-"""Time-dependent parameters: different weights per layer (euclidean.md §1, "Time-dependent weights").
+"""Time-dependent parameters: different weights per layer (docs: math/attention.md#conventions).
 
 A parameter is a fixed array, any callable ``t -> array``, or a :class:`PiecewiseConstant`
-stack of per-layer values. Every formula of the spec then holds pointwise in t.
+stack of per-layer values. Every formula of the docs then holds pointwise in t
+(docs: math/attention.md#conventions).
 """
 
 from __future__ import annotations

@@ -1,10 +1,10 @@
-r"""The a-priori bounds of euclidean.md §3 (support radius, stability): functions of the model and
-the time, not of a state, which the measured radius and Wasserstein ratios are checked against.
+r"""The a-priori bounds (support radius, stability; docs: math/attention.md#support-and-stability-bounds): functions
+of the model and the time, not of a state, which the measured radius and Wasserstein ratios are checked against.
 
 * :func:`value_norm_integral`, :func:`support_radius_bound`: ∫‖V‖ and R(t) ≤ R₀ exp(∫‖V‖)
-  (euclidean.md §3, "Support radius").
+  (docs: math/attention.md#support-and-stability-bounds).
 * :func:`lipschitz_rate`, :func:`stability_bound`: the Lipschitz rate L and the Dobrushin bound
-  W_p(μ_t, ν_t) ≤ exp(∫L) W_p(μ_0, ν_0) (euclidean.md §3, "Lipschitz bounds", "Stability").
+  W_p(μ_t, ν_t) ≤ exp(∫L) W_p(μ_0, ν_0) (docs: math/attention.md#support-and-stability-bounds).
 
 The measured counterparts (:func:`~.distances.support_radius`, :func:`~.distances.stability_ratio`)
 are in :mod:`.distances`.
@@ -38,12 +38,14 @@ def _cumulative_integral(f, ts, t0, substeps):
 def _check_normalized(attn, what: str):
     if not isinstance(attn, AbstractNormalizedAttention):
         raise ValueError(f"{what} holds for normalized attention (softmax, ℓ², Sinkhorn, multi-head: "
-                         f"the field averages V y, euclidean.md §3), got {type(attn).__name__}")
+                         f"the field averages V y; docs/math/attention.md#support-and-stability-bounds), "
+                         f"got {type(attn).__name__}")
 
 
 def value_norm_integral(attn, ts, t0=0.0, substeps: int = 64) -> jax.Array:
-    """∫_{t0}^{t} ‖V(τ)‖ dτ at each t of ``ts`` (Σ_h‖W_hV_h‖ for multi-head; euclidean.md §3),
-    for a normalized attention (:meth:`AbstractNormalizedAttention.value_norm`)."""
+    """∫_{t0}^{t} ‖V(τ)‖ dτ at each t of ``ts`` (Σ_h‖W_hV_h‖ for multi-head;
+    docs: math/attention.md#support-and-stability-bounds), for a normalized attention
+        (:meth:`AbstractNormalizedAttention.value_norm`)."""
     _check_normalized(attn, "the support bound R(t) <= R0 exp(∫‖V‖)")
     ts = jnp.asarray(ts, dtype=jnp.result_type(float))
     values = (attn.V, attn.W) if isinstance(attn, MultiHeadAttention) else (attn.V,)
@@ -55,8 +57,8 @@ def value_norm_integral(attn, ts, t0=0.0, substeps: int = 64) -> jax.Array:
 
 
 def support_radius_bound(attn, R0, ts, t0=0.0) -> jax.Array:
-    r"""R(t) ≤ R₀ exp(∫_{t0}^t ‖V(τ)‖ dτ) (euclidean.md §3), for softmax, ℓ², Sinkhorn and
-    multi-head attention (with Σ_h‖W_hV_h‖), at each t of ``ts``."""
+    r"""R(t) ≤ R₀ exp(∫_{t0}^t ‖V(τ)‖ dτ) (docs: math/attention.md#support-and-stability-bounds),
+    for softmax, ℓ², Sinkhorn and multi-head attention (with Σ_h‖W_hV_h‖), at each t of ``ts``."""
     check_scalar(R0, "R0", nonnegative=True)
     return R0 * jnp.exp(value_norm_integral(attn, ts, t0))
 
@@ -64,10 +66,11 @@ def support_radius_bound(attn, R0, ts, t0=0.0) -> jax.Array:
 def lipschitz_rate(attn, R, t=0.0) -> jax.Array:
     r"""L = ‖V‖‖A‖R² + ‖V‖(1 + 2‖A‖R²) e^{2‖A‖R²}: the Lipschitz constant of the softmax
     field in x plus its Lipschitz constant in μ (for W₁), for supports in B(0, R)
-    (euclidean.md §3, "Lipschitz bounds"). Single-head softmax attention only.
+    (docs: math/attention.md#support-and-stability-bounds). Single-head softmax attention only.
     """
     if not isinstance(attn, SoftmaxAttention):
-        raise ValueError(f"the Lipschitz bounds of euclidean.md §3 are stated for SoftmaxAttention, "
+        raise ValueError(f"the Lipschitz bounds (docs/math/attention.md#support-and-stability-bounds) "
+                         f"are stated for SoftmaxAttention, "
                          f"got {type(attn).__name__}")
     nv, na = attn.value_norm(t), jnp.linalg.norm(attn.score_matrix(t), ord=2)
     r2 = na * jnp.asarray(R) ** 2
@@ -76,7 +79,7 @@ def lipschitz_rate(attn, R, t=0.0) -> jax.Array:
 
 def stability_bound(attn, R0, ts, t0=0.0, substeps: int = 64) -> jax.Array:
     r"""exp(∫_{t0}^t L(τ) dτ) with L of :func:`lipschitz_rate` and R(τ) = R₀exp(∫‖V‖): the
-    bound of euclidean.md §3 (stability),
+    stability bound (docs: math/attention.md#support-and-stability-bounds),
     W_p(μ_t, ν_t) ≤ exp(∫L) W_p(μ_0, ν_0), for two softmax solutions supported in B(0, R₀).
 
     The integral uses right-endpoint sums on ``substeps`` cells per interval: L(R(τ)) is

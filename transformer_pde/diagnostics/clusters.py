@@ -1,9 +1,9 @@
-"""Clusters of tokens: single linkage, masses, clustered pairs (sphere.md §2 and §10), Rényi centers
-(sphere.md §4).
+"""Clusters of tokens: single linkage, masses, clustered pairs (docs: math/sphere.md#metastability), Rényi centers
+(docs: math/causal.md#metastability-and-renyi-parking).
 
-The published runs count clusters by single linkage with ⟨x_i, x_j⟩ > 0.999 (sphere.md §10);
-the authors' phase diagrams also report the fraction of pairs i ≠ j with ⟨x_i, x_j⟩ > 0.999
-(``rotf/phase-diagrams.py``, sphere.md §2 "Cluster counting"). All functions work under jit.
+The published runs count clusters by single linkage with ⟨x_i, x_j⟩ > 0.999
+(docs: math/sphere.md#clustering-theorems); the authors' phase diagrams also report the fraction of pairs i ≠ j with
+⟨x_i, x_j⟩ > 0.999 (``rotf/phase-diagrams.py``, docs: math/sphere.md#metastability). All functions work under jit.
 
 Which pairs are linked is a value, the ``metric``: :class:`Cosine` (⟨x_i, x_j⟩ > threshold, the
 default, for unit tokens) or :class:`Euclidean` (|x_i − x_j| < threshold, for tokens in R^d).
@@ -40,7 +40,8 @@ class AbstractClusterMetric(eqx.Module):
 
 
 class Cosine(AbstractClusterMetric):
-    """⟨x_i, x_j⟩ > threshold: for unit tokens (the published runs use 0.999, sphere.md §10)."""
+    """⟨x_i, x_j⟩ > threshold: for unit tokens (the published runs use 0.999,
+    docs: math/sphere.md#clustering-theorems)."""
 
     def adjacency(self, x, threshold):
         return (x @ x.T) > threshold
@@ -131,7 +132,7 @@ def cluster_masses(x: PointsLike, threshold: float | Scalar = 0.999, weights: We
 
     m_k = Σ_{i in cluster k} w_i (w_i = 1/n by default), so the masses sum to one and
     ``jnp.sum(masses > 0)`` is :func:`cluster_count`. For well-separated point clusters the
-    normalized energy is Σ_k m_k² (sphere.md §2, "Plateau values").
+    normalized energy is Σ_k m_k² (docs: math/sphere.md#metastability).
     """
     x, threshold = _checked(x, threshold, metric)
     weights = None if weights is None else check_weights(weights, x.shape[0], x.dtype)
@@ -149,7 +150,7 @@ def _cluster_masses(x, threshold, weights, metric):
 
 def clustered_pair_fraction(x: PointsLike, threshold: float | Scalar = 0.999) -> jax.Array:
     """Fraction of ordered pairs i ≠ j with ⟨x_i, x_j⟩ > threshold (the authors' "density"
-    in their phase diagrams, sphere.md §2 and §10.4); 1 exactly when all tokens are one
+    in their phase diagrams, docs: math/sphere.md#metastability); 1 exactly when all tokens are one
     tight cluster. Needs n >= 2."""
     x, threshold = _checked(x, threshold, COSINE)
     n = x.shape[0]
@@ -184,7 +185,7 @@ def renyi_centers(x, delta):
     r"""Strong Rényi centers of a token sequence: indices s with dist(x_s, x_i) > δ for all i < s.
 
     Geodesic distance on the sphere (arccos of the inner product). Returns a boolean mask. Their
-    expected number for uniform tokens (Rényi parking, sphere.md §4) is
+    expected number for uniform tokens (Rényi parking, docs: math/causal.md#metastability-and-renyi-parking) is
     :func:`transformer_pde.theory.causal.expected_renyi_centers`.
     """
     x = jnp.asarray(x)

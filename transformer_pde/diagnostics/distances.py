@@ -1,12 +1,12 @@
-r"""Wasserstein distances and the support radius of measures (euclidean.md §3).
+r"""Wasserstein distances and the support radius of measures (docs: math/attention.md#support-and-stability-bounds).
 
 * :func:`bures_wasserstein`: W₂ between Gaussians (closed form).
 * :func:`sinkhorn_wasserstein`: W_p between weighted empirical measures through ott-jax's
   debiased Sinkhorn divergence with an explicit ε (jit-able, differentiable).
 * :func:`exact_wasserstein`: exact W_p for small n (assignment or linear program, on the host).
-* :func:`support_radius`: R = max|x_i| over the support (euclidean.md §3, "Support radius").
-* :func:`stability_ratio`: W_p(μ_t, ν_t)/W_p(μ_0, ν_0) along two trajectories (euclidean.md §3,
-  "Stability").
+* :func:`support_radius`: R = max|x_i| over the support (docs: math/attention.md#support-and-stability-bounds).
+* :func:`stability_ratio`: W_p(μ_t, ν_t)/W_p(μ_0, ν_0) along two trajectories
+  (docs: math/attention.md#support-and-stability-bounds, "Stability").
 
 The a-priori bounds these are checked against are in :mod:`.bounds`.
 """
@@ -180,7 +180,8 @@ def exact_wasserstein(x, y, a=None, b=None, *, p: float = 2.0) -> float:
 
 
 def support_radius(x, weights=None) -> jax.Array:
-    """R = max{|x_i| : w_i > 0}, the radius of the support of μ = Σ w_i δ_{x_i} (euclidean.md §3).
+    """R = max{|x_i| : w_i > 0}, the radius of the support of μ = Σ w_i δ_{x_i}
+    (docs: math/attention.md#support-and-stability-bounds).
 
     ``x`` may carry leading time axes, ``(..., n, d)``; jit-able (usable in ``stats=``).
     """

@@ -1,4 +1,5 @@
-r"""Exact transport distances in one dimension, for weighted atomic measures (sphere.md §13).
+r"""Exact transport distances in one dimension, for weighted atomic measures
+(docs: math/mean_field.md#exact-distances-in-one-dimension).
 
 * :func:`wasserstein_line`: W_p on R from the quantile functions,
   $W_p(\mu,\nu)^p=\int_0^1|F_\mu^{-1}(u)-F_\nu^{-1}(u)|^p\,du$.

@@ -1,19 +1,22 @@
-r"""Energies, attention matrices and moments of a token configuration (sphere.md §1–3).
+r"""Energies, attention matrices and moments of a token configuration
+(docs: math/sphere.md#energy-and-gradient-structure).
 
 Pure functions of the state, usable inside ``tp.solve(..., stats=lambda t, x: ...)`` and
 under ``jit``/``vmap``. Tokens are rows ``x`` of shape ``(n, d)``; ``weights`` (default
 uniform 1/n) give the measure μ = Σ_j w_j δ_{x_j}.
 
-Normalizations differ across papers (sphere.md §9); the ones used here:
+Normalizations differ across papers (docs: math/sphere.md#normalizations-across-papers); the ones used here:
 
-* :func:`interaction_energy` — GLPR's E_β[μ] = (1/2β) ∬ e^{β⟨x, D y⟩} dμ dμ (sphere.md §1;
-  D = I by default; Burger et al.'s energy for a symmetric D, sphere.md §3).
+* :func:`interaction_energy` — GLPR's E_β[μ] = (1/2β) ∬ e^{β⟨x, D y⟩} dμ dμ
+  (docs: math/sphere.md#energy-and-gradient-structure; D = I by default; Burger et al.'s energy for a symmetric D,
+  docs: math/sphere.md#gradient-flows-of-the-interaction-energy).
 * :func:`normalized_energy` — φ = 2β e^{-β} E_β = ∬ e^{β(⟨x,y⟩−1)} dμ dμ ∈ (0, 1] on the
-  sphere: the quantity of GKPR's staircase after their erratum (sphere.md §2), finite for
+  sphere: the quantity of GKPR's staircase after their erratum (docs: math/sphere.md#metastability), finite for
   every β, equal to 1 exactly at a Dirac mass, and to Σ_k (m_k)^2 for well-separated
   point clusters of masses m_k.
 * :func:`perceptron_energy`, :func:`stationarity_residual` — the perceptron block's energy
-  E_{β,ϑ} and the residual of its critical points, for an atomic measure (sphere.md §7).
+  E_{β,ϑ} and the residual of its critical points, for an atomic measure
+  (docs: math/sphere.md#perceptron-block-and-interpolation).
 """
 
 from __future__ import annotations
@@ -56,10 +59,12 @@ def log_interaction_energy(x: PointsLike, beta, weights: WeightsLike | None = No
 
 
 def interaction_energy(x: PointsLike, beta, weights: WeightsLike | None = None, D=None) -> jax.Array:
-    r"""E_β = (1/2β) Σ_{i,j} w_i w_j e^{β⟨x_i, D x_j⟩} (sphere.md §1; D = I unless given).
+    r"""E_β = (1/2β) Σ_{i,j} w_i w_j e^{β⟨x_i, D x_j⟩} (docs: math/sphere.md#energy-and-gradient-structure; D = I
+    unless given).
 
     Non-decreasing along SA and USA (and along Burger's ascent flow with Qᵀ K = V = D): its
-    time derivative is the dissipation identity of sphere.md §1. Requires β > 0.
+    time derivative is the dissipation identity (docs: math/sphere.md#energy-and-gradient-structure).
+    Requires β > 0.
     """
     return jnp.exp(log_interaction_energy(x, beta, weights, D))
 
@@ -67,7 +72,7 @@ def interaction_energy(x: PointsLike, beta, weights: WeightsLike | None = None, 
 def normalized_energy(x: PointsLike, beta, weights: WeightsLike | None = None) -> jax.Array:
     r"""φ = Σ_{i,j} w_i w_j e^{β(⟨x_i,x_j⟩−1)} = 2β e^{-β} E_β, in (0, 1] for unit tokens.
 
-    GKPR's staircase quantity with their erratum's normalization (sphere.md §2): the printed
+    GKPR's staircase quantity with their erratum's normalization (docs: math/sphere.md#metastability): the printed
     (2β e^β n²)^{-1} Σ e^{β⟨x_i,x_j⟩} tends to 0 with β; this one plateaus at Σ_k (m_k)^2
     while the tokens sit in well-separated clusters of masses m_k. Valid for β >= 0.
     """
@@ -81,8 +86,8 @@ def attention_matrix(x: PointsLike, beta=1.0, *, Q=None, K=None, weights: Weight
                      causal: bool = False) -> jax.Array:
     r"""P_ij = w_j e^{β⟨Q x_i, K x_j⟩} / Σ_k w_k e^{β⟨Q x_i, K x_k⟩}, shape ``(n, n)``.
 
-    Rows are probability vectors (query i, key j: spec README conventions); Q, K default to
-    the identity. With ``causal=True`` only keys j <= i count (sphere.md §4).
+    Rows are probability vectors (query i, key j; docs: math/attention.md#conventions); Q, K default to
+    the identity. With ``causal=True`` only keys j <= i count (docs: math/causal.md#causal-attention).
     """
     check_scalar(beta, "beta")
     q = x if Q is None else x @ jnp.asarray(Q, x.dtype).T
@@ -98,7 +103,7 @@ def numerical_rank(P, rtol=1e-3) -> jax.Array:
     """Number of singular values above ``rtol`` times the largest (0 for the zero matrix).
 
     The attention matrix of the unnormalized R^d model falls to rank <= 3 as it converges to
-    a Boolean matrix (sphere.md §1, "1D Boolean limit"; §10.5 for its decay over time);
+    a Boolean matrix (docs: math/attention.md#the-rescaled-model-and-the-spectrum-of-v);
     ``rtol`` sets what counts as numerically zero.
     """
     rtol = check_in_range(rtol, "rtol", low=0.0, high=1.0, high_open=True,
@@ -109,14 +114,15 @@ def numerical_rank(P, rtol=1e-3) -> jax.Array:
 
 def mean_token(x: PointsLike, weights: WeightsLike | None = None) -> jax.Array:
     """The barycenter Σ_i w_i x_i (its norm is 1 exactly at a Dirac on the sphere; the
-    β = 0 dynamics is ẋ_i = P⊥_{x_i} of it, sphere.md §1)."""
+    β = 0 dynamics is ẋ_i = P⊥_{x_i} of it, docs: math/sphere.md#the-projected-flow)."""
     return _weights(x, weights) @ x
 
 
 def perceptron_energy(block: PerceptronBlock, x, weights=None):
-    r"""Energy of a :class:`~transformer_pde.models.PerceptronBlock` (sphere.md §7):
-    E_{β,ϑ}(μ) = (1/2β) Σ_{ij} w_i w_j e^{β⟨x_i,x_j⟩} + ½ Σ_i w_i v_ϑ(x_i), v_ϑ = Σ_j ω_j φ(a_j·x)
-    with the activation's potential φ (ReLU: φ = s_+²); a ValueError for an activation without one."""
+    r"""Energy of a :class:`~transformer_pde.models.PerceptronBlock`
+    (docs: math/sphere.md#perceptron-block-and-interpolation): E_{β,ϑ}(μ) = (1/2β) Σ_{ij} w_i w_j e^{β⟨x_i,x_j⟩} + ½
+    Σ_i w_i v_ϑ(x_i), v_ϑ = Σ_j ω_j φ(a_j·x) with the activation's potential φ (ReLU: φ = s_+²); a ValueError for an
+    activation without one."""
     if not isinstance(block.activation, AbstractPotentialActivation):
         raise ValueError(f"no closed-form energy for activation {block.activation!r} (its potential φ, "
                          "φ' = 2σ, has none)")
@@ -130,7 +136,8 @@ def perceptron_energy(block: PerceptronBlock, x, weights=None):
 def stationarity_residual(block: PerceptronBlock, positions, masses):
     r"""max_k |P⊥_{z_k}(Σ_l m_l e^{β⟨z_k,z_l⟩} z_l + Σ_j ω_j σ(a_j·z_k) a_j)| for μ = Σ_k m_k δ_{z_k}.
 
-    Zero exactly when the atomic measure is a critical point of E_{β,ϑ} (sphere.md §7).
+    Zero exactly when the atomic measure is a critical point of E_{β,ϑ}
+    (docs: math/sphere.md#perceptron-block-and-interpolation).
     """
     z = jnp.asarray(positions)
     v = tangent_projection(z, block.raw_field(z, jnp.asarray(masses, z.dtype)))

@@ -1,4 +1,4 @@
-r"""Relative entropy of the tokens' law to a target density (sphere.md §13).
+r"""Relative entropy of the tokens' law to a target density (docs: math/mean_field.md#relative-entropy).
 
 With log ρ_t carried along the tokens (``tp.WithLogDensity``), the relative entropy is an
 expectation under μ_t = ρ_t dx, estimated on the tokens themselves:

@@ -1,4 +1,4 @@
-r"""Modes of a Gaussian kernel density estimate of 1-D tokens (sphere.md §6).
+r"""Modes of a Gaussian kernel density estimate of 1-D tokens (docs: math/attention.md#mean-shift-and-kde-modes).
 
 The estimator with bandwidth β^{-1/2} of samples X_1..X_n is
 
@@ -6,12 +6,12 @@ $$\hat P_n(t)=\frac{\sqrt\beta}{n\sqrt{2\pi}}\sum_i e^{-\beta(t-X_i)^2/2}.$$
 
 For X_i ~ N(0, 1) and n^c ≲ β ≲ n^{2−c}, E #modes = Θ(√(β log β)) (KDE paper, Kac–Rice plus
 Edgeworth). The authors' code tests ``F_double_prime < 0`` where ``F_double_prime ∝ −P̂''``,
-so it selects local **minima** (sphere.md §6, §9). Here modes are counted directly as the
-sign changes + → − of P̂' (over R there is exactly one more mode than minima: P̂' > 0 left of
+so it selects local **minima** (docs: math/attention.md#mean-shift-and-kde-modes). Here modes are counted directly
+as the sign changes + → − of P̂' (over R there is exactly one more mode than minima: P̂' > 0 left of
 every sample and < 0 right of every sample).
 
-Self-attention at bandwidth β^{-1/2} is the blurring mean shift (sphere.md §6, "Link to
-clusters"; :class:`transformer_pde.models.MeanShift`): dx_i/dt = Σ_j softmax_j(−β(x_i − x_j)²/2)(x_j − x_i)
+Self-attention at bandwidth β^{-1/2} is the blurring mean shift (docs: math/attention.md#mean-shift-and-kde-modes;
+:class:`transformer_pde.models.MeanShift`): dx_i/dt = Σ_j softmax_j(−β(x_i − x_j)²/2)(x_j − x_i)
 = β^{-1} ∂_x log P̂_{μ_t}(x_i), the L2 attention on R minus the identity. Its metastable clusters
 track the KDE modes. The √(β log β) law of the expected count is fitted in the ``kde-modes``
 experiment.

@@ -1,4 +1,5 @@
-"""Moments of a weighted empirical measure (euclidean.md §4; sphere.md §5)."""
+"""Moments of a weighted empirical measure (docs: math/gaussian.md;
+docs: math/random_heads.md#overlaps-and-the-logistic-law)."""
 
 from __future__ import annotations
 
@@ -33,7 +34,8 @@ def empirical_moments(x, weights=None):
 
 
 def mean_overlap(x):
-    """m = |x̄|² = n^{-2} Σ_{ij} ⟨x_i, x_j⟩ (last two axes are tokens × dimension; sphere.md §5)."""
+    """m = |x̄|² = n^{-2} Σ_{ij} ⟨x_i, x_j⟩ (last two axes are tokens × dimension;
+    docs: math/random_heads.md#overlaps-and-the-logistic-law)."""
     return jnp.sum(jnp.mean(x, axis=-2) ** 2, axis=-1)
 
 

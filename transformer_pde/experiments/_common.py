@@ -42,7 +42,7 @@ def kernel_backend(name: str, tol: float, radius: float = STAGE_RADIUS):
 
 
 ATTENTIONS = {"SA": lambda: tp.SoftmaxAttention, "USA": lambda: tp.UnnormalizedAttention}
-"""GLPR's two models on the sphere (sphere.md §1), by option name: SA (softmax) and USA
+"""GLPR's two models on the sphere (docs: math/sphere.md#the-projected-flow), by option name: SA (softmax) and USA
 (unnormalized, GLPR's 1/n); each entry gives its class (reached lazily: printing ``--help``
 imports no JAX)."""
 MODELS = tuple(ATTENTIONS)
@@ -53,16 +53,16 @@ SCHEMES = {"projected": lambda: tp.Sphere, "post-ln": lambda: tp.PostLN}
 
 def model_dynamics(model: str, d: int, beta, scheme: str = "projected", backend=None):
     """The dynamics an experiment's ``model`` and ``scheme`` options name (mapped here, once per
-    run): SA or USA with Q = K = V = I (:data:`ATTENTIONS`, sphere.md §1) in the layer scheme
-    ``scheme`` (:data:`SCHEMES`): Sphere(attention) by default, PostLN(attention) for the authors'
+    run): SA or USA with Q = K = V = I (:data:`ATTENTIONS`, docs: math/sphere.md#the-projected-flow) in the layer
+    scheme ``scheme`` (:data:`SCHEMES`): Sphere(attention) by default, PostLN(attention) for the authors'
     post-LN layer; ``backend`` a kernel backend object (default: automatic, exact below n ~ 4096)."""
     kwargs = {} if backend is None else {"backend": backend}
     return SCHEMES[scheme]()(ATTENTIONS[model]().identity(d, beta, **kwargs))
 
 
 def rescaled_usa_step(dt: float, beta: float) -> float:
-    """USA moves e^β times faster than SA near clusters; the authors' step rule (sphere.md §2,
-    phase-diagram defaults): dt / max(sqrt(β) e^{β − 1/2}, 1)."""
+    """USA moves e^β times faster than SA near clusters; the authors' step rule
+    (docs: math/sphere.md#differences-from-the-papers, phase-diagram defaults): dt / max(sqrt(β) e^{β − 1/2}, 1)."""
     return dt / max(np.sqrt(beta) * np.exp(beta - 0.5), 1.0)
 
 

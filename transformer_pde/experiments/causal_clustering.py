@@ -1,11 +1,12 @@
-"""Causal clustering (sphere.md §4): decoder attention drives every token to x_1(0).
+"""Causal clustering (docs: math/causal.md#clustering-to-the-first-token): decoder attention drives every token to
+x_1(0).
 
 CSA with Q = K = V = I on S^{d-1}: token k attends to tokens j <= k (softmax over the
 prefix, self included, as in the authors' blog code). The first token never moves; for almost
 every start all tokens converge to x_1(0) (Thm 1; asserted here only for Q = K = I, the case
-the spec marks as checked). At larger β the tokens first gather into metastable clusters around
-the strong Rényi centers, tokens farther than δ = cβ^{-1/2} from every earlier token; their
-expected number among n i.i.d. uniform tokens is (1 − (1 − p)^n)/p with p = σ(B_δ), which
+that has been checked; docs: math/causal.md#clustering-to-the-first-token). At larger β the tokens first gather into
+metastable clusters around the strong Rényi centers, tokens farther than δ = cβ^{-1/2} from every earlier token;
+their expected number among n i.i.d. uniform tokens is (1 − (1 − p)^n)/p with p = σ(B_δ), which
 is Θ(β^{(d−1)/2}) for n large.
 """
 

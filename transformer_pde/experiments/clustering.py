@@ -1,31 +1,31 @@
-"""Clustering on the sphere (GLPR; sphere.md §1, §8.4 and §10.1): the main job.
+"""Clustering on the sphere (GLPR; docs: math/sphere.md#clustering-theorems): the main job.
 
 Tokens i.i.d. uniform on S^{d-1}, Q = K = V = I, for the two models of GLPR:
 
 * SA:  dx_i/dt = P⊥_{x_i}(Σ_j softmax_j(β⟨x_i,x_j⟩) x_j);
 * USA: dx_i/dt = P⊥_{x_i}((1/n) Σ_j e^{β⟨x_i,x_j⟩} x_j).
 
-For d >= 3 almost every start ends in one cluster, for every β and both models (sphere.md
-§1, `thm: boumal`); at larger β the tokens first gather in several metastable clusters
-(sphere.md §2), so reaching one cluster can take very long. Outputs: tokens at chosen
+For d >= 3 almost every start ends in one cluster, for every β and both models
+(docs: math/sphere.md#clustering-theorems, `thm: boumal`); at larger β the tokens first gather in several metastable
+clusters (docs: math/sphere.md#metastability), so reaching one cluster can take very long. Outputs: tokens at chosen
 times, the cluster count (single linkage, ⟨x_i,x_j⟩ > threshold) and the normalized energy
 over time, and an animated GIF of the tokens.
 
 **Layer scheme and solver.** ``scheme`` names the layer normalization, mapped once to a
 dynamics (:data:`._common.SCHEMES`): ``projected`` is ``tp.Sphere`` (GLPR's projected flow, whose Euler
 step is x ← N(x + hP⊥_xΓ(x))), ``post-ln`` is ``tp.PostLN``, the authors' post-LN layer
-x ← N(x + hΓ(x)) (sphere.md §9; GLPR ``sphere.py``, GKPR ``kinetic.py``). ``solver = "tsit5"``
-(default) integrates the flow, where the two schemes agree to the solver's order;
+x ← N(x + hΓ(x)) (docs: math/sphere.md#differences-from-the-papers; GLPR ``sphere.py``, GKPR ``kinetic.py``).
+``solver = "tsit5"`` (default) integrates the flow, where the two schemes agree to the solver's order;
 ``solver = "euler"`` runs the discrete layers with step ``dt`` (a residual Transformer), where
-they differ at O(h²) per layer (NOTES.md §1: post-LN is the projected layer with the per-token
-step h/(1 + h⟨x, Γ⟩)). The published runs are layers of the authors' scheme:
+they differ at O(h²) per layer (docs: math/sphere.md#normalization-schemes: post-LN is the
+projected layer with the per-token step h/(1 + h⟨x, Γ⟩)). The published runs are layers of the authors' scheme:
 
 * the five-token circle movie (GKPR ``kinetic.py``): ``start = "kinetic"`` (their fixed z0,
   normalized), n = 5, d = 2, β = 4, ``models = SA``, ``scheme = post-ln``, ``solver = euler``,
   dt = 0.1, t1 = 400 (4000 layers): final angle 105.52°, last merge at t = 364.1 (the projected
   layer: 105.44°, 329.8);
 * 64 tokens on S², USA, β = 4, dt = 0.1, t1 = 15 (150 layers), ``usa_step = raw``: the authors'
-  post-LN leaves 1–2 clusters, the projected layer 7–24 (NOTES.md §9).
+  post-LN leaves 1–2 clusters, the projected layer 7–24 (docs: math/sphere.md#normalization-schemes).
 
 Both are reproduced to round-off against a plain NumPy loop in
 ``tests/experiments/test_normalization_experiments.py``.

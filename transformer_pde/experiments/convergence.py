@@ -1,7 +1,7 @@
-"""Mean-field convergence rate of the particle system (euclidean.md §3–4).
+"""Mean-field convergence rate of the particle system (docs: math/mean_field.md#mean-field-convergence).
 
 Softmax attention on R^d with Gaussian data: the mean field is the Gaussian closure
-(euclidean.md §4a), so the distance of μ^n_t to μ_t is known without a reference run. For n
+(docs: math/gaussian.md#moment-equations), so the distance of μ^n_t to μ_t is known without a reference run. For n
 from 2^6 to 2^16 (several seeds each) the errors at the chosen times are fitted on a log-log
 scale and compared with the Monte Carlo rate n^{-1/2} and the empirical-W_2 rate n^{-1/d}.
 Tracers moved by the closure's affine field from the same initial samples split the error into
@@ -16,7 +16,7 @@ Any attention of the library (``attention``: softmax, ℓ², multi-head, Sinkhor
 laws that move (issue 22): ``model="circle"`` (1 + ε cos kθ on S¹; at every β > 0 the uniform law
 is unstable under SA and the perturbation grows into clusters) and ``model="cap"`` (a von
 Mises–Fisher cap on S²), against the deterministic reference (a quadrature rule evolved as
-weighted tokens, sphere.md §13; ``reference="quadrature"`` also on R^d, d <= 3, for any
+weighted tokens, docs: math/mean_field.md; ``reference="quadrature"`` also on R^d, d <= 3, for any
 attention). Distances: exact W₁ on S¹ and W₁, W₂ on R (no ε); Sinkhorn W₂ elsewhere with ε
 relative to tr Cov of the reference (stated in ``report.txt``), unconverged values NaN and
 counted. Every error comes with the estimated error of the reference in that measurement. The
@@ -157,7 +157,7 @@ def setup(cfg: ConvergenceConfig):
             return dyn, tp.convergence.uniform_sphere_law(d)
         return dyn, lambda key, n: tp.uniform_sphere(key, n, d)
     kq, kg = jax.random.split(jax.random.key(cfg.seed))
-    # euclidean.md §8: K = −Q and V = G Gᵀ make the covariance contract (no blow-up)
+    # (docs: math/gaussian.md#the-authors-experiments) K = −Q and V = G Gᵀ make the covariance contract (no blow-up)
     Q = jax.random.uniform(kq, (d, d)) / np.sqrt(d)
     G = jax.random.normal(kg, (d, d)) / np.sqrt(d)
     dyn = make(Q, -Q, 0.5 * G @ G.T, cfg.beta)

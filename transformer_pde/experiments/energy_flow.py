@@ -1,4 +1,5 @@
-r"""Gradient ascent and descent of the interaction energy (Burger et al.; sphere.md §3).
+r"""Gradient ascent and descent of the interaction energy (Burger et al.;
+docs: math/sphere.md#gradient-flows-of-the-interaction-energy).
 
 With Qᵀ K = D and V = ±D for a symmetric D, self-attention on the sphere,
 
@@ -6,8 +7,9 @@ $$\dot x_i=\pm P^\perp_{x_i}\frac{\sum_j e^{\beta\langle Dx_i,x_j\rangle}Dx_j}
 {\sum_j e^{\beta\langle Dx_i,x_j\rangle}},$$
 
 is the gradient ascent (+) or descent (−) of E(μ) = (1/2β) ∬ e^{β⟨x, Dy⟩} dμ dμ in the
-Z-weighted metric of GLPR §3.4 (sphere.md §1 "Gradient structure"; Q = D, K = I here). Its
-stationary points are the Wasserstein-stationary points of E. Cases (sphere.md §3 table):
+Z-weighted metric of GLPR §3.4 (docs: math/sphere.md#energy-and-gradient-structure; Q = D, K = I here). Its
+stationary points are the Wasserstein-stationary points of E. Cases
+(docs: math/sphere.md#gradient-flows-of-the-interaction-energy):
 
 * D = I: descent → uniform (on S^1, n tokens: the regular n-gon, universally optimal);
   ascent → a Dirac mass, E = e^β/2β.
@@ -18,8 +20,8 @@ stationary points are the Wasserstein-stationary points of E. Cases (sphere.md �
 * D = diag(−1, d₂) indefinite: the candidates are δ_{±e₂} (E = e^{βd₂}/2β) and the pair
   ±e₁ (E = cosh β/2β); the larger wins (crossover e^{βd₂} = cosh β).
 
-Finally the explicit four-particle stationary state (sphere.md §3): for D = diag(d₁, d₂) the
-configuration (±x₁, ±x₂) with d₁ tanh(βd₁x₁²) = d₂ tanh(βd₂x₂²) is stationary; the descent
+Finally the explicit four-particle stationary state (docs: math/sphere.md#gradient-flows-of-the-interaction-energy):
+for D = diag(d₁, d₂) the configuration (±x₁, ±x₂) with d₁ tanh(βd₁x₁²) = d₂ tanh(βd₂x₂²) is stationary; the descent
 from any symmetric four-particle start converges to it (along the symmetric family the
 energy is 16 cosh(βd₁x₁²) cosh(βd₂x₂²)/(2β·16), convex in x₁², with that minimum).
 """

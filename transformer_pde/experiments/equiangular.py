@@ -1,4 +1,5 @@
-r"""Equiangular starts against the reduced ODE for the common inner product (sphere.md §1, §8.3).
+r"""Equiangular starts against the reduced ODE for the common inner product
+(docs: math/sphere.md#equiangular-starts).
 
 If the Gram matrix of the start is equiangular, ⟨x_i, x_j⟩ = ρ0 for all i ≠ j (orthogonal
 tokens: ρ0 = 0, which needs d >= n), symmetry keeps it equiangular and ρ(t) solves

@@ -1,18 +1,19 @@
-r"""Covariance trajectories of the Gaussian closure in the PSD cone, d = 2 (euclidean.md §5–6, §8).
+r"""Covariance trajectories of the Gaussian closure in the PSD cone, d = 2
+(docs: math/gaussian.md#long-time-behaviour).
 
 A 2×2 covariance (a c; c b) is drawn at (u, w, v) = (a − b, 2c, a + b): the PSD cone is
 {v ≥ √(u² + w²)} and rank-one matrices lie on its boundary. Initial covariances have trace 1
 on a grid of (u, w). Five regimes, each for softmax, ℓ², multi-head (H = 2) and Sinkhorn
-attention, with the parameters of the authors' figure script (euclidean.md §6; NumPy's legacy
-generator with their seeds, A = KᵀQ/√d for softmax and ℓ², A_h = K_hᵀQ_h/√k for multi-head,
+attention, with the parameters of the authors' figure script (docs: math/gaussian.md#the-authors-experiments;
+NumPy's legacy generator with their seeds, A = KᵀQ/√d for softmax and ℓ², A_h = K_hᵀQ_h/√k for multi-head,
 ε = 1 and no √d for Sinkhorn):
 
-* ``zero``: Q ~ U[0,1)^{2×2}, K = −Q, V = GGᵀ: Σ → 0 (tr(V⁻¹Σ) decreases, §5.2).
-* ``line``: Q = q (unit row), K = −q, V = I: Σ → Π(ΠᵀΣ0⁻¹Π)⁻¹Πᵀ on the line q⊥ (§5.1).
+* ``zero``: Q ~ U[0,1)^{2×2}, K = −Q, V = GGᵀ: Σ → 0 (tr(V⁻¹Σ) decreases).
+* ``line``: Q = q (unit row), K = −q, V = I: Σ → Π(ΠᵀΣ0⁻¹Π)⁻¹Πᵀ on the line q⊥.
 * ``two-lines``: A + Aᵀ indefinite, random V: rank-one limits lie on the two isotropic lines
   {u : uᵀ(A + Aᵀ)u = 0} (a rank-one stationary point s uuᵀ needs uᵀAu = 0).
 * ``blowup``: A + Aᵀ ≻ 0, V = I: softmax and multi-head blow up in finite time (softmax at
-  t* of §5.1), ℓ² and Sinkhorn grow without bound but only exponentially (§5.4).
+  t*), ℓ² and Sinkhorn grow without bound but only exponentially.
 * ``mixed``: A + Aᵀ indefinite, another V: convergence or blow-up depending on Σ0.
 
 Diverging runs are drawn after normalization Σ/tr Σ in the disk (u/v, w/v). Unlike the
@@ -89,7 +90,8 @@ def initial_grid(n: int, limit: float) -> np.ndarray:
 
 
 def regime_parameters(regime: str):
-    """(Q, K, V, grid multiplier, grid limit) of the authors' figure script (euclidean.md §6)."""
+    """(Q, K, V, grid multiplier, grid limit) of the authors' figure script
+    (docs: math/gaussian.md#the-authors-experiments)."""
     if regime == "zero":
         rs = np.random.RandomState(35)
         Q = rs.rand(2, 2)

@@ -1,12 +1,14 @@
-r"""Growth rates of the modes of a perturbed uniform law on S¹ against Funk–Hecke (sphere.md §8, §12).
+r"""Growth rates of the modes of a perturbed uniform law on S¹ against Funk–Hecke
+(docs: math/noise.md#linear-stability-of-the-uniform-law).
 
 ρ0 = 1 + ε cos kθ, k = 1..6, under SA or USA with value matrix K·I and independent noise σ:
 the linearization gives λ_k = k²(K g_k − σ²/2), g_k = I_k(β)/β (USA) or I_k(β)/(β I_0(β)) (SA)
-(:mod:`transformer_pde.theory.noisy_sphere`; noiseless USA: k²I_k(β)/β of §8). Measured two
+(:mod:`transformer_pde.theory.noisy_sphere`; noiseless USA: k²I_k(β)/β). Measured two
 ways: the spectral Fokker–Planck solver (``tp.CircleDensity``; noiseless and noisy), and, without
 noise, weighted deterministic particles θ_j = 2πj/n with weights ∝ 1 + ε cos kθ_j (a trapezoid
-rule for ρ0, spectrally accurate, sphere.md §13) through ``tp.solve(dyn, tp.Particles(x, w))``.
-The rate is the least-squares slope of log|ρ̂_k(t)| on [0, t1], where ε e^{λt} stays linear.
+rule for ρ0, spectrally accurate, docs: math/mean_field.md#quadrature-references) through
+``tp.solve(dyn, tp.Particles(x, w))``. The rate is the least-squares slope of log|ρ̂_k(t)| on [0, t1], where ε
+e^{λt} stays linear.
 """
 
 from __future__ import annotations
@@ -33,7 +35,7 @@ class InstabilityConfig(Options):
     beta: Annotated[float, Gt(0)] = 2.0
     """Inverse temperature β."""
     K: Annotated[float, Gt(0)] = 1.0
-    """The value matrix V = K·I (the coupling of sphere.md §12)."""
+    """The value matrix V = K·I (the coupling K; docs: math/noise.md#nonlinear-fokker-planck-equation)."""
     sigma: Annotated[float, Gt(0)] = 0.8
     """The noise of the noisy runs (the noiseless runs have σ = 0)."""
     k_max: Annotated[int, Ge(1)] = 6

@@ -1,4 +1,5 @@
-"""Measure-to-measure interpolation on S^2 (sphere.md §7, Geshkovski–Rigollet–Ruiz-Balet).
+"""Measure-to-measure interpolation on S^2 (docs: math/sphere.md#perceptron-block-and-interpolation,
+Geshkovski–Rigollet–Ruiz-Balet).
 
 N input measures (caps around random centres, n tokens each) must be carried to N target caps
 by the same Transformer: v[μ](t, x) = P⊥_x(V(t) A_B[μ](x) + W(t)(U(t)x + b(t))_+), parameters

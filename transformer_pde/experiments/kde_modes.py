@@ -1,4 +1,5 @@
-"""Modes of a Gaussian KDE (sphere.md §6) against √(β log β) and the clusters of 1-D attention.
+"""Modes of a Gaussian KDE (docs: math/attention.md#mean-shift-and-kde-modes) against √(β log β) and the clusters of
+1-D attention.
 
 For n i.i.d. N(0, 1) samples and bandwidth β^{-1/2}, E #modes = Θ(√(β log β)) when
 n^c ≲ β ≲ n^{2−c}. We count modes (sign changes + → − of P̂'; the authors' code counts minima,

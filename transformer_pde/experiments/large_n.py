@@ -1,4 +1,4 @@
-r"""A million tokens on S² to one cluster (issue 13; sphere.md §1).
+r"""A million tokens on S² to one cluster (issue 13; docs: math/sphere.md#clustering-theorems).
 
 SA on the sphere, Q = K = V = I, β = 1, n = 10⁶ uniform tokens: the theorem for d ≥ 3 says the
 tokens collapse to one cluster. Pair interactions at this n (10¹² per velocity) are out of reach

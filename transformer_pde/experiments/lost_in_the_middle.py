@@ -1,4 +1,5 @@
-"""Lost in the middle (LitM, sphere.md §4): the U-shaped retrieval profile of causal attention.
+"""Lost in the middle (LitM, docs: math/causal.md#lost-in-the-middle): the U-shaped retrieval profile of causal
+attention.
 
 Tokens i.i.d. uniform on the circle follow the LitM model (causal USA with ALiBi weights,
 :class:`~transformer_pde.models.LitMCircle`). The source token sits at position σ0 and the
@@ -13,7 +14,7 @@ A_N = √(π/2)/M + √(2π)/(MN) S_t(σ0) + o(1/N), and the profile S_t(σ0) is
 Under the smallness condition t·sup a_n <= min{3 − √3, 2(1 − e^{−λ})} the closed form is
 U-shaped: primacy (→ ∞ as σ0 → 0), recency (S'(1⁻) > 0) and one interior minimum.
 
-The published particle demo (sphere.md §10.6) is rerun too: N = 64, β = λ = 1, four initial
+The published particle demo (docs: math/causal.md#lost-in-the-middle) is rerun too: N = 64, β = λ = 1, four initial
 clusters (centers (0.1 ... 1.9)π, jitter N(0, 0.075²) from NumPy's default_rng(17), as in the
 authors' script); cluster counts (arc < 0.01) 39/29/22/14/1 at t = 0/1/2/5/10, then every token
 sits at token 1's fixed angle.
@@ -111,7 +112,8 @@ def retrieval_monte_carlo(key, t, n: int, beta, lam, M: int = 8, n_max: int = 20
 
 
 def alibi_demo(dt: float = 0.01):
-    """The §10.6 run: returns (ts, angles (T, 64), cluster counts at arc < 0.01)."""
+    """The published particle demo (docs: math/causal.md#the-retrieval-profile): returns
+    (ts, angles (T, 64), cluster counts at arc < 0.01)."""
     rng = np.random.default_rng(17)
     labels = np.repeat(np.arange(4), 16)
     centers = np.linspace(0.1, 1.9, 4) * np.pi
@@ -193,7 +195,7 @@ def figures(res: Result, cfg: LitMConfig, out_dir) -> list:
     ax.axhline(float(np.mod(th[0, 0], 2 * np.pi)), color="k", lw=0.8, ls=":", label="θ_1(0)")
     ax.set_xlabel("t")
     ax.set_ylabel("θ mod 2π")
-    ax.set_title("§10.6 demo: N=64, β=λ=1, four initial clusters", fontsize=9)
+    ax.set_title("published ALiBi demo: N=64, β=λ=1, four initial clusters", fontsize=9)
     ax.legend(fontsize=7)
     return [tp.plot.save_figure(fig, out_dir / "lost_in_the_middle.png")]
 

@@ -1,4 +1,4 @@
-r"""Dynamic metastability (GKPR; sphere.md §2, §8.5 and §10.3).
+r"""Dynamic metastability (GKPR; docs: math/sphere.md#metastability).
 
 Two measurements:
 
@@ -6,12 +6,12 @@ Two measurements:
    S_q(ε) = {x : ⟨x, w_q⟩ >= 1 − ε} on S^1 whose centers are θ0 apart. Under SA each cap
    collapses to a point cluster within O(1) time; the clusters then attract each other with
    a force ∝ e^{−β(1 − cos θ0)}, so the first time a token leaves its cap S_q(2ε) grows
-   like e^{(1 − cos θ0)β}. The theorem (sphere.md §2) guarantees at least
+   like e^{(1 − cos θ0)β}. The theorem (docs: math/sphere.md#metastability) guarantees at least
    T₂ = (ε/n) e^{(1 − α)β} with α = max{⟨x, y⟩ : x ∈ S_p(2ε), y ∈ S_q(2ε), p ≠ q}.
    Each cap's tokens sit symmetrically about its center, so the collapsed clusters are
    θ0 apart.
 
-2. **The energy staircase** (n = 5 on the circle, the authors' set-up, sphere.md §10.3).
+2. **The energy staircase** (n = 5 on the circle, the authors' set-up, docs: math/sphere.md#published-runs).
    USA with GKPR's weights e^{β(cos(θ_j − θ_i) − 1)}/n, followed with normalized-gradient
    steps θ ← θ + h log β · g/|g| (the time change dτ = |g| dt/log β of GKPR §6, i.e. arc
    length over log β), and merging of tokens closer than ``merge_angle`` (the authors' code:
@@ -41,7 +41,7 @@ from ._base import Experiment, register
 from ._common import pid
 from ._options import Options
 
-# sphere.md §10.3 (authors' code rerun): plateau values and collapse times in rescaled time.
+# the authors' code rerun (docs: math/sphere.md#published-runs): plateau values and collapse times in rescaled time.
 PUBLISHED_PLATEAUS = np.array([0.28, 0.44, 0.52, 1.0])
 PUBLISHED_COLLAPSE = {500.0: 0.12, 2000.0: 0.10, 4000.0: 0.092}
 
@@ -58,7 +58,8 @@ class MetastabilityConfig(Options):
     cap_angle: float = 1.5707963267948966
     """Angle θ0 between neighbouring cap centers on S^1 (default π/2)."""
     eps: Annotated[float, Interval(gt=0, lt=1 / 16)] = 0.05
-    """Cap size ε: caps S_q(ε) = {x : ⟨x, w_q⟩ ≥ 1 − ε}; the theorem needs ε < 1/16 (sphere.md §2)."""
+    """Cap size ε: caps S_q(ε) = {x : ⟨x, w_q⟩ ≥ 1 − ε}; the theorem needs ε < 1/16
+    (docs: math/sphere.md#metastability)."""
     rtol: Annotated[float, Interval(gt=0, lt=1)] = 1e-6
     # Part 2: staircase.
     stair_betas: Annotated[tuple[float, ...], Gt(1)] = (500.0, 1000.0, 1500.0, 2000.0, 3000.0, 4000.0)
@@ -94,7 +95,7 @@ def _circle(theta):
 
 
 def cap_alpha(eps, angle):
-    """α(ε) = max ⟨x, y⟩ over the 2ε-caps of two centers ``angle`` apart (sphere.md §2)."""
+    """α(ε) = max ⟨x, y⟩ over the 2ε-caps of two centers ``angle`` apart (docs: math/sphere.md#metastability)."""
     return float(np.cos(angle - 2 * np.arccos(1 - 2 * eps)))
 
 
@@ -189,7 +190,7 @@ def collapse_times(taus, phi, level=0.999):
 
 
 def predicted_exit_time(betas, cfg: MetastabilityConfig):
-    """T ≈ e^{β(1 − cos θ0)} / (2β sin² θ0) for two caps [derived for this spec].
+    """T ≈ e^{β(1 − cos θ0)} / (2β sin² θ0) for two caps [derived for the library].
 
     After the caps collapse, two point clusters of equal mass at angle θ obey
     dθ/dt = −2 e^{−β(1 − cos θ)} sin θ (SA); the time to close any fixed gap is dominated by

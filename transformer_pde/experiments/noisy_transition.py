@@ -1,4 +1,5 @@
-r"""The phase transition of noisy attention on S¹: stationary branches, folds, a phase diagram (sphere.md §12).
+r"""The phase transition of noisy attention on S¹: stationary branches, folds, a phase diagram
+(docs: math/noise.md#phase-transition).
 
 Noisy USA (Mun–Rosenzweig, arXiv 2606.05140, 2604.16288): dX = K P⊥Γ dt + σ dB^S. The uniform law
 is linearly stable iff K < K_#(β) = σ²β/(2I_1(β)); the transition is continuous for β < β_* (root of
@@ -46,7 +47,8 @@ from ._options import Options
 @dataclasses.dataclass(frozen=True)
 class NoisyTransitionConfig(Options):
     model: Literal["SA", "USA"] = "USA"
-    """USA (spec §12's noisy USA) or SA (softmax; its transition stays continuous on S¹)."""
+    """USA (the noisy USA; docs: math/noise.md#nonlinear-fokker-planck-equation) or SA
+    (softmax; its transition stays continuous on S¹)."""
     betas: Annotated[tuple[float, ...], Gt(0)] = (1.5, 4.0)
     """β of the branch plot: one below and one above β_* = 2.447."""
     sigma: Annotated[float, Gt(0)] = 1.0

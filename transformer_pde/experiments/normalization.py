@@ -1,5 +1,6 @@
-r"""Normalization schemes as speed regulation: clustering and token speed vs depth (sphere.md §11;
-Karagodin–Ge–Polyanskiy–Rigollet, "Normalization in Attention Dynamics", arXiv 2510.22026).
+r"""Normalization schemes as speed regulation: clustering and token speed vs depth
+(docs: math/sphere.md#differences-from-the-papers; Karagodin–Ge–Polyanskiy–Rigollet, "Normalization in Attention
+Dynamics", arXiv 2510.22026).
 
 The same multi-head softmax attention A (the set-up of the authors' code, ``nikitus20/simuformer``)
 inside the residual layer of each scheme of :mod:`transformer_pde.models.normalization`:
@@ -38,14 +39,14 @@ t along layer).
 
 **Published numbers.** The public numbers of the authors' code for Pre-LN and Peri-LN
 (P(clustered pair) at t = 20: Pre-LN 0.42/0.29/0.20, Peri-LN 0.58/0.41/0.26 at β = 1/5/9) come
-from a radius update r ← r + h Σ_coordinates(rA), a coordinate sum instead of ⟨θ, A⟩ (sphere.md
-§11): they are **not** this model and not a target (saved as ``simuformer_*`` for reference). Post-LN
-does not use r: post-LN → 1.00 clustered at t = 20 (every β) is the check. Their nGPT layer
-θ ← N(θ + 0.2hÂ) is exactly the nGPT layer here, N(x + αh(Â − x)) = N(x + (αh/(1 − αh))Â), with
-αh/(1 − αh) = 0.2h: at the default α = 0.2/1.02, h = 0.1 their 200 layers are this run's 200, layer
-for layer (at α = 0.2 they are its first 196: layer 196 there gave 0.277/0.028/0.013 ± 0.012/0.005/
-0.002 over 32 draws, against their 0.28/0.03/0.01, while layer 200 read 0.395/0.045/0.020). The figure
-puts their point at the corresponding depth (:func:`simuformer_depth`).
+from a radius update r ← r + h Σ_coordinates(rA), a coordinate sum instead of ⟨θ, A⟩
+(docs: math/sphere.md#differences-from-the-papers): they are **not** this model and not a target
+(saved as ``simuformer_*`` for reference). Post-LN does not use r: post-LN → 1.00 clustered at t = 20 (every β) is
+the check. Their nGPT layer θ ← N(θ + 0.2hÂ) is exactly the nGPT layer here,
+N(x + αh(Â − x)) = N(x + (αh/(1 − αh))Â), with αh/(1 − αh) = 0.2h: at the default α = 0.2/1.02, h = 0.1 their 200
+layers are this run's 200, layer for layer (at α = 0.2 they are its first 196: layer 196 there gave
+0.277/0.028/0.013 ± 0.012/0.005/ 0.002 over 32 draws, against their 0.28/0.03/0.01, while layer 200 read
+0.395/0.045/0.020). The figure puts their point at the corresponding depth (:func:`simuformer_depth`).
 """
 
 from __future__ import annotations
@@ -70,8 +71,9 @@ Scheme = Literal["post-ln", "projected", "pre-ln", "peri-ln", "ngpt", "mix-ln", 
 SCHEME_NAMES = typing.get_args(Scheme)
 MASKS = ("none", "causal")
 
-# The authors' code (simuformer), P(clustered pair) at t = 20, β = 1, 5, 9, no mask (sphere.md §11).
-# Pre-/Peri-LN there update the radius with a coordinate sum: not the model, not a target.
+# The authors' code (simuformer), P(clustered pair) at t = 20, β = 1, 5, 9, no mask
+# (docs: math/sphere.md#differences-from-the-papers). Pre-/Peri-LN there update the radius with a coordinate sum:
+# not the model, not a target.
 SIMUFORMER_BETAS = np.array([1.0, 5.0, 9.0])
 SIMUFORMER_TIME = 20.0
 SIMUFORMER_SCHEMES = np.array(["post-ln", "pre-ln", "peri-ln", "ngpt"])

@@ -1,5 +1,5 @@
 r"""Normalizing flows by perceptron controls, measured in relative entropy (seed 003, fifth
-abstract; sphere.md §13).
+abstract; docs: math/mean_field.md#normalizing-flows).
 
 The continuity equation ∂_t ρ + div(ρ v) = 0 with the perceptron field
 

@@ -1,4 +1,5 @@
-"""The perceptron block (sphere.md §7): atomic critical points on the circle (d = 2).
+"""The perceptron block (docs: math/sphere.md#perceptron-block-and-interpolation): atomic critical points on the
+circle (d = 2).
 
 USA attention plus a ReLU perceptron in the gradient case, on S^1. The flow is the
 Wasserstein gradient flow of E_{β,ϑ} = E_β + ½∫v_ϑ (descent: towards the unique global

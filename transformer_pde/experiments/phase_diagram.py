@@ -1,4 +1,4 @@
-"""Phase diagram of clustering on the circle (GKPR/GLPR; sphere.md §2 and §10.4).
+"""Phase diagram of clustering on the circle (GKPR/GLPR; docs: math/sphere.md#metastability).
 
 SA with Q = K = V = I on S^1 (d = 2), n = 32 tokens, a batch of uniform starts, over a grid
 of β (vmapped: one compiled program for the whole grid and batch) and times t. For each
@@ -8,7 +8,7 @@ of β (vmapped: one compiled program for the whole grid and batch) and times t. 
 * the number of clusters (single linkage at the same threshold).
 
 Small β: one cluster by t ≈ 10; large β: long-lived metastable clusters, so the fraction at
-t = 30 falls with β. The default size matches the authors' run of sphere.md §10.4
+t = 30 falls with β. The default size matches the authors' run (docs: math/sphere.md#published-runs)
 (batch 256, step 0.1, their post-LN layer x ← N(x + h Γ(x)), ``scheme = "post-ln"``; the
 projected layer x ← N(x + h P⊥Γ(x)) is ``scheme = "projected"``); the published fractions are
 saved alongside ours (``published_*``) and drawn on the figure. The (β, t) grids are saved
@@ -32,7 +32,8 @@ from ._base import Experiment, register
 from ._common import circle_angles, model_dynamics
 from ._options import Options
 
-# sphere.md §10.4: fraction of clustered pairs, rows β, columns t = 7.5 and 30.
+# the published runs (docs: math/sphere.md#published-runs): fraction of clustered pairs, rows β,
+# columns t = 7.5 and 30.
 PUBLISHED_BETAS = np.array([1.0, 11 / 3, 19 / 3, 9.0])
 PUBLISHED_TIMES = np.array([7.5, 30.0])
 PUBLISHED_FRACTION = np.array([[0.50, 1.00], [0.39, 0.53], [0.31, 0.41], [0.28, 0.34]])
@@ -55,8 +56,9 @@ class PhaseDiagramConfig(Options):
     num_saves: Annotated[int, Ge(2)] = 61
     threshold: Annotated[float, Interval(ge=-1, lt=1)] = 0.999
     scheme: Literal["post-ln", "projected"] = "post-ln"
-    """The layer: 'post-ln' x ← N(x + h Γ(x)) (tp.PostLN, the authors' code, sphere.md §9);
-    'projected' x ← N(x + h P⊥Γ(x)) (explicit Euler for tp.Sphere). As in ``clustering``."""
+    """The layer: 'post-ln' x ← N(x + h Γ(x)) (tp.PostLN, the authors' code,
+    docs: math/sphere.md#normalizations-across-papers); 'projected' x ← N(x + h P⊥Γ(x)) (explicit Euler for
+        tp.Sphere). As in ``clustering``."""
     seed: int = 0
 
     def validate(self):
@@ -118,7 +120,8 @@ def compute(cfg: PhaseDiagramConfig, progress: bool = False) -> Result:
 
 
 def published_comparison(betas, ts, fraction):
-    """Our fraction at the (β, t) of sphere.md §10.4 (nearest grid point), shape (4, 2)."""
+    """Our fraction at the published (β, t) (docs: math/sphere.md#published-runs; nearest grid point), shape
+    (4, 2)."""
     out = np.full(PUBLISHED_FRACTION.shape, np.nan)
     for a, b in enumerate(PUBLISHED_BETAS):
         i = int(np.argmin(np.abs(betas - b)))
@@ -156,7 +159,7 @@ def figures(res: Result, cfg: PhaseDiagramConfig, out_dir) -> list:
             ax.plot(PUBLISHED_TIMES, meas[a], "x", color=line.get_color())
     ax.set_xlabel("t (depth)")
     ax.set_ylabel("fraction of clustered pairs")
-    ax.set_title(f"batch {cfg.batch}: ours (lines, ×), published §10.4 (○)")
+    ax.set_title(f"batch {cfg.batch}: ours (lines, ×), published run (○)")
     ax.legend(fontsize=8)
     ax.grid(alpha=0.3)
     paths = [tp.plot.save_figure(fig, out_dir / "phase_diagram.png")]
@@ -181,5 +184,5 @@ def figures(res: Result, cfg: PhaseDiagramConfig, out_dir) -> list:
 
 
 register(Experiment(
-    "phase-diagram", "clustered pairs and clusters over (β, t) on S^1, n=32, batch of starts (GKPR §10.4)",
+    "phase-diagram", "clustered pairs and clusters over (β, t) on S^1, n=32, batch of starts (the authors' published run)",
     PhaseDiagramConfig, compute, figures, tiny=dict(batch=48, num_betas=4, num_saves=5, t1=30.0)))

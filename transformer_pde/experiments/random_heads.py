@@ -1,4 +1,4 @@
-"""Random multi-head attention (sphere.md §5): the chain, its common-noise SDE, the logistic law.
+"""Random multi-head attention (docs: math/random_heads.md): the chain, its common-noise SDE, the logistic law.
 
 Heads θ = (V, A = W W'ᵀ) with Gaussian entries are drawn afresh in every layer. Three outcomes:
 

@@ -1,4 +1,4 @@
-r"""Ranks of limit covariances of the Gaussian closure for d = 3, 4, 5 (euclidean.md §5.1–5.2, §6).
+r"""Ranks of limit covariances of the Gaussian closure for d = 3, 4, 5 (docs: math/gaussian.md#long-time-behaviour).
 
 Q ∈ R^{⌊d/2⌋×d} standard normal, K = −Q (so A = −QᵀQ/√d ⪯ 0), Σ0 = GGᵀ, and V = I or
 V = GᵀG, for softmax and ℓ² attention (the authors' ``histograms.py`` set-up). Theory:

@@ -1,21 +1,22 @@
-r"""The unnormalized R^d model and the spectrum of V (GLPR 2305.05465; sphere.md §1 and §10.5).
+r"""The unnormalized R^d model and the spectrum of V (GLPR 2305.05465;
+docs: math/attention.md#the-rescaled-model-and-the-spectrum-of-v).
 
 Tokens in R^d, β absorbed: dx_i/dt = Σ_j P_ij V x_j, P_ij = softmax_j ⟨Q x_i, K x_j⟩. The
 tokens grow like e^{tV}, so one follows z_i = e^{−tV} x_i, which solves
 
 $$\dot z_i=\sum_j P_{ij}(e^{tV}z)\,V(z_j-z_i)\qquad(\text{rows of }P\text{ sum to one}).$$
 
-Limits by the spectrum of V (Q = K = I here; sphere.md §1 table):
+Limits by the spectrum of V (Q = K = I here; docs: math/attention.md#the-rescaled-model-and-the-spectrum-of-v):
 
 * V = I: the z_i converge to the vertices of a convex polytope (every limit point is an
   extreme point of the set of limit points: it is the unique maximizer of ⟨z_k, ·⟩ there,
   so it attends to itself). Most limit points are vertices of the convex hull of the start
-  (§10.5 reports 85–100 % of tokens within 0.1 of one, n = 20). The attention matrix falls
+  (the authors' code gives 85–100 % of tokens within 0.1 of one, n = 20). The attention matrix falls
   to low rank.
 * V with a simple top eigenvalue λ₁ > 0: the coordinates ⟨φ₁, z_i⟩ converge to at most 3
   values: the z_i end on at most 3 parallel hyperplanes.
 * V = −I: all x_i → 0 (one cluster at the origin), slowly: for small x the second moment
-  C = (1/n) Σ x_i x_iᵀ obeys Ċ ≈ −2C², so tr C ≈ d/(2t) [derived for this spec].
+  C = (1/n) Σ x_i x_iᵀ obeys Ċ ≈ −2C², so tr C ≈ d/(2t) [derived for the library].
 * d = 1, V > 0, QK > 0 ("leaders"): P(t) converges to a Boolean matrix whose rows are e_a
   or e_b, a and b the extreme tokens (rank <= 2 generically, <= 3 in general).
 """
@@ -68,7 +69,8 @@ class RdSpectrumConfig(Options):
     n: int = 20
     d: int = 2
     box: Annotated[float, Gt(0)] = 5.0
-    """Start: i.i.d. uniform on [−box, box]^d (the authors' set-up, sphere.md §10.5)."""
+    """Start: i.i.d. uniform on [−box, box]^d (the authors' set-up,
+    docs: math/attention.md#the-rescaled-model-and-the-spectrum-of-v)."""
     t1: Annotated[float, Gt(0)] = 10.0
     top_ratio: Annotated[float, Interval(ge=0, lt=1)] = 0.5
     """V = diag(1, top_ratio, ...) for the simple-top-eigenvalue case (needs top_ratio < 1)."""

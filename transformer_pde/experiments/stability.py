@@ -1,4 +1,5 @@
-r"""Support radius and W₂ stability of the particle system against their bounds (euclidean.md §3).
+r"""Support radius and W₂ stability of the particle system against their bounds
+(docs: math/attention.md#support-and-stability-bounds).
 
 * Support radius: for softmax, ℓ², Sinkhorn and multi-head attention the field lies in
   V conv(supp μ), so R(t) ≤ R₀ exp(∫₀ᵗ‖V‖) (Σ_h‖W_hV_h‖ for multi-head).
@@ -139,7 +140,7 @@ def figures(res: Result, cfg: StabilityConfig, out_dir) -> list:
     with np.errstate(divide="ignore"):
         logb = np.log10(res["stability_bound"])
     finite = np.isfinite(logb)
-    twin.plot(ts[finite], logb[finite], "k--", label="log10 exp(∫L) (euclidean.md §3)")
+    twin.plot(ts[finite], logb[finite], "k--", label="log10 exp(∫L) (the stability bound)")
     if not finite.all():
         twin.axvline(ts[~finite][0], color="k", lw=0.6, ls=":")
         twin.text(ts[~finite][0], np.nanmax(logb[finite]), " bound overflows", fontsize=8)
@@ -153,6 +154,6 @@ def figures(res: Result, cfg: StabilityConfig, out_dir) -> list:
 
 
 register(Experiment(
-    "stability", "support radius and W2 stability ratio of particles vs the bounds of euclidean.md §3",
+    "stability", "support radius and W2 stability ratio of particles vs the support and Lipschitz stability bounds",
     StabilityConfig, compute, figures,
     tiny=dict(n=16, t1=0.5, dt=0.05, num_saves=6, deltas=(0.01, 0.1), variants=("softmax", "multihead"))))

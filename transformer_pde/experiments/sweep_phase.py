@@ -1,11 +1,11 @@
 """Phase diagram of the time to one cluster over (β, d), one vmapped sweep per dimension.
 
-SA on S^{d-1} (sphere.md §1), Q = K = V = I, n tokens uniform at t = 0. For d >= 3 almost every
-start ends in one cluster for every β (``thm: boumal``), but the time it takes grows quickly
-with β, because tokens first gather in metastable clusters (sphere.md §2, GKPR); for d = 2
+SA on S^{d-1} (docs: math/sphere.md#clustering-theorems), Q = K = V = I, n tokens uniform at t = 0. For d >= 3
+almost every start ends in one cluster for every β (``thm: boumal``), but the time it takes grows quickly
+with β, because tokens first gather in metastable clusters (docs: math/sphere.md#metastability, GKPR); for d = 2
 several clusters can persist. The time to one cluster (single linkage, ⟨x_i, x_j⟩ > threshold,
-as in sphere.md §10) is read from the cluster count saved along each run; runs still split at
-t1 are censored (shown blank). All (β, seed) points of a dimension run in one ``tp.sweep`` call.
+as in the published runs, docs: math/sphere.md#published-runs) is read from the cluster count saved along each run;
+runs still split at t1 are censored (shown blank). All (β, seed) points of a dimension run in one ``tp.sweep`` call.
 The grids are saved labelled (``results.nc``, group ``sweep``: dims d × beta × seed × t).
 """
 

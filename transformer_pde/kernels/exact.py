@@ -1,7 +1,7 @@
 r"""Pair reductions behind every attention variant: dense and streaming (blocked) paths.
 
 All normalized attention variants (softmax, multi-head, ℓ², Sinkhorn, causal, weighted) are
-one reduction (spec README, "Conventions"; euclidean.md §7):
+one reduction (docs: math/attention.md#conventions; docs: math/fast_kernels.md#attention-as-a-gaussian-sum):
 
 $$\bar v_i=\sum_j \mathrm{softmax}_j(q_i\cdot k_j+b_j)\,v_j,\qquad
 \ell_i=\log\sum_j e^{q_i\cdot k_j+b_j},$$

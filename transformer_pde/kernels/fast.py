@@ -7,9 +7,10 @@ $a_i,b_j\in\mathbb R^k$, $k\le 3$, $\gamma>0$:
 $$\bar v_i=\sum_j\mathrm{softmax}_j(s_{ij})\,v_j,\qquad \ell_i=\log\sum_je^{s_{ij}}.$$
 
 Softmax attention with $Q,K\in\mathbb R^{k\times d}$ is $a=Qx$, $b=Ky$, $\gamma=\beta$;
-$\ell^2$ attention is $\gamma=2\beta$ with $-\beta|b_j|^2$ already in the bias (euclidean.md §2(c), §7).
+$\ell^2$ attention is $\gamma=2\beta$ with $-\beta|b_j|^2$ already in the bias
+(docs: math/attention.md#l2-attention).
 
-**Gaussian form** (euclidean.md §7, issue 13). From
+**Gaussian form** (docs: math/fast_kernels.md#attention-as-a-gaussian-sum, issue 13). From
 $e^{\gamma\langle a,b\rangle}=e^{\gamma|a|^2/2}e^{\gamma|b|^2/2}e^{-\gamma|a-b|^2/2}$, with
 $\log u_j=\mathrm{bias}_j+\gamma|b_j|^2/2$, $c=\max_j\log u_j$, $\tilde u_j=e^{\log u_j-c}\in[0,1]$,
 $G(z)=e^{-\gamma|z|^2/2}$:
@@ -82,7 +83,8 @@ $$|\tilde\ell_i-\ell_i|\le-\log(1-\eta\rho_i),\qquad
 plus rounding of the final few operations. The plan chooses $P$, $N$ and
 $\varepsilon_\mathrm{nu}$ so that $\eta\le\mathrm{tol}$ (half the budget to $\varepsilon_G$, half
 to the NUFFTs); :attr:`GaussianSumPlan.eta` is the achieved value. Accuracy is thus *absolute in
-the total mass* $U$ (euclidean.md §7): relative to each query it is $\mathrm{tol}\cdot\rho_i$.
+the total mass* $U$ (docs: math/fast_kernels.md#attention-as-a-gaussian-sum): relative to each query it is
+$\mathrm{tol}\cdot\rho_i$.
 
 **A-posteriori check.** The same algebra with the *computed* $\tilde D_i$ is exact:
 $\tilde N/\tilde D-N/D=[(\tilde N-N)-(\bar v-\bar c)(\tilde D-D)]/\tilde D$, so with

@@ -1,7 +1,7 @@
 """The abstract interface every particle dynamics implements, and its capabilities as types.
 
 A dynamics maps a weighted empirical measure μ = Σ_j w_j δ_{x_j} to the velocity of each
-token, ``dx_i/dt = v(t, x_i; μ)`` (spec README, "Conventions"). Capabilities are abstract
+token, ``dx_i/dt = v(t, x_i; μ)`` (docs: math/attention.md#conventions). Capabilities are abstract
 bases (equinox's abstract/final pattern), asked with ``isinstance``, never ``hasattr``:
 
 - :class:`AbstractRetractedDynamics`: every solver step (and every discrete layer) ends with a
@@ -12,9 +12,9 @@ bases (equinox's abstract/final pattern), asked with ``isinstance``, never ``has
 - :class:`AbstractFieldDynamics`: token i moves with a field of the token measure evaluated at
   x_i, defined at every point (``query_field``), so it has a divergence in x with μ held fixed
   (:meth:`AbstractFieldDynamics.divergence`: autodiff by default, closed forms where they exist):
-  what a density carried along characteristics needs (sphere.md §13).
+  what a density carried along characteristics needs (docs: math/mean_field.md#densities-along-characteristics).
 - :class:`AbstractGaussianClosure` (in :mod:`.attention.base`): the field of a Gaussian is
-  affine, so Gaussian data stay Gaussian (euclidean.md §4).
+  affine, so Gaussian data stay Gaussian (docs: math/gaussian.md#moment-equations).
 """
 
 from __future__ import annotations
@@ -58,7 +58,7 @@ class AbstractDynamics(eqx.Module):
 
     def diffusion(self, x: Points, dB: Points, t) -> Points:
         """How an independent Brownian increment dB (unit σ, one row per token) moves the tokens
-        (sphere.md §12): additive, dB itself, for tokens in R^d and for every dynamics whose
+        (docs: math/noise.md#independent-noise): additive, dB itself, for tokens in R^d and for every dynamics whose
         retraction ends the step (the noisy layer x ← R(x + hF + σ√h ξ)). :class:`Sphere`
         projects it (P⊥_x ∘ dB, Stratonovich)."""
         return dB
@@ -135,8 +135,9 @@ class AbstractFieldDynamics(AbstractDynamics):
     F_μ(t, ·) is defined at every point (position-free attentions, token-wise MLPs).
 
     Its divergence in x with μ held fixed is what the density of the mean field obeys along
-    characteristics, d/dt log ρ(t, X_t) = −div F_{μ_t}(t, X_t) (sphere.md §13; the instantaneous
-    change of variables of continuous normalizing flows, Chen et al., arXiv 1806.07366).
+    characteristics, d/dt log ρ(t, X_t) = −div F_{μ_t}(t, X_t)
+    (docs: math/mean_field.md#densities-along-characteristics; the instantaneous change of variables of continuous
+    normalizing flows, Chen et al., arXiv 1806.07366).
     """
 
     @abc.abstractmethod

@@ -1,4 +1,5 @@
-r"""Lost in the middle (LitM): the particle model of Duerinckx–Geshkovski–Rossi on the torus (sphere.md §4).
+r"""Lost in the middle (LitM): the particle model of Duerinckx–Geshkovski–Rossi on the torus
+(docs: math/causal.md#lost-in-the-middle).
 
 Causal USA with ALiBi weights over k < j (self excluded), in angles,
 
@@ -32,7 +33,8 @@ def alibi_logits(n: int, lam, dtype, include_self: bool = True):
 
 
 class LitMCircle(AbstractDynamics):
-    r"""The LitM particle model on the torus, state = angles of shape ``(N, 1)`` (sphere.md §4):
+    r"""The LitM particle model on the torus, state = angles of shape ``(N, 1)``
+    (docs: math/causal.md#lost-in-the-middle):
 
     $$\theta_j'=\mathcal Z_{N,j}^{-1}\sum_{k<j}e^{-\lambda(j-k)/N}\,w_\beta'(\theta_j-\theta_k),
     \qquad w_\beta'(\theta)=-\beta\sin\theta\,e^{\beta\cos\theta}.$$

@@ -1,4 +1,5 @@
-r"""Blurring mean shift: self-attention on R^d with a Gaussian kernel (sphere.md §6).
+r"""Blurring mean shift: self-attention on R^d with a Gaussian kernel
+(docs: math/attention.md#mean-shift-and-kde-modes).
 
 dx_i/dt = Σ_j softmax_j(−β|x_i − x_j|²/2)(x_j − x_i) = β^{-1} ∂_x log P̂_{μ_t}(x_i): ℓ² attention
 minus the identity. Its metastable clusters track the modes of the Gaussian KDE
@@ -19,7 +20,8 @@ __all__ = ["MeanShift"]
 
 
 class MeanShift(AbstractDynamics):
-    r"""Blurring mean shift = self-attention on R with a Gaussian kernel (sphere.md §6):
+    r"""Blurring mean shift = self-attention on R with a Gaussian kernel
+    (docs: math/attention.md#mean-shift-and-kde-modes):
 
     $$\dot x_i=\frac{\sum_j w_j e^{-\beta(x_i-x_j)^2/2}(x_j-x_i)}{\sum_j w_j e^{-\beta(x_i-x_j)^2/2}}
     =\frac1\beta\,\partial_x\log\hat P_{\mu_t}(x_i).$$

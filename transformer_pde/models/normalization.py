@@ -1,4 +1,4 @@
-r"""Normalization schemes of real Transformers, as dynamics (sphere.md §11).
+r"""Normalization schemes of real Transformers, as dynamics (docs: math/sphere.md#normalization-schemes).
 
 Every scheme is one residual layer written as **an Euler step of an ambient field F followed by a
 retraction R**, exactly (to rounding):
@@ -21,8 +21,8 @@ diffrax solver (schemes with R = N are retracted after every step, :class:`tp.Re
 
 Here A is any R^d dynamics (an attention, multi-head included, an :class:`~transformer_pde.MLP`,
 ...), **evaluated on the configuration it is given**: A(N(x)) normalizes the queries *and* the
-keys and values. The [derived] rows of sphere.md §11 (Pre-LN, Peri-LN, nGPT) were derived from the
-layer maps and checked (issue 14's derivation notes, NOTES.md §2, §3, §5): each (F, R) pair
+keys and values. The limits of Pre-LN, Peri-LN and nGPT (docs: math/sphere.md#normalization-schemes) were derived
+from the layer maps and checked: each (F, R) pair
 reproduces its layer to ≤ 4e-15, the polar ODEs agree with the ambient ones to 1e-13, and the
 layers converge to the limits with order 1.00 ± 0.02 (three test cases, h = 2^-3 … 2^-9).
 The speeds |θ̇| = |P⊥A|/r (Pre-LN), |P⊥Â|/r (Peri-LN), α|P⊥Â| (nGPT) are the "speed regulation"
@@ -34,7 +34,7 @@ of Karagodin–Ge–Polyanskiy–Rigollet (arXiv 2510.22026).
 are LLaMA-based) or LayerNorm (GPT-2; with mean subtraction, not modelled), both with a learnable
 gain; nGPT's ``justnorm`` is x/|x| with no gain (its learnable scalings are the eigen learning
 rates α and s_qk instead). For a bilinear-score attention the scale and an *input* gain are not
-new parameters (NOTES.md §0, checked to 4e-16): A_{β,V}(sθ) = s·A_{βs²,V}(θ) and
+new parameters (docs: math/sphere.md#normalization-schemes, checked to 4e-16): A_{β,V}(sθ) = s·A_{βs²,V}(θ) and
 A_{Q,K,V}(g⊙θ) = A_{QG,KG,VG}(θ), G = diag(g), so in units of s a scheme with scale s is the s = 1
 scheme with β → s²β (β = 1/√d_k with s = √d is the unit-sphere β = d/√d_k). The only gain that is
 not absorbed is Peri-LN's outer one.
@@ -140,8 +140,8 @@ def check_nonzero_points(x, name: str, dim):
 class AbstractNormalizationScheme(AbstractDynamics):
     """A residual layer with a normalization, wrapping an R^d dynamics (attention, MLP, ...).
 
-    Subclasses are the layers of sphere.md §11 as (F, R) pairs (module docstring). Schemes whose
-    tokens live on the unit sphere (R = N) are also :class:`AbstractManifoldDynamics`; the others
+    Subclasses are the layers (docs: math/sphere.md#normalization-schemes) as (F, R) pairs (module docstring).
+    Schemes whose tokens live on the unit sphere (R = N) are also :class:`AbstractManifoldDynamics`; the others
     keep the residual stream x ∈ R^d \\ {0}, whose radius |x| evolves (:func:`polar`).
     """
 
@@ -167,11 +167,11 @@ class AbstractNormalizationScheme(AbstractDynamics):
 
 
 class PreLN(AbstractNormalizationScheme):
-    r"""Pre-LN (GPT-2, LLaMA): x ← x + h A(N(x)) (sphere.md §11; NOTES.md §2).
+    r"""Pre-LN (GPT-2, LLaMA): x ← x + h A(N(x)) (docs: math/sphere.md#normalization-schemes).
 
     (F, R) = (A(N x), id): the layer *is* explicit Euler of ẋ = A(N(x)), so ``tp.layers`` with
     step h is the architecture and ``tp.solve`` integrates its limit. In polar form x = rθ
-    (exact identities, no limit needed; the spec's [derived] row, checked):
+    (exact identities, no limit needed; derived for the library and checked):
 
     $$\dot r=\langle\theta,A(\theta)\rangle,\qquad \dot\theta=P^\perp_\theta A(\theta)/r,$$
 
@@ -202,7 +202,7 @@ class PeriLN(AbstractNormalizationScheme):
     r"""Peri-LN (Kim et al., arXiv 2502.02732; Gemma's "sandwich" norm): x ← x + h N(A(N(x))).
 
     (F, R) = (N_out(A(N_in x)), id), so the layer is explicit Euler of ẋ = Â(θ), Â = N(A(θ)). In
-    polar form (the spec's [derived] row, checked; NOTES.md §3):
+    polar form (derived for the library and checked; docs: math/sphere.md#normalization-schemes):
 
     $$\dot r=\langle\theta,\hat A\rangle,\qquad \dot\theta=P^\perp_\theta\hat A/r,$$
 
@@ -257,8 +257,8 @@ class NGPT(AbstractNormalizationScheme, AbstractManifoldDynamics):
     (F, R) = (α(|x| Â(θ) − x), N), θ = x/|x|, Â = N(A(θ)). On the sphere F = α(Â − x), so Euler
     + N is the layer exactly; off the sphere F is the 1-homogeneous extension |x|·F(θ), for which
     the direction of the ODE ẋ = F follows the limit exactly, θ̇ = P⊥_θ F(θ). Hence ``tp.solve``
-    with any solver (and the retraction) integrates the limit (the spec's [derived] row, checked;
-    NOTES.md §5):
+    with any solver (and the retraction) integrates the limit (derived for the library and checked;
+    docs: math/sphere.md#normalization-schemes):
 
     $$\dot\theta=\alpha\,P^\perp_\theta\hat A(\theta)\qquad(\text{per-coordinate }\alpha:\ 
     \dot\theta=P^\perp_\theta\big(\alpha\odot(\hat A-\theta)\big)),$$
@@ -297,11 +297,10 @@ class LNScaling(AbstractNormalizationScheme):
 
     x ← x + h A(N(x)/√ℓ),  ℓ = l + 1 (the first layer is unscaled).
 
-    As the official code ``lmsdss/LayerNorm-Scaling`` defines it (NOTES.md §6): the normalized
-    input of the sublayer is divided by √(layer_index + 1), layer_index 0-based; it feeds Q, K and
+    As the official code ``lmsdss/LayerNorm-Scaling`` defines it
+    (docs: math/sphere.md#normalization-schemes): the normalized input of the sublayer is divided by √(layer_index + 1), layer_index 0-based; it feeds Q, K and
     V, so for a bilinear softmax attention the layer is x + (h/√ℓ) A_{β/ℓ}(θ): step 1/√ℓ *and*
-    temperature β/ℓ. (The spec marks the row [?]; this is the paper's definition, read in its
-    code.)
+    temperature β/ℓ. (This is the paper's definition, read in its code.)
 
     (F, R) = (A(c(t) N(x)), id) with c(t) = (1 + t/h0)^{-1/2}, the layer index being l = t/h0:
     with ``tp.layers(LNScaling(A, h0), x0, L, h0)`` (t0 = 0) layer l has
@@ -362,7 +361,7 @@ class MixLN(AbstractSwitched, AbstractNormalizationScheme):
     One dynamics (:class:`~transformer_pde.models.switched.AbstractSwitched`): on t ≤ τ it is
     :class:`~transformer_pde.PostLN` (F = |x|A(x/|x|), R = N), on t > τ :class:`PreLN`
     (F = A(N x), R = id); both fields are A(x) on the sphere, so only the retraction switches, and
-    after the last Post-LN layer r = 1 (NOTES.md §4). Hence
+    after the last Post-LN layer r = 1 (docs: math/sphere.md#normalization-schemes). Hence
 
     * ``tp.layers(tp.MixLN.from_layers(A, L, h, alpha), x0, L, h)`` is the architecture: ⌊αL⌋
       layers x ← N(x + hA(x)), then x ← x + hA(N(x)) (the public code ``nikitus20/mixln`` uses
@@ -372,7 +371,7 @@ class MixLN(AbstractSwitched, AbstractNormalizationScheme):
 
     The switch of the layers is at t_m = t0 + ⌊αL⌋h, |t_m − (t0 + αT)| < h: the layers converge
     with order 1 to the limit switched at t0 + αT when αL is an integer, and with O(h) errors whose
-    ratios oscillate otherwise (NOTES.md §4); compare layer by layer with τ = t_m.
+    ratios oscillate otherwise (docs: math/sphere.md#normalization-schemes); compare layer by layer with τ = t_m.
 
     Args:
         dynamics: any R^d dynamics.
@@ -419,7 +418,8 @@ def polar_velocity(dynamics: AbstractDynamics, x: Points, weights=None, t=0.0):
     """(ṙ, θ̇) of the ODE ẋ = F(t, x) in polar form: ṙ = ⟨θ, F⟩, θ̇ = P⊥_θ F / r (exact).
 
     For :class:`PreLN` this is ṙ = ⟨θ, A(θ)⟩, θ̇ = P⊥_θ A(θ)/r; for :class:`PeriLN` the same with
-    Â = A/|A| (sphere.md §11). Only for dynamics on R^d (a retracted dynamics has ṙ = 0).
+    Â = A/|A| (docs: math/sphere.md#normalization-schemes). Only for dynamics on R^d
+    (a retracted dynamics has ṙ = 0).
     """
     if isinstance(dynamics, AbstractRetractedDynamics):
         raise ValueError(f"polar_velocity is for dynamics on R^d; {type(dynamics).__name__} is "

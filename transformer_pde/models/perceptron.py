@@ -1,4 +1,5 @@
-r"""The perceptron (feed-forward) block on the sphere and its energy (sphere.md §7, Perc).
+r"""The perceptron (feed-forward) block on the sphere and its energy
+(docs: math/sphere.md#perceptron-block-and-interpolation, Perc).
 
 Attention (USA normalization) plus a one-hidden-layer perceptron in the gradient case
 ω_j = ω_j a_j:

@@ -1,4 +1,5 @@
-r"""Random multi-head attention and its diffusive (common-noise) limit (sphere.md §5).
+r"""Random multi-head attention and its diffusive (common-noise) limit
+(docs: math/random_heads.md#the-common-noise-sde).
 
 **Chain** (Koubbi–Geshkovski–Rigollet). With weights θ = (V, A) drawn i.i.d. per layer and head,
 
@@ -23,12 +24,12 @@ where W^V is a d×d matrix of Brownian motions integrated against the white nois
 the V-integral of ∫ V m W(dθ, ds) is exact (a linear Gaussian field in m has the law of dW^V m),
 the A-integral uses K quadrature nodes A_q ~ ρ*_A drawn once per path,
 ∫G W(dθ, ds) ≈ K^{-1/2} Σ_q P⊥ dW_q m_{A_q}. The drift is the Itô correction that keeps
-|x_i| = 1 (sphere.md §5: "The Itô correction keeps |x_i| = 1").
+|x_i| = 1 (docs: math/random_heads.md#the-common-noise-sde).
 
 **Overlaps for small β** [derived]. At β = 0, m_A = x̄ and Itô's formula gives
 dρ_ij = (|x̄|²/(d−1))(1 − ρ_ij)(d − 2 − ρ_ij) ds + martingale, so the mean overlap
 m = |x̄|² = n^{-2}Σ⟨x_i, x_j⟩ of equiangular data follows the logistic ODE ṁ = m(1 − m) up to
-O(1/d) (sphere.md §5, "Trade-offs"); β > 0 adds O(d²σ_A⁴β²).
+O(1/d) (docs: math/random_heads.md#overlaps-and-the-logistic-law); β > 0 adds O(d²σ_A⁴β²).
 """
 
 from __future__ import annotations
@@ -46,7 +47,7 @@ __all__ = ["CommonNoiseSDE", "GaussianHeads", "RandomHeadsField", "expected_head
 
 
 class GaussianHeads(eqx.Module):
-    r"""The law ρ* of one head θ = (V, A = W W'ᵀ) (sphere.md §5, case (G)).
+    r"""The law ρ* of one head θ = (V, A = W W'ᵀ) (case (G); docs: math/random_heads.md#gaussian-heads).
 
     V = v_mean·I + σ_V Z with Z_ab ~ N(0, 1); W, W' of shape (d, k) with entries N(0, σ_A²).
     ``v_mean = 0`` is the Gaussian case (zero drift); ``v_mean != 0`` gives a non-zero
@@ -117,7 +118,8 @@ def expected_head(key, heads: GaussianHeads, x, num_samples: int = 4096):
 
 
 class RandomHeadsField(AbstractDynamics):
-    r"""The random Transformer's layer field: fresh heads θ_h ~ ρ* at every layer (sphere.md §5).
+    r"""The random Transformer's layer field: fresh heads θ_h ~ ρ* at every layer
+    (docs: math/random_heads.md#the-random-transformer-chain).
 
     At time t in layer l = (t − t0)/h the velocity is (1/H) Σ_h B_{θ_h}[μ](x_i) with the heads
     drawn from ``keys[l]``. ``tp.layers(tp.PostLN(field), x0, L, h)`` is the chain
@@ -142,7 +144,8 @@ class RandomHeadsField(AbstractDynamics):
 
 
 class CommonNoiseSDE(eqx.Module):
-    r"""The diffusive limit of the random Transformer (case (G), sphere.md §5), in the clock s:
+    r"""The diffusive limit of the random Transformer (case (G), docs: math/random_heads.md#the-common-noise-sde),
+    in the clock s:
 
     $$dx_i = -\tfrac{\sigma_V^2(d-1)}{2\sigma^2}\,\mathbb E_A|m_A(x_i)|^2\,x_i\,ds
     + P^\perp_{x_i}\,\frac{\sigma_V}{\sigma\sqrt K}\sum_q dB_q\,m_{A_q}(x_i),$$

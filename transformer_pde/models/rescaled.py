@@ -1,4 +1,5 @@
-r"""Softmax attention on R^d in the rescaled variable z = e^{−tV} x (sphere.md §1, §10.5).
+r"""Softmax attention on R^d in the rescaled variable z = e^{−tV} x
+(docs: math/attention.md#the-rescaled-model-and-the-spectrum-of-v).
 
 With x = e^{tV} z the R^d model ẋ_i = Σ_j P_ij(x) V x_j becomes
 ż_i = Σ_j P_ij(e^{tV} z) V (z_j − z_i), whose long-time limits (polytope vertices, parallel

@@ -1,7 +1,7 @@
 r"""The token axis split over devices and hosts (jax.sharding + ``jax.shard_map``).
 
 The velocity of token i, $\Gamma_\mu(x_i)$, needs every key $x_j$ but only its own query
-(spec README, "Conventions"). With $D$ devices each device owns $n/D$ tokens (its queries) and
+(docs: math/attention.md#conventions). With $D$ devices each device owns $n/D$ tokens (its queries) and
 evaluates its own shard (:meth:`~transformer_pde.models.AbstractAttention.shard_field`): an
 attention made of kernel reductions hands them to its backend with this device's keys
 (:class:`~transformer_pde.kernels.Exact` all-gathers the keys' projections and values, $O(n\,d)$

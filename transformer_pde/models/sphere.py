@@ -23,7 +23,7 @@ from .base import (
 
 
 def tangent_projection(x: PointsLike, v: PointsLike) -> Points:
-    """P⊥_x v = v − ⟨x, v⟩ x, row by row (spec README)."""
+    """P⊥_x v = v − ⟨x, v⟩ x, row by row (docs: math/attention.md#conventions)."""
     return v - jnp.sum(x * v, axis=-1, keepdims=True) * x
 
 
@@ -46,7 +46,7 @@ def _declare_unit_tokens(dynamics):
 
 
 class Sphere(AbstractManifoldDynamics):
-    r"""Layer-normalized dynamics on the unit sphere S^{d-1} (sphere.md §1):
+    r"""Layer-normalized dynamics on the unit sphere S^{d-1} (docs: math/sphere.md#the-projected-flow):
 
     $$\dot x_i = P^\perp_{x_i}\,v(x_i;\mu),\qquad P^\perp_x y = y-\langle x,y\rangle x.$$
 
@@ -118,8 +118,8 @@ class Sphere(AbstractManifoldDynamics):
         return inner.divergence(queries, x, weights, t) + jax.vmap(one)(queries)
 
     def diffusion(self, x, dB, t):
-        """σ P⊥_x ∘ dB (sphere.md §12), with P⊥ at x/|x| so that the Stratonovich SDE keeps |x|
-        exactly; Euler (Itô) followed by the retraction x/|x| gains the Itô drift
+        """σ P⊥_x ∘ dB (docs: math/noise.md#independent-noise), with P⊥ at x/|x| so that the Stratonovich SDE keeps
+        |x| exactly; Euler (Itô) followed by the retraction x/|x| gains the Itô drift
         −(d−1)(σ²/2)x from the normalization, so every solver converges to the spherical
         Brownian motion of generator (σ²/2)Δ_S."""
         return tangent_projection(normalize(x), dB)
@@ -156,7 +156,7 @@ def check_unit_points(x, name: str, dim):
 
 
 class PostLN(AbstractManifoldDynamics):
-    r"""The post-LN residual layer of the authors' code (sphere.md §9, first row):
+    r"""The post-LN residual layer of the authors' code (docs: math/sphere.md#the-projected-flow):
 
     x_i ← N(x_i + h Γ_μ(x_i)),  N(x) = x/|x|,
 
@@ -164,7 +164,7 @@ class PostLN(AbstractManifoldDynamics):
     projection. Under ``solve(..., solver=diffrax.Euler(), dt0=h)`` one step is exactly that
     layer. Since N(x + h v) = N(x + h' P⊥_x v) with h' = h/(1 + h⟨x, v⟩), it is a first-order
     scheme for the projected ODE of :class:`Sphere` with a per-token time change of relative
-    size O(h); use it with Euler to reproduce published numbers (sphere.md §10.4 was
+    size O(h); use it with Euler to reproduce published numbers (docs: math/sphere.md#published-runs was
     measured with it).
     """
 

@@ -1,10 +1,12 @@
-r"""The mean field on the circle, pseudo-spectrally: ∂_tρ + ∂_θ(ρ v[ρ]) = (σ²/2)∂²_θρ (sphere.md §12).
+r"""The mean field on the circle, pseudo-spectrally: ∂_tρ + ∂_θ(ρ v[ρ]) = (σ²/2)∂²_θρ
+(docs: math/noise.md#spectral-solver-on-the-circle).
 
 ρ is a density against the uniform probability dθ/2π on S¹ (mean 1), held by its values on the
 grid θ_j = 2πj/N, N = 2·modes. The field is that of ``tp.Sphere(attention)`` on S¹ for an
 attention whose score depends on the angle only — the matrices A = βKᵀQ and V commute with the
-rotation J (A, V ∈ {aI + bJ}; Q = K = V = I is GLPR's SA/USA, V = K·I spec §12's K-scaled noisy
-USA): with s(ψ) = e(ψ)ᵀA e(0) and h(ψ) = ⟨V e(ψ), e(0)^⊥⟩, e(ψ) = (cos ψ, sin ψ),
+rotation J (A, V ∈ {aI + bJ}; Q = K = V = I is GLPR's SA/USA, V = K·I the K-scaled noisy
+USA, docs: math/noise.md#nonlinear-fokker-planck-equation): with s(ψ) = e(ψ)ᵀA e(0) and
+h(ψ) = ⟨V e(ψ), e(0)^⊥⟩, e(ψ) = (cos ψ, sin ψ),
 
     v[ρ](θ) = ∫ e^{s(ψ)} h(ψ) ρ(θ+ψ) dψ/2π ÷ Z(θ),   Z = ∫ e^{s(ψ)} ρ(θ+ψ) dψ/2π (SA, softmax)
                                                      or e^{βc} (USA, ``shift`` c),

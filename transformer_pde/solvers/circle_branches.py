@@ -1,4 +1,5 @@
-r"""Stationary densities on S¹ by Newton continuation, with their linear stability (sphere.md §12).
+r"""Stationary densities on S¹ by Newton continuation, with their linear stability
+(docs: math/noise.md#stationary-branches).
 
 The stationary Fokker–Planck equation of :mod:`.circle` with the value matrix scaled by K,
 

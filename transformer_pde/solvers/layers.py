@@ -21,11 +21,11 @@ def layers(dynamics, x0, num_layers: int, step, *, t0=0.0, save_every: int = 1, 
     """The discrete residual Transformer: x ← retract(x + h · v(t_l, x)), t_l = t0 + l·h.
 
     This is explicit Euler with step ``h``; on the sphere it is followed by layer
-    normalization x ← x/|x| (spec README, "Conventions"). ``x0`` is an ``(n, d)`` array or
+    normalization x ← x/|x| (docs: math/attention.md#conventions). ``x0`` is an ``(n, d)`` array or
     ``tp.Particles(x, weights)``. Returns states after every ``save_every`` layers, including
     the input (layer 0).
 
-    With ``noise=tp.Noise(σ)`` and a ``key``, the noisy residual layer (sphere.md §12):
+    With ``noise=tp.Noise(σ)`` and a ``key``, the noisy residual layer (docs: math/noise.md#independent-noise):
     x ← R(x + h v(t_l, x) + σ(t_l)√h g(x, ξ_l)), ξ_l ~ N(0, I) i.i.d. per token and layer
     (``fold_in(key, l)``), g the dynamics' :meth:`~transformer_pde.models.AbstractDynamics.diffusion`
     (ξ itself; its tangent part on :class:`~transformer_pde.Sphere`): Euler–Maruyama, then the

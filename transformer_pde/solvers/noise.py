@@ -1,4 +1,5 @@
-r"""Independent noise on every token (sphere.md §12): ``tp.solve(..., noise=tp.Noise(σ), key=key)``.
+r"""Independent noise on every token (docs: math/noise.md#independent-noise):
+``tp.solve(..., noise=tp.Noise(σ), key=key)``.
 
 Every token gets its own Brownian motion,
 
@@ -104,7 +105,8 @@ class BrownianIncrements(AbstractBrownian):
 
 
 class Noise(eqx.Module):
-    r"""Independent noise of strength σ on every token: dX_i = Γ dt + σ(t) dB_i (sphere.md §12).
+    r"""Independent noise of strength σ on every token: dX_i = Γ dt + σ(t) dB_i
+    (docs: math/noise.md#independent-noise).
 
     Args:
         sigma: σ >= 0, a float (a differentiable parameter) or a function ``t ↦ σ(t)``

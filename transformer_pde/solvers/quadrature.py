@@ -1,4 +1,5 @@
-r"""Quadrature rules as initial measures: deterministic mean-field references (sphere.md §13).
+r"""Quadrature rules as initial measures: deterministic mean-field references
+(docs: math/mean_field.md#quadrature-references).
 
 The mean-field flow carries a quadrature rule: μ_0 ≈ Σ_j w_j δ_{y_j} evolved as weighted tokens
 (``tp.Particles(y, w)`` under ``tp.solve``) integrates f∘Φ_t with the rule's error, not the Monte

@@ -1,5 +1,5 @@
-r"""Runs of the random Transformer (sphere.md §5): the chain of layers with fresh random heads,
-and one path of its common-noise SDE limit, both through :mod:`transformer_pde.solve`.
+r"""Runs of the random Transformer (docs: math/random_heads.md#the-random-transformer-chain): the chain of layers
+with fresh random heads, and one path of its common-noise SDE limit, both through :mod:`transformer_pde.solve`.
 """
 
 from __future__ import annotations

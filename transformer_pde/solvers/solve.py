@@ -59,10 +59,10 @@ def solve(
             :class:`transformer_pde.models.AbstractDynamics`; an
             :class:`~transformer_pde.solvers.AbstractODE` for a plain pytree state.
         state0: ``tp.Particles(x, weights)`` (a bare ``(n, d)`` array is uniform particles),
-            ``tp.Gaussian(mean, cov)`` (the moment ODEs of the Gaussian closure, euclidean.md §4:
-            returns a :class:`GaussianSolution`), ``tp.Tracers(carrier, z)``, ``tp.Coupled(...)``,
-            ``tp.CircleDensity(rho, sigma)`` (the Fokker–Planck equation on S¹, pseudo-spectral),
-            or a pytree under an ODE.
+            ``tp.Gaussian(mean, cov)`` (the moment ODEs of the Gaussian closure,
+            docs: math/gaussian.md#moment-equations: returns a :class:`GaussianSolution`),
+            ``tp.Tracers(carrier, z)``, ``tp.Coupled(...)``, ``tp.CircleDensity(rho, sigma)``
+            (the Fokker–Planck equation on S¹, pseudo-spectral), or a pytree under an ODE.
         t1, t0: time span; t1 > t0 (depth = time).
         dt0: initial (or constant) step. Euler with constant ``dt0`` is a residual
             Transformer with layer step ``dt0``.
@@ -88,8 +88,8 @@ def solve(
         throw: raise if the solve fails; otherwise inspect ``Solution.result``.
         noise: :class:`~transformer_pde.Noise` ``(σ)``: independent noise on every token,
             dX_i = Γ dt + σ(t) dB_i (on the sphere σP⊥_{X_i} ∘ dB_i, generator (σ²/2)Δ_S;
-            sphere.md §12, :mod:`~transformer_pde.solvers.noise`). The solver must be an SDE solver
-            (default then ``diffrax.Euler()``: with ``dt0 = h`` one step is the noisy residual
+            docs: math/noise.md#independent-noise, :mod:`~transformer_pde.solvers.noise`). The solver must be an SDE
+            solver (default then ``diffrax.Euler()``: with ``dt0 = h`` one step is the noisy residual
             layer); an ODE solver such as Tsit5 is refused. A ``tp.Gaussian`` takes noise as
             Σ' += σ²I (an ODE: no key, default solver Tsit5); a plain ODE state refuses it.
         key: the PRNG key of the run's Brownian path (required with noise): the same key gives

@@ -4,15 +4,16 @@ A state says which arrays move (:meth:`AbstractState.y`), how they move under a 
 (:meth:`AbstractState.vector_field`), how a step ends (the dynamics' retraction), what a save
 sees and when the state has blown up; the solve itself is the same for all of them.
 
-* :class:`Particles` — tokens ``(n, d)`` with weights: μ = Σ_j w_j δ_{x_j} (euclidean.md §1). A
+* :class:`Particles` — tokens ``(n, d)`` with weights: μ = Σ_j w_j δ_{x_j} (docs: math/attention.md#conventions). A
   bare array given to ``tp.solve`` is ``Particles(x)``, uniform weights.
-* :class:`Gaussian` — N(mean, cov) under the Gaussian closure (euclidean.md §4): the moment ODEs.
+* :class:`Gaussian` — N(mean, cov) under the Gaussian closure (docs: math/gaussian.md#moment-equations): the moment
+  ODEs.
 * :class:`Tracers` — a carrier state and test particles z moved by the carrier's field,
   dz/dt = Γ_μ(z), without acting on it: the characteristics of the mean field (the
   same-seed coupling of the convergence studies).
 * :class:`WithLogDensity` — particles or tracers carrying log ρ along their paths,
-  d/dt log ρ(t, X_t) = −div Γ_{μ_t}(X_t) (sphere.md §13; the surface divergence on the sphere):
-  the density of the mean field where the tokens are, with no kernel density estimate.
+  d/dt log ρ(t, X_t) = −div Γ_{μ_t}(X_t) (docs: math/mean_field.md#densities-along-characteristics; the surface
+  divergence on the sphere): the density of the mean field where the tokens are, with no kernel density estimate.
 * :class:`Coupled` — several states evolved side by side by one dynamics, with one step
   sequence (a system and its reference).
 * :class:`ODEState` — a plain pytree under an :class:`AbstractODE` (reduced ODEs of
@@ -93,7 +94,7 @@ class AbstractState(eqx.Module):
         """Whether every step ends with the dynamics' retraction."""
         return False
 
-    # --- independent noise (sphere.md §12; :class:`~.noise.Noise`) ----------------------------
+    # --- independent noise (docs: math/noise.md#independent-noise; :class:`~.noise.Noise`) ---------
     def noise_shape(self, dynamics) -> Any:
         """The Brownian motion this state needs under noise: a pytree of ``jax.ShapeDtypeStruct``
         (None where the noise acts deterministically, as on a Gaussian's moments). States that
@@ -150,7 +151,7 @@ def _dynamics_name(dynamics) -> str:
 
 
 class Particles(AbstractState):
-    """Tokens with weights, μ = Σ_j w_j δ_{x_j} (euclidean.md §1): the state of every particle
+    """Tokens with weights, μ = Σ_j w_j δ_{x_j} (docs: math/attention.md#conventions): the state of every particle
     dynamics. The weights are fixed in time (masses of a quadrature rule, a weighted sample).
 
     Args:
@@ -253,7 +254,7 @@ def default_blowup_factor(dtype) -> float:
 
 
 class Gaussian(AbstractState):
-    """A Gaussian measure N(mean, cov) (euclidean.md §4): under an attention with a Gaussian
+    """A Gaussian measure N(mean, cov) (docs: math/gaussian.md#moment-equations): under an attention with a Gaussian
     closure (:class:`~transformer_pde.models.AbstractGaussianClosure`) it stays Gaussian, and
     ``tp.solve`` integrates the moment ODEs α' = Jα + c, Σ' = JΣ + ΣJᵀ.
 
@@ -314,8 +315,8 @@ class Gaussian(AbstractState):
         x = mean + L z with L Lᵀ = cov and z on the tensor grid of the probabilists' Hermite
         nodes: integrates polynomials of degree <= 2*order - 1 in each coordinate exactly
         against N(mean, cov). ``tp.Particles(points, weights)`` is then a state of the particle
-        solver whose moments follow the Gaussian closure to quadrature accuracy (euclidean.md §1,
-        weighted measures).
+        solver whose moments follow the Gaussian closure to quadrature accuracy
+        (docs: math/attention.md#conventions, weighted measures).
         """
         if int(order) < 1:
             raise ValueError(f"Gauss–Hermite order must be >= 1, got {order}")
@@ -340,7 +341,8 @@ class Gaussian(AbstractState):
                 f"{_dynamics_name(dynamics)} has no Gaussian closure: its field of a Gaussian is not "
                 "affine in x (sigmoid, unnormalized and causal attention: a causal field depends on "
                 "positions), or tokens live on the "
-                "sphere, where no Gaussian on R^d is a state (euclidean.md §4 needs an affine field)")
+                "sphere, where no Gaussian on R^d is a state (the Gaussian closure, docs/math/gaussian.md, "
+                "needs an affine field)")
         if dynamics.dim is not None and self.dim != dynamics.dim:
             raise ValueError(f"Gaussian has dimension {self.dim} but the dynamics act on d={dynamics.dim}")
         jax.eval_shape(dynamics.gaussian_velocity, self.mean, self.cov, jnp.zeros((), self.dtype))
@@ -504,7 +506,8 @@ class Tracers(AbstractState):
 
 
 class WithLogDensity(AbstractState):
-    r"""Tokens carrying the log-density of their law along their paths (sphere.md §13):
+    r"""Tokens carrying the log-density of their law along their paths
+    (docs: math/mean_field.md#densities-along-characteristics):
 
     $$\frac{d}{dt}\log\rho(t, X_t) = -\operatorname{div}\Gamma_{\mu_t}(X_t),$$
 

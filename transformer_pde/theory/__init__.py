@@ -1,12 +1,13 @@
 """Closed forms and reduced ODEs: the references the simulations are checked against.
 
-- :mod:`.gaussian`: the Gaussian closure's closed forms (euclidean.md §4–5).
+- :mod:`.gaussian`: the Gaussian closure's closed forms (docs: math/gaussian.md).
 - :mod:`.causal`: lost in the middle (Volterra, Bessel profile, Rényi parking, the LitM mean
-  field) (sphere.md §4).
-- :mod:`.equiangular`: the reduced ODE of equiangular starts (sphere.md §1).
-- :mod:`.logistic_overlap`: the logistic law of random-heads overlaps (sphere.md §5).
+  field) (docs: math/causal.md).
+- :mod:`.equiangular`: the reduced ODE of equiangular starts (docs: math/sphere.md#equiangular-starts).
+- :mod:`.logistic_overlap`: the logistic law of random-heads overlaps
+  (docs: math/random_heads.md#overlaps-and-the-logistic-law).
 - :mod:`.noisy_sphere`: noisy SA/USA at the uniform law on S^{d−1}: growth rates, K_#, β_*
-  (sphere.md §12).
+  (docs: math/noise.md#phase-transition).
 """
 
 from . import causal, equiangular, gaussian, logistic_overlap, noisy_sphere

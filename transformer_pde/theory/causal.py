@@ -1,4 +1,5 @@
-r"""Causal (decoder) attention and the lost-in-the-middle retrieval profile (sphere.md §4).
+r"""Causal (decoder) attention and the lost-in-the-middle retrieval profile
+(docs: math/causal.md#lost-in-the-middle).
 
 Two particle models with token order (position) mattering:
 
@@ -55,7 +56,7 @@ __all__ = [
 
 
 # ---------------------------------------------------------------------------------------------
-# Closed forms of the linearized mean field (sphere.md §4, LitM)
+# Closed forms of the linearized mean field (docs: math/causal.md#lost-in-the-middle, LitM)
 
 
 def bessel_i(n, beta, num_nodes: int = 128):
@@ -95,8 +96,9 @@ def _log_gap(sigma, sigma0, lam):
 def volterra_closed_form(a, t, sigma, sigma0, lam):
     r"""g_a(t, σ; σ0) = k_λ(σ, σ0) √(at/Y) I_1(2√(atY)), Y = log((e^{λσ}−1)/(e^{λσ0}−1)).
 
-    Solves ∂_t g = a(k_λ(σ, σ0) + ∫_{σ0}^σ k_λ(σ, σ') g(σ') dσ'), g(0) = 0 (sphere.md §4).
-    Written as k_λ · at · (2 I_1(z)/z) with z = 2√(atY), which is 1 at z = 0 (σ → σ0).
+    Solves ∂_t g = a(k_λ(σ, σ0) + ∫_{σ0}^σ k_λ(σ, σ') g(σ') dσ'), g(0) = 0
+    (docs: math/causal.md#lost-in-the-middle). Written as k_λ · at · (2 I_1(z)/z) with z = 2√(atY), which is 1 at
+    z = 0 (σ → σ0).
     """
     # NumPy broadcasting of all four arguments, made explicit
     a, t, sigma, sigma0 = jnp.broadcast_arrays(*(jnp.asarray(v) for v in (a, t, sigma, sigma0)))
@@ -158,7 +160,8 @@ def retrieval_weights(M: int, n_max: int):
 
 
 def retrieval_profile(t, sigma0, beta, lam, M: int = 8, n_max: int = 20):
-    r"""S_t(σ0) = Σ_{n>=1} e^{−π²n²/(2M²)} g_{a_n}(t, 1; σ0), a_n = n² I_n(β) (sphere.md §4).
+    r"""S_t(σ0) = Σ_{n>=1} e^{−π²n²/(2M²)} g_{a_n}(t, 1; σ0), a_n = n² I_n(β)
+    (docs: math/causal.md#lost-in-the-middle).
 
     The soft retrieval accuracy of the source at σ0 is
     A_N = √(π/2)/M + √(2π)/(MN) S_t(σ0) + o(1/N).
@@ -219,7 +222,7 @@ def retrieval_discrete(t, n: int, beta, lam, M: int = 8, n_max: int = 20):
 
 
 # ---------------------------------------------------------------------------------------------
-# Rényi parking (sphere.md §4, metastability)
+# Rényi parking (docs: math/causal.md#lost-in-the-middle, metastability)
 
 
 def cap_measure(delta, d: int):
@@ -246,7 +249,7 @@ def expected_renyi_centers(n: int, d: int, delta) -> float:
 
 
 # ---------------------------------------------------------------------------------------------
-# Mean field over (σ, θ) (sphere.md §4, LitM)
+# Mean field over (σ, θ) (docs: math/causal.md#lost-in-the-middle, LitM)
 
 
 class LitMMeanField(AbstractODE):

@@ -1,4 +1,4 @@
-r"""Equiangular starts and their reduced ODE for the common inner product (sphere.md §1, §8.3).
+r"""Equiangular starts and their reduced ODE for the common inner product (docs: math/sphere.md#equiangular-starts).
 
 If the Gram matrix of the start is equiangular, ⟨x_i, x_j⟩ = ρ0 for all i ≠ j, symmetry keeps
 it equiangular and ρ(t) solves (GLPR `thm: orthogonal`)
@@ -37,7 +37,7 @@ def equiangular_start(key, n: int, d: int, rho0: float, dtype=None):
 
 class AbstractReducedODE(AbstractODE):
     r"""The gap u = 1 − ρ of an equiangular start, u' = −ρ'(1 − u) (relative accuracy in the gap,
-    however small it gets); subclasses give ρ' (GLPR `thm: orthogonal`, sphere.md §1)."""
+    however small it gets); subclasses give ρ' (GLPR `thm: orthogonal`, docs: math/sphere.md#equiangular-starts)."""
 
     n: eqx.AbstractVar[int]
     beta: eqx.AbstractVar[jax.Array]

@@ -1,10 +1,10 @@
-r"""Closed forms of the Gaussian closure (euclidean.md §4–5).
+r"""Closed forms of the Gaussian closure (docs: math/gaussian.md).
 
 The moment ODEs themselves are written once, in
 :meth:`transformer_pde.models.AbstractGaussianClosure.gaussian_velocity`; each variant gives its
-affine field (J, c). Here: the closed-form solution for softmax with V = I (euclidean.md §5.1)
-and its blow-up time, the references the closure and the solver are tested against, and the
-Sinkhorn conditional covariance (euclidean.md §4d).
+affine field (J, c). Here: the closed-form solution for softmax with V = I
+(docs: math/gaussian.md#long-time-behaviour) and its blow-up time, the references the closure and the solver are
+tested against, and the Sinkhorn conditional covariance (docs: math/gaussian.md#moment-equations).
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from ..models.attention.sinkhorn import sinkhorn_conditional_cov
 
 
 def identity_value_cov(cov0, A, t):
-    r"""Closed form for softmax with V = I (euclidean.md §5.1): Σ' = Σ(A + Aᵀ)Σ, hence
+    r"""Closed form for softmax with V = I (docs: math/gaussian.md#long-time-behaviour): Σ' = Σ(A + Aᵀ)Σ, hence
 
     $$\Sigma(t)=\big(\Sigma_0^{-1}-t(A+A^\top)\big)^{-1},\qquad t < t^*.$$
     """
@@ -25,7 +25,7 @@ def identity_value_cov(cov0, A, t):
 
 
 def identity_value_blowup_time(cov0, A):
-    r"""Blow-up time of softmax with V = I (euclidean.md §5.1):
+    r"""Blow-up time of softmax with V = I (docs: math/gaussian.md#long-time-behaviour):
 
     $$t^*=1/\lambda_{\max}\big(\Sigma_0^{1/2}(A+A^\top)\Sigma_0^{1/2}\big),$$
 

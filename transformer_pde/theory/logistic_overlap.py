@@ -1,4 +1,5 @@
-"""The logistic law of the mean overlap of random-heads Transformers (sphere.md §5, "Trade-offs").
+"""The logistic law of the mean overlap of random-heads Transformers
+(docs: math/random_heads.md#overlaps-and-the-logistic-law).
 
 For β ∈ [0, 1] the mean overlap m = n^{-2} Σ_ij ⟨x_i, x_j⟩ of the random-heads chain
 (:mod:`transformer_pde.models.random_heads`) follows u' = u(1 − u) in the diffusive clock, up to

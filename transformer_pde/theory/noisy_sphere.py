@@ -1,4 +1,5 @@
-r"""Noisy self-attention on S^{d−1} at the uniform law: growth rates, K_#, β_* (sphere.md §12).
+r"""Noisy self-attention on S^{d−1} at the uniform law: growth rates, K_#, β_*
+(docs: math/noise.md#linear-stability-of-the-uniform-law).
 
 Tokens follow dX = K·P⊥Γ dt + σ dB^S (independent spherical Brownian motions, generator
 (σ²/2)Δ), with Γ the USA field ∫e^{β⟨x,y⟩} y dρ (GLPR's 1/n, no e^{−β}) or the SA field (the
@@ -13,7 +14,7 @@ G_β(1 + εY_l) = c_0 + εc_l Y_l; SA: Γ = β^{-1}∇_S log G_βρ, which divid
 
     λ_l = l(l+d−2)·(K g_l − σ²/2),   g_l = c_l/β (USA),  g_l = c_l/(β c_0) (SA).
 
-σ = 0, K = 1, d = 2: λ_k = k² I_k(β)/β, the USA instability rate of §8. I_ν(β) decreases in ν,
+σ = 0, K = 1, d = 2: λ_k = k² I_k(β)/β, the noiseless USA instability rate. I_ν(β) decreases in ν,
 so l = 1 goes first: the uniform law is linearly stable iff K < K_# = σ²/(2g_1); for USA and σ = 1,
 K_# = β^{d/2}/(2^{d/2}Γ(d/2)I_{d/2}(β)), the threshold of 2606.05140.
 
@@ -101,13 +102,15 @@ class AbstractNoisyAttention(eqx.Module):
         return self.sigma**2 / (2 * self.gain(1))
 
     def most_unstable_mode(self, K=1.0, l_max: int = 10_000):
-        """argmax_l λ_l over 1..l_max (noiseless USA on S¹: ≈ √(2β), sphere.md §6)."""
+        """argmax_l λ_l over 1..l_max (noiseless USA on S¹: ≈ √(2β),
+        docs: math/noise.md#linear-stability-of-the-uniform-law)."""
         ls = np.arange(1, l_max + 1)
         return int(ls[np.argmax(self.growth_rate(ls, K))])
 
 
 class NoisyUSA(AbstractNoisyAttention):
-    """USA (1/n average, no e^{−β}; spec §12's K-scaled noisy USA): g_l = c_l/β."""
+    """USA (1/n average, no e^{−β}; the K-scaled noisy USA, docs: math/noise.md#nonlinear-fokker-planck-equation):
+    g_l = c_l/β."""
 
     def gain(self, l):
         return funk_hecke(l, self.beta, self.d) / self.beta

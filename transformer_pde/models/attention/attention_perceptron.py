@@ -1,5 +1,6 @@
 r"""Attention plus a one-hidden-layer perceptron: the field of the measure-to-measure interpolation
-model (sphere.md §7, "Interp", Geshkovski–Rigollet–Ruiz-Balet, arXiv 2411.04551)."""
+model (docs: math/sphere.md#perceptron-block-and-interpolation, Geshkovski–Rigollet–Ruiz-Balet, arXiv
+2411.04551)."""
 
 from __future__ import annotations
 
@@ -15,7 +16,8 @@ __all__ = ["AttentionPerceptron"]
 
 
 class AttentionPerceptron(AbstractFieldAttention):
-    r"""Attention plus a one-hidden-layer perceptron, the field of the Interp model (sphere.md §7):
+    r"""Attention plus a one-hidden-layer perceptron, the field of the Interp model
+    (docs: math/sphere.md#perceptron-block-and-interpolation):
 
     $$\Gamma_\mu(t,x)=V(t)\,\mathcal A_{B(t)}[\mu](x)+W(t)\big(U(t)x+b(t)\big)_+ .$$
 

@@ -1,14 +1,15 @@
-"""Common machinery of the attention family (euclidean.md §1–2) and its capabilities.
+"""Common machinery of the attention family (docs: math/attention.md) and its capabilities.
 
 - :class:`AbstractAttention`: the velocity of every token, built from the measure of the tokens.
 - :class:`AbstractFieldAttention`: Γ_μ is a vector field on R^d determined by μ alone, evaluated
   at arbitrary queries (``field``): the mean-field object of a position-free attention.
-- :class:`AbstractCausalAttention`: token i attends to tokens j <= i (euclidean.md §2f); its field
-  depends on positions, so it has neither ``field`` at arbitrary queries nor a Gaussian closure.
+- :class:`AbstractCausalAttention`: token i attends to tokens j <= i (docs: math/causal.md#causal-attention); its
+  field depends on positions, so it has neither ``field`` at arbitrary queries nor a Gaussian closure.
 - :class:`AbstractNormalizedAttention`: Γ_μ(x) is a weighted average of V y (softmax, ℓ²,
-  Sinkhorn, multi-head), so the support grows at most like exp(∫‖V‖) (euclidean.md §3).
+  Sinkhorn, multi-head), so the support grows at most like exp(∫‖V‖)
+  (docs: math/attention.md#support-and-stability-bounds).
 - :class:`AbstractGaussianClosure`: the field of a Gaussian N(α, Σ) is affine, Jx + c, and the
-  moment ODEs α' = Jα + c, Σ' = JΣ + ΣJᵀ are written once here (euclidean.md §4).
+  moment ODEs α' = Jα + c, Σ' = JΣ + ΣJᵀ are written once here (docs: math/gaussian.md#moment-equations).
 - :class:`AbstractKernelAttention`: the field is made of softmax reductions of logits
   γ⟨a_i, b_j⟩ + bias_j with a = Qx, b = Ky in R^k, each a value its kernel backend
   (``tp.kernels.Exact``, ``Fast``, ``Auto``; automatic when none is given) computes; the choice
@@ -76,7 +77,7 @@ class AbstractFieldAttention(AbstractAttention, AbstractFieldDynamics):
 
 
 class AbstractBilinearAttention(AbstractAttention):
-    """Scores β⟨Qx, Ky⟩ = yᵀAx with A = βKᵀQ and values V y (spec README): the single-head
+    """Scores β⟨Qx, Ky⟩ = yᵀAx with A = βKᵀQ and values V y (docs: math/attention.md#conventions): the single-head
     variants. Gives :meth:`identity`, :meth:`score_matrix`, :meth:`value_norm` and ``dim``."""
 
     Q: eqx.AbstractVar[Param]
@@ -86,7 +87,8 @@ class AbstractBilinearAttention(AbstractAttention):
 
     @classmethod
     def identity(cls, d: int, beta=1.0, *, dtype=None, **kwargs):
-        """Q = K = V = I_d: the SA (softmax) and USA (unnormalized) models of GLPR (sphere.md §1)."""
+        """Q = K = V = I_d: the SA (softmax) and USA (unnormalized) models of GLPR
+        (docs: math/sphere.md#the-projected-flow)."""
         eye = jnp.eye(d, dtype=dtype)
         return cls(eye, eye, eye, beta, **kwargs)
 
@@ -95,7 +97,7 @@ class AbstractBilinearAttention(AbstractAttention):
         return matrix_dim(self.V)
 
     def score_matrix(self, t=0.0):
-        """A = β KᵀQ, so s(x, y) = yᵀAx (spec README)."""
+        """A = β KᵀQ, so s(x, y) = yᵀAx (docs: math/attention.md#conventions)."""
         Q, K = evaluate(self.Q, t), evaluate(self.K, t)
         return self.beta * (K.T @ Q)
 
@@ -164,7 +166,8 @@ class AbstractKernelAttention(AbstractAttention):
 
 
 class AbstractNormalizedAttention(AbstractAttention):
-    """Γ_μ(x) = Σ_j p_j(x) V y_j with p(x) a probability vector (euclidean.md §3)."""
+    """Γ_μ(x) = Σ_j p_j(x) V y_j with p(x) a probability vector
+    (docs: math/attention.md#support-and-stability-bounds)."""
 
     @abc.abstractmethod
     def value_norm(self, t=0.0) -> jax.Array:
@@ -172,20 +175,20 @@ class AbstractNormalizedAttention(AbstractAttention):
 
 
 class AbstractCausalAttention(AbstractAttention):
-    """Token i attends to tokens j <= i in their given order (euclidean.md §2f): query i of
+    """Token i attends to tokens j <= i in their given order (docs: math/causal.md#causal-attention): query i of
     :meth:`query_field` is token ``query_offset + i``, and the queries must be tokens.
 
     The field depends on the positions (Γ_μ(s, x) on [0, 1] x R^d), so there is no ``field`` at
     arbitrary points, and no Gaussian closure: the field of token s averages over the tokens
     before s, and for Gaussian data with a position-dependent law that restriction is a Gaussian
-    mixture, not affine (euclidean.md §4f). When features are independent of position,
+    mixture, not affine (docs: math/gaussian.md#moment-equations). When features are independent of position,
     μ0 = Unif[0,1] ⊗ N(α, Σ), the causal dynamics equal the non-causal ones: use the non-causal
     attention. Sharded, every device's tokens are gathered (positions are global).
     """
 
 
 class AbstractGaussianClosure(AbstractFieldAttention):
-    """The field of a Gaussian μ = N(α, Σ) is affine, Γ_μ(x) = Jx + c (euclidean.md §4).
+    """The field of a Gaussian μ = N(α, Σ) is affine, Γ_μ(x) = Jx + c (docs: math/gaussian.md#moment-equations).
 
     Subclasses give :meth:`affine_field`; the moment ODEs are written once, in
     :meth:`gaussian_velocity`. Causal attention has no closure (:class:`AbstractCausalAttention`).
@@ -193,10 +196,10 @@ class AbstractGaussianClosure(AbstractFieldAttention):
 
     @abc.abstractmethod
     def affine_field(self, mean, cov, t=0.0):
-        """(J, c) with Γ_{N(mean, cov)}(x) = Jx + c (euclidean.md §4)."""
+        """(J, c) with Γ_{N(mean, cov)}(x) = Jx + c (docs: math/gaussian.md#moment-equations)."""
 
     def gaussian_velocity(self, mean, cov, t=0.0):
-        r"""Right-hand side of the moment ODEs (euclidean.md §4, "Mechanism"):
+        r"""Right-hand side of the moment ODEs (docs: math/gaussian.md#gaussian-data-stay-gaussian):
 
         $$\dot\alpha = J\alpha + c,\qquad \dot\Sigma = J\Sigma + \Sigma J^\top,$$
 

@@ -1,4 +1,4 @@
-"""ℓ² attention (Kim, Papamakarios, Mnih 2021; euclidean.md §2c), and its causal variant."""
+"""ℓ² attention (Kim, Papamakarios, Mnih 2021; docs: math/attention.md#l2-attention), and its causal variant."""
 
 from __future__ import annotations
 
@@ -39,12 +39,12 @@ class _AbstractL2(AbstractBilinearAttention, AbstractKernelAttention, AbstractNo
 
 
 class L2Attention(_AbstractL2, AbstractGaussianClosure):
-    r"""ℓ² attention, kernel $e^{-\beta|Qx-Ky|^2}$ (euclidean.md §2c):
+    r"""ℓ² attention, kernel $e^{-\beta|Qx-Ky|^2}$ (docs: math/attention.md#l2-attention):
 
     $$\Gamma_\mu(x)=\frac{\int e^{-\beta|Qx-Ky|^2}\,Vy\,d\mu(y)}{\int e^{-\beta|Qx-Ky|^2}\,d\mu(y)}.$$
 
     The factor $e^{-\beta|Qx|^2}$ cancels, so this is softmax attention with logits
-    β(2⟨Qx, Ky⟩ − |Ky|²): a key-dependent bias (euclidean.md §7). No factor ½, Q and K
+    β(2⟨Qx, Ky⟩ − |Ky|²): a key-dependent bias (docs: math/attention.md#l2-attention). No factor ½, Q and K
     not tied: the normalization fixed by the authors' Gaussian right-hand side.
 
     ``backend`` as in :class:`SoftmaxAttention`; on the fast kernel the kernel is the Gaussian
@@ -71,7 +71,7 @@ class L2Attention(_AbstractL2, AbstractGaussianClosure):
         return self._average(self._reduction(queries, x, weights, t), t, axis_name)
 
     def affine_field(self, mean, cov, t=0.0):
-        r"""ℓ² attention (euclidean.md §4c) with kernel e^{-β|Qx-Ky|²}. The key law tilted by
+        r"""ℓ² attention (docs: math/gaussian.md#moment-equations) with kernel e^{-β|Qx-Ky|²}. The key law tilted by
         the kernel has precision Σ⁻¹ + 2βKᵀK, so with M = I + 2βΣKᵀK
 
         $$\Gamma(x)=VM^{-1}(\alpha+2\beta\Sigma K^\top Qx),\qquad J = 2\beta VM^{-1}\Sigma K^\top Q,
@@ -86,7 +86,7 @@ class L2Attention(_AbstractL2, AbstractGaussianClosure):
 
 
 class CausalL2Attention(AbstractCausalAttention, _AbstractL2):
-    """Causal ℓ² attention (euclidean.md §2c, §2f): :class:`L2Attention` with token i attending to
+    """Causal ℓ² attention (docs: math/causal.md#causal-attention): :class:`L2Attention` with token i attending to
     tokens j <= i. ``backend``: ``tp.kernels.Exact()`` or ``Auto`` (the default; exact here)."""
 
     Q: Param

@@ -1,4 +1,5 @@
-"""Sinkhorn attention (Sander, Ablin, Blondel, Peyré 2022; euclidean.md §2d), through ott-jax."""
+"""Sinkhorn attention (Sander, Ablin, Blondel, Peyré 2022; docs: math/attention.md#sinkhorn-attention), through
+ott-jax."""
 
 from __future__ import annotations
 
@@ -36,7 +37,7 @@ class SinkhornPotentials(eqx.Module):
 
 class SinkhornAttention(AbstractBilinearAttention, AbstractKernelAttention, AbstractNormalizedAttention,
                         AbstractGaussianClosure):
-    r"""Doubly stochastic attention (euclidean.md §2d).
+    r"""Doubly stochastic attention (docs: math/attention.md#sinkhorn-attention).
 
     With Ã = βA/ε (A = KᵀQ), let π(dx,dy) = e^{f(x)+g(y)+yᵀÃx} μ(dx)μ(dy) be the
     self-coupling of μ with both marginals equal to μ: the entropic OT plan of μ to itself
@@ -139,8 +140,8 @@ class SinkhornAttention(AbstractBilinearAttention, AbstractKernelAttention, Abst
         return avg
 
     def affine_field(self, mean, cov, t=0.0):
-        r"""Sinkhorn attention (euclidean.md §4d) with Ã = βKᵀQ/ε: y | x ~ N(α + PÃ(x − α), P)
-        (:func:`sinkhorn_conditional_cov`), so Γ(x) = V(α + PÃ(x − α)):
+        r"""Sinkhorn attention (docs: math/gaussian.md#moment-equations) with Ã = βKᵀQ/ε: y | x ~
+        N(α + PÃ(x − α), P) (:func:`sinkhorn_conditional_cov`), so Γ(x) = V(α + PÃ(x − α)):
 
         $$J = VP\tilde A,\qquad c = V\alpha - J\alpha,\qquad
         \dot\Sigma=VP\tilde A\Sigma+\Sigma\tilde A^\top PV^\top.$$
@@ -154,7 +155,7 @@ class SinkhornAttention(AbstractBilinearAttention, AbstractKernelAttention, Abst
 
 
 def sinkhorn_conditional_cov(cov, At):
-    r"""P ≻ 0 solving P + PÃΣÃᵀP = Σ (euclidean.md §4d), in the form with no inverse of Ã:
+    r"""P ≻ 0 solving P + PÃΣÃᵀP = Σ (docs: math/gaussian.md#moment-equations), in the form with no inverse of Ã:
 
     $$P=2\,\Sigma^{1/2}\big(I+(I+4\Sigma^{1/2}\tilde A\Sigma\tilde A^\top\Sigma^{1/2})^{1/2}\big)^{-1}\Sigma^{1/2}.$$
 

@@ -1,5 +1,5 @@
-"""Softmax and multi-head attention, and their causal variants (euclidean.md §2a–b, §2f;
-sphere.md §1 "General SA", §4 "CSA")."""
+"""Softmax and multi-head attention, and their causal variants (docs: math/attention.md#softmax-attention,
+math/attention.md#multi-head-attention; math/causal.md#causal-attention)."""
 
 from __future__ import annotations
 
@@ -44,7 +44,7 @@ class _AbstractSoftmax(AbstractBilinearAttention, AbstractKernelAttention, Abstr
 
 
 class SoftmaxAttention(_AbstractSoftmax, AbstractGaussianClosure):
-    r"""Softmax self-attention (euclidean.md §2a):
+    r"""Softmax self-attention (docs: math/attention.md#softmax-attention):
 
     $$\Gamma_\mu(x)=\frac{\int e^{\beta\langle Qx,Ky\rangle}\,Vy\,d\mu(y)}
     {\int e^{\beta\langle Qx,Ky\rangle}\,d\mu(y)}.$$
@@ -60,7 +60,7 @@ class SoftmaxAttention(_AbstractSoftmax, AbstractGaussianClosure):
             the tokens' bound is known (``tp.Sphere`` declares it) and the fast kernel is
             predicted cheaper (n in the thousands).
 
-    Many papers use A = KᵀQ/√d: pass ``Q / sqrt(d)`` (sphere.md §9). Token i attending to
+    Many papers use A = KᵀQ/√d: pass ``Q / sqrt(d)`` (docs: math/attention.md#conventions). Token i attending to
     tokens j <= i only is :class:`CausalSoftmaxAttention`.
     """
 
@@ -82,8 +82,9 @@ class SoftmaxAttention(_AbstractSoftmax, AbstractGaussianClosure):
         return self._average(self._reduction(queries, x, log_weights(weights), t), t, axis_name)
 
     def divergence(self, queries, x, weights, t):
-        r"""Closed form (sphere.md §13): with p_j(q) ∝ w_j e^{β⟨Qq, Ky_j⟩}, ∂Γ/∂q = β V C(q) KᵀQ,
-        C(q) = Cov_{p(q)}(y) the covariance of the keys under query q's attention weights, so
+        r"""Closed form (docs: math/mean_field.md#densities-along-characteristics): with p_j(q) ∝ w_j
+        e^{β⟨Qq, Ky_j⟩}, ∂Γ/∂q = β V C(q) KᵀQ, C(q) = Cov_{p(q)}(y) the covariance of the keys under query q's
+        attention weights, so
 
         $$\operatorname{div}\Gamma_\mu(q)=\beta\,\mathrm{tr}\big(V\,C(q)\,K^\top Q\big)
         =\mathbb E_{p(q)}\big[(y-\bar y)^\top M (y-\bar y)\big],\quad M=\beta K^\top QV,$$
@@ -105,7 +106,7 @@ class SoftmaxAttention(_AbstractSoftmax, AbstractGaussianClosure):
         return es - jnp.einsum("md,de,me->m", ybar, M, ybar)
 
     def affine_field(self, mean, cov, t=0.0):
-        r"""Softmax (euclidean.md §4a): Γ(x) = V(α + ΣAx), so J = VΣA, c = Vα and
+        r"""Softmax (docs: math/gaussian.md#moment-equations): Γ(x) = V(α + ΣAx), so J = VΣA, c = Vα and
 
         $$\dot\alpha=V(I+\Sigma A)\alpha,\qquad\dot\Sigma=V\Sigma A\Sigma+\Sigma A^\top\Sigma V^\top.$$
         """
@@ -114,7 +115,7 @@ class SoftmaxAttention(_AbstractSoftmax, AbstractGaussianClosure):
 
 
 class CausalSoftmaxAttention(AbstractCausalAttention, _AbstractSoftmax):
-    r"""Causal softmax attention (euclidean.md §2f; the CSA model of sphere.md §4): token i
+    r"""Causal softmax attention (the CSA model; docs: math/causal.md#causal-attention): token i
     attends to tokens j <= i in their given order,
 
     $$\dot x_i=\frac{\sum_{j\le i}w_je^{\beta\langle Qx_i,Kx_j\rangle-\lambda(i-j)/N}\,Vx_j}
@@ -122,8 +123,8 @@ class CausalSoftmaxAttention(AbstractCausalAttention, _AbstractSoftmax):
 
     Args:
         Q, K, V, beta: as in :class:`SoftmaxAttention`.
-        alibi: λ >= 0, ALiBi-type position weights e^{−λ(i−j)/N} (sphere.md §4, CSA): after the
-            per-row constant −λi/N cancels in the softmax, a per-key bias +λj/N, so the model
+        alibi: λ >= 0, ALiBi-type position weights e^{−λ(i−j)/N} (docs: math/causal.md#causal-attention, CSA): after
+            the per-row constant −λi/N cancels in the softmax, a per-key bias +λj/N, so the model
             streams and shards like any causal attention.
         include_self: False masks j < i (the LitM model): the first token then sees no key and
             does not move.
@@ -180,7 +181,7 @@ class _AbstractMultiHead(AbstractKernelAttention, AbstractNormalizedAttention):
     def split(cls, Q, K, V, num_heads: int, beta=1.0, **kwargs):
         """Split d x d matrices into ``num_heads`` row blocks, W_h = h-th column block of I_d.
 
-        This is the authors' ``rhs_multihead`` construction (euclidean.md §2b).
+        This is the authors' ``rhs_multihead`` construction (docs: math/attention.md#multi-head-attention).
         """
         Q, K, V = (as_float_array(a, name) for a, name in ((Q, "Q"), (K, "K"), (V, "V")))
         d = V.shape[0]
@@ -252,7 +253,7 @@ def _multihead_params(name: str, Q, K, V, W, beta):
 
 
 class MultiHeadAttention(_AbstractMultiHead, AbstractGaussianClosure):
-    r"""Multi-head attention (euclidean.md §2b):
+    r"""Multi-head attention (docs: math/attention.md#multi-head-attention):
 
     $$\Gamma_\mu(x)=\sum_{h=1}^H W_h\,\frac{\int e^{\beta\langle Q_hx,K_hy\rangle}\,V_hy\,d\mu(y)}
     {\int e^{\beta\langle Q_hx,K_hy\rangle}\,d\mu(y)}.$$
@@ -287,7 +288,7 @@ class MultiHeadAttention(_AbstractMultiHead, AbstractGaussianClosure):
         return self._heads_field(queries, x, weights, t, axis_name)
 
     def affine_field(self, mean, cov, t=0.0):
-        r"""Multi-head (euclidean.md §4b): Γ(x) = Σ_h W_hV_h(α + ΣA_hx), so
+        r"""Multi-head (docs: math/gaussian.md#moment-equations): Γ(x) = Σ_h W_hV_h(α + ΣA_hx), so
         J = Σ_h W_hV_hΣA_h and c = Σ_h W_hV_hα."""
         WV = jnp.einsum("hdk,hke->hde", evaluate(self.W, t), evaluate(self.V, t))
         return (jnp.einsum("hde,ef,hfg->dg", WV, cov, self.score_matrix(t)),
@@ -295,7 +296,7 @@ class MultiHeadAttention(_AbstractMultiHead, AbstractGaussianClosure):
 
 
 class CausalMultiHeadAttention(AbstractCausalAttention, _AbstractMultiHead):
-    """Causal multi-head attention (euclidean.md §2b, §2f): every head of
+    """Causal multi-head attention (docs: math/causal.md#causal-attention): every head of
     :class:`MultiHeadAttention` with token i attending to tokens j <= i.
 
     Args:

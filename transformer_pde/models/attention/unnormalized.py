@@ -1,5 +1,6 @@
-"""Attention without softmax normalization: sigmoid (euclidean.md §2e) and USA (sphere.md §1), and
-their causal variants (euclidean.md §2f)."""
+"""Attention without softmax normalization: sigmoid (docs: math/attention.md#sigmoid-attention) and USA
+(docs: math/attention.md#unnormalized-attention-usa), and their causal variants
+(docs: math/causal.md#causal-attention)."""
 
 from __future__ import annotations
 
@@ -44,7 +45,7 @@ def _sigmoid_params(name, Q, K, V, beta, bias, layout):
 
 
 class SigmoidAttention(_AbstractSigmoid, AbstractFieldAttention):
-    r"""Sigmoid attention (Ramapuram et al. 2024; euclidean.md §2e), keys not normalized:
+    r"""Sigmoid attention (Ramapuram et al. 2024; docs: math/attention.md#sigmoid-attention), keys not normalized:
 
     $$\Gamma_\mu(x)=\int\sigma\big(\beta\langle Qx,Ky\rangle+b\big)\,Vy\,d\mu(y),\qquad
     \sigma(s)=\frac1{1+e^{-s}}.$$
@@ -71,7 +72,7 @@ class SigmoidAttention(_AbstractSigmoid, AbstractFieldAttention):
 
 
 class CausalSigmoidAttention(AbstractCausalAttention, _AbstractSigmoid):
-    """Causal sigmoid attention (euclidean.md §2e, §2f): :class:`SigmoidAttention` with token i
+    """Causal sigmoid attention (docs: math/causal.md#causal-attention): :class:`SigmoidAttention` with token i
     attending to tokens j <= i."""
 
     Q: Param
@@ -116,13 +117,13 @@ def _unnormalized_params(name, Q, K, V, beta, shift):
 
 
 class UnnormalizedAttention(_AbstractUnnormalized, AbstractFieldAttention):
-    r"""Unnormalized self-attention, USA (sphere.md §1):
+    r"""Unnormalized self-attention, USA (docs: math/attention.md#unnormalized-attention-usa):
 
     $$\Gamma_\mu(x)=e^{-\beta c}\int e^{\beta\langle Qx,Ky\rangle}\,Vy\,d\mu(y)
     =e^{-\beta c}\sum_j w_j e^{\beta\langle Qx,Ky_j\rangle}Vy_j.$$
 
-    ``shift`` = c sets the normalization across papers (sphere.md §9): c = 0 is GLPR's USA
-    (1/n, the default), c = 1 is GKPR's e^{β(⟨x,y⟩−1)}/n, which stays finite on the sphere
+    ``shift`` = c sets the normalization across papers (docs: math/sphere.md#normalizations-across-papers): c = 0 is
+    GLPR's USA (1/n, the default), c = 1 is GKPR's e^{β(⟨x,y⟩−1)}/n, which stays finite on the sphere
     for any β. The sum is computed in the log domain, as e^{lse}·average; it overflows only
     when its true value exceeds the dtype's range.
 
@@ -151,8 +152,9 @@ class UnnormalizedAttention(_AbstractUnnormalized, AbstractFieldAttention):
 
 
 class CausalUnnormalizedAttention(AbstractCausalAttention, _AbstractUnnormalized):
-    """Causal USA (sphere.md §1, euclidean.md §2f): :class:`UnnormalizedAttention` with token i
-    attending to tokens j <= i. ``backend``: ``tp.kernels.Exact()`` or ``Auto`` (the default; exact here)."""
+    """Causal USA (docs: math/attention.md#unnormalized-attention-usa, docs: math/causal.md#causal-attention):
+    :class:`UnnormalizedAttention` with token i attending to tokens j <= i. ``backend``: ``tp.kernels.Exact()`` or
+    ``Auto`` (the default; exact here)."""
 
     Q: Param
     K: Param
