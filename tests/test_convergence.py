@@ -196,12 +196,3 @@ def test_convergence_experiment_tiny(tmp_path_factory):
     # the interaction adds an error of the same order n^{-1/2} (propagation of chaos)
     slope = res["slopes"][metrics.index("coupling"), -1, 0]
     assert abs(slope + 0.5) < 0.2, slope
-
-
-@pytest.mark.slow
-def test_convergence_notebook_runs(monkeypatch):
-    """notebooks/convergence.ipynb at its small size."""
-    from _notebooks import run_notebook
-
-    nb = run_notebook("convergence.ipynb", monkeypatch)
-    assert any(o.get("output_type") == "display_data" for c in nb.cells for o in c.get("outputs", []))

@@ -201,14 +201,3 @@ def test_interpolation_experiment_tiny(tmp_path_factory):
     inputs, targets, _ = problem(cfg)  # the saved problem is the documented one (seeded caps)
     np.testing.assert_array_equal(res["inputs"], inputs)
     np.testing.assert_array_equal(res["targets"], targets)
-
-
-
-
-@pytest.mark.slow
-def test_fitting_notebook_runs(monkeypatch):
-    """notebooks/fitting.ipynb at its small size."""
-    from _notebooks import run_notebook
-
-    nb = run_notebook("fitting.ipynb", monkeypatch)
-    assert any(o.get("output_type") == "display_data" for c in nb.cells for o in c.get("outputs", []))

@@ -154,12 +154,3 @@ def test_sweep_phase_experiment_tiny(tmp_path_factory):
     d3 = list(res["dims"]).index(3)
     assert frac[d3, 0] == 1.0
     assert frac[:, : B // 4].mean() > frac[:, -B // 4 :].mean()
-
-
-@pytest.mark.slow
-def test_sweeps_notebook_runs(monkeypatch):
-    """notebooks/sweeps.ipynb at its small size."""
-    from _notebooks import run_notebook
-
-    nb = run_notebook("sweeps.ipynb", monkeypatch)
-    assert any(o.get("output_type") == "display_data" for c in nb.cells for o in c.get("outputs", []))

@@ -2,10 +2,8 @@
 
 The runs are the session's shared tiny runs (``tests/_runs.py``: each experiment once, through
 the runner, read back from disk); the tests check the outcomes against independent references
-(closed forms, SciPy, theorems), and the tour notebook reuses those runs.
+(closed forms, SciPy, theorems).
 """
-
-from pathlib import Path
 
 import jax
 import jax.numpy as jnp
@@ -252,25 +250,6 @@ def test_configs_reject_bad_values():
         get("energy-flow").make_config(indefinite_d2=("a", "b"))
     with pytest.raises(ValueError, match="option indefinite_d2 must be a list of float"):
         get("energy-flow").make_config(indefinite_d2="0.2,1")
-
-
-@pytest.mark.slow
-def test_tour_notebook(runs, monkeypatch):
-    """The notebook runs top to bottom at the tiny size, reusing this session's runs."""
-    import nbformat
-    from nbclient import NotebookClient
-
-    for name in NAMES:
-        runs(name)
-    root = Path(__file__).resolve().parents[2]
-    nb = nbformat.read(root / "notebooks" / "clustering_tour.ipynb", as_version=4)
-    monkeypatch.setenv("TP_TOUR_TINY", "1")
-    monkeypatch.setenv("TP_TOUR_DIR", str(runs.root))
-    monkeypatch.setenv("PYTHONPATH", str(root))
-    NotebookClient(nb, timeout=300, kernel_name="python3",
-                   resources={"metadata": {"path": str(root)}}).execute()
-    text = "".join(o.get("text", "") for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", []))
-    assert "clustering: SA 1 cluster(s), USA 1 cluster(s)" in text
 
 
 @pytest.mark.slow

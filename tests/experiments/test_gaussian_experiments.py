@@ -150,27 +150,3 @@ def test_experiment_configs_reject_bad_options():
         experiments.get("rank-histograms").make_config(dims=(1,))
     with pytest.raises(ValueError, match="need .*deltas > 0"):
         experiments.get("stability").make_config(deltas=(0.1, -1.0))
-
-
-@pytest.mark.slow
-def test_gaussian_closure_notebook(monkeypatch):
-    """notebooks/gaussian_closure.ipynb runs top to bottom at a small size."""
-    from pathlib import Path
-
-    import nbformat
-    from nbclient import NotebookClient
-
-    root = Path(__file__).resolve().parents[2]
-    nb = nbformat.read(root / "notebooks" / "gaussian_closure.ipynb", as_version=4)
-    monkeypatch.setenv("TP_GAUSSIAN_NB_ORDER", "12")
-    monkeypatch.setenv("TP_GAUSSIAN_NB_NS", "32,128")
-    monkeypatch.setenv("TP_GAUSSIAN_NB_VARIANTS", "softmax")
-    monkeypatch.setenv("TP_GAUSSIAN_NB_SEEDS", "4")
-    monkeypatch.setenv("PYTHONPATH", str(root))
-    monkeypatch.setenv("MPLBACKEND", "Agg")
-    NotebookClient(nb, timeout=300, kernel_name="python3",
-                   resources={"metadata": {"path": str(root / "notebooks")}}).execute()
-    text = "".join(o.get("text", "") for c in nb.cells if c.cell_type == "code"
-                   for o in c.get("outputs", []))
-    assert "closure verified" in text
-    assert "gaussian closure notebook:" in text

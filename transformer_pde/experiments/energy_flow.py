@@ -154,7 +154,7 @@ def compute(cfg: EnergyFlowConfig, progress: bool = False) -> Result:
 
 
 def summary(res: Result, cfg: EnergyFlowConfig) -> dict:
-    """{case_direction: (measure name, final energy)} for reports and the notebook."""
+    """{case_direction: (measure name, final energy)} for reports."""
     out = {}
     for name in cfg.cases():
         for direction in ("ascent", "descent"):
