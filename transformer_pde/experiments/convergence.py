@@ -25,7 +25,7 @@ field (its error first exceeds ``leave_distance``) is reported. The threshold is
 linear regime the error is n^{-1/2} g(t) with g independent of n, so a threshold relative to the
 error at t = 0 is crossed at one time for every n or never (measured on S¹ at β = 9 from
 1 + 0.2 cos 2θ, n = 2⁶…2¹⁰: W₁ grows 2x–3x by t = 3, so x10 never fired), while an absolute one is
-crossed later the larger n (W₁ > 0.1: n = 2⁶ at t = 0, 2⁸ at t ≈ 1.1, 2¹⁰ at t ≈ 2.8).
+crossed later the larger n (W₁ > 0.1: n = 2⁶ at t = 0, 2⁸ at t ≈ 1.1, 2¹⁰ at t ≈ 2.5).
 """
 
 from __future__ import annotations
