@@ -35,6 +35,7 @@ def test_heun_with_steps_ending_on_layer_boundaries_is_second_order():
     assert np.all(slopes > 1.8), (errs, slopes)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("dt0", [0.1, 0.3])
 def test_boundaries_off_the_step_grid(dt0):
     """dt0 that does not divide the layer length: the solve steps to the boundaries too, so
