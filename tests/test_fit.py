@@ -194,7 +194,8 @@ def test_interpolation_experiment_tiny(tmp_path_factory):
     assert losses[-1] * 10 <= losses[0], (losses[0], losses[-1])
     # the saved outputs are those of the trained model: their mean Sinkhorn divergence to the
     # targets, computed here from the saved arrays, is the final loss the training reported
-    div = lambda out: float(np.mean([sinkhorn_divergence(x, y, epsilon=cfg.epsilon)  # noqa: E731
+    # (converged to 1e-6: the trained outputs, 0.006 from their targets, need ~1e4 iterations)
+    div = lambda out: float(np.mean([sinkhorn_divergence(x, y, epsilon=cfg.epsilon, max_iterations=20_000)  # noqa: E731
                                      for x, y in zip(out, res["targets"])]))
     np.testing.assert_allclose(div(res["outputs"]), losses[-1], rtol=1e-3)
     np.testing.assert_allclose(div(res["outputs_before"]), losses[0], rtol=1e-3)

@@ -15,8 +15,8 @@ from jaxtyping import Array, ArrayLike, Float
 
 from ._checks import as_float_array, check_finite, check_scalar, is_concrete
 
-# Stage times that land on a layer boundary (t = t0 + l * dt) must select layer l even
-# after floating-point rounding; 1e-4 of a layer is far from every Runge-Kutta node.
+# Only where t0 or dt is traced (no exact boundaries): a time within 1e-4 of a layer below its
+# boundary selects the next layer, so rounded boundary times t0 + l*dt select layer l.
 _BOUNDARY_SLACK = 1e-4
 
 
@@ -26,6 +26,14 @@ class PiecewiseConstant(eqx.Module):
     Times before ``t0`` use the first layer, times after the last layer use the last one.
     One explicit Euler step of size ``dt`` per layer is then exactly a Transformer whose
     layer ``l`` has weights ``values[l]``.
+
+    The boundaries b_l = t0 + l·dt are the floats :meth:`boundaries` computes in the time's
+    dtype, and the layer is exactly right-continuous there: b_l selects layer l, the float below
+    it layer l − 1. :func:`transformer_pde.solve` steps to just below every b_l and on from just
+    above it (:attr:`switch_times`), so every stage of a step, its c = 1 stage included, sees the
+    step's own layer and a solver of any order keeps its order (with the next layer at the
+    step's end, Heun was first order). With a traced ``t0`` or ``dt`` the boundaries are not
+    known before the solve: times within 1e-4·dt below b_l then select layer l.
     """
 
     values: Float[ArrayLike, "L ..."]
@@ -43,10 +51,32 @@ class PiecewiseConstant(eqx.Module):
     def num_layers(self) -> int:
         return self.values.shape[0]
 
+    @property
+    def exact_boundaries(self) -> bool:
+        """Whether ``t0`` and ``dt`` are concrete (the boundaries are known floats)."""
+        return is_concrete(self.t0) and is_concrete(self.dt)
+
+    def boundaries(self, dtype) -> np.ndarray:
+        """The interior layer boundaries t0 + l·dt, l = 1..L−1, as floats of ``dtype`` (each
+        operation rounded in that dtype, the same floats in every call); needs concrete t0, dt."""
+        dtype = np.dtype(dtype)
+        t0, dt = np.asarray(self.t0, dtype), np.asarray(self.dt, dtype)
+        return (t0 + dt * np.arange(1, self.num_layers).astype(dtype)).astype(dtype)
+
+    @property
+    def switch_times(self) -> tuple[float, ...]:
+        """The boundaries (float64) where the parameter changes; () with traced t0 or dt."""
+        return tuple(float(b) for b in self.boundaries(np.float64)) if self.exact_boundaries else ()
+
     def __call__(self, t):
-        pos = (t - self.t0) / self.dt + _BOUNDARY_SLACK
-        idx = jnp.clip(jnp.floor(pos).astype(jnp.int32), 0, self.num_layers - 1)
-        return self.values[idx]
+        t = jnp.asarray(t)
+        dtype = t.dtype if jnp.issubdtype(t.dtype, jnp.floating) else jnp.result_type(float)
+        if self.exact_boundaries:
+            idx = jnp.searchsorted(jnp.asarray(self.boundaries(dtype)), t.astype(dtype), side="right")
+        else:
+            pos = (t - self.t0) / self.dt + _BOUNDARY_SLACK
+            idx = jnp.floor(pos).astype(jnp.int32)
+        return self.values[jnp.clip(idx, 0, self.num_layers - 1)]
 
 
 def evaluate(param, t):

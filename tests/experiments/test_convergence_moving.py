@@ -31,9 +31,11 @@ def test_growth_and_leave_times():
     ts = np.array([0.0, 1.0, 2.0, 3.0])
     e = np.stack([np.exp(0.5 + 1.2 * ts), np.exp(0.1 + 0.4 * ts)])[:, None, :].repeat(3, axis=1)
     np.testing.assert_allclose(growth_rates(ts, e), [1.2, 0.4], rtol=1e-12)
-    # x10 is crossed when 1.2 t > log 10 (t = 2) and 0.4 t > log 10 (never by t = 3)
+    # 10 is crossed when 0.5 + 1.2 t > log 10 (t = 2 on the grid) and 0.1 + 0.4 t > log 10 (never
+    # by t = 3); 1.5 is crossed at t = 0 by the first and at t = 1 by the second
     np.testing.assert_array_equal(leave_times(ts, e, 10.0)[:1], [2.0])
     assert np.isnan(leave_times(ts, e, 10.0)[1])
+    np.testing.assert_array_equal(leave_times(ts, e, 1.5), [0.0, 1.0])
 
 
 def test_bad_options_are_clear_errors():
