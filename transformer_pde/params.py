@@ -107,7 +107,7 @@ def bilinear_params(cls_name: str, Q, K, V, beta):
     if sv != (d, d):
         raise ValueError(f"{cls_name}: V must be square with shape ({d}, {d}) to match Q, K of shape "
                          f"{sq}, got V {sv}")
-    check_scalar(beta, f"{cls_name}.beta")
+    beta = check_scalar(beta, f"{cls_name}.beta")
     return Q, K, V, scalar_param(beta, f"{cls_name}.beta")
 
 

@@ -147,7 +147,7 @@ def solve(
         stepsize_controller, dt0 = jump_at_switches(dynamics, stepsize_controller, t0, t1, dt0, dtype)
     if max_steps is None:
         max_steps = default_max_steps(t0, t1, dt0, stepsize_controller)
-    check_int(max_steps, "max_steps", minimum=1)
+    check_int(max_steps, "max_steps", minimum=1, maximum=None)
     if max_steps > MAX_STEPS:
         raise ValueError(f"max_steps={max_steps} exceeds {MAX_STEPS} (diffrax counts steps in int32)")
     if adjoint is None:
