@@ -35,6 +35,8 @@ class PiecewiseConstant(eqx.Module):
         if jnp.ndim(self.values) < 1 or jnp.shape(self.values)[0] < 1:
             raise ValueError(f"PiecewiseConstant.values must have a leading layer axis of length >= 1, "
                              f"got shape {jnp.shape(self.values)}")
+        if is_concrete(self.values):  # traced values are checked where a model takes them (as_param)
+            check_finite(as_float_array(self.values, "PiecewiseConstant.values"), "PiecewiseConstant.values")
         check_scalar(self.dt, "PiecewiseConstant.dt", positive=True)
         check_scalar(self.t0, "PiecewiseConstant.t0")
 
