@@ -22,7 +22,7 @@ from transformer_pde import cli
 from transformer_pde.experiments import REGISTRY
 from transformer_pde.experiments._options import list_item_type, option_bounds
 
-SETTINGS = settings(max_examples=20, deadline=None, derandomize=True, database=None,
+SETTINGS = settings(max_examples=12, deadline=None, derandomize=True, database=None,
                     suppress_health_check=list(HealthCheck))
 
 
@@ -103,6 +103,8 @@ def check_refused(exp, name: str, text: str, out, capsys) -> str:
         cli.main(["run", exp.name, f"{flag}={text}", "--out", str(out), "--no-progress"])
     except SystemExit as e:
         err = capsys.readouterr().err
+        if "RanAnyway" in err:
+            pytest.fail(f"run {exp.name} {flag}={text!r} was accepted")
         assert e.code == 2, (exp.name, flag, text, e.code, err)
         lines = err.strip().splitlines()
         assert len(lines) == 1, (exp.name, flag, text, err)
