@@ -49,7 +49,7 @@ KINDS = {
     "str": "a string",
     "none": "None",
     "vector": "a vector where a scalar is expected",
-    "shape": "an array of the wrong shape",
+    "shape": "an array of the wrong rank (a matrix flattened, a vector with two more axes)",
     "dtype": "an array of strings or complex numbers",
     "big": "a number above the parameter's upper bound",
 }
@@ -481,9 +481,9 @@ def bad_value(kind: str, valid, param: Param, index: int = 0, magnitude: float =
     if kind == "vector":
         return np.full(3, valid if not is_array else 1.0, dtype=float)
     if kind == "shape":
-        if is_array:
+        if is_array:  # a matrix flattened, a vector given two more axes
             a = np.asarray(valid)
-            return a[..., :-1] if a.shape[-1] > 1 and a.ndim > 1 else a[None, None]
+            return a.reshape(-1) if a.ndim > 1 else a[None, None]
         return np.ones((2, 2))
     if kind == "dtype":
         a = np.asarray(valid) if is_array else np.asarray(1.0)
@@ -560,11 +560,20 @@ def names_param(message: str, words) -> bool:
     return any(re.search(rf"(?<![A-Za-z0-9_]){re.escape(w)}(?![A-Za-z0-9_])", message) for w in words)
 
 
+def error_message(e: BaseException) -> str:
+    """The message of an error: for ``eqx.error_if`` under jit, the message it was given (the
+    text around it is a traceback, whose source lines would name any parameter)."""
+    text = str(e)
+    found = re.findall(r"EquinoxRuntimeError: (.*)", text)
+    return found[-1].strip() if found else text
+
+
 def run_case(entry: Entry, param: Param, value, traced: bool = False) -> Outcome:
     try:
         out = call(entry, param, value, traced)
     except ALLOWED as e:
-        return Outcome("refused", first_line_naming(str(e), param.words), f"{type(e).__name__}: {e}")
+        msg = error_message(e)
+        return Outcome("refused", first_line_naming(msg, param.words), f"{type(e).__name__}: {msg}")
     if not _finite_leaves(out):
         return Outcome("returned", "a non-finite result", "")
     return Outcome("returned")
