@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 
 from fuzz_registry import EXEMPT, REGISTRY, TRACEABLE, bad_value, check_case, public_names, registered_names
 
-SETTINGS = settings(max_examples=3, deadline=None, derandomize=True, database=None,
+SETTINGS = settings(max_examples=2, deadline=None, derandomize=True, database=None,
                     phases=[Phase.explicit, Phase.generate],  # no shrinking: the failure names its value
                     suppress_health_check=list(HealthCheck))
 
