@@ -1,7 +1,7 @@
 """Bad inputs: every public entry point rejects them with an error naming the value.
 
-``BAD_INPUTS`` below is the documented list (rendered in ``docs/bad_inputs.md``; a test keeps
-the two in sync). Each case is a thunk that must raise ``exc`` with a message matching
+``BAD_INPUTS`` below is the documented list (rendered in ``docs/bad_inputs.md`` by
+``tests/fuzz/make_bad_inputs.py``, after the fuzz harness's table; a test keeps the two in sync). Each case is a thunk that must raise ``exc`` with a message matching
 ``match`` (the offending value and what was expected). Cases run outside ``jit`` (concrete
 values, ``ValueError``); the ``jit``/traced layer (``eqx.error_if``) and run-time NaNs
 (``NonFiniteStateError`` with the time) are tested separately below.
@@ -556,10 +556,10 @@ def test_sinkhorn_nonconvergence_is_a_result_not_nan():
         strict.velocity(x)
 
 
-if __name__ == "__main__":  # regenerate docs/bad_inputs.md
-    (ROOT / "docs").mkdir(exist_ok=True)
-    (ROOT / "docs" / "bad_inputs.md").write_text(render_doc())
-    print(f"wrote {ROOT / 'docs' / 'bad_inputs.md'} ({len(BAD_INPUTS) + len(CLI_BAD_INPUTS)} cases)")
+if __name__ == "__main__":  # docs/bad_inputs.md is written by the fuzz harness's script, this table in it
+    import runpy
+
+    runpy.run_path(str(ROOT / "tests" / "fuzz" / "make_bad_inputs.py"), run_name="__main__")
 
 
 def test_the_suite_checks_types_at_run_time():

@@ -103,7 +103,9 @@ def check_weights(weights, n: int, dtype, name: str = "weights"):
 
 
 def check_scalar(value, name: str, *, positive: bool = False, nonnegative: bool = False):
-    """A real scalar; concrete values are checked for finiteness and sign."""
+    """A real scalar, finite (and positive or non-negative where asked): a concrete value is
+    checked now (ValueError naming ``name``); a traced one (jit, vmap, grad) through
+    ``eqx.error_if`` with the same condition, so the caller must keep the returned value."""
     if is_concrete(value):
         arr = np.asarray(value)
         if arr.ndim != 0:
@@ -117,17 +119,37 @@ def check_scalar(value, name: str, *, positive: bool = False, nonnegative: bool 
             raise ValueError(f"{name} must be > 0, got {v}")
         if nonnegative and not v >= 0:
             raise ValueError(f"{name} must be >= 0, got {v}")
-    elif jnp.ndim(value) != 0:
+        return value
+    if jnp.ndim(value) != 0:
         raise ValueError(f"{name} must be a scalar, got shape {jnp.shape(value)}")
-    return value
+    # traced (jit, vmap, grad): the same conditions through eqx.error_if; use the returned value
+    v = jnp.asarray(value)
+    if not jnp.issubdtype(v.dtype, jnp.floating):
+        return value
+    bad = ~jnp.isfinite(v)
+    sign = ""
+    if positive:
+        bad, sign = bad | ~(v > 0), " and > 0"
+    elif nonnegative:
+        bad, sign = bad | ~(v >= 0), " and >= 0"
+    return eqx.error_if(v, bad, f"{name} must be finite{sign}")
 
 
-def check_int(value, name: str, *, minimum: int | None = None):
-    """A Python/NumPy integer (not bool), optionally ``>= minimum``."""
+INT_LIMIT = 2**31 - 1
+"""The largest count or size :func:`check_int` takes by default: JAX indexes and counts in int32,
+and a larger static size aborts XLA (the process dies, ``overflow in static extent product``)."""
+
+
+def check_int(value, name: str, *, minimum: int | None = None, maximum: int | None = INT_LIMIT):
+    """A Python/NumPy integer (not bool), optionally ``>= minimum``, and ``<= maximum`` (default
+    2**31 - 1, :data:`INT_LIMIT`; ``None``: unbounded)."""
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
         raise ValueError(f"{name} must be an integer, got {value!r} ({type(value).__name__})")
     if minimum is not None and value < minimum:
         raise ValueError(f"{name} must be >= {minimum}, got {value}")
+    if maximum is not None and value > maximum:
+        limit = "2**31 - 1, JAX counts in int32" if maximum == INT_LIMIT else f"{maximum}"
+        raise ValueError(f"{name} must be <= {maximum} ({limit}), got {value}")
     return int(value)
 
 
@@ -174,7 +196,7 @@ def check_in_range(value, name: str, *, low=None, high=None, low_open: bool = Fa
     return eqx.error_if(v, bad, f"{where}, and be finite")
 
 
-def check_count(value, name: str, *, minimum: int | None = None) -> int:
+def check_count(value, name: str, *, minimum: int | None = None, maximum: int | None = INT_LIMIT) -> int:
     """An integer count given as an int or an integral float (10.0 is 10); a non-integer (10.7),
     NaN, inf or bool is refused naming ``name`` -- never truncated."""
     if isinstance(value, (float, np.floating)) and not isinstance(value, bool):
@@ -184,7 +206,7 @@ def check_count(value, name: str, *, minimum: int | None = None) -> int:
     if isinstance(value, (np.ndarray, jax.Array)) and np.ndim(value) == 0 and is_concrete(value) and \
             jnp.issubdtype(value.dtype, jnp.integer):
         value = int(value)
-    return check_int(value, name, minimum=minimum)
+    return check_int(value, name, minimum=minimum, maximum=maximum)
 
 
 def check_key(key, name: str = "key"):

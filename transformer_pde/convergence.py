@@ -684,7 +684,7 @@ def convergence_study(
     ns = np.asarray(sorted({check_count(n, f"ns[{i}]", minimum=2) for i, n in enumerate(ns)}))
     if ns.size < 1:
         raise ValueError(f"ns must hold particle counts >= 2, got {ns.tolist()}")
-    seeds = [check_count(s, f"seeds[{i}]", minimum=0) for i, s in enumerate(seeds)]
+    seeds = [check_count(s, f"seeds[{i}]", minimum=0, maximum=2**32 - 1) for i, s in enumerate(seeds)]
     if len(set(seeds)) != len(seeds):
         twice = sorted({s for s in seeds if seeds.count(s) > 1})
         raise ValueError(f"seeds must be distinct (each is one independent sample; a repeat would "

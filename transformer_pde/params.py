@@ -44,6 +44,8 @@ class PiecewiseConstant(eqx.Module):
         if jnp.ndim(self.values) < 1 or jnp.shape(self.values)[0] < 1:
             raise ValueError(f"PiecewiseConstant.values must have a leading layer axis of length >= 1, "
                              f"got shape {jnp.shape(self.values)}")
+        if is_concrete(self.values):  # traced values are checked where a model takes them (as_param)
+            check_finite(as_float_array(self.values, "PiecewiseConstant.values"), "PiecewiseConstant.values")
         check_scalar(self.dt, "PiecewiseConstant.dt", positive=True)
         check_scalar(self.t0, "PiecewiseConstant.t0")
 
@@ -138,7 +140,7 @@ def bilinear_params(cls_name: str, Q, K, V, beta):
     if sv != (d, d):
         raise ValueError(f"{cls_name}: V must be square with shape ({d}, {d}) to match Q, K of shape "
                          f"{sq}, got V {sv}")
-    check_scalar(beta, f"{cls_name}.beta")
+    beta = check_scalar(beta, f"{cls_name}.beta")
     return Q, K, V, scalar_param(beta, f"{cls_name}.beta")
 
 

@@ -23,7 +23,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .._checks import check_in_range, check_points, check_weights
+from .._checks import as_float_array, check_finite, check_in_range, check_points, check_scalar, check_weights
 from .._types import PointsLike, Scalar, WeightsLike
 
 
@@ -172,7 +172,7 @@ def atoms(x, threshold: float | Scalar = 0.9999):
 
     Positions are the normalized means of each group; masses are token fractions.
     """
-    x = np.asarray(x)
+    x = np.asarray(check_points(x, "x"))
     labels = np.asarray(cluster_labels(jnp.asarray(x), threshold))
     reps = np.unique(labels)
     pos = np.stack([x[labels == r].mean(0) for r in reps])
@@ -188,7 +188,8 @@ def renyi_centers(x, delta):
     expected number for uniform tokens (Rényi parking, docs: math/causal.md#metastability-and-renyi-parking) is
     :func:`transformer_pde.theory.causal.expected_renyi_centers`.
     """
-    x = jnp.asarray(x)
+    x = check_points(x, "x")
+    delta = check_scalar(delta, "delta", nonnegative=True)
     n = x.shape[0]
     ang = jnp.arccos(jnp.clip(x @ x.T, -1.0, 1.0))
     earlier = jnp.arange(n)[None, :] < jnp.arange(n)[:, None]
@@ -197,6 +198,8 @@ def renyi_centers(x, delta):
 
 def gap_clusters(x, gap) -> int:
     """Clusters of points on the line: split the sorted points where consecutive gaps exceed ``gap``."""
+    x = check_finite(as_float_array(x, "x"), "x")
+    gap = check_scalar(gap, "gap", nonnegative=True)
     xs = np.sort(np.asarray(x, dtype=float).ravel())
     return int(1 + np.sum(np.diff(xs) > gap))
 

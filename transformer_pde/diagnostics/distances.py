@@ -105,6 +105,7 @@ def _checked_divergence(x, y, a, b, epsilon, p, threshold, max_iterations, batch
     if batch_size is not None and float(p) != 2:
         raise ValueError(f"batch_size streams the squared Euclidean cost only (p = 2), got p={p}")
     max_iterations = check_int(max_iterations, "max_iterations", minimum=1)
+    check_scalar(threshold, "threshold", positive=True)
     return _sinkhorn_divergence(x, y, a, b, jnp.asarray(epsilon, x.dtype), float(p),
                                 float(threshold), max_iterations, batch_size)
 

@@ -24,7 +24,7 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-from .._checks import check_in_range, check_scalar, check_weights, is_concrete
+from .._checks import check_in_range, check_points, check_scalar, check_weights
 from .._types import PointsLike, WeightsLike
 from ..models.perceptron import AbstractPotentialActivation, PerceptronBlock
 from ..models.sphere import tangent_projection
@@ -40,10 +40,7 @@ def _log_weights(w):
 
 
 def _check_beta(beta, positive=False):
-    check_scalar(beta, "beta", positive=positive)
-    if is_concrete(beta) and not positive and float(beta) < 0:
-        raise ValueError(f"beta must be >= 0, got {float(beta)}")
-    return beta
+    return check_scalar(beta, "beta", positive=positive, nonnegative=not positive)
 
 
 def _gram(x, D):
@@ -52,7 +49,8 @@ def _gram(x, D):
 
 def log_interaction_energy(x: PointsLike, beta, weights: WeightsLike | None = None, D=None) -> jax.Array:
     """log E_β, computed by log-sum-exp (finite even where E_β overflows, e.g. β > 700)."""
-    _check_beta(beta, positive=True)
+    x = check_points(x, "x")
+    beta = _check_beta(beta, positive=True)
     lw = _log_weights(_weights(x, weights))
     logits = beta * _gram(x, D) + lw[:, None] + lw[None, :]
     return jax.nn.logsumexp(logits) - jnp.log(2 * beta)
@@ -76,7 +74,8 @@ def normalized_energy(x: PointsLike, beta, weights: WeightsLike | None = None) -
     (2β e^β n²)^{-1} Σ e^{β⟨x_i,x_j⟩} tends to 0 with β; this one plateaus at Σ_k (m_k)^2
     while the tokens sit in well-separated clusters of masses m_k. Valid for β >= 0.
     """
-    _check_beta(beta)
+    x = check_points(x, "x")
+    beta = _check_beta(beta)
     w = _weights(x, weights)
     k = jnp.exp(beta * (x @ x.T - 1.0))
     return w @ k @ w
@@ -89,7 +88,8 @@ def attention_matrix(x: PointsLike, beta=1.0, *, Q=None, K=None, weights: Weight
     Rows are probability vectors (query i, key j; docs: math/attention.md#conventions); Q, K default to
     the identity. With ``causal=True`` only keys j <= i count (docs: math/causal.md#causal-attention).
     """
-    check_scalar(beta, "beta")
+    x = check_points(x, "x")
+    beta = check_scalar(beta, "beta")
     q = x if Q is None else x @ jnp.asarray(Q, x.dtype).T
     k = x if K is None else x @ jnp.asarray(K, x.dtype).T
     logits = beta * (q @ k.T) + _log_weights(_weights(x, weights))[None, :]
@@ -115,6 +115,7 @@ def numerical_rank(P, rtol=1e-3) -> jax.Array:
 def mean_token(x: PointsLike, weights: WeightsLike | None = None) -> jax.Array:
     """The barycenter Σ_i w_i x_i (its norm is 1 exactly at a Dirac on the sphere; the
     β = 0 dynamics is ẋ_i = P⊥_{x_i} of it, docs: math/sphere.md#the-projected-flow)."""
+    x = check_points(x, "x")
     return _weights(x, weights) @ x
 
 

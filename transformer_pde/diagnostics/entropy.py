@@ -22,7 +22,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .._checks import check_scalar, check_weights, is_concrete
+from .._checks import check_count, check_scalar, check_weights, is_concrete
 
 __all__ = ["check_normalized", "relative_entropy"]
 
@@ -116,12 +116,12 @@ def check_normalized(log_density: Callable, dim: int, *, scale: float = 1.0, lev
         tol: tolerance on the mass and on the last shell.
         center: the boxes' centre (default 0).
     """
-    if int(dim) not in (1, 2, 3):
+    dim = check_count(dim, "dim", minimum=1)
+    if dim not in (1, 2, 3):
         raise ValueError(f"check_normalized: quadrature needs dim 1, 2 or 3, got {dim}")
     check_scalar(scale, "scale", positive=True)
     check_scalar(tol, "tol", positive=True)
-    if int(levels) < 2:
-        raise ValueError(f"check_normalized: levels must be >= 2, got {levels}")
+    levels = check_count(levels, "levels", minimum=2, maximum=64)  # 2**levels nodes per axis
     d = int(dim)
     nodes = {1: 32, 2: 16, 3: 8}[d]
     p, w, lev = _graded_rule(float(scale), int(levels), nodes)

@@ -23,7 +23,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .._checks import check_scalar
+from .._checks import as_float_array, check_count, check_finite, check_scalar
 
 __all__ = ["kde_critical_points", "kde_modes"]
 
@@ -49,6 +49,9 @@ def kde_critical_points(samples, beta, *, resolution: float = 0.05, block: int =
 
     Returns ``(modes, minima)`` as Python ints.
     """
+    samples = check_finite(as_float_array(samples, "samples"), "samples")
+    check_scalar(resolution, "resolution", positive=True)
+    block = check_count(block, "block", minimum=1)
     x = np.sort(np.asarray(samples, dtype=float).ravel())
     if x.size < 1:
         raise ValueError("kde_critical_points needs at least one sample")

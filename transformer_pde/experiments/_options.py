@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import ast
 import dataclasses
+import functools
 import inspect
 import math
 import textwrap
@@ -257,7 +258,13 @@ COMMON_HELP = {
 def option_docs(cls) -> dict[str, str]:
     """The attribute docstrings of a config class (the string under a field, PEP 257), by option
     name, else :data:`COMMON_HELP`: the help texts of ``transformer-pde run NAME --help``. Read
-    from the source, so a class defined where no source is kept has only the common ones."""
+    from the source, so a class defined where no source is kept has only the common ones.
+    Parsed once per class (reading the source is most of the time of parsing a command line)."""
+    return dict(_option_docs(cls))
+
+
+@functools.lru_cache(maxsize=None)
+def _option_docs(cls) -> dict[str, str]:
     names = {f.name for f in dataclasses.fields(cls)}
     docs: dict[str, str] = {k: v for k, v in COMMON_HELP.items() if k in names}
     for klass in reversed(cls.__mro__):

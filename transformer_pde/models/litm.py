@@ -47,8 +47,8 @@ class LitMCircle(AbstractDynamics):
     lam: jax.Array
 
     def __init__(self, beta=1.0, lam=1.0):
-        check_scalar(beta, "LitMCircle.beta", nonnegative=True)
-        check_scalar(lam, "LitMCircle.lam", nonnegative=True)
+        beta = check_scalar(beta, "LitMCircle.beta", nonnegative=True)
+        lam = check_scalar(lam, "LitMCircle.lam", nonnegative=True)
         self.beta = scalar_param(beta)
         self.lam = scalar_param(lam)
 

@@ -32,7 +32,7 @@ class MeanShift(AbstractDynamics):
     beta: jax.Array
 
     def __init__(self, beta):
-        check_scalar(beta, "MeanShift.beta", positive=True)
+        beta = check_scalar(beta, "MeanShift.beta", positive=True)
         self.beta = scalar_param(beta)
 
     @property

@@ -86,7 +86,7 @@ class Norm(eqx.Module):
     gain: Float[Array, " d"] | None
 
     def __init__(self, scale=1.0, gain=None):
-        check_scalar(scale, "Norm.scale", positive=True)
+        scale = check_scalar(scale, "Norm.scale", positive=True)
         self.scale = scalar_param(scale)
         if gain is not None:
             gain = check_finite(as_float_array(gain, "Norm.gain"), "Norm.gain")
@@ -234,7 +234,7 @@ class PeriLN(AbstractNormalizationScheme):
 def _check_positive(value, name: str):
     """A positive scalar, or a positive vector; stored as a JAX array."""
     if jnp.ndim(value) == 0:
-        check_scalar(value, name, positive=True)
+        value = check_scalar(value, name, positive=True)
         return scalar_param(value)
     arr = check_finite(as_float_array(value, name), name)
     if arr.ndim != 1:
@@ -325,7 +325,7 @@ class LNScaling(AbstractNormalizationScheme):
 
     def __init__(self, dynamics, depth_scale, *, norm=None):
         self.dynamics = dynamics
-        check_scalar(depth_scale, "LNScaling.depth_scale", positive=True)
+        depth_scale = check_scalar(depth_scale, "LNScaling.depth_scale", positive=True)
         self.depth_scale = scalar_param(depth_scale)
         dim = dynamics.dim if isinstance(dynamics, AbstractDynamics) else None
         self.norm = _check_norm(norm, "LNScaling", "norm", dim)

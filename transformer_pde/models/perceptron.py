@@ -95,7 +95,7 @@ class PerceptronBlock(AbstractManifoldDynamics):
     activation: AbstractActivation
 
     def __init__(self, beta, a, omega, *, sign: float = 1.0, activation=None):
-        check_scalar(beta, "PerceptronBlock.beta", nonnegative=True)
+        beta = check_scalar(beta, "PerceptronBlock.beta", nonnegative=True)
         a = jnp.asarray(a, dtype=jnp.result_type(float))
         omega = jnp.asarray(omega, dtype=jnp.result_type(float))
         if a.ndim != 2 or omega.shape != (a.shape[0],):

@@ -39,7 +39,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .._checks import check_scalar
+from .._checks import check_count, check_scalar
 from .base import AbstractDynamics
 from .sphere import tangent_projection
 
@@ -63,17 +63,13 @@ class GaussianHeads(eqx.Module):
 
     def __init__(self, d: int, beta=1.0, *, k: int | None = None, sigma_V=None, sigma_A=1.0,
                  v_mean=0.0):
-        if int(d) < 2:
-            raise ValueError(f"GaussianHeads needs d >= 2, got d={d}")
-        self.d = int(d)
-        self.k = self.d if k is None else int(k)
-        if self.k < 1:
-            raise ValueError(f"GaussianHeads needs k >= 1, got k={k}")
-        check_scalar(beta, "beta", nonnegative=True)
+        self.d = check_count(d, "GaussianHeads d", minimum=2)
+        self.k = self.d if k is None else check_count(k, "GaussianHeads k", minimum=1)
+        beta = check_scalar(beta, "beta", nonnegative=True)
         sigma_V = (self.d - 1) ** -0.5 if sigma_V is None else sigma_V
-        check_scalar(sigma_V, "sigma_V", positive=True)
-        check_scalar(sigma_A, "sigma_A", nonnegative=True)
-        check_scalar(v_mean, "v_mean")
+        sigma_V = check_scalar(sigma_V, "sigma_V", positive=True)
+        sigma_A = check_scalar(sigma_A, "sigma_A", nonnegative=True)
+        v_mean = check_scalar(v_mean, "v_mean")
         self.beta, self.sigma_V, self.sigma_A, self.v_mean = (float(beta), float(sigma_V),
                                                                float(sigma_A), float(v_mean))
 

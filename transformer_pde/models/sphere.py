@@ -11,7 +11,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .._checks import check_int, check_key, check_points, is_concrete
+from .._checks import as_float_array, check_count, check_finite, check_int, check_key, check_points, check_scalar, is_concrete
 from .._types import Points, PointsLike
 from .base import (
     AbstractDynamics,
@@ -213,7 +213,14 @@ def uniform_sphere(key, n: int, d: int, dtype=None) -> Points:
 
 def cap_sample(key, center, n: int, spread: float) -> Points:
     """n points on S^{d-1} near ``center``: normalize(center + spread · Gaussian)."""
-    center = jnp.asarray(center)
+    n = check_count(n, "n", minimum=1)
+    spread = check_scalar(spread, "spread", nonnegative=True)
+    check_key(key, "key")
+    center = check_finite(as_float_array(center, "center"), "center")
+    if center.ndim != 1 or center.shape[0] < 2:
+        raise ValueError(f"center must be a vector of dimension d >= 2, got shape {center.shape}")
+    if is_concrete(center) and not np.any(np.asarray(center)):
+        raise ValueError("center must be nonzero (it is normalized onto the sphere)")
     center = center / jnp.linalg.norm(center)
     z = center[None, :] + spread * jax.random.normal(key, (n, center.shape[0]), center.dtype)
     return z / jnp.linalg.norm(z, axis=-1, keepdims=True)

@@ -88,6 +88,9 @@ class AbstractSwitched(AbstractRetractedDynamics):
 
 
 def check_switch_time(value, owner: str) -> float:
+    if not is_concrete(value):  # static: it picks the parts a solve integrates between
+        raise ValueError(f"{owner}.switch_time must be a concrete number (it is static structure of "
+                         f"the model), got a traced value; build the model outside jit")
     check_scalar(value, f"{owner}.switch_time")
     return float(value)
 

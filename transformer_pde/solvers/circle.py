@@ -137,7 +137,7 @@ class CircleDensity(AbstractState):
         elif modes is not None:
             raise ValueError("modes= is for a function; grid values set the modes themselves")
         rho = as_float_array(rho, "CircleDensity.rho")
-        check_scalar(sigma, "CircleDensity.sigma", nonnegative=True)
+        sigma = check_scalar(sigma, "CircleDensity.sigma", nonnegative=True)
         if rho.ndim != 1 or rho.shape[0] < 4 or rho.shape[0] % 2:
             raise ValueError(f"CircleDensity needs values on an even grid of N >= 4 points, got shape {rho.shape}")
         if is_concrete(rho):

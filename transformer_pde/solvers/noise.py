@@ -128,7 +128,7 @@ class Noise(eqx.Module):
         if callable(sigma):
             self.sigma = sigma
         else:
-            check_scalar(sigma, "Noise.sigma", nonnegative=True)
+            sigma = check_scalar(sigma, "Noise.sigma", nonnegative=True)
             self.sigma = sigma if isinstance(sigma, jax.Array) else jnp.asarray(sigma, dtype=float)
         if path is None:
             path = BrownianTree()

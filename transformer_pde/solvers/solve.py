@@ -147,7 +147,7 @@ def solve(
     stepsize_controller, dt0 = jump_at_switches(dynamics, stepsize_controller, t0, t1, dt0, dtype)
     if max_steps is None:
         max_steps = default_max_steps(t0, t1, dt0, stepsize_controller)
-    check_int(max_steps, "max_steps", minimum=1)
+    check_int(max_steps, "max_steps", minimum=1, maximum=None)
     if max_steps > MAX_STEPS:
         raise ValueError(f"max_steps={max_steps} exceeds {MAX_STEPS} (diffrax counts steps in int32)")
     if adjoint is None:
@@ -159,7 +159,7 @@ def solve(
     if not (is_concrete(t0) and is_concrete(t1)):  # the concrete case was refused above
         t1a = eqx.error_if(t1a, ~(t1a > t0a), "solve: must have t1 > t0 (time runs forward)")
     sol = _solve(dynamics, state, t0a, t1a,
-                 None if dt0 is None else jnp.asarray(dt0, dtype), ts, fn, solver, stepsize_controller,
+                 None if dt0 is None else jnp.asarray(check_scalar(dt0, "dt0", positive=True), dtype), ts, fn, solver, stepsize_controller,
                  adjoint, int(max_steps), progress_meter or diffrax.NoProgressMeter(), bool(throw),
                  event is not None, criterion, noise, brownian)
     if throw and event is not None and isinstance(sol, Solution):
@@ -337,8 +337,8 @@ def _raise_if_nonfinite(sol: Solution) -> Solution:
 
 
 def as_time(value, name, dtype):
-    check_scalar(value, name)
-    return jnp.asarray(value, dtype=dtype)
+    """A finite time as a scalar array (traced: the check through eqx.error_if)."""
+    return jnp.asarray(check_scalar(value, name), dtype=dtype)
 
 
 def check_times(t0, t1, dt0, ts, dtype):

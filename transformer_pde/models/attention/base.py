@@ -25,7 +25,7 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 
-from ..._checks import check_points, check_scalar, check_weights
+from ..._checks import check_count, check_points, check_scalar, check_weights
 from ..._linalg import symmetrize
 from ..._types import Param, Points, PointsLike, Queries, QueriesLike, Weights, WeightsLike
 from ...kernels.backends import AbstractBackend, KernelReport
@@ -89,7 +89,7 @@ class AbstractBilinearAttention(AbstractAttention):
     def identity(cls, d: int, beta=1.0, *, dtype=None, **kwargs):
         """Q = K = V = I_d: the SA (softmax) and USA (unnormalized) models of GLPR
         (docs: math/sphere.md#the-projected-flow)."""
-        eye = jnp.eye(d, dtype=dtype)
+        eye = jnp.eye(check_count(d, f"{cls.__name__}.identity d", minimum=1), dtype=dtype)
         return cls(eye, eye, eye, beta, **kwargs)
 
     @property

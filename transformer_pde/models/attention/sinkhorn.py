@@ -80,9 +80,8 @@ class SinkhornAttention(AbstractBilinearAttention, AbstractKernelAttention, Abst
                  backend: AbstractBackend | None = None):
         name = type(self).__name__
         self.Q, self.K, self.V, self.beta = bilinear_params(name, Q, K, V, beta)
-        check_scalar(epsilon, f"{name}.epsilon", positive=True)
-        if not threshold > 0:
-            raise ValueError(f"{name}.threshold must be > 0, got {threshold}")
+        epsilon = check_scalar(epsilon, f"{name}.epsilon", positive=True)
+        check_scalar(threshold, f"{name}.threshold", positive=True)
         check_int(max_iterations, f"{name}.max_iterations", minimum=1)
         self.epsilon = scalar_param(epsilon, f"{name}.epsilon")
         self.threshold = float(threshold)

@@ -148,7 +148,7 @@ class CausalSoftmaxAttention(AbstractCausalAttention, _AbstractSoftmax):
         name = type(self).__name__
         self.Q, self.K, self.V, self.beta = bilinear_params(name, Q, K, V, beta)
         self.backend = bind_backend(backend, name, Q=self.Q, K=self.K, beta=self.beta, causal=True)
-        check_scalar(alibi, f"{name}.alibi", nonnegative=True)
+        alibi = check_scalar(alibi, f"{name}.alibi", nonnegative=True)
         self.alibi = scalar_param(alibi)
         self.include_self = bool(include_self)
 
@@ -248,7 +248,7 @@ def _multihead_params(name: str, Q, K, V, W, beta):
         raise ValueError(f"{name}: V must have shape (H, k_v, d) = ({H}, k_v, {d}), got {sv}")
     if sw != (H, d, sv[1]):
         raise ValueError(f"{name}: W must have shape (H, d, k_v) = ({H}, {d}, {sv[1]}), got {sw}")
-    check_scalar(beta, f"{name}.beta")
+    beta = check_scalar(beta, f"{name}.beta")
     return Q, K, V, W, scalar_param(beta)
 
 

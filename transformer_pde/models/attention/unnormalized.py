@@ -40,7 +40,7 @@ class _AbstractSigmoid(AbstractBilinearAttention):
 def _sigmoid_params(name, Q, K, V, beta, bias, layout):
     Q, K, V, beta = bilinear_params(name, Q, K, V, beta)
     layout = check_layout(layout, f"{name}.layout")
-    check_scalar(bias, f"{name}.bias")
+    bias = check_scalar(bias, f"{name}.bias")
     return Q, K, V, beta, scalar_param(bias), layout
 
 
@@ -112,7 +112,7 @@ class _AbstractUnnormalized(AbstractBilinearAttention, AbstractKernelAttention):
 
 def _unnormalized_params(name, Q, K, V, beta, shift):
     Q, K, V, beta = bilinear_params(name, Q, K, V, beta)
-    check_scalar(shift, f"{name}.shift")
+    shift = check_scalar(shift, f"{name}.shift")
     return Q, K, V, beta, scalar_param(shift)
 
 
