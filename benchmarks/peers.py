@@ -256,10 +256,11 @@ def main(argv=None) -> int:
             print(f"[{r + 1}/{args.repeats}] {case.name}: peer {rec['peer'][-1]['wall_s']:.1f} s, "
                   f"ours {rec['first'][-1]['wall_s']:.1f} / {rec['second'][-1]['wall_s']:.1f} s "
                   f"(load {rec['load'][-1]:.1f})", flush=True)
-    table = markdown(todo, results, outcomes, args)
-    (args.out / "peers.md").write_text(table)
-    (args.out / "peers.json").write_text(json.dumps(dict(results=results, outcomes=outcomes,
-                                                         machine=machine(args)), indent=1))
+        # after every repeat: the table so far (a long run stopped early keeps what it measured)
+        table = markdown(todo, results, outcomes, args)
+        (args.out / "peers.md").write_text(table)
+        (args.out / "peers.json").write_text(json.dumps(dict(results=results, outcomes=outcomes,
+                                                             machine=machine(args)), indent=1))
     print(table)
     if not args.keep:
         shutil.rmtree(work, ignore_errors=True)
@@ -286,7 +287,8 @@ def _cpu_name() -> str:
 
 
 def markdown(todo, results, outcomes, args) -> str:
-    lines = [f"Whole process, median of {args.repeats} interleaved repeats (peer, ours with an empty "
+    done = min(len(results[c.name]["second"]) for c in todo)
+    lines = [f"Whole process, median of {done} interleaved repeats (peer, ours with an empty "
              f"compile cache, ours with it warm); peak memory = max RSS.", "",
              "| experiment | peer | ours 1st | ours 2nd | peer / ours 1st | peer / ours 2nd "
              "| peak MiB peer / 1st / 2nd | memory ours / peer |",
