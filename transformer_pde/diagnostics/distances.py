@@ -19,12 +19,9 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
-from ott.geometry import costs, pointcloud
-from ott.tools import sinkhorn_divergence as _sd
 
 from .._checks import check_block_size, check_int, check_points, check_scalar, check_weights, is_concrete
 from .._linalg import sqrtm_psd
-from ..kernels.point_clouds import StreamingSqEuclideanCloud
 
 
 def bures_wasserstein(mean1, cov1, mean2, cov2) -> jax.Array:
@@ -61,6 +58,8 @@ def _check_psd(cov, name):
 
 
 def _cost(p):
+    from ott.geometry import costs
+
     return costs.SqEuclidean() if p == 2 else costs.EuclideanP(p)
 
 
@@ -118,6 +117,11 @@ def _wasserstein_of(div, p):
 
 @functools.partial(jax.jit, static_argnums=(5, 6, 7, 8))
 def _sinkhorn_divergence(x, y, a, b, epsilon, p, threshold, max_iterations, batch_size):
+    from ott.geometry import pointcloud  # ott (and scipy.stats) only where a divergence is computed
+    from ott.tools import sinkhorn_divergence as _sd
+
+    from ..kernels.point_clouds import StreamingSqEuclideanCloud
+
     cloud = pointcloud.PointCloud if batch_size is None else StreamingSqEuclideanCloud
     kwargs = {} if batch_size is None else {"batch_size": batch_size}
     with jax.numpy_rank_promotion("allow"):  # ott broadcasts implicitly inside

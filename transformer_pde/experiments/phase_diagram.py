@@ -172,7 +172,8 @@ def figures(res: Result, cfg: PhaseDiagramConfig, out_dir) -> list:
         for a in range(len(hb)):
             for c in range(len(ht)):
                 ax = axs[a, c]
-                ax.hist(ang[a, c], bins=bins, color="C0")
+                # the histogram as one filled outline, not 90 bar patches (the same picture, 1/10 the time)
+                ax.stairs(np.histogram(ang[a, c], bins=bins)[0], bins, fill=True, color="C0")
                 ax.set_title(f"β = {hb[a]:.3g}, t = {ht[c]:g}", fontsize=9)
                 ax.set_yticks([])
         for ax in axs[-1]:

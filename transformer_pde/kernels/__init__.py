@@ -18,7 +18,7 @@
   field each token feels inside its batch).
 """
 
-from . import backends, binding, exact, fast, platforms, point_clouds, random_partition, reduction
+from . import backends, binding, exact, fast, platforms, random_partition, reduction
 from .backends import AbstractBackend, Auto, Exact, Fast, KernelReport, automatic, bind_backend
 from .binding import ScoreBox
 from .exact import (
@@ -69,3 +69,13 @@ __all__ = [
     "softmax_average",
     "Streaming",
 ]
+
+
+def __getattr__(name):
+    # point_clouds subclasses ott-jax's PointCloud: importing ott (and scipy.stats, ~1-2 s) is left
+    # to the runs that use Sinkhorn, not paid by every import of the kernels
+    if name == "point_clouds":
+        import importlib
+
+        return importlib.import_module(f"{__name__}.point_clouds")
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

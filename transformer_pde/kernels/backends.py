@@ -79,7 +79,6 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
-from ott.geometry import costs, geometry
 
 from . import exact
 from .binding import ScoreBox, score_box
@@ -92,7 +91,6 @@ from .fast import (
     plan_gaussian_sum,
 )
 from .platforms import current_platform, fast_platforms, no_fast_path_message
-from .point_clouds import FastDotCloud, StreamingDotCloud
 from .reduction import SoftmaxReduction, gather_keys, keys_over_devices
 
 __all__ = [
@@ -207,7 +205,7 @@ class AbstractBackend(eqx.Module):
         return self
 
     @abc.abstractmethod
-    def dot_cost_geometry(self, a, b, scale, *, epsilon, dtype) -> geometry.Geometry:
+    def dot_cost_geometry(self, a, b, scale, *, epsilon, dtype) -> "ott.geometry.geometry.Geometry":
         """An ott-jax geometry for the cost ``c_ij = -scale ⟨a_i, b_j⟩`` with regularization
         ``epsilon``, whose log-sum-exp kernel this backend computes (Sinkhorn attention)."""
 
@@ -247,6 +245,10 @@ class Exact(AbstractBackend):
         return jax.vmap(head)(*stacked)  # one batched kernel
 
     def dot_cost_geometry(self, a, b, scale, *, epsilon, dtype):
+        from ott.geometry import costs, geometry  # ott (and scipy.stats) only where Sinkhorn runs
+
+        from .point_clouds import StreamingDotCloud
+
         blocks = self.layout.blocks(a.shape[0], b.shape[0])
         if blocks is None:
             return geometry.Geometry(cost_matrix=-scale * (a @ b.T), epsilon=epsilon)
@@ -384,6 +386,8 @@ class _AbstractGaussianBackend(AbstractBackend):
     def _fast_geometry(self, plan, a, b, scale, epsilon, dtype, layout):
         # c_ij = -scale <a_i, b_j>: each Sinkhorn half-iteration a Gaussian sum of bandwidth
         # scale/eps; ott's applications to a vector run on the exact kernel (``layout``'s blocks)
+        from .point_clouds import FastDotCloud  # ott only where Sinkhorn runs
+
         blocks = layout.blocks(a.shape[0], b.shape[0])
         return FastDotCloud(a.astype(dtype), b.astype(dtype), jnp.asarray(scale).astype(dtype),
                             backend=self, plan=plan, batch_size=blocks[1] if blocks else None,

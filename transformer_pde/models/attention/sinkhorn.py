@@ -6,8 +6,6 @@ from __future__ import annotations
 import equinox as eqx
 import jax
 import jax.numpy as jnp
-from ott.problems.linear import linear_problem
-from ott.solvers.linear import sinkhorn
 
 from ..._checks import check_int, check_points, check_scalar, check_weights, is_concrete
 from ..._linalg import sqrtm_psd, symmetrize
@@ -99,6 +97,9 @@ class SinkhornAttention(AbstractBilinearAttention, AbstractKernelAttention, Abst
         # the cost c_ij = -β<Q x_i, K x_j> (row i = query), its kernel computed by the backend
         geom = self.backend.dot_cost_geometry(x @ Q.T, x @ K.T, self.beta, epsilon=self.epsilon,
                                               dtype=x.dtype)
+        from ott.problems.linear import linear_problem  # ott only where Sinkhorn runs
+        from ott.solvers.linear import sinkhorn
+
         problem = linear_problem.LinearProblem(geom, a=weights, b=weights)
         # inner_iterations=1 so the iteration count and the check happen every step
         solver = sinkhorn.Sinkhorn(threshold=self.threshold, max_iterations=self.max_iterations,
