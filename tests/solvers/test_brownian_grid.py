@@ -34,11 +34,15 @@ def test_covariance_is_min_s_t():
 def test_chen_relation_and_value():
     """W(s, u) = W(s, t) + W(t, u) for times on and off the grid (one path, not fresh draws)."""
     p = _path(jax.random.key(3))
+    inc = jax.jit(lambda s, t: p.evaluate(s, t))
+    val = jax.jit(lambda t: p.evaluate(t))
     for s, t, u in [(0.1, 0.3, 0.95), (0.0, 0.25, 0.5), (0.3, 0.7, 0.7001), (0.25, 0.26, 0.74)]:
-        np.testing.assert_allclose(p.evaluate(s, u), p.evaluate(s, t) + p.evaluate(t, u), atol=1e-13)
-        np.testing.assert_allclose(p.evaluate(s, u), p.evaluate(u) - p.evaluate(s), atol=1e-13)
+        s, t, u = (jnp.asarray(v) for v in (s, t, u))
+        np.testing.assert_allclose(inc(s, u), inc(s, t) + inc(t, u), atol=1e-13)
+        np.testing.assert_allclose(inc(s, u), val(u) - val(s), atol=1e-13)
 
 
+@pytest.mark.slow
 def test_one_path_for_chunks_and_common_grid():
     """The default path of a constant-step run is the grid of dt0: a run equals the same run cut in
     two (one Brownian interval), and a run with step 2h on BrownianGrid(dt=h) ends at the same
@@ -53,17 +57,20 @@ def test_one_path_for_chunks_and_common_grid():
     second = tp.solve(dyn, first, t0=0.5, t1=1.0, dt0=0.125, noise=noise, key=key,
                       brownian_interval=(0.0, 1.0), event=None).xs[-1]
     np.testing.assert_allclose(second, whole, atol=1e-12)
-    # one path on the grid 2^-9 seen by Heun (strong order 1 for this Stratonovich SDE) at steps
-    # 2^-4 .. 2^-7 against the step 2^-9: errors fall ~2x per halving
+    # one path on the grid 2^-9 seen by Heun at steps 2^-4 .. 2^-7 against the step 2^-9: the
+    # strong error falls at order 1/2 (the projected noise σP⊥_x dB does not commute); a fresh
+    # path per step size would not converge at all
     fine = tp.Noise(0.7, path=BrownianGrid(dt=2.0**-9))
     run = lambda h: tp.solve(dyn, x0, t1=0.5, dt0=h, solver=diffrax.Heun(), noise=fine, key=key,  # noqa: E731
                              event=None).xs[-1]
     ref = run(2.0**-9)
-    errs = [float(jnp.max(jnp.linalg.norm(run(2.0**-k) - ref, axis=-1))) for k in (4, 5, 6)]
-    rates = np.log2(np.asarray(errs[:-1]) / np.asarray(errs[1:]))
-    assert np.all(rates > 0.7), (errs, rates)
+    ks = np.arange(4, 8)
+    errs = np.asarray([float(jnp.mean(jnp.linalg.norm(run(2.0**-k) - ref, axis=-1))) for k in ks])
+    slope = -np.polyfit(ks, np.log2(errs), 1)[0]
+    assert 0.3 < slope < 1.3 and errs[-1] < errs[0] / 2, (errs, slope)
 
 
+@pytest.mark.slow
 def test_gradient_through_the_grid_path():
     """jax.grad of a noisy run in σ (default path, default adjoint) matches a central difference."""
     dyn = tp.Sphere(tp.SoftmaxAttention.identity(3, 1.0, backend=tp.kernels.Exact()))
