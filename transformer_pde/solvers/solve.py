@@ -93,10 +93,12 @@ def solve(
             layer); an ODE solver such as Tsit5 is refused. A ``tp.Gaussian`` takes noise as
             Σ' += σ²I (an ODE: no key, default solver Tsit5); a plain ODE state refuses it.
         key: the PRNG key of the run's Brownian path (required with noise): the same key gives
-            the same path (a virtual Brownian tree over the run), and gradients follow it. Runs
-            with different steps see the same Brownian motion at the dyadic points of the interval;
-            for strong comparisons across step sizes give them one resolution,
-            ``tp.Noise(σ, tol=...)`` below the smallest step.
+            the same path, and gradients follow it. Constant steps draw it on the grid of dt0
+            (``tp.BrownianGrid()``, one draw per token and step), adaptive steps and the SRK
+            solvers from a virtual Brownian tree (``tp.BrownianTree()``). For strong comparisons
+            across step sizes give the runs one path: ``tp.Noise(σ, path=tp.BrownianGrid(dt=h))``
+            with h the smallest step (steps multiples of h), or ``tp.BrownianTree(tol=...)``
+            below it.
             The SRK solvers (SPaRK, ShARK, ...) draw a tree with space-time Lévy area, whose path
             differs from the plain tree of Euler/Heun/EulerHeun for the same key: compare runs
             path by path within one of these two families.
