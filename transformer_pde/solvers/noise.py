@@ -14,8 +14,9 @@ how it acts on a state is the state's (:mod:`.states`: particles and tracers mov
 :class:`~transformer_pde.Gaussian` gains Σ' += σ²I, a plain ODE refuses noise).
 
 ``tp.solve`` integrates the SDE with diffrax: ``MultiTerm(ODETerm(drift), ControlTerm(diffusion,
-VirtualBrownianTree(...)))``, one Brownian tree per run from one key (same key, same path; adaptive
-steps and gradients supported), with any diffrax SDE solver: Itô (``Euler``) or Stratonovich
+path))``, one Brownian path per run from one key (same key, same path; chunks and gradients
+supported): drawn cell by cell on the grid of dt0 for constant steps (:class:`BrownianGrid`), a
+virtual Brownian tree for adaptive steps and Lévy area (:class:`BrownianTree`), with any diffrax SDE solver: Itô (``Euler``) or Stratonovich
 (``EulerHeun``, ``Heun``, ``Midpoint``, ``ReversibleHeun``, ``SPaRK``, ``GeneralShARK``,
 ``SlowRK``), and for additive noise also ``ShARK``, ``SRA1``, ``SEA``. On the sphere Itô and
 Stratonovich solvers converge to the same process: the retraction x/|x| that ends each step adds
@@ -56,7 +57,8 @@ class AbstractBrownian(eqx.Module):
 
 
 class BrownianTree(AbstractBrownian):
-    """A ``diffrax.VirtualBrownianTree`` over the run (the default): any steps, adaptive ones
+    """A ``diffrax.VirtualBrownianTree`` over the run (the default for adaptive steps and the SRK
+    solvers, which need Lévy area): any steps, adaptive ones
     included; a run and its refinement see one path (strong errors), chunks of a run too.
 
     Args:
