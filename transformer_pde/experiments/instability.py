@@ -9,6 +9,12 @@ noise, weighted deterministic particles θ_j = 2πj/n with weights ∝ 1 + ε co
 rule for ρ0, spectrally accurate, docs: math/mean_field.md#quadrature-references) through
 ``tp.solve(dyn, tp.Particles(x, w))``. The rate is the least-squares slope of log|ρ̂_k(t)| on [0, t1], where ε
 e^{λt} stays linear.
+
+How long i.i.d. particles follow the mean field (noiseless): n tokens drawn uniformly stay near
+the uniform law, which the mean field keeps forever, but their Fourier modes start at
+|ρ̂_k| ~ n^{−1/2} and grow as e^{λ_k t}, so the largest mode M(t) = max_{k<=k_max} |ρ̂_k(t)|
+leaves the O(n^{−1/2}) band, reaching a fixed δ, at T_n ≈ log(δ√n)/λ_max: T_n against log n has
+slope 1/(2λ_max), λ_max = max_k λ_k (averaged over seeds; the arrays ``follow_*``).
 """
 
 from __future__ import annotations
@@ -52,10 +58,25 @@ class InstabilityConfig(Options):
     """Weighted deterministic particles θ_j = 2πj/n."""
     rtol: Annotated[float, Gt(0)] = 1e-11
     """Relative tolerance of the adaptive solves (atol = rtol/100)."""
+    follow_n_min: Annotated[int, Ge(8)] = 256
+    """Smallest n of the i.i.d. particles that follow the mean field (powers of 2 up to the max)."""
+    follow_n_max: Annotated[int, Ge(16)] = 4096
+    """Largest n of the i.i.d. particles."""
+    follow_seeds: Annotated[int, Ge(1)] = 8
+    """Independent draws per n."""
+    follow_delta: Annotated[float, Gt(0)] = 0.3
+    """The level δ of max_k |ρ̂_k| that ends the following (δ >> n^{-1/2})."""
+    follow_dt: Annotated[float, Gt(0)] = 0.05
+    """Step of the particle runs (Tsit5, constant steps)."""
 
     def validate(self):
         if self.n <= 2 * self.k_max or self.modes <= self.k_max:
             raise ValueError(f"n = {self.n} and modes = {self.modes} must exceed the modes k <= {self.k_max}")
+        if self.follow_n_max < 2 * self.follow_n_min:
+            raise ValueError(f"follow_n_max = {self.follow_n_max} must be at least twice follow_n_min = "
+                             f"{self.follow_n_min} (two sizes or more)")
+        if not self.follow_delta < 1:
+            raise ValueError(f"follow_delta = {self.follow_delta} must be < 1 (|ρ̂_k| <= 1)")
 
 
 def _theory(cfg, sigma):
@@ -66,6 +87,41 @@ def _theory(cfg, sigma):
 
 def _slope(ts, amp):
     return float(np.polyfit(ts, np.log(amp), 1)[0])
+
+
+def _first_crossing(ts, m, delta):
+    """First time m(t) reaches delta (log-linear between saves); inf if it never does."""
+    above = np.nonzero(m >= delta)[0]
+    if len(above) == 0:
+        return np.inf
+    i = above[0]
+    if i == 0:
+        return float(ts[0])
+    a, b = np.log(max(m[i - 1], 1e-300)), np.log(m[i])
+    return float(ts[i - 1] + (ts[i] - ts[i - 1]) * (np.log(delta) - a) / (b - a))
+
+
+def _follow(cfg, dyn, lam_max):
+    """T_n for i.i.d. uniform tokens: (ns, times (len(ns), seeds))."""
+    ns = 2 ** np.arange(int(np.log2(cfg.follow_n_min)), int(np.log2(cfg.follow_n_max)) + 1)
+    t_max = (0.5 * np.log(ns[-1]) + np.log(cfg.follow_delta) + 6.0) / lam_max
+    steps = int(np.ceil(t_max / cfg.follow_dt))
+    ts = cfg.follow_dt * np.arange(steps + 1)
+    kk = jnp.arange(1, cfg.k_max + 1)
+
+    def stat(t, x, args):
+        theta = jnp.arctan2(x[:, 1], x[:, 0])
+        return jnp.max(jnp.abs(jnp.mean(jnp.exp(1j * kk[:, None] * theta[None, :]), axis=1)))
+
+    times = np.zeros((len(ns), cfg.follow_seeds))
+    for a, n in enumerate(ns):
+        keys = jax.random.split(jax.random.key(int(n)), cfg.follow_seeds)
+        run = lambda key, n=n: tp.solve(  # noqa: E731
+            dyn, tp.uniform_sphere(key, int(n), 2), t1=float(ts[-1]), dt0=cfg.follow_dt, event=None,
+            saveat=diffrax.SaveAt(ts=jnp.asarray(ts), fn=stat)).stats
+        m = np.asarray(jax.vmap(run)(keys))
+        times[a] = [_first_crossing(ts, m[s], cfg.follow_delta) for s in range(cfg.follow_seeds)]
+    return ns, times
 
 
 def compute(cfg: InstabilityConfig, progress: bool = False) -> Result:
@@ -94,10 +150,21 @@ def compute(cfg: InstabilityConfig, progress: bool = False) -> Result:
             X = np.asarray(sol.xs)
             amp = np.abs(np.sum(w / w.sum() * np.exp(-1j * k * np.arctan2(X[..., 1], X[..., 0])), -1))
             particles[b] = _slope(ts, amp)
+        lam_max = float(theory[0].max())
+        if lam_max <= 0:
+            raise ValueError(f"the uniform law is stable (max_k λ_k = {lam_max:.4g} <= 0 for σ = 0): "
+                             "no mode grows, i.i.d. particles follow the mean field for ever")
+        follow_n, follow_times = _follow(cfg, dyn, lam_max)
+        follow_mean = follow_times.mean(axis=1)
+        follow_slope = float(np.polyfit(np.log(follow_n), follow_mean, 1)[0]) if np.all(
+            np.isfinite(follow_mean)) else np.nan
         rel = lambda m, t: np.abs(m - t) / np.maximum(np.abs(t), 1e-12)  # noqa: E731
         arrays = {"k": ks, "sigma": sigmas, "ts": ts, "theory": theory, "pde": pde, "particles": particles,
                   "pde_rel_error": rel(pde, theory), "particles_rel_error": rel(particles, theory[0]),
-                  "max_rel_error": np.asarray(max(rel(pde, theory).max(), rel(particles, theory[0]).max()))}
+                  "max_rel_error": np.asarray(max(rel(pde, theory).max(), rel(particles, theory[0]).max())),
+                  "lambda_max": np.asarray(lam_max), "follow_n": follow_n, "follow_times": follow_times,
+                  "follow_mean": follow_mean, "follow_slope": np.asarray(follow_slope),
+                  "follow_slope_theory": np.asarray(1 / (2 * lam_max))}
         grids = {"rates": grid({"sigma": sigmas, "k": ks}, theory=(("sigma", "k"), theory), pde=(("sigma", "k"), pde))}
         return Result(arrays, grids)
 
@@ -105,7 +172,7 @@ def compute(cfg: InstabilityConfig, progress: bool = False) -> Result:
 def figures(res: Result, cfg: InstabilityConfig, out_dir) -> list:
     import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(1, 2, figsize=(11, 4))
+    fig, axes = plt.subplots(1, 3, figsize=(16, 4))
     ks = res["k"]
     kk = np.linspace(1, ks.max(), 200)
     ax = axes[0]
@@ -129,10 +196,24 @@ def figures(res: Result, cfg: InstabilityConfig, out_dir) -> list:
     ax.set_title("relative error against the formula")
     ax.legend(fontsize=8)
     ax.grid(alpha=0.3, which="both")
+    ax = axes[2]
+    lam = float(res["lambda_max"])
+    x = np.log(res["follow_n"]) / (2 * lam)
+    times = res["follow_times"]
+    ax.plot(np.repeat(x, times.shape[1]), times.ravel(), ".", color="C7", alpha=0.5, label="seeds")
+    ax.plot(x, res["follow_mean"], "o-", color="C3", label=f"mean, slope {float(res['follow_slope']) * 2 * lam:.3g}")
+    c = np.mean(res["follow_mean"] - x)
+    ax.plot(x, x + c, "k--", lw=1, label="slope 1: log(δ√n)/λ_max")
+    ax.set_xlabel("log n / (2 λ_max)")
+    ax.set_ylabel(f"T_n: max_k |ρ̂_k| reaches δ = {cfg.follow_delta:g}")
+    ax.set_title("how long i.i.d. particles follow the mean field (σ = 0)")
+    ax.legend(fontsize=8)
+    ax.grid(alpha=0.3)
     return [tp.plot.save_figure(fig, out_dir / "instability.png")]
 
 
 register(Experiment(
     "instability", "growth rates of the modes of a perturbed uniform law on S¹ (PDE, particles) vs Funk–Hecke",
     InstabilityConfig, compute, figures,
-    tiny=dict(k_max=3, modes=16, n=64, num_saves=5, t1=0.3, rtol=1e-10)))
+    tiny=dict(k_max=3, modes=16, n=64, num_saves=5, t1=0.3, rtol=1e-10, follow_n_min=128,
+              follow_n_max=512, follow_seeds=4, follow_dt=0.1)))

@@ -36,7 +36,9 @@ TOKEN_RADIUS = 1.25
 """The bound on |x| that :class:`Sphere` and :class:`PostLN` declare to their attention's kernel
 (``AbstractDynamics.with_token_radius``; an automatic backend then knows its box): unit tokens,
 plus a margin for the stages of a Runge–Kutta step, which leave the sphere (|x|² = 1 + O(h²));
-a query beyond it is recomputed exactly by ``Auto``, never wrong."""
+a query beyond it is recomputed exactly by ``Auto``, never wrong. (:class:`Sphere` evaluates its
+attention at the retracted stage x/|x|, so its tokens are unit at every stage; the margin is kept
+so the automatic kernel's plans, and its choices, do not move.)"""
 
 
 def _declare_unit_tokens(dynamics):
@@ -73,7 +75,14 @@ class Sphere(AbstractManifoldDynamics):
         return self.dynamics.dim
 
     def vector_field(self, x, weights, t):
-        return tangent_projection(x, self.dynamics.vector_field(x, weights, t))
+        """P⊥_u v(u; μ_u) at u = x/|x|: on the sphere the field; at the stage of a Runge–Kutta or
+        SDE step, which leaves the sphere (|x|² = 1 + O(h²), under noise 1 + O(σ²h) with Gaussian
+        tails), the field at its retraction (the 0-homogeneous extension). Any smooth tangent
+        extension keeps the solver's order (Hairer–Lubich–Wanner §IV.4), and this one shows the
+        wrapped attention unit tokens only, so a kernel planned for |x| <= 1
+        (``Fast(radius=1)``) holds at every stage."""
+        u = normalize(x)
+        return tangent_projection(u, self.dynamics.vector_field(u, weights, t))
 
     def retract(self, x):
         return normalize(x)

@@ -12,13 +12,13 @@ from .circle import CircleDensity, DensitySolution, UnderResolvedError, solve_de
 from .events import BlowUp
 from .layers import layers
 from .quadrature import AbstractRule, CircleRule, GaussHermiteRule, SphereRule
-from .noise import AbstractBrownian, BrownianIncrements, BrownianTree, Noise
+from .noise import AbstractBrownian, BrownianGrid, BrownianIncrements, BrownianTree, Noise
 from .retracted import Retracted
 from .solution import GaussianSolution, Solution
 from .solve import solve
 from .states import AbstractODE, AbstractState, Coupled, Gaussian, ODEState, Particles, Tracers, WithLogDensity
 
-__all__ = ["AbstractBrownian", "AbstractODE", "AbstractRule", "AbstractState", "BlowUp", "BrownianIncrements",
+__all__ = ["AbstractBrownian", "AbstractODE", "AbstractRule", "AbstractState", "BlowUp", "BrownianGrid", "BrownianIncrements",
            "BrownianTree", "CircleDensity", "CircleRule", "Coupled", "DensitySolution", "GaussHermiteRule",
            "Gaussian", "GaussianSolution", "Noise", "ODEState", "Particles", "Retracted", "Solution",
            "SphereRule", "Tracers", "UnderResolvedError", "WithLogDensity", "circle", "circle_branches",

@@ -124,6 +124,17 @@ class CircleDensity(AbstractState):
             normalized to mean 1. Non-positive, non-finite or zero-mass input is a ValueError.
         sigma: the noise σ >= 0 of each token (σ = 0: the continuity equation).
         modes: Fourier modes when ``rho`` is a function.
+
+    No S² counterpart (issue 21 item 2), measured 2026-11-26: s2fft 1.5.0 (``pip install
+    --no-deps``, needs jax >= 0.5) works with jax 0.10.2 here (forward∘inverse round trip
+    1e-13 at L = 32, 64) but each transform compiles for 20–35 s and a jitted round trip took
+    11 ms at L = 32 and 260 ms at L = 64 on this 2-core machine (shared, load 10–16). A
+    pseudo-spectral right-hand side on S² needs ~8 transforms (ρ and the three Funk–Hecke
+    averages ∫e^{β⟨x,y⟩}yρ(y)dy to the grid, SA's normalizer, the flux ρv back through a spin-1
+    transform for its surface divergence), an IMEX step ~7 right-hand sides: seconds per step at
+    L = 64, hours to t = 100, against the circle's < 10 s. Axisymmetric (zonal) densities need no
+    spherical-harmonic library: they are a 1-D Legendre problem in cos θ (Gauss–Legendre nodes);
+    that solver is the cheap route and is not written yet.
     """
 
     values: jax.Array

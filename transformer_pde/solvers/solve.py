@@ -94,10 +94,12 @@ def solve(
             layer); an ODE solver such as Tsit5 is refused. A ``tp.Gaussian`` takes noise as
             Σ' += σ²I (an ODE: no key, default solver Tsit5); a plain ODE state refuses it.
         key: the PRNG key of the run's Brownian path (required with noise): the same key gives
-            the same path (a virtual Brownian tree over the run), and gradients follow it. Runs
-            with different steps see the same Brownian motion at the dyadic points of the interval;
-            for strong comparisons across step sizes give them one resolution,
-            ``tp.Noise(σ, tol=...)`` below the smallest step.
+            the same path, and gradients follow it. Constant steps draw it on the grid of dt0
+            (``tp.BrownianGrid()``, one draw per token and step), adaptive steps and the SRK
+            solvers from a virtual Brownian tree (``tp.BrownianTree()``). For strong comparisons
+            across step sizes give the runs one path: ``tp.Noise(σ, path=tp.BrownianGrid(dt=h))``
+            with h the smallest step (steps multiples of h), or ``tp.BrownianTree(tol=...)``
+            below it.
             The SRK solvers (SPaRK, ShARK, ...) draw a tree with space-time Lévy area, whose path
             differs from the plain tree of Euler/Heun/EulerHeun for the same key: compare runs
             path by path within one of these two families.
@@ -203,7 +205,7 @@ def _solve(dynamics, state, t0, t1, dt0, ts, fn, solver, controller, adjoint, ma
 
 
 def _brownian(noise, key, interval, state, dynamics, solver, controller, t0, t1, dt0, dtype):
-    """The Brownian path of a noisy run (a ``diffrax.VirtualBrownianTree``), or None where the
+    """What the Brownian path of a noisy run is built from (:meth:`Noise.path_for`), or None where the
     noise acts deterministically (a Gaussian's moments); checks the key, σ and the solver."""
     noise.check(t0, dtype)
     shape = state.noise_shape(dynamics)
@@ -223,14 +225,16 @@ def _brownian(noise, key, interval, state, dynamics, solver, controller, t0, t1,
     if all(is_concrete(v) for v in (T0, T1, t0, t1)) and not (float(T0) <= float(t0) < float(t1) <= float(T1)):
         raise ValueError(f"brownian_interval = ({float(T0)}, {float(T1)}) must contain [t0, t1] = "
                          f"[{float(t0)}, {float(t1)}]")
-    noise.path.check(adaptive)
+    levy_area = brownian_levy_area(solver)
+    path = noise.path_for(adaptive, levy_area)
+    path.check(adaptive)
     T0, T1 = (jnp.asarray(v, dtype) for v in (T0, T1))
     dt = None if dt0 is None else jnp.asarray(dt0, dtype)
-    return _BrownianSpec(noise.path, T0, T1, dt, adaptive, shape, key, brownian_levy_area(solver))
+    return _BrownianSpec(path, T0, T1, dt, adaptive, shape, key, levy_area)
 
 
 class _BrownianSpec(eqx.Module):
-    """What the Brownian tree of a run is built from (the tree itself is built inside jit)."""
+    """What the Brownian path of a run is built from (the path itself is built inside jit)."""
 
     kind: object
     t0: jax.Array
