@@ -213,6 +213,8 @@ REGISTRY: list[Entry] = [
     Entry("Noise", tp.Noise, lambda: dict(sigma=0.1), (Param("sigma", bad=("nan", "inf", "neg", "str"), traced=True),)),
     Entry("BlowUp", tp.BlowUp, lambda: dict(threshold=10.0), (Param("threshold", bad=POS),)),
     Entry("BrownianTree", tp.BrownianTree, lambda: dict(tol=1e-3), (Param("tol", bad=POS),)),
+    Entry("BrownianGrid", tp.BrownianGrid, lambda: dict(dt=0.1, tol=1e-3),
+          (Param("dt", bad=POS), Param("tol", bad=POS))),
     Entry("CircleDensity", tp.CircleDensity, lambda: dict(rho=np.full(8, 1 / (2 * np.pi)), sigma=0.0),
           (Param("rho", bad=("nan", "inf", "neg", "shape", "dtype"), names=("density", "values")), Param("sigma", bad=("nan", "inf", "neg", "str")))),
     Entry("PiecewiseConstant", tp.PiecewiseConstant, lambda: dict(values=np.ones(3), t0=0.0, dt=0.5),
