@@ -264,3 +264,19 @@ def test_bad_inputs_name_the_value(data):
         tp.MultiHeadAttention.split(V, V, V, 2)
     with pytest.raises(ValueError, match=r"unit sphere.*\|x\[0\]\|"):
         tp.Sphere(attn).velocity(2 * tp.normalize(jnp.asarray(x)))
+
+
+def test_split_with_one_coordinate_per_head():
+    """MultiHeadAttention.split with num_heads = d: head h scores β(Q_h x)(K_h y) (rank one) and
+    moves only coordinate h by its softmax average of (V y)_h (plain NumPy rows)."""
+    rng = np.random.default_rng(3)
+    d, n, beta = 4, 7, 0.7
+    Q, K, V = (rng.normal(size=(d, d)) for _ in range(3))
+    x = rng.normal(size=(n, d))
+    got = np.asarray(tp.MultiHeadAttention.split(Q, K, V, num_heads=d, beta=beta).velocity(jnp.asarray(x)))
+    ref = np.zeros((n, d))
+    for h in range(d):
+        s = beta * np.outer(x @ Q[h], x @ K[h])
+        p = np.exp(s - s.max(axis=1, keepdims=True))
+        ref[:, h] = (p / p.sum(axis=1, keepdims=True)) @ (x @ V[h])
+    np.testing.assert_allclose(got, ref, rtol=1e-12, atol=1e-12)

@@ -181,7 +181,16 @@ class _AbstractMultiHead(AbstractKernelAttention, AbstractNormalizedAttention):
     def split(cls, Q, K, V, num_heads: int, beta=1.0, **kwargs):
         """Split d x d matrices into ``num_heads`` row blocks, W_h = h-th column block of I_d.
 
-        This is the authors' ``rhs_multihead`` construction (docs: math/attention.md#multi-head-attention).
+        Head h scores with the k = d/H rows h·k..(h+1)·k of Q and K and averages the same rows of
+        V y, and W_h writes its k outputs back into those coordinates: Γ is the concatenation of
+        the heads' outputs, as in a Transformer's multi-head layer. With ``num_heads = d`` (k = 1)
+        every head has a rank-one score β(Q_h x)(K_h y) and moves only coordinate h. This is the
+        authors' ``rhs_multihead`` construction (docs: math/attention.md#multi-head-attention).
+
+        Args:
+            Q, K, V: (d, d) matrices; ``num_heads`` must divide d.
+            num_heads: the number of heads H.
+            beta: the inverse temperature (shared by the heads).
         """
         Q, K, V = (as_float_array(a, name) for a, name in ((Q, "Q"), (K, "K"), (V, "V")))
         d = V.shape[0]
