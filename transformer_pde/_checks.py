@@ -209,6 +209,50 @@ def check_count(value, name: str, *, minimum: int | None = None, maximum: int | 
     return check_int(value, name, minimum=minimum, maximum=maximum)
 
 
+def check_real(x, name: str, *, positive: bool = False, nonnegative: bool = False,
+               integer: bool = False):
+    """A real scalar or array whose every element is finite (and > 0, >= 0 or integral where
+    asked): ValueError naming ``name`` and the first bad element when concrete (``x`` returned
+    unchanged), ``eqx.error_if`` when traced (use the returned value)."""
+    cond = " and > 0" if positive else " and >= 0" if nonnegative else ""
+    cond += " and integral" if integer else ""
+    if is_concrete(x):
+        try:
+            a = np.asarray(x)
+        except (ValueError, TypeError):
+            raise ValueError(f"{name} must be a real number or a rectangular array of them, got a "
+                             f"{type(x).__name__}") from None
+        if a.dtype == bool or not (jnp.issubdtype(a.dtype, jnp.floating) or jnp.issubdtype(a.dtype, jnp.integer)):
+            raise ValueError(f"{name} must be real (a number or an array of numbers), got dtype "
+                             f"{a.dtype}: {x!r}"[:300])
+        bad = ~np.isfinite(a)
+        if positive:
+            bad = bad | ~(a > 0)
+        elif nonnegative:
+            bad = bad | ~(a >= 0)
+        if integer:
+            bad = bad | (np.where(np.isfinite(a), a, 0) != np.round(np.where(np.isfinite(a), a, 0)))
+        if bad.any():
+            if a.ndim == 0:
+                raise ValueError(f"{name} must be finite{cond}, got {a.item()!r}")
+            i = _first_bad(bad)
+            raise ValueError(f"{name} must be finite{cond}, but {name}[{', '.join(map(str, i))}] = "
+                             f"{a[i]!r}")
+        return x
+    v = jnp.asarray(x)
+    if not jnp.issubdtype(v.dtype, jnp.floating):
+        bad = jnp.asarray(False)
+    else:
+        bad = ~jnp.isfinite(v)
+        if integer:
+            bad = bad | (v != jnp.round(v))
+    if positive:
+        bad = bad | ~(v > 0)
+    elif nonnegative:
+        bad = bad | ~(v >= 0)
+    return eqx.error_if(v, jnp.any(bad), f"{name} must be finite{cond}")
+
+
 def check_key(key, name: str = "key"):
     """A JAX random key: ``jax.random.key(s)`` (typed) or ``jax.random.PRNGKey(s)`` (raw uint32
     pair); ValueError naming ``name`` otherwise (None, an int seed, another array)."""
