@@ -77,14 +77,15 @@ def weight_tolerance(dtype) -> float:
     return float(np.sqrt(np.finfo(np.dtype(dtype)).eps)) * 4
 
 
-def check_weights(weights, n: int, dtype, name: str = "weights"):
-    """Uniform weights when ``None``; otherwise shape (n,), non-negative, summing to one."""
+def check_weights(weights, n: int, dtype, name: str = "weights", tolerance_dtype=None):
+    """Uniform weights when ``None``; otherwise shape (n,), non-negative, summing to one (to the
+    tolerance of ``tolerance_dtype``, default ``dtype``)."""
     if weights is None:
         return jnp.full((n,), 1.0 / n, dtype=dtype)
     w = as_float_array(weights, name).astype(dtype)
     if w.shape != (n,):
         raise ValueError(f"{name} must have shape ({n},) to match {n} tokens, got shape {w.shape}")
-    tol = weight_tolerance(dtype)
+    tol = weight_tolerance(dtype if tolerance_dtype is None else tolerance_dtype)
     if is_concrete(w):
         wn = np.asarray(w)
         if not np.isfinite(wn).all():
