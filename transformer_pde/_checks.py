@@ -103,6 +103,14 @@ def check_weights(weights, n: int, dtype, name: str = "weights", tolerance_dtype
     return eqx.error_if(w, jnp.abs(jnp.sum(w) - 1.0) > tol, f"{name} must sum to 1")
 
 
+def check_weights_of(weights, x_dtype, n: int, name: str = "weights"):
+    """:func:`check_weights` for weights used in their own dtype (not cast to the tokens'): the
+    sum is checked to the looser tolerance of the two dtypes."""
+    w = as_float_array(weights, name)
+    loose = max((np.dtype(w.dtype), np.dtype(x_dtype)), key=weight_tolerance)
+    return check_weights(w, n, w.dtype, name, tolerance_dtype=loose)
+
+
 def check_scalar(value, name: str, *, positive: bool = False, nonnegative: bool = False):
     """A real scalar, finite (and positive or non-negative where asked): a concrete value is
     checked now (ValueError naming ``name``); a traced one (jit, vmap, grad) through

@@ -66,7 +66,7 @@ from jaxtyping import ArrayLike
 from ._checks import check_count
 from .diagnostics.distances import bures_wasserstein, sinkhorn_wasserstein_status
 from .diagnostics.distances_1d import wasserstein_circle, wasserstein_line
-from .diagnostics.moments import empirical_moments
+from .diagnostics.moments import unchecked_moments as empirical_moments  # per save: no checks
 from .models.attention.base import AbstractGaussianClosure
 from .models.base import AbstractDynamics, AbstractManifoldDynamics
 from .models.sphere import uniform_sphere

@@ -24,7 +24,7 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-from .._checks import check_in_range, check_points, check_scalar, check_weights
+from .._checks import check_in_range, check_points, check_scalar, check_weights, check_weights_of
 from .._types import PointsLike, WeightsLike
 from ..models.perceptron import AbstractPotentialActivation, PerceptronBlock
 from ..models.sphere import tangent_projection
@@ -127,8 +127,9 @@ def perceptron_energy(block: PerceptronBlock, x, weights=None):
     if not isinstance(block.activation, AbstractPotentialActivation):
         raise ValueError(f"no closed-form energy for activation {block.activation!r} (its potential φ, "
                          "φ' = 2σ, has none)")
-    x = jnp.asarray(x)
-    w = jnp.full((x.shape[0],), 1.0 / x.shape[0], x.dtype) if weights is None else jnp.asarray(weights)
+    x = check_points(x, "x")
+    w = jnp.full((x.shape[0],), 1.0 / x.shape[0], x.dtype) if weights is None else \
+        check_weights_of(weights, x.dtype, x.shape[0])
     inter = w @ jnp.exp(block.beta * (x @ x.T)) @ w / (2 * block.beta)
     v = block.activation.potential(x @ block.a.T) @ block.omega
     return inter + 0.5 * jnp.sum(w * v)

@@ -31,7 +31,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .._checks import as_float_array, check_finite, check_points, check_weights, is_concrete, weight_tolerance
+from .._checks import as_float_array, check_finite, check_points, check_weights, check_weights_of, is_concrete
 from .._types import PointsLike, WeightsLike
 from ..models.attention.base import AbstractFieldAttention, AbstractGaussianClosure
 from ..models.base import (
@@ -168,9 +168,8 @@ class Particles(AbstractState):
         if weights is None:
             self.weights = None
         else:
-            w = as_float_array(weights, "Particles.weights")
-            loose = max((w.dtype, self.x.dtype), key=weight_tolerance)  # prepare() checks in x's dtype
-            self.weights = check_weights(w, self.x.shape[0], w.dtype, "Particles.weights", tolerance_dtype=loose)
+            # kept in their dtype; the sum to the looser tolerance (prepare() checks in x's dtype)
+            self.weights = check_weights_of(weights, self.x.dtype, self.x.shape[0], "Particles.weights")
 
     def prepare(self, dynamics):
         if not isinstance(dynamics, AbstractDynamics):
