@@ -39,12 +39,6 @@ KNOWN: dict[tuple[str, str], str] = {
     # found in the first full exploration (one value of each kind); the cause is its first failure
     ("diagnostics.stationarity_residual", "positions"): "first found: IndexError: tuple index out of range",
     ("diagnostics.stationarity_residual", "masses"): "first found: IndexError: tuple index out of range",
-    ("theory.gaussian.identity_value_cov", "cov0"): "first found: accepted (a non-finite result)",
-    ("theory.gaussian.identity_value_cov", "t"): "first found: accepted (a non-finite result)",
-    ("theory.gaussian.identity_value_cov", "A"): "first found: accepted (a non-finite result)",
-    ("theory.gaussian.identity_value_blowup_time", "cov0"): "first found: accepted (a non-finite result)",
-    ("theory.logistic_overlap.logistic", "u0"): "first found: accepted (a non-finite result)",
-    ("theory.logistic_overlap.logistic", "s"): "first found: accepted (a non-finite result)",
     ("convergence.convergence_study", "ns"): "first found: the message does not name ns: TypeError: 'float' object is not iterable",
     ("convergence.convergence_study", "t1"): "first found: the message does not name t1: ValueError: could not convert string to float: 'abc'",
     ("convergence.convergence_study", "dt0"): "first found: the message does not name dt0: ValueError: could not convert string to float: 'abc'",
