@@ -31,7 +31,6 @@ KNOWN: dict[tuple[str, str], str] = {
     ("PiecewiseConstant", "t0"): "PiecewiseConstant.t0 is checked only for concrete values (accepted under jit)",
     ("PerceptronBlock", "a"): "a string a/omega ends in NumPy's 'could not convert string to float'",
     ("PerceptronBlock", "omega"): "a string a/omega ends in NumPy's 'could not convert string to float'",
-    ("diagnostics.numerical_rank", "P"): "numerical_rank does not check P (NaN gives a finite rank)",
     ("diagnostics.exact_wasserstein", "p"): "p='abc' ends in 'could not convert string to float'",
     ("diagnostics.stability_ratio", "p"): "p = inf is accepted (a finite ratio)",
     ("diagnostics.stability_ratio", "xs"): "its messages name xs 'x' (x must be finite, but x[0, 0] = nan)",
