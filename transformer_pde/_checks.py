@@ -77,14 +77,15 @@ def weight_tolerance(dtype) -> float:
     return float(np.sqrt(np.finfo(np.dtype(dtype)).eps)) * 4
 
 
-def check_weights(weights, n: int, dtype, name: str = "weights"):
-    """Uniform weights when ``None``; otherwise shape (n,), non-negative, summing to one."""
+def check_weights(weights, n: int, dtype, name: str = "weights", tolerance_dtype=None):
+    """Uniform weights when ``None``; otherwise shape (n,), non-negative, summing to one (to the
+    tolerance of ``tolerance_dtype``, default ``dtype``)."""
     if weights is None:
         return jnp.full((n,), 1.0 / n, dtype=dtype)
     w = as_float_array(weights, name).astype(dtype)
     if w.shape != (n,):
         raise ValueError(f"{name} must have shape ({n},) to match {n} tokens, got shape {w.shape}")
-    tol = weight_tolerance(dtype)
+    tol = weight_tolerance(dtype if tolerance_dtype is None else tolerance_dtype)
     if is_concrete(w):
         wn = np.asarray(w)
         if not np.isfinite(wn).all():
@@ -100,6 +101,14 @@ def check_weights(weights, n: int, dtype, name: str = "weights"):
     w = eqx.error_if(w, jnp.any(w < 0) | ~jnp.all(jnp.isfinite(w)),
                      f"{name} must be finite and non-negative")
     return eqx.error_if(w, jnp.abs(jnp.sum(w) - 1.0) > tol, f"{name} must sum to 1")
+
+
+def check_weights_of(weights, x_dtype, n: int, name: str = "weights"):
+    """:func:`check_weights` for weights used in their own dtype (not cast to the tokens'): the
+    sum is checked to the looser tolerance of the two dtypes."""
+    w = as_float_array(weights, name)
+    loose = max((np.dtype(w.dtype), np.dtype(x_dtype)), key=weight_tolerance)
+    return check_weights(w, n, w.dtype, name, tolerance_dtype=loose)
 
 
 def check_scalar(value, name: str, *, positive: bool = False, nonnegative: bool = False):
@@ -207,6 +216,50 @@ def check_count(value, name: str, *, minimum: int | None = None, maximum: int | 
             jnp.issubdtype(value.dtype, jnp.integer):
         value = int(value)
     return check_int(value, name, minimum=minimum, maximum=maximum)
+
+
+def check_real(x, name: str, *, positive: bool = False, nonnegative: bool = False,
+               integer: bool = False):
+    """A real scalar or array whose every element is finite (and > 0, >= 0 or integral where
+    asked): ValueError naming ``name`` and the first bad element when concrete (``x`` returned
+    unchanged), ``eqx.error_if`` when traced (use the returned value)."""
+    cond = " and > 0" if positive else " and >= 0" if nonnegative else ""
+    cond += " and integral" if integer else ""
+    if is_concrete(x):
+        try:
+            a = np.asarray(x)
+        except (ValueError, TypeError):
+            raise ValueError(f"{name} must be a real number or a rectangular array of them, got a "
+                             f"{type(x).__name__}") from None
+        if a.dtype == bool or not (jnp.issubdtype(a.dtype, jnp.floating) or jnp.issubdtype(a.dtype, jnp.integer)):
+            raise ValueError(f"{name} must be real (a number or an array of numbers), got dtype "
+                             f"{a.dtype}: {x!r}"[:300])
+        bad = ~np.isfinite(a)
+        if positive:
+            bad = bad | ~(a > 0)
+        elif nonnegative:
+            bad = bad | ~(a >= 0)
+        if integer:
+            bad = bad | (np.where(np.isfinite(a), a, 0) != np.round(np.where(np.isfinite(a), a, 0)))
+        if bad.any():
+            if a.ndim == 0:
+                raise ValueError(f"{name} must be finite{cond}, got {a.item()!r}")
+            i = _first_bad(bad)
+            raise ValueError(f"{name} must be finite{cond}, but {name}[{', '.join(map(str, i))}] = "
+                             f"{a[i]!r}")
+        return x
+    v = jnp.asarray(x)
+    if not jnp.issubdtype(v.dtype, jnp.floating):
+        bad = jnp.asarray(False)
+    else:
+        bad = ~jnp.isfinite(v)
+        if integer:
+            bad = bad | (v != jnp.round(v))
+    if positive:
+        bad = bad | ~(v > 0)
+    elif nonnegative:
+        bad = bad | ~(v >= 0)
+    return eqx.error_if(v, jnp.any(bad), f"{name} must be finite{cond}")
 
 
 def check_key(key, name: str = "key"):

@@ -66,7 +66,7 @@ from jaxtyping import ArrayLike
 from ._checks import check_count
 from .diagnostics.distances import bures_wasserstein, sinkhorn_wasserstein_status
 from .diagnostics.distances_1d import wasserstein_circle, wasserstein_line
-from .diagnostics.moments import empirical_moments
+from .diagnostics.moments import unchecked_moments as empirical_moments  # per save: no checks
 from .models.attention.base import AbstractGaussianClosure
 from .models.base import AbstractDynamics, AbstractManifoldDynamics
 from .models.sphere import uniform_sphere
@@ -244,9 +244,7 @@ def uniform_sphere_law(d: int) -> StationaryLaw:
     SA, USA, ℓ²; docs: math/sphere.md#the-projected-flow). By symmetry about x, Γ_σ(x) = ∫ e^{β⟨x,y⟩} y dσ(y) / Z(x)
     is parallel to x, and its tangent part P⊥_x Γ_σ(x) is 0 (checked in the tests: the field of an
     n-sample is O(n^{-1/2}))."""
-    if int(d) < 2:
-        raise ValueError(f"uniform_sphere_law needs d >= 2, got {d}")
-    d = int(d)
+    d = check_count(d, "d", minimum=2)
     return StationaryLaw(lambda key, n: uniform_sphere(key, n, d), np.zeros(d), np.eye(d) / d)
 
 
@@ -764,8 +762,11 @@ def rate_table(result: ConvergenceResult, metrics=None, time_index: int = -1) ->
 
 
 def geometric_ns(lo: int, hi: int, step: int = 1) -> np.ndarray:
-    """Powers of two 2^lo, 2^(lo + step), ..., up to 2^hi."""
-    return 2 ** np.arange(int(lo), int(hi) + 1, int(step))
+    """Powers of two 2^lo, 2^(lo + step), ..., up to 2^hi (1 <= lo <= hi <= 30: JAX counts in int32)."""
+    lo = check_count(lo, "lo", minimum=1, maximum=30)
+    hi = check_count(hi, "hi", minimum=lo, maximum=30)
+    step = check_count(step, "step", minimum=1)
+    return 2 ** np.arange(lo, hi + 1, step)
 
 
 __all__ = [

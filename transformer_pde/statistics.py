@@ -12,6 +12,8 @@ import dataclasses
 
 import numpy as np
 
+from ._checks import check_count, check_in_range, check_int, check_real
+
 
 @dataclasses.dataclass(frozen=True)
 class RateFit:
@@ -50,7 +52,13 @@ def fit_rate(ns, errors, *, level: float = 0.95, num_bootstrap: int = 1000, seed
     The line is fitted to the mean over seeds of log err at each n (a geometric mean, since
     errors are log-normal-ish across seeds); the interval comes from resampling the seeds.
     """
-    ns = np.asarray(ns, dtype=float)
+    check_in_range(level, "level", low=0.0, high=1.0, low_open=True, high_open=True,
+                   meaning="a confidence level")
+    num_bootstrap = check_count(num_bootstrap, "num_bootstrap", minimum=1)
+    seed = check_int(seed, "seed", minimum=0, maximum=None)
+    ns = np.asarray(check_real(ns, "ns", positive=True), dtype=float)
+    if ns.ndim != 1:
+        raise ValueError(f"ns must be a 1-D array of particle counts, got shape {ns.shape}")
     e = np.asarray(errors, dtype=float)
     if e.ndim == 1:
         e = e[:, None]

@@ -15,7 +15,7 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-from .._checks import check_scalar
+from .._checks import check_finite, check_int, check_scalar
 from ..models.attention.base import AbstractNormalizedAttention
 from ..models.attention.softmax import MultiHeadAttention, SoftmaxAttention
 from ..params import PiecewiseConstant
@@ -35,6 +35,14 @@ def _cumulative_integral(f, ts, t0, substeps):
     return jnp.cumsum(jnp.mean(vals, axis=1) * (edges[1:] - edges[:-1]))
 
 
+def _check_times(ts):
+    """Save times: a finite 1-D array (ValueError naming ts; ``eqx.error_if`` under jit)."""
+    ts = jnp.asarray(ts, dtype=jnp.result_type(float))
+    if ts.ndim != 1:
+        raise ValueError(f"ts must be a 1-D array of times, got shape {ts.shape}")
+    return check_finite(ts, "ts")
+
+
 def _check_normalized(attn, what: str):
     if not isinstance(attn, AbstractNormalizedAttention):
         raise ValueError(f"{what} holds for normalized attention (softmax, ℓ², Sinkhorn, multi-head: "
@@ -47,7 +55,8 @@ def value_norm_integral(attn, ts, t0=0.0, substeps: int = 64) -> jax.Array:
     docs: math/attention.md#support-and-stability-bounds), for a normalized attention
         (:meth:`AbstractNormalizedAttention.value_norm`)."""
     _check_normalized(attn, "the support bound R(t) <= R0 exp(∫‖V‖)")
-    ts = jnp.asarray(ts, dtype=jnp.result_type(float))
+    substeps = check_int(substeps, "substeps", minimum=1)
+    ts = _check_times(ts)
     values = (attn.V, attn.W) if isinstance(attn, MultiHeadAttention) else (attn.V,)
     if not any(callable(v) for v in values):
         return (ts - t0) * attn.value_norm(t0)
@@ -72,6 +81,7 @@ def lipschitz_rate(attn, R, t=0.0) -> jax.Array:
         raise ValueError(f"the Lipschitz bounds (docs/math/attention.md#support-and-stability-bounds) "
                          f"are stated for SoftmaxAttention, "
                          f"got {type(attn).__name__}")
+    R = check_scalar(R, "R", nonnegative=True)
     nv, na = attn.value_norm(t), jnp.linalg.norm(attn.score_matrix(t), ord=2)
     r2 = na * jnp.asarray(R) ** 2
     return nv * r2 + nv * (1.0 + 2.0 * r2) * jnp.exp(2.0 * r2)
@@ -86,7 +96,8 @@ def stability_bound(attn, R0, ts, t0=0.0, substeps: int = 64) -> jax.Array:
     non-decreasing in τ, so the result is an upper bound of the exact expression.
     """
     check_scalar(R0, "R0", nonnegative=True)
-    ts = jnp.asarray(ts, dtype=jnp.result_type(float))
+    substeps = check_int(substeps, "substeps", minimum=1)
+    ts = _check_times(ts)
     edges = jnp.concatenate([jnp.asarray([t0], ts.dtype), ts])
     frac = (jnp.arange(substeps, dtype=ts.dtype) + 1.0) / substeps
     right = edges[:-1, None] + (edges[1:] - edges[:-1])[:, None] * frac[None, :]

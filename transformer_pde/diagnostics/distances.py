@@ -20,7 +20,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .._checks import check_block_size, check_int, check_points, check_scalar, check_weights, is_concrete
+from .._checks import (as_float_array, check_block_size, check_finite, check_int, check_points, check_scalar,
+                       check_weights, check_weights_of, is_concrete, weight_tolerance)
 from .._linalg import sqrtm_psd
 
 
@@ -29,10 +30,13 @@ def bures_wasserstein(mean1, cov1, mean2, cov2) -> jax.Array:
 
     $$W_2^2=|m_1-m_2|^2+\operatorname{tr}\Big(\Sigma_1+\Sigma_2-2\big(\Sigma_1^{1/2}\Sigma_2\Sigma_1^{1/2}\big)^{1/2}\Big).$$
 
-    Accepts batches (leading axes broadcast). Covariances may be singular (PSD); an indefinite
-    or non-finite one is an error (ValueError, ``eqx.error_if`` under jit), not a clipped answer.
+    Accepts batches (leading axes broadcast between the two Gaussians; a mean has no more leading
+    axes than its covariance). Covariances may be singular (PSD); an indefinite, asymmetric or
+    non-finite one, or a non-finite mean, is an error (ValueError, ``eqx.error_if`` under jit),
+    not a clipped answer.
     """
-    mean1, mean2 = jnp.broadcast_arrays(jnp.asarray(mean1), jnp.asarray(mean2))
+    mean1, mean2 = _check_mean(mean1, cov1, "mean1", "cov1"), _check_mean(mean2, cov2, "mean2", "cov2")
+    mean1, mean2 = jnp.broadcast_arrays(mean1, mean2)
     cov1, cov2 = jnp.broadcast_arrays(jnp.asarray(cov1), jnp.asarray(cov2))
     cov1, cov2 = _check_psd(cov1, "cov1"), _check_psd(cov2, "cov2")
     r1 = sqrtm_psd(cov1)
@@ -42,19 +46,34 @@ def bures_wasserstein(mean1, cov1, mean2, cov2) -> jax.Array:
     return jnp.sqrt(jnp.clip(w2, 0.0))
 
 
+def _check_mean(mean, cov, name, cov_name):
+    """A finite mean of shape (..., d) matching its covariance (..., d, d), no more leading axes."""
+    mean, cov_shape = jnp.asarray(mean), jnp.shape(cov)
+    if mean.ndim < 1 or len(cov_shape) < 2 or mean.shape[-1] != cov_shape[-1] or mean.ndim > len(cov_shape) - 1:
+        raise ValueError(f"{name} must have shape (..., d) matching {cov_name} (..., d, d) with no more "
+                         f"leading axes, got {name} {mean.shape} and {cov_name} {cov_shape}")
+    return check_finite(mean, name)
+
+
 def _check_psd(cov, name):
-    """Symmetric positive semi-definite up to rounding: λ_min >= −1e-8·max(1, |λ|_max)."""
+    """Symmetric and positive semi-definite up to rounding: |Σ − Σᵀ| <= 4√eps·max(1, |Σ|_max)
+    and λ_min >= −1e-8·max(1, |λ|_max)."""
     lam = jnp.linalg.eigvalsh(0.5 * (cov + jnp.swapaxes(cov, -1, -2)))
     scale = jnp.maximum(1.0, jnp.max(jnp.abs(lam), axis=-1))
     bad = ~jnp.all(jnp.isfinite(cov)) | jnp.any(lam[..., 0] < -1e-8 * scale)
+    asym = jnp.max(jnp.abs(cov - jnp.swapaxes(cov, -1, -2)), axis=(-2, -1))
+    asym_bad = jnp.any(asym > weight_tolerance(cov.dtype) * jnp.maximum(1.0, jnp.max(jnp.abs(cov), axis=(-2, -1))))
     msg = f"{name} must be a finite positive semi-definite covariance"
     if is_concrete(cov):
         if not np.isfinite(np.asarray(cov)).all():
             raise ValueError(f"{msg}, got non-finite entries")
+        if bool(asym_bad):
+            raise ValueError(f"{name} must be a symmetric covariance, got max |{name} - {name}^T| = "
+                             f"{float(np.max(np.asarray(asym))):.3g}")
         if bool(bad):
             raise ValueError(f"{msg}, got smallest eigenvalue {float(np.min(np.asarray(lam)[..., 0])):.6g}")
         return cov
-    return eqx.error_if(cov, bad, msg)
+    return eqx.error_if(eqx.error_if(cov, bad, msg), asym_bad, f"{name} must be a symmetric covariance")
 
 
 def _cost(p):
@@ -190,10 +209,20 @@ def support_radius(x, weights=None) -> jax.Array:
 
     ``x`` may carry leading time axes, ``(..., n, d)``; jit-able (usable in ``stats=``).
     """
+    x = as_float_array(x, "x")
+    if x.ndim < 2:
+        raise ValueError(f"x must have shape (..., n, d) (tokens are rows), got shape {x.shape}")
+    if is_concrete(x):
+        check_finite(x, "x")
     r = jnp.linalg.norm(x, axis=-1)
     if weights is not None:
-        r = jnp.where(jnp.asarray(weights) > 0, r, 0.0)
-    return jnp.max(r, axis=-1)
+        w = check_weights_of(weights, x.dtype, x.shape[-2])
+        r = jnp.where(w > 0, r, 0.0)
+    R = jnp.max(r, axis=-1)
+    if is_concrete(R):
+        return R
+    # under jit (stats=, per save): one O(1) check of the answer, not of every token
+    return eqx.error_if(R, ~jnp.all(jnp.isfinite(R)), "x must be finite (a token of positive weight is NaN or inf)")
 
 
 def stability_ratio(xs, ys, weights_x=None, weights_y=None, *, p: float = 2.0,

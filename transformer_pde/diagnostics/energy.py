@@ -24,7 +24,7 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-from .._checks import check_in_range, check_points, check_scalar, check_weights
+from .._checks import as_float_array, check_finite, check_in_range, check_points, check_scalar, check_weights, check_weights_of
 from .._types import PointsLike, WeightsLike
 from ..models.perceptron import AbstractPotentialActivation, PerceptronBlock
 from ..models.sphere import tangent_projection
@@ -108,7 +108,10 @@ def numerical_rank(P, rtol=1e-3) -> jax.Array:
     """
     rtol = check_in_range(rtol, "rtol", low=0.0, high=1.0, high_open=True,
                           meaning="relative to the largest singular value")
-    s = jnp.linalg.svd(jnp.asarray(P), compute_uv=False)
+    P = as_float_array(P, "P")
+    if P.ndim != 2:
+        raise ValueError(f"P must be a matrix (2-D), got shape {P.shape}")
+    s = jnp.linalg.svd(check_finite(P, "P"), compute_uv=False)
     return jnp.sum(s > rtol * s[0]) * (s[0] > 0)
 
 
@@ -127,8 +130,9 @@ def perceptron_energy(block: PerceptronBlock, x, weights=None):
     if not isinstance(block.activation, AbstractPotentialActivation):
         raise ValueError(f"no closed-form energy for activation {block.activation!r} (its potential φ, "
                          "φ' = 2σ, has none)")
-    x = jnp.asarray(x)
-    w = jnp.full((x.shape[0],), 1.0 / x.shape[0], x.dtype) if weights is None else jnp.asarray(weights)
+    x = check_points(x, "x")
+    w = jnp.full((x.shape[0],), 1.0 / x.shape[0], x.dtype) if weights is None else \
+        check_weights_of(weights, x.dtype, x.shape[0])
     inter = w @ jnp.exp(block.beta * (x @ x.T)) @ w / (2 * block.beta)
     v = block.activation.potential(x @ block.a.T) @ block.omega
     return inter + 0.5 * jnp.sum(w * v)

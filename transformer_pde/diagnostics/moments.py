@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import jax.numpy as jnp
 
+from .._checks import as_float_array, check_finite, check_points, check_weights_of
 from .._linalg import symmetrize
 
 BLOCK = 4096
@@ -18,7 +19,18 @@ def empirical_moments(x, weights=None):
     over the blocks): inside a compiled solve XLA may reduce a long axis sequentially, whose
     float32 rounding grows like n·eps (measured: ‖Ĉ − C‖ = 1.8e-3 for n = 2²² uniform tokens on S²,
     whose exact sample error is 4.7e-4); two levels keep it at O((√BLOCK + √(n/BLOCK))·eps).
+
+    ``x`` ``(n, d)`` finite, ``weights`` ``(n,)`` non-negative summing to one (ValueError;
+    ``eqx.error_if`` under jit). Inside a solve, :func:`unchecked_moments` skips the checks.
     """
+    x = check_points(x, "x")
+    if weights is not None:
+        weights = check_weights_of(weights, x.dtype, x.shape[0])
+    return unchecked_moments(x, weights)
+
+
+def unchecked_moments(x, weights=None):
+    """:func:`empirical_moments` without the input checks (the per-save path of the solvers)."""
     n = x.shape[0]
     w = jnp.full(x.shape[:1], 1.0 / n, x.dtype) if weights is None else weights
     if n <= BLOCK:
@@ -35,7 +47,11 @@ def empirical_moments(x, weights=None):
 
 def mean_overlap(x):
     """m = |x̄|² = n^{-2} Σ_{ij} ⟨x_i, x_j⟩ (last two axes are tokens × dimension;
-    docs: math/random_heads.md#overlaps-and-the-logistic-law)."""
+    docs: math/random_heads.md#overlaps-and-the-logistic-law); ``x`` finite, of shape ``(..., n, d)``."""
+    x = as_float_array(x, "x")
+    if x.ndim < 2:
+        raise ValueError(f"x must have shape (..., n, d) (tokens are rows), got shape {x.shape}")
+    x = check_finite(x, "x")
     return jnp.sum(jnp.mean(x, axis=-2) ** 2, axis=-1)
 
 

@@ -51,7 +51,7 @@ from .._types import Param
 from ..params import as_param, evaluate, param_shape, scalar_param
 from .base import AbstractDynamics, AbstractFieldDynamics, AbstractManifoldDynamics, AbstractRetractedDynamics
 from .normalization import NGPT
-from .sphere import PostLN, Sphere, check_unit_points, normalize, tangent_projection
+from .sphere import PostLN, Sphere, check_unit_points, unchecked_normalize, tangent_projection
 
 __all__ = ["MLP", "Block", "SphereBlock"]
 
@@ -153,7 +153,7 @@ class _AbstractSpherePair(_AbstractSublayerPair, AbstractManifoldDynamics):
         return check_unit_points(x, name, self.dim)
 
     def retract(self, x):
-        return normalize(x)
+        return unchecked_normalize(x)
 
 
 class Block(_AbstractSublayerPair):

@@ -65,7 +65,7 @@ from .._checks import as_float_array, check_count, check_finite, check_points, c
 from .._types import Points
 from ..params import scalar_param
 from .base import AbstractDynamics, AbstractManifoldDynamics, AbstractRetractedDynamics
-from .sphere import PostLN, check_unit_points, normalize, tangent_projection
+from .sphere import PostLN, check_unit_points, unchecked_normalize, tangent_projection
 from .switched import AbstractSwitched, check_switch_time
 
 __all__ = ["LNScaling", "MixLN", "NGPT", "AbstractNormalizationScheme", "Norm", "PeriLN", "PreLN",
@@ -106,7 +106,7 @@ class Norm(eqx.Module):
         return None if self.gain is None else int(self.gain.shape[0])
 
     def __call__(self, x: Points) -> Points:
-        y = self.scale * normalize(x)
+        y = self.scale * unchecked_normalize(x)
         return y if self.gain is None else y * _rowwise(self.gain, x)
 
 
@@ -285,11 +285,11 @@ class NGPT(AbstractNormalizationScheme, AbstractManifoldDynamics):
 
     def vector_field(self, x, weights, t):
         r = jnp.linalg.norm(x, axis=-1, keepdims=True)
-        a_hat = normalize(self.dynamics.vector_field(x / r, weights, t))
+        a_hat = unchecked_normalize(self.dynamics.vector_field(x / r, weights, t))
         return _rowwise(self.alpha, x) * (r * a_hat - x)
 
     def retract(self, x):
-        return normalize(x)
+        return unchecked_normalize(x)
 
 
 class LNScaling(AbstractNormalizationScheme):

@@ -35,7 +35,7 @@ from .._checks import check_scalar
 from ..kernels import exp_kernel_sum, log_weights
 from ..params import scalar_param
 from .base import AbstractManifoldDynamics
-from .sphere import normalize, tangent_projection
+from .sphere import unchecked_normalize, tangent_projection
 
 __all__ = ["AbstractActivation", "AbstractPotentialActivation", "PerceptronBlock", "ReLU", "Softplus"]
 
@@ -117,7 +117,7 @@ class PerceptronBlock(AbstractManifoldDynamics):
         return int(self.a.shape[1])
 
     def retract(self, x):
-        return normalize(x)
+        return unchecked_normalize(x)
 
     def raw_field(self, x, weights):
         """∫ e^{β⟨x_i,y⟩} y dμ + Σ_j ω_j σ(a_j·x_i) a_j (before projection)."""

@@ -27,9 +27,23 @@ def tangent_projection(x: PointsLike, v: PointsLike) -> Points:
     return v - jnp.sum(x * v, axis=-1, keepdims=True) * x
 
 
-def normalize(x: PointsLike) -> Points:
-    """Radial retraction N(x) = x / |x| (the layer normalization)."""
+def unchecked_normalize(x):
+    """x / |x| row by row, unchecked: the retraction inside steps (the hot path)."""
     return x / jnp.linalg.norm(x, axis=-1, keepdims=True)
+
+
+def normalize(x: PointsLike) -> Points:
+    """Radial retraction N(x) = x / |x| (the layer normalization) of tokens ``x`` of shape
+    ``(n, d)``: finite, no zero row (ValueError naming x; ``eqx.error_if`` under jit)."""
+    x = check_points(x, "x")
+    norms = jnp.linalg.norm(x, axis=-1, keepdims=True)
+    if is_concrete(norms):
+        zero = np.asarray(norms)[:, 0] == 0
+        if zero.any():
+            raise ValueError(f"x must have no zero row (a zero token has no direction), but x[{int(np.argmax(zero))}] = 0")
+    else:
+        norms = eqx.error_if(norms, jnp.any(norms == 0), "x must have no zero row (a zero token has no direction)")
+    return x / norms
 
 
 TOKEN_RADIUS = 1.25
@@ -81,11 +95,11 @@ class Sphere(AbstractManifoldDynamics):
         extension keeps the solver's order (Hairer–Lubich–Wanner §IV.4), and this one shows the
         wrapped attention unit tokens only, so a kernel planned for |x| <= 1
         (``Fast(radius=1)``) holds at every stage."""
-        u = normalize(x)
+        u = unchecked_normalize(x)
         return tangent_projection(u, self.dynamics.vector_field(u, weights, t))
 
     def retract(self, x):
-        return normalize(x)
+        return unchecked_normalize(x)
 
     def check_state(self, x, name: str = "x"):
         return check_unit_points(x, name, self.dim)
@@ -131,7 +145,7 @@ class Sphere(AbstractManifoldDynamics):
         |x| exactly; Euler (Itô) followed by the retraction x/|x| gains the Itô drift
         −(d−1)(σ²/2)x from the normalization, so every solver converges to the spherical
         Brownian motion of generator (σ²/2)Δ_S."""
-        return tangent_projection(normalize(x), dB)
+        return tangent_projection(unchecked_normalize(x), dB)
 
     @property
     def additive_noise(self):
@@ -198,7 +212,7 @@ class PostLN(AbstractManifoldDynamics):
         return r * self.dynamics.vector_field(x / r, weights, t)
 
     def retract(self, x):
-        return normalize(x)
+        return unchecked_normalize(x)
 
     def check_state(self, x, name: str = "x"):
         return check_unit_points(x, name, self.dim)
@@ -208,7 +222,7 @@ class UnitSphere(AbstractRetraction):
     """The retraction x ← x/|x| alone, for states that are not particle dynamics (SDE paths)."""
 
     def retract_step(self, x, t0, t1):
-        return normalize(x)
+        return unchecked_normalize(x)
 
 
 def uniform_sphere(key, n: int, d: int, dtype=None) -> Points:
@@ -217,7 +231,7 @@ def uniform_sphere(key, n: int, d: int, dtype=None) -> Points:
     d = check_int(d, "d", minimum=2)
     check_key(key, "key")
     dtype = dtype or jnp.result_type(float)
-    return normalize(jax.random.normal(key, (n, d), dtype=dtype))
+    return unchecked_normalize(jax.random.normal(key, (n, d), dtype=dtype))
 
 
 def cap_sample(key, center, n: int, spread: float) -> Points:

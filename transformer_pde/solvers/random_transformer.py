@@ -12,7 +12,7 @@ import numpy as np
 
 from .._checks import check_scalar
 from ..models.random_heads import CommonNoiseSDE, GaussianHeads, RandomHeadsField
-from ..models.sphere import PostLN, UnitSphere, normalize
+from ..models.sphere import PostLN, UnitSphere, unchecked_normalize
 from .layers import layers
 from .retracted import Retracted
 
@@ -70,7 +70,7 @@ def _sde(key, heads, x0, s1, dt, num_nodes, ts, max_steps):
     bm = diffrax.VirtualBrownianTree(0.0, s1, tol=dt / 2, shape=(num_nodes, heads.d, heads.d), key=kb)
     terms = diffrax.MultiTerm(diffrax.ODETerm(sde.drift), diffrax.ControlTerm(sde.diffusion, bm))
     sol = diffrax.diffeqsolve(terms, Retracted(diffrax.Euler(), UnitSphere()), 0.0, s1, dt, x0,
-                              saveat=diffrax.SaveAt(ts=ts, fn=lambda s, y, args: normalize(y)),
+                              saveat=diffrax.SaveAt(ts=ts, fn=lambda s, y, args: unchecked_normalize(y)),
                               adjoint=diffrax.RecursiveCheckpointAdjoint(), max_steps=max_steps)
     return sol.ys
 

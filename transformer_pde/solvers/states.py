@@ -31,7 +31,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .._checks import as_float_array, check_finite, check_weights, is_concrete
+from .._checks import as_float_array, check_finite, check_points, check_weights, check_weights_of, is_concrete
 from .._types import PointsLike, WeightsLike
 from ..models.attention.base import AbstractFieldAttention, AbstractGaussianClosure
 from ..models.base import (
@@ -163,8 +163,13 @@ class Particles(AbstractState):
     weights: jax.Array | None
 
     def __init__(self, x: PointsLike, weights: WeightsLike | None = None):
-        self.x = as_float_array(x, "Particles.x")
-        self.weights = None if weights is None else as_float_array(weights, "Particles.weights")
+        # checked once here (concrete: ValueError; traced: eqx.error_if), never per step
+        self.x = check_points(x, "Particles.x")
+        if weights is None:
+            self.weights = None
+        else:
+            # kept in their dtype; the sum to the looser tolerance (prepare() checks in x's dtype)
+            self.weights = check_weights_of(weights, self.x.dtype, self.x.shape[0], "Particles.weights")
 
     def prepare(self, dynamics):
         if not isinstance(dynamics, AbstractDynamics):
@@ -446,7 +451,7 @@ class Tracers(AbstractState):
         if not isinstance(carrier, (Particles, Gaussian)):
             raise ValueError(f"Tracers need a carrier tp.Particles or tp.Gaussian, got {type(carrier).__name__}")
         self.carrier = carrier
-        self.z = as_float_array(z, "Tracers.z")
+        self.z = check_points(z, "Tracers.z")
 
     def prepare(self, dynamics):
         carrier = self.carrier.prepare(dynamics)
@@ -683,7 +688,7 @@ def as_state(dynamics, state0) -> AbstractState:
         return state0
     if isinstance(dynamics, AbstractODE):
         return ODEState(state0)
-    return Particles(state0)
+    return Particles(check_points(state0, "x0"))
 
 
 __all__ = ["AbstractODE", "AbstractState", "Coupled", "Gaussian", "ODEState", "Particles", "Tracers",

@@ -34,7 +34,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .._checks import check_scalar
+from .._checks import check_count, check_int, check_real, check_scalar, is_concrete
 from ..models.litm import LitMCircle
 from ..params import scalar_param
 from ..solvers import AbstractODE, solve
@@ -66,6 +66,9 @@ def bessel_i(n, beta, num_nodes: int = 128):
     integrand converges geometrically (exact to rounding for |β| ≲ num_nodes/4 and
     |n| < num_nodes/2). This is also the Fourier coefficient of w_β(θ) = e^{β cos θ}.
     """
+    num_nodes = check_int(num_nodes, "num_nodes", minimum=1)
+    if is_concrete(beta):  # a traced β (the LitM right-hand side) was checked where it was built
+        check_real(beta, "beta")
     theta = 2 * jnp.pi * jnp.arange(num_nodes) / num_nodes
     n, beta = jnp.broadcast_arrays(jnp.asarray(n), jnp.asarray(beta))  # orders × β, broadcast
     theta = theta.reshape((1,) * beta.ndim + theta.shape)
@@ -78,6 +81,8 @@ def litm_kernel(sigma, sigma_p, lam):
 
     The continuum limit of N times the normalized ALiBi weights: ∫_0^σ k_λ(σ, σ') dσ' = 1.
     """
+    if is_concrete(lam):  # traced inside the Volterra closed form: checked where it enters
+        check_real(lam, "lam", nonnegative=True)
     sigma, sigma_p = jnp.broadcast_arrays(jnp.asarray(sigma), jnp.asarray(sigma_p))
     lam = jnp.asarray(lam, dtype=jnp.result_type(sigma, sigma_p, float))
     lam_safe = jnp.where(lam > 0, lam, 1.0)
@@ -155,7 +160,8 @@ def _exp_series(W, v, at, tol=1e-17):
 
 def retrieval_weights(M: int, n_max: int):
     """Fourier weights ω_n = e^{−π²n²/(2M²)}, n = 1..n_max, of the soft accuracy."""
-    n = np.arange(1, n_max + 1)
+    M = check_count(M, "M", minimum=1)
+    n = np.arange(1, check_count(n_max, "n_max", minimum=1) + 1)
     return np.exp(-(np.pi**2) * n**2 / (2 * M**2))
 
 
@@ -231,7 +237,8 @@ def cap_measure(delta, d: int):
     δ/π on S^1, (1 − cos δ)/2 on S^2; in general the regularized incomplete beta function
     I_{sin²δ}((d−1)/2, 1/2)/2 for δ <= π/2.
     """
-    delta = float(delta)
+    check_int(d, "d", minimum=2)
+    delta = float(check_scalar(delta, "delta", nonnegative=True))
     if d == 2:
         return min(delta / np.pi, 1.0)
     if d == 3:
@@ -244,6 +251,7 @@ def expected_renyi_centers(n: int, d: int, delta) -> float:
     r"""E #strong centers (:func:`transformer_pde.diagnostics.renyi_centers`) among n i.i.d. uniform
     tokens: Σ_{s=1}^n (1−p)^{s−1} = (1 − (1−p)^n)/p,
     p = σ(B_δ) (→ 1/σ(B_δ) as n → ∞; Θ(β^{(d−1)/2}) at δ = cβ^{−1/2})."""
+    n = check_count(n, "n", minimum=1)
     p = cap_measure(delta, d)
     return float(n) if p == 0 else float((1 - (1 - p) ** n) / p)
 
@@ -276,7 +284,9 @@ class LitMMeanField(AbstractODE):
     def __init__(self, beta, lam, num_sigma: int = 64, num_theta: int = 64):
         check_scalar(beta, "beta", nonnegative=True)
         check_scalar(lam, "lam", nonnegative=True)
-        if int(num_sigma) < 2 or int(num_theta) < 4 or int(num_theta) % 2:
+        num_sigma = check_count(num_sigma, "num_sigma", minimum=2)
+        num_theta = check_count(num_theta, "num_theta", minimum=4)
+        if num_theta % 2:
             raise ValueError(f"need num_sigma >= 2 and an even num_theta >= 4, got {num_sigma}, "
                              f"{num_theta}")
         self.beta, self.lam = scalar_param(beta), scalar_param(lam)

@@ -16,6 +16,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from .._checks import check_count, check_in_range, check_scalar, is_concrete
 from ..solvers import AbstractODE, solve
 
 
@@ -25,6 +26,10 @@ def equiangular_start(key, n: int, d: int, rho0: float, dtype=None):
     Rows of the symmetric square root of G = (1 − ρ0) I + ρ0 11ᵀ (positive semi-definite
     iff ρ0 >= −1/(n−1)), padded to d columns and rotated by a random orthogonal matrix.
     """
+    n = check_count(n, "n", minimum=1)
+    d = check_count(d, "d", minimum=n)
+    check_in_range(rho0, "rho0", low=-1 / (n - 1) if n > 1 else -1.0, high=1.0,
+                   meaning="a common inner product of n unit vectors")
     dtype = dtype or jnp.result_type(float)
     G = (1 - rho0) * np.eye(n) + rho0 * np.ones((n, n))
     lam, U = np.linalg.eigh(G)
@@ -41,6 +46,11 @@ class AbstractReducedODE(AbstractODE):
 
     n: eqx.AbstractVar[int]
     beta: eqx.AbstractVar[jax.Array]
+
+    def __check_init__(self):
+        check_count(self.n, "n", minimum=1)
+        if is_concrete(self.beta):  # a traced β is the caller's (checked where it was made)
+            check_scalar(self.beta, "beta")
 
     @abc.abstractmethod
     def rho_rate(self, rho):

@@ -10,9 +10,34 @@ tested against, and the Sinkhorn conditional covariance (docs: math/gaussian.md#
 from __future__ import annotations
 
 import jax.numpy as jnp
+import numpy as np
+
+from .._checks import check_scalar, is_concrete, weight_tolerance
 
 from .._linalg import sqrtm_psd, symmetrize
 from ..models.attention.sinkhorn import sinkhorn_conditional_cov
+
+
+def _check_matrices(cov0, A, definite: bool = True):
+    """Concrete cov0 and A (traced ones are the caller's): square (d, d), finite; cov0 symmetric
+    (to 4√eps) and positive definite (``definite``) or semi-definite."""
+    for name, M in (("cov0", cov0), ("A", A)):
+        if not is_concrete(M):
+            continue
+        a = np.asarray(M)
+        if not np.issubdtype(a.dtype, np.number) or np.iscomplexobj(a):
+            raise ValueError(f"{name} must be a real matrix, got dtype {a.dtype}")
+        if a.ndim != 2 or a.shape[0] != a.shape[1] or a.shape != np.shape(cov0):
+            raise ValueError(f"{name} must be a square (d, d) matrix matching cov0 {np.shape(cov0)}, got shape {a.shape}")
+        if not np.isfinite(a).all():
+            raise ValueError(f"{name} must be finite, got {a!r}")
+        if name == "cov0":
+            a = a.astype(float)
+            tol = weight_tolerance(a.dtype) * max(1.0, float(np.abs(a).max()))
+            low = np.linalg.eigvalsh(0.5 * (a + a.T))[0]
+            if np.abs(a - a.T).max() > tol or (low <= 0 if definite else low < -tol):
+                raise ValueError(f"cov0 must be a symmetric positive {'' if definite else 'semi-'}definite "
+                                 f"covariance, got {a.tolist()}")
 
 
 def identity_value_cov(cov0, A, t):
@@ -20,6 +45,9 @@ def identity_value_cov(cov0, A, t):
 
     $$\Sigma(t)=\big(\Sigma_0^{-1}-t(A+A^\top)\big)^{-1},\qquad t < t^*.$$
     """
+    _check_matrices(cov0, A)
+    if is_concrete(t):
+        check_scalar(t, "t")
     B = A + A.T
     return symmetrize(jnp.linalg.inv(jnp.linalg.inv(cov0) - t * B))
 
@@ -31,6 +59,7 @@ def identity_value_blowup_time(cov0, A):
 
     ``inf`` when A + Aᵀ ⪯ 0 (no blow-up: Σ converges, to a matrix of rank dim ker(A + Aᵀ)).
     """
+    _check_matrices(cov0, A, definite=False)
     R = sqrtm_psd(cov0)
     lam = jnp.linalg.eigvalsh(symmetrize(R @ (A + A.T) @ R))[-1]
     return jnp.where(lam > 0, 1.0 / jnp.where(lam > 0, lam, 1.0), jnp.inf)

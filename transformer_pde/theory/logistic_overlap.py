@@ -9,11 +9,14 @@ from __future__ import annotations
 
 import numpy as np
 
+from .._checks import check_real
+
 
 def logistic(u0, s):
     """Solution of u' = u(1 − u), u(0) = u0: u0 e^s/(1 − u0 + u0 e^s) (the overlap ODE of
     equiangular data in the diffusive clock, up to O(1/d))."""
-    s = np.asarray(s, dtype=float)
+    check_real(u0, "u0")
+    s = np.asarray(check_real(s, "s"), dtype=float)
     return u0 * np.exp(s) / (1 - u0 + u0 * np.exp(s))
 
 

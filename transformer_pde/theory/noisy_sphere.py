@@ -50,17 +50,15 @@ import equinox as eqx
 import numpy as np
 from scipy import optimize, special
 
-from .._checks import check_int, check_scalar
+from .._checks import check_int, check_real, check_scalar
 
 
 def funk_hecke(l, beta, d: int = 2):
     """c_l(β) = Γ(d/2)(2/β)^{d/2−1} I_{l+d/2−1}(β): the eigenvalue of ρ ↦ ∫e^{β⟨x,y⟩}ρ(y)dσ_d(y)
     on spherical harmonics of degree l (σ_d the uniform probability on S^{d−1}); c_l(0) = δ_{l0}."""
     check_int(d, "d", minimum=2)
-    l = np.asarray(l, dtype=np.float64)
-    beta = np.asarray(beta, dtype=np.float64)
-    if np.any(beta < 0) or np.any(l < 0):
-        raise ValueError(f"funk_hecke needs l >= 0 and beta >= 0, got l={l}, beta={beta}")
+    l = np.asarray(check_real(l, "l", nonnegative=True, integer=True), dtype=np.float64)
+    beta = np.asarray(check_real(beta, "beta", nonnegative=True), dtype=np.float64)
     nu = l + d / 2 - 1
     b = np.where(beta > 0, beta, 1.0)
     out = math.gamma(d / 2) * (2 / b) ** (d / 2 - 1) * special.iv(nu, b)
@@ -78,9 +76,7 @@ class AbstractNoisyAttention(eqx.Module):
     def __check_init__(self):
         check_scalar(self.beta, "beta", positive=True)
         check_int(self.d, "d", minimum=2)
-        check_scalar(self.sigma, "sigma")
-        if not self.sigma >= 0:
-            raise ValueError(f"sigma must be >= 0, got {self.sigma}")
+        check_scalar(self.sigma, "sigma", nonnegative=True)
 
     @abc.abstractmethod
     def gain(self, l):
@@ -138,7 +134,9 @@ class NoisySA(AbstractNoisyAttention):
 
 def critical_coupling(beta, d: int = 2, sigma: float = 1.0):
     """K_#^{(d)}(β) of the noisy USA: σ²β^{d/2}/(2^{d/2}Γ(d/2)I_{d/2}(β)) (σ = 1: 2606.05140)."""
-    beta = np.asarray(beta, dtype=np.float64)
+    check_int(d, "d", minimum=2)
+    beta = np.asarray(check_real(beta, "beta", positive=True), dtype=np.float64)
+    check_scalar(sigma, "sigma", nonnegative=True)
     return sigma**2 * beta ** (d / 2) / (2 ** (d / 2) * math.gamma(d / 2) * special.iv(d / 2, beta))
 
 
