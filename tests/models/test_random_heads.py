@@ -63,7 +63,7 @@ def test_sde_stays_on_sphere_and_validates():
     np.testing.assert_allclose(jnp.linalg.norm(xs, axis=-1), 1.0, atol=1e-12)
     with pytest.raises(ValueError, match="v_mean"):
         rh_runs.sde(jax.random.key(1), rh.GaussianHeads(3, v_mean=1.0), x0, 1.0, 0.1)
-    with pytest.raises(ValueError, match="d >= 2"):
+    with pytest.raises(ValueError, match="d must be >= 2, got 1"):
         rh.GaussianHeads(1)
 
 
