@@ -132,16 +132,9 @@ def check_scalar(value, name: str, *, positive: bool = False, nonnegative: bool 
     if jnp.ndim(value) != 0:
         raise ValueError(f"{name} must be a scalar, got shape {jnp.shape(value)}")
     # traced (jit, vmap, grad): the same conditions through eqx.error_if; use the returned value
-    v = jnp.asarray(value)
-    if not jnp.issubdtype(v.dtype, jnp.floating):
+    if not jnp.issubdtype(jnp.result_type(value), jnp.floating):
         return value
-    bad = ~jnp.isfinite(v)
-    sign = ""
-    if positive:
-        bad, sign = bad | ~(v > 0), " and > 0"
-    elif nonnegative:
-        bad, sign = bad | ~(v >= 0), " and >= 0"
-    return eqx.error_if(v, bad, f"{name} must be finite{sign}")
+    return check_real(value, name, positive=positive, nonnegative=nonnegative)
 
 
 INT_LIMIT = 2**31 - 1

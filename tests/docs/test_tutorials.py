@@ -165,7 +165,7 @@ def test_large_n_tutorial(tmp_path, monkeypatch):
 
 @pytest.mark.slow
 def test_clustering_tour_tutorial(tmp_path, monkeypatch):
-    v = execute("clustering_tour", "dict(text=''.join(o.get('text', '') for o in []))", tmp_path, monkeypatch)
+    v = execute("clustering_tour", "dict()", tmp_path, monkeypatch)
     nb = v["_notebook"]
     text = "".join(o.get("text", "") for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", []))
     assert "clustering: SA 1 cluster(s), USA 1 cluster(s)" in text  # GLPR: d = 3 ends in one cluster
