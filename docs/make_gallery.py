@@ -41,6 +41,9 @@ ENTRIES: dict[str, tuple[str, str]] = {
     'convergence': (
         'Distance of the n-particle system to the mean field (the Transformer PDE) against n and t, with fitted rates and bootstrap bands: the Gaussian closure, a stationary law or a deterministic quadrature rule is the reference. The errors decay at the Monte Carlo rate n^{-1/2}; tracers split them into sampling and coupling errors.',
         'Mean-field limit of Castin–Ablin–Carrillo–Peyré, arXiv 2501.18322 (§3–4).'),
+    'convergence-moving': (
+        'The same study for a law that moves: 1 + 0.2 cos 2θ on the circle under SA at β = 9, where the uniform law is unstable and clusters form. The reference is the deterministic quadrature rule evolved as weighted tokens (its own error, estimated by refinement, far below the distances), the distance is the exact W₁ on the circle; the report gives the growth of the distance in t and the time each n leaves the mean field.',
+        'Mean-field limit (Castin–Ablin–Carrillo–Peyré, arXiv 2501.18322); instability of the uniform law on S¹ (Geshkovski–Letrouit–Polyanskiy–Rigollet, arXiv 2312.10794).'),
     'energy-flow': (
         "With QᵀK = V = ±D the dynamics on the sphere is the gradient ascent or descent of the interaction energy E = (1/2β)∬e^{β⟨x,Dy⟩}dμdμ. The figure shows which measures the flows reach (Diracs, antipodal pairs, uniform-like spreads) depending on the signs of D's eigenvalues, and the four-particle equilibrium against its root.",
         'Burger–Kabri–Korolev–Roith–Weigand, arXiv 2501.03096.'),

@@ -333,7 +333,7 @@ def _resolved(rule: AbstractRule, density, m: int, dtype) -> Particles:
         return CircleRule(offset=0.5)(density, m, dtype)
     mean, sd = float(rule.mean[0]), float(np.sqrt(rule.cov[0, 0]))
     u = (np.arange(m) + 0.5) / m
-    z = np.asarray(jax.scipy.special.ndtri(jnp.asarray(u, jnp.float64)))
+    z = np.asarray(jax.scipy.special.ndtri(jnp.asarray(u, jnp.result_type(float))))
     pts = (mean + sd * z)[:, None]
     w = np.full(m, 1.0 / m)
     if density is not None:
@@ -354,7 +354,7 @@ def perturbed_circle_law(epsilon: float = 0.1, k: int = 1, *, order: int = 256,
         return 1.0 + epsilon * jnp.cos(k * jnp.arctan2(x[:, 1], x[:, 0]))
 
     def sample(key, n):
-        u = jax.random.uniform(key, (n,), jnp.float64)
+        u = jax.random.uniform(key, (n,), jnp.result_type(float))  # float64 under x64, else float32 (no warning)
         F = lambda th: (th + (epsilon / k) * jnp.sin(k * th)) / (2 * jnp.pi)  # noqa: E731
         lo, hi = jnp.zeros_like(u), jnp.full_like(u, 2 * jnp.pi)
 
@@ -393,9 +393,9 @@ def vmf_cap_law(center, kappa: float, *, order: int = 24) -> QuadratureLaw:
 
     def sample(key, n):
         ku, kp = jax.random.split(key)
-        u = jax.random.uniform(ku, (n,), jnp.float64)
+        u = jax.random.uniform(ku, (n,), jnp.result_type(float))
         w = 1.0 + jnp.log(u + (1.0 - u) * jnp.exp(-2.0 * kappa)) / kappa
-        phi = jax.random.uniform(kp, (n,), jnp.float64, 0.0, 2 * jnp.pi)
+        phi = jax.random.uniform(kp, (n,), jnp.result_type(float), 0.0, 2 * jnp.pi)
         r = jnp.sqrt(jnp.clip(1.0 - w**2, 0.0))
         y = jnp.stack([r * jnp.cos(phi), r * jnp.sin(phi), w], -1)
         return y @ jnp.asarray(H.T)

@@ -211,6 +211,17 @@ def primary_metric(cfg: ConvergenceConfig) -> str:
 
 
 def compute(cfg: ConvergenceConfig, progress: bool = False) -> Result:
+    # the quadrature reference resolves the mean field to ~1e-6 and the fast kernel plans for
+    # 1e-8: in float32 its rounding alone is ~1e-3 of the field, so these studies run in float64
+    with jax.enable_x64(uses_quadrature(cfg)):
+        return _compute(cfg, progress)
+
+
+def uses_quadrature(cfg: ConvergenceConfig) -> bool:
+    return cfg.model in ("circle", "cap") or cfg.reference == "quadrature"
+
+
+def _compute(cfg: ConvergenceConfig, progress: bool) -> Result:
     dyn, law = setup(cfg)
     ns = tp.convergence.geometric_ns(cfg.log2_n_min, cfg.log2_n_max, cfg.log2_n_step)
     ts = np.linspace(0.0, cfg.t1, cfg.num_times)
@@ -220,7 +231,8 @@ def compute(cfg: ConvergenceConfig, progress: bool = False) -> Result:
             bar.note(line)
 
         res = tp.convergence.convergence_study(dyn, law, ns, t1=cfg.t1, dt0=cfg.dt, ts=ts, seeds=range(cfg.seeds),
-                                n_ref=2**cfg.log2_n_ref, w2_epsilon=cfg.w2_scale,
+                                n_ref=2**cfg.log2_n_ref if cfg.reference == "particles" else None,
+                                w2_epsilon=cfg.w2_scale,
                                 w2_max_n=2**cfg.log2_w2_max, w2_max_iterations=cfg.w2_max_iterations,
                                 progress=report)
     out = {"ns": res.ns, "ts": res.ts, "seeds": res.seeds}
@@ -352,3 +364,28 @@ register(Experiment(
     "convergence", "mean-field convergence: n-particle error vs n and t (closure, stationary or quadrature reference)",
     ConvergenceConfig, compute, figures,
     tiny=dict(log2_n_min=4, log2_n_max=10, log2_n_step=3, seeds=12, t1=0.5, dt=0.1, num_times=2, log2_w2_max=0)))
+
+
+@dataclasses.dataclass(frozen=True)
+class MovingConvergenceConfig(ConvergenceConfig):
+    """The study of a law that moves, at its own default size: 1 + 0.2 cos 2θ on S¹ under SA at
+    β = 9 (the uniform law is unstable; clusters form by t ≈ 3) against the quadrature reference
+    (exact W₁), n = 2⁸ … 2¹⁶, until t = 3. n = 2²⁰ is ``--log2-n-max 20`` (fast kernel above the
+    crossover; see benchmarks/README.md for its wall time)."""
+    model: Literal["gaussian", "sphere", "circle", "cap"] = "circle"
+    d: int = 2
+    beta: float = 9.0
+    log2_n_min: Annotated[int, Ge(1)] = 8
+    log2_n_max: int = 16
+    log2_n_step: Annotated[int, Ge(1)] = 2
+    t1: Annotated[float, Gt(0)] = 3.0
+    dt: Annotated[float, Gt(0)] = 0.1
+    num_times: Annotated[int, Ge(2)] = 7
+    backend: Literal["exact", "fast", "auto"] = "auto"
+
+
+register(Experiment(
+    "convergence-moving", "mean-field convergence of a law that moves (S¹, β = 9): distance vs n and t, and when "
+    "each n leaves the mean field", MovingConvergenceConfig, compute, figures,
+    tiny=dict(log2_n_min=4, log2_n_max=8, log2_n_step=4, seeds=2, t1=0.4, dt=0.1, num_times=2, order=64,
+              log2_n_ref=4)))  # n_ref is the particle reference's only: n > n_ref is fine here
