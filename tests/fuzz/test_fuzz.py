@@ -25,11 +25,7 @@ SETTINGS = settings(max_examples=2, deadline=None, derandomize=True, database=No
                     phases=[Phase.explicit, Phase.generate],  # no shrinking: the failure names its value
                     suppress_health_check=list(HealthCheck))
 
-KNOWN: dict[tuple[str, str], str] = {
-    ("PiecewiseConstant", "values"): "traced values are checked only where a model takes them (as_param), not at construction",
-    ("PiecewiseConstant", "dt"): "PiecewiseConstant.dt is checked only for concrete values (accepted under jit)",
-    ("PiecewiseConstant", "t0"): "PiecewiseConstant.t0 is checked only for concrete values (accepted under jit)",
-}
+KNOWN: dict[tuple[str, str], str] = {}
 """(entry, parameter) pairs the fuzzer fails today, by cause (issue 25: still to fix at the root)."""
 
 SLOW_ENTRIES = {"solve", "layers", "convergence.convergence_study", "fit", "sweep", "SoftmaxAttention.velocity",
