@@ -54,7 +54,7 @@ from __future__ import annotations
 import abc
 import dataclasses
 import warnings
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 
 import diffrax
 import equinox as eqx
@@ -63,7 +63,7 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import ArrayLike
 
-from ._checks import check_count
+from ._checks import INT_LIMIT, check_count, check_in_range, check_real, check_scalar
 from .diagnostics.distances import bures_wasserstein, sinkhorn_wasserstein_status
 from .diagnostics.distances_1d import wasserstein_circle, wasserstein_line
 from .diagnostics.moments import unchecked_moments as empirical_moments  # per save: no checks
@@ -136,22 +136,21 @@ class ExactCircle(AbstractStudyDistance):
         return "exact W1 on the circle (cumulative functions)"
 
 
+def _positive(value, name: str) -> float:
+    """A finite real number > 0, as a float (ValueError naming ``name`` otherwise)."""
+    return float(check_scalar(value, name, positive=True))
+
+
 class SinkhornDistance(AbstractStudyDistance):
     r"""W_2 ≈ √S_ε (debiased Sinkhorn divergence, ott-jax) with ε relative to the data's scale:
     ε = ``epsilon`` · tr Cov(ν), ν the reference measure at the time of measurement (the bias is
     O(ε²) for smooth data). A solve that does not reach ``threshold`` in ``max_iterations`` gives
     NaN and ``unconverged`` (the study counts and warns; it does not stop)."""
 
-    epsilon: float = eqx.field(static=True, default=0.01)
-    max_iterations: int = eqx.field(static=True, default=2000)
-    threshold: float = eqx.field(static=True, default=1e-4)
-
-    def __check_init__(self):
-        if not float(self.epsilon) > 0:
-            raise ValueError(f"the Sinkhorn epsilon (relative to tr Cov) must be > 0, got {self.epsilon}")
-        if int(self.max_iterations) < 1 or not float(self.threshold) > 0:
-            raise ValueError(f"need max_iterations >= 1 and threshold > 0, got {self.max_iterations}, "
-                             f"{self.threshold}")
+    epsilon: float = eqx.field(static=True, default=0.01, converter=lambda v: _positive(v, "epsilon"))
+    max_iterations: int = eqx.field(static=True, default=2000,
+                                    converter=lambda v: check_count(v, "max_iterations", minimum=1))
+    threshold: float = eqx.field(static=True, default=1e-4, converter=lambda v: _positive(v, "threshold"))
 
     def between(self, x, a, y, b):
         _, S = empirical_moments(y, b)
@@ -321,6 +320,14 @@ class QuadratureLaw:
     order: int
     resolution: int | None = None
 
+    def __post_init__(self):
+        order = check_count(self.order, "order", minimum=1)
+        if order < 2:
+            raise ValueError(f"order must be >= 2 (a refinement check needs a coarser rule), got {order}")
+        object.__setattr__(self, "order", order)
+        if self.resolution is not None:
+            object.__setattr__(self, "resolution", check_count(self.resolution, "resolution", minimum=2))
+
     @property
     def one_dimensional(self) -> bool:
         return isinstance(self.rule, CircleRule) or self.rule.dim == 1
@@ -346,9 +353,9 @@ def perturbed_circle_law(epsilon: float = 0.1, k: int = 1, *, order: int = 256,
     r"""ρ_0(θ) = 1 + ε cos kθ on S¹ (relative to the uniform law), |ε| < 1, k >= 1: a perturbation
     of the uniform law, which moves under SA at β where the uniform law is unstable. Samples by
     inverting F(θ) = (θ + (ε/k) sin kθ)/2π (bisection, exact to rounding)."""
-    epsilon, k = float(epsilon), int(k)
-    if not abs(epsilon) < 1 or k < 1:
-        raise ValueError(f"need |epsilon| < 1 (a positive density) and k >= 1, got epsilon={epsilon}, k={k}")
+    epsilon = float(check_in_range(epsilon, "epsilon", low=-1.0, high=1.0, low_open=True, high_open=True,
+                                   meaning="a positive density 1 + epsilon cos k theta"))
+    k = check_count(k, "k", minimum=1)
 
     def density(x):
         return 1.0 + epsilon * jnp.cos(k * jnp.arctan2(x[:, 1], x[:, 0]))
@@ -375,11 +382,11 @@ def vmf_cap_law(center, kappa: float, *, order: int = 24) -> QuadratureLaw:
     r"""The von Mises–Fisher law on S², ρ_0(x) ∝ e^{κ⟨c, x⟩} (a cap about the unit vector c),
     with the Gauss–Legendre × trapezoid reference rule; samples by Wood's inversion
     (w = 1 + log(u + (1 − u)e^{−2κ})/κ, Wood 1994)."""
-    c = np.asarray(center, np.float64)
+    c = np.asarray(check_real(center, "center"), np.float64)
     if c.shape != (3,) or not np.linalg.norm(c) > 0:
         raise ValueError(f"center must be a non-zero vector of R^3, got {center!r}")
     c = c / np.linalg.norm(c)
-    kappa = float(kappa)
+    kappa = float(check_scalar(kappa, "kappa"))
     if not kappa > 0:
         raise ValueError(f"kappa must be > 0 (kappa = 0 is the uniform law), got {kappa}")
     # a rotation taking e3 to c (Householder reflection composed with a flip keeps orientation
@@ -406,6 +413,8 @@ def vmf_cap_law(center, kappa: float, *, order: int = 24) -> QuadratureLaw:
 def gaussian_quadrature_law(law: Gaussian, *, order: int = 24, resolution: int | None = None) -> QuadratureLaw:
     """N(mean, cov) on R^d, d <= 3, with the tensor Gauss–Hermite reference rule: the
     deterministic reference for any attention (no closure needed)."""
+    if not isinstance(law, Gaussian):
+        raise ValueError(f"law must be a tp.Gaussian(mean, cov), got {type(law).__name__} {law!r}"[:300])
     return QuadratureLaw(GaussHermiteRule(law.mean, law.cov), None, law.sample, order, resolution)
 
 
@@ -573,7 +582,9 @@ def mean_field_reference(dynamics: AbstractDynamics, law, n_ref: int, dtype) -> 
     """The reference a law is compared with: a :class:`~transformer_pde.Gaussian` (the dynamics
     must have a Gaussian closure) gives :class:`GaussianClosureReference`, a :class:`StationaryLaw`
     :class:`StationaryReference`, a sampler ``(key, n) -> (n, d)`` an ``n_ref``-particle
-    :class:`ParticleReference` (seeded by ``jax.random.key(2**31 - 1)``)."""
+    :class:`ParticleReference` (seeded by ``jax.random.key(2**31 - 1)``); ``n_ref`` is an integer
+    >= 2 whichever reference is chosen."""
+    n_ref = check_count(n_ref, "n_ref", minimum=2)
     if isinstance(law, Gaussian):
         if dynamics.dim is not None and dynamics.dim != law.dim:
             raise ValueError(f"the Gaussian has dimension {law.dim} but the dynamics act on d={dynamics.dim}")
@@ -596,7 +607,7 @@ def mean_field_reference(dynamics: AbstractDynamics, law, n_ref: int, dtype) -> 
         return QuadratureReference(law, rule, res, rule_c, res_c)
     if callable(law):
         d = int(jax.eval_shape(lambda k: law(k, 2), jax.random.key(0)).shape[-1])
-        return ParticleReference(law, int(n_ref), jax.random.key(2**31 - 1), d)
+        return ParticleReference(law, n_ref, jax.random.key(2**31 - 1), d)
     raise ValueError(f"law must be a tp.Gaussian, a StationaryLaw, a QuadratureLaw or a sampler (key, n) -> (n, d), got "
                      f"{type(law).__name__}")
 
@@ -634,6 +645,21 @@ class ConvergenceResult:
         """Log-log fit of ``errors[metric][:, :, time_index]`` against n
         (:func:`transformer_pde.statistics.fit_rate`)."""
         return fit_rate(self.ns, self.errors[metric][:, :, time_index], **kwargs)
+
+
+def _integers(values, name: str, *, minimum: int, maximum: int = INT_LIMIT) -> list[int]:
+    """A 1-D sequence of integers (a list, tuple, range, 1-D array; integral floats allowed):
+    ValueError naming ``name`` (or ``name[i]``) for a scalar, a string or a bad element."""
+    if isinstance(values, (np.ndarray, jax.Array)):
+        if values.ndim != 1:
+            raise ValueError(f"{name} must be a 1-D sequence of integers, got an array of shape {values.shape}")
+        items = list(np.asarray(values))
+    elif isinstance(values, Iterable) and not isinstance(values, (str, bytes, dict)):
+        items = list(values)
+    else:
+        raise ValueError(f"{name} must be a sequence of integers (a list, tuple, range or 1-D array), got "
+                         f"{type(values).__name__} {values!r}"[:300])
+    return [check_count(v, f"{name}[{i}]", minimum=minimum, maximum=maximum) for i, v in enumerate(items)]
 
 
 def convergence_study(
@@ -679,10 +705,10 @@ def convergence_study(
             counted in :attr:`ConvergenceResult.unconverged` and warned about (the study goes on).
         progress: called with a line of text after every n.
     """
-    ns = np.asarray(sorted({check_count(n, f"ns[{i}]", minimum=2) for i, n in enumerate(ns)}))
+    ns = np.asarray(sorted(set(_integers(ns, "ns", minimum=2))))
     if ns.size < 1:
         raise ValueError(f"ns must hold particle counts >= 2, got {ns.tolist()}")
-    seeds = [check_count(s, f"seeds[{i}]", minimum=0, maximum=2**32 - 1) for i, s in enumerate(seeds)]
+    seeds = _integers(seeds, "seeds", minimum=0, maximum=2**32 - 1)
     if len(set(seeds)) != len(seeds):
         twice = sorted({s for s in seeds if seeds.count(s) > 1})
         raise ValueError(f"seeds must be distinct (each is one independent sample; a repeat would "
@@ -692,13 +718,12 @@ def convergence_study(
         if n_ref < ns[-1]:
             raise ValueError(f"n_ref={n_ref} must be at least the largest n={int(ns[-1])} (the "
                              f"reference stands in for the mean-field limit)")
-    if not float(t1) > 0 or not float(dt0) > 0:
-        raise ValueError(f"need t1 > 0 and dt0 > 0, got t1={t1}, dt0={dt0}")
+    t1, dt0 = _positive(t1, "t1"), _positive(dt0, "dt0")
     if len(seeds) < 1:
         raise ValueError("need at least one seed")
-    if not float(w2_epsilon) > 0:
-        raise ValueError(f"w2_epsilon must be > 0, got {w2_epsilon}")
-    sinkhorn = SinkhornDistance(float(w2_epsilon), int(w2_max_iterations), float(w2_threshold))
+    sinkhorn = SinkhornDistance(_positive(w2_epsilon, "w2_epsilon"),
+                                check_count(w2_max_iterations, "w2_max_iterations", minimum=1),
+                                _positive(w2_threshold, "w2_threshold"))
     dtype = jnp.dtype(dtype or jnp.result_type(float))
     ts = np.asarray([0.0, float(t1)] if ts is None else ts, dtype=np.float64)
     if ts.ndim != 1 or np.any(np.diff(ts) < 0) or ts[0] < 0 or ts[-1] > float(t1) * (1 + 1e-9):
@@ -709,7 +734,7 @@ def convergence_study(
     max_steps = int(np.ceil(float(t1) / float(dt0) * (1 + 1e-6))) + 1
     errors = {k: np.zeros((ns.size, len(seeds), ts.size)) for k in METRICS}
     unconverged = np.zeros(ns.size, dtype=int)
-    reference = mean_field_reference(dynamics, law, int(n_ref or 8 * ns[-1]), dtype)
+    reference = mean_field_reference(dynamics, law, n_ref or min(8 * int(ns[-1]), INT_LIMIT), dtype)
     distance = reference.distance(dynamics, sinkhorn)
     reference_error = {k: np.zeros((ns.size, len(seeds), ts.size)) for k in METRICS}
     for i, n in enumerate(ns):
@@ -740,6 +765,7 @@ def convergence_study(
 def reference_rates(d: int) -> dict:
     """The rates to compare with: Monte Carlo n^{-1/2} and the empirical W_2 rate n^{-1/d}
     (n^{-1/2} up to logs for d <= 2)."""
+    d = check_count(d, "d", minimum=1)
     return {"monte_carlo": -0.5, "empirical_w2": -1.0 / max(d, 2)}
 
 

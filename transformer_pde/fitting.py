@@ -188,11 +188,8 @@ def checkpointed_adjoint(num_steps: int, memory: int | None = None) -> diffrax.R
     (work ≈ 2× the forward pass) with O(√N) memory; diffrax's own default (``None``
     checkpoints) stores O(log N) states and recomputes O(log N) times.
     """
-    if int(num_steps) < 1:
-        raise ValueError(f"num_steps must be >= 1, got {num_steps}")
-    k = math.ceil(math.sqrt(int(num_steps))) if memory is None else int(memory)
-    if k < 1:
-        raise ValueError(f"memory (checkpoints) must be >= 1, got {memory}")
+    num_steps = check_count(num_steps, "num_steps", minimum=1)
+    k = math.ceil(math.sqrt(num_steps)) if memory is None else check_count(memory, "memory", minimum=1)
     return diffrax.RecursiveCheckpointAdjoint(checkpoints=k)
 
 

@@ -20,6 +20,18 @@ from ._checks import as_float_array, check_finite, check_scalar, is_concrete
 _BOUNDARY_SLACK = 1e-4
 
 
+def _checked_values(values):
+    """Per-layer values: a leading layer axis of length >= 1, finite (ValueError naming them;
+    traced, through eqx.error_if on the returned values)."""
+    if jnp.ndim(values) < 1 or jnp.shape(values)[0] < 1:
+        raise ValueError(f"PiecewiseConstant.values must have a leading layer axis of length >= 1, "
+                         f"got shape {jnp.shape(values)}")
+    if is_concrete(values):
+        check_finite(as_float_array(values, "PiecewiseConstant.values"), "PiecewiseConstant.values")
+        return values
+    return check_finite(values, "PiecewiseConstant.values")
+
+
 class PiecewiseConstant(eqx.Module):
     """Per-layer parameters: ``values[l]`` on ``[t0 + l*dt, t0 + (l+1)*dt)``.
 
@@ -36,18 +48,12 @@ class PiecewiseConstant(eqx.Module):
     known before the solve: times within 1e-4·dt below b_l then select layer l.
     """
 
-    values: Float[ArrayLike, "L ..."]
-    t0: float | Float[Array, ""] = 0.0
-    dt: float | Float[Array, ""] = 1.0
-
-    def __check_init__(self):
-        if jnp.ndim(self.values) < 1 or jnp.shape(self.values)[0] < 1:
-            raise ValueError(f"PiecewiseConstant.values must have a leading layer axis of length >= 1, "
-                             f"got shape {jnp.shape(self.values)}")
-        if is_concrete(self.values):  # traced values are checked where a model takes them (as_param)
-            check_finite(as_float_array(self.values, "PiecewiseConstant.values"), "PiecewiseConstant.values")
-        check_scalar(self.dt, "PiecewiseConstant.dt", positive=True)
-        check_scalar(self.t0, "PiecewiseConstant.t0")
+    # the converters check each value (traced: they keep the eqx.error_if'd value)
+    values: Float[ArrayLike, "L ..."] = eqx.field(converter=lambda v: _checked_values(v))
+    t0: float | Float[Array, ""] = eqx.field(default=0.0,
+                                             converter=lambda v: check_scalar(v, "PiecewiseConstant.t0"))
+    dt: float | Float[Array, ""] = eqx.field(
+        default=1.0, converter=lambda v: check_scalar(v, "PiecewiseConstant.dt", positive=True))
 
     @property
     def num_layers(self) -> int:

@@ -28,7 +28,7 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import ArrayLike
 
-from ._checks import check_count
+from ._checks import check_count, check_real
 
 if TYPE_CHECKING:  # imported when a sweep returns (importing the package stays light)
     import xarray as xr
@@ -107,8 +107,11 @@ def sweep(
 
     if not callable(fn):
         raise ValueError(f"fn must be callable, got {fn!r}")
+    if not isinstance(axes, Mapping):
+        raise ValueError(f"axes must be a dict name -> 1-D coordinates (e.g. {{'beta': [0.5, 1.0]}}), got "
+                         f"{type(axes).__name__} {axes!r}"[:300])
     if not axes:
-        raise ValueError("sweep needs at least one vmapped axis")
+        raise ValueError("axes must hold at least one vmapped axis (sweep needs one), got {}")
     static = dict(static or {})
     clash = set(static) & set(axes)
     if clash:
@@ -118,6 +121,8 @@ def sweep(
             raise ValueError(f"static axis '{k}' is empty")
     if chunk_size is not None:
         chunk_size = check_count(chunk_size, "chunk_size", minimum=1)
+    if max_memory is not None:
+        max_memory = check_count(max_memory, "max_memory", minimum=1, maximum=None)
     dtype = jnp.dtype(dtype or jnp.result_type(float))
     if not jnp.issubdtype(dtype, jnp.floating):
         raise ValueError(f"dtype must be a floating dtype (the swept coordinates are cast to it: "
@@ -235,9 +240,16 @@ def heatmap(arr: xr.DataArray, x: str, y: str, *, ax=None, log_x: bool = False, 
 
 def first_time(ts, condition) -> jax.Array:
     """The first ``ts[k]`` with ``condition[..., k]`` true (inf when never): e.g. the time to
-    reach one cluster from a saved cluster count, ``first_time(ts, counts == 1)``."""
-    ts = jnp.asarray(ts)
+    reach one cluster from a saved cluster count, ``first_time(ts, counts == 1)``.
+
+    ``ts``: finite times, shape ``(T,)``; ``condition``: booleans ``(..., T)``."""
+    ts = jnp.asarray(check_real(ts, "ts"))
     hit = jnp.asarray(condition)
+    if ts.ndim != 1:
+        raise ValueError(f"ts must be a 1-D array of times, got shape {ts.shape}")
+    if hit.ndim < 1 or hit.shape[-1] != ts.shape[0]:
+        raise ValueError(f"condition must have shape (..., {ts.shape[0]}) (the times on its last axis, as ts), "
+                         f"got shape {hit.shape}")
     idx = jnp.argmax(hit, axis=-1)
     return jnp.where(jnp.any(hit, axis=-1), ts[idx], jnp.inf)
 

@@ -277,7 +277,7 @@ REGISTRY: list[Entry] = [
     Entry("diagnostics.perceptron_energy", diagnostics.perceptron_energy, lambda: dict(block=_block(), x=_sphere_x(), weights=W.copy()),
           (W_P, Param("x", bad=("nan", "inf", "shape")))),
     Entry("diagnostics.stationarity_residual", diagnostics.stationarity_residual,
-          lambda: dict(block=_block(), positions=np.array([0.0, np.pi]), masses=np.array([0.5, 0.5])),
+          lambda: dict(block=_block(), positions=np.array([[1.0, 0.0], [-1.0, 0.0]]), masses=np.array([0.5, 0.5])),
           (Param("positions", bad=("nan", "inf", "shape")), Param("masses", bad=("nan", "inf", "neg", "shape")))),
     Entry("diagnostics.check_normalized", diagnostics.check_normalized,
           lambda: dict(log_density=lambda z: -0.5 * jnp.sum(z ** 2, -1) - 0.5 * z.shape[-1] * jnp.log(2 * jnp.pi), dim=1),
@@ -392,7 +392,7 @@ REGISTRY: list[Entry] = [
     Entry("kernels.Streaming", kernels.Streaming, lambda: dict(key_block=4),
           (Param("key_block", bad=INT_GE1), Param("query_block", bad=INT_GE1))),
     Entry("kernels.DenseOrStreaming", kernels.DenseOrStreaming, lambda: dict(max_dense_pairs=64),
-          (Param("max_dense_pairs", bad=INT_GE1),)),
+          (Param("max_dense_pairs", bad=("neg", "frac", "nan", "inf", "str"), ok=("zero",)),)),  # 0: always stream
     Entry("kernels.log_weights", kernels.log_weights, lambda: dict(weights=W.copy()), (W_P,)),
     # --- runs
     Entry("runs.Checkpoint", tp.runs.Checkpoint, lambda: dict(directory="/nonexistent-fuzz", every=2),

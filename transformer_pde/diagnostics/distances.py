@@ -185,7 +185,8 @@ def exact_wasserstein(x, y, a=None, b=None, *, p: float = 2.0) -> float:
 
     x = np.asarray(check_points(x, "x"), dtype=np.float64)
     y = np.asarray(check_points(y, "y", x.shape[1]), dtype=np.float64)
-    if not float(p) >= 1:
+    p = float(check_scalar(p, "p"))
+    if not p >= 1:
         raise ValueError(f"p must be >= 1, got {p}")
     n, m = x.shape[0], y.shape[0]
     C = np.linalg.norm(x[:, None, :] - y[None, :, :], axis=-1) ** p
@@ -232,7 +233,8 @@ def stability_ratio(xs, ys, weights_x=None, weights_y=None, *, p: float = 2.0,
     Exact W_p (:func:`exact_wasserstein`) when ``epsilon`` is None, else the Sinkhorn estimate
     with that ε. Returns a NumPy array ``(T,)`` (first entry 1).
     """
-    xs, ys = np.asarray(xs), np.asarray(ys)
+    xs = np.asarray(check_finite(as_float_array(xs, "xs"), "xs"))
+    ys = np.asarray(check_finite(as_float_array(ys, "ys"), "ys"))
     if xs.ndim != 3 or ys.ndim != 3 or xs.shape[0] != ys.shape[0]:
         raise ValueError(f"xs and ys must have shapes (T, n, d) and (T, m, d) with the same T, got "
                          f"{xs.shape} and {ys.shape}")

@@ -142,10 +142,12 @@ def stationarity_residual(block: PerceptronBlock, positions, masses):
     r"""max_k |P⊥_{z_k}(Σ_l m_l e^{β⟨z_k,z_l⟩} z_l + Σ_j ω_j σ(a_j·z_k) a_j)| for μ = Σ_k m_k δ_{z_k}.
 
     Zero exactly when the atomic measure is a critical point of E_{β,ϑ}
-    (docs: math/sphere.md#perceptron-block-and-interpolation).
+    (docs: math/sphere.md#perceptron-block-and-interpolation). ``positions``: the atoms z_k,
+    shape ``(K, d)``; ``masses``: m_k, shape ``(K,)``, non-negative, summing to one.
     """
-    z = jnp.asarray(positions)
-    v = tangent_projection(z, block.raw_field(z, jnp.asarray(masses, z.dtype)))
+    z = check_points(positions, "positions", block.a.shape[1])
+    m = check_weights_of(masses, z.dtype, z.shape[0], "masses").astype(z.dtype)
+    v = tangent_projection(z, block.raw_field(z, m))
     return float(jnp.max(jnp.linalg.norm(v, axis=-1)))
 
 

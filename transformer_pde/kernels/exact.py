@@ -54,7 +54,7 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, Float
 
-from .._checks import check_int
+from .._checks import as_float_array, check_int, check_weights
 from .platforms import current_platform
 
 # Above this many query-key pairs (512 x 512) the automatic choice switches to the streaming
@@ -92,7 +92,17 @@ def _safe(x, fill=0.0):
 
 def log_weights(weights):
     """The key biases of a weighted measure, log w_j, with log 0 = -inf (zero-weight tokens are
-    ignored, not NaN)."""
+    ignored, not NaN). ``weights``: shape ``(n,)``, finite, non-negative, summing to one (a
+    ValueError naming them; traced, through ``eqx.error_if``)."""
+    w = as_float_array(weights, "weights")
+    if w.ndim != 1:
+        raise ValueError(f"weights must have shape (n,), got shape {w.shape}")
+    return unchecked_log_weights(check_weights(w, w.shape[0], w.dtype))
+
+
+def unchecked_log_weights(weights):
+    """:func:`log_weights` without its checks, for weights already checked (a state's weights, or
+    one device's shard of them, which does not sum to one)."""
     return jnp.where(weights > 0, jnp.log(jnp.where(weights > 0, weights, 1.0)), -jnp.inf)
 
 
@@ -466,7 +476,8 @@ class Streaming(AbstractLayout):
 
 class DenseOrStreaming(AbstractLayout):
     """Dense up to ``max_dense_pairs`` query-key pairs, ``streaming`` above: the default, since
-    the streaming path is faster from ~1000 tokens on (benchmarks/README.md) and memory-linear."""
+    the streaming path is faster from ~1000 tokens on (benchmarks/README.md) and memory-linear.
+    ``max_dense_pairs=0`` always streams."""
 
     max_dense_pairs: int = eqx.field(static=True, default=DENSE_MAX_PAIRS)
     streaming: Streaming = eqx.field(static=True, default=Streaming())

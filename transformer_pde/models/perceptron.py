@@ -31,8 +31,9 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 
-from .._checks import check_scalar
-from ..kernels import exp_kernel_sum, log_weights
+from .._checks import as_float_array, check_real, check_scalar
+from ..kernels import exp_kernel_sum
+from ..kernels.exact import unchecked_log_weights
 from ..params import scalar_param
 from .base import AbstractManifoldDynamics
 from .sphere import unchecked_normalize, tangent_projection
@@ -96,8 +97,10 @@ class PerceptronBlock(AbstractManifoldDynamics):
 
     def __init__(self, beta, a, omega, *, sign: float = 1.0, activation=None):
         beta = check_scalar(beta, "PerceptronBlock.beta", nonnegative=True)
-        a = jnp.asarray(a, dtype=jnp.result_type(float))
-        omega = jnp.asarray(omega, dtype=jnp.result_type(float))
+        a = check_real(jnp.asarray(as_float_array(a, "PerceptronBlock.a"), dtype=jnp.result_type(float)),
+                       "PerceptronBlock.a")
+        omega = check_real(jnp.asarray(as_float_array(omega, "PerceptronBlock.omega"), dtype=jnp.result_type(float)),
+                           "PerceptronBlock.omega")
         if a.ndim != 2 or omega.shape != (a.shape[0],):
             raise ValueError(f"PerceptronBlock: a must be (J, d) and omega (J,), got a {a.shape} and "
                              f"omega {omega.shape}")
@@ -121,7 +124,7 @@ class PerceptronBlock(AbstractManifoldDynamics):
 
     def raw_field(self, x, weights):
         """∫ e^{β⟨x_i,y⟩} y dμ + Σ_j ω_j σ(a_j·x_i) a_j (before projection)."""
-        attn = exp_kernel_sum(self.beta * x, x, x, log_weights(weights))
+        attn = exp_kernel_sum(self.beta * x, x, x, unchecked_log_weights(weights))
         mlp = (self.activation(x @ self.a.T) * self.omega[None, :]) @ self.a
         return attn + mlp
 

@@ -355,6 +355,12 @@ def check_times(t0, t1, dt0, ts, dtype):
         check_scalar(dt0, "dt0", positive=True)
     if ts is None:
         return jnp.asarray([t1], dtype=dtype)
+    try:
+        kind = ts.dtype if isinstance(ts, (np.ndarray, jax.Array)) else jnp.asarray(ts).dtype
+    except (TypeError, ValueError):
+        raise ValueError(f"saveat must be an array of real times, got {ts!r}"[:300]) from None
+    if kind == bool or not (jnp.issubdtype(kind, jnp.floating) or jnp.issubdtype(kind, jnp.integer)):
+        raise ValueError(f"saveat times must be real numbers, got dtype {kind}: {ts!r}"[:300])
     ts = jnp.asarray(ts, dtype=dtype)
     if ts.ndim != 1 or ts.shape[0] < 1:
         raise ValueError(f"saveat must be a non-empty 1-D array of times, got shape {ts.shape}")

@@ -8,7 +8,7 @@ import jax.numpy as jnp
 
 from ..._types import Param
 from ...kernels.backends import AbstractBackend, bind_backend
-from ...kernels.exact import log_weights
+from ...kernels.exact import unchecked_log_weights
 from ...kernels.reduction import SoftmaxReduction
 from ...params import bilinear_params, evaluate
 from .base import (
@@ -30,7 +30,7 @@ class _AbstractL2(AbstractBilinearAttention, AbstractKernelAttention, AbstractNo
     def _reduction(self, queries, x, weights, t, **mask):
         Q, K = evaluate(self.Q, t), evaluate(self.K, t)
         kx = x @ K.T
-        bias = log_weights(weights) - self.beta * jnp.sum(kx * kx, axis=-1)
+        bias = unchecked_log_weights(weights) - self.beta * jnp.sum(kx * kx, axis=-1)
         return SoftmaxReduction(queries @ Q.T, kx, x, bias, 2.0 * self.beta, x.dtype, **mask)
 
     def _average(self, reduction, t, axis_name=None):

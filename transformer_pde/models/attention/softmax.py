@@ -10,7 +10,7 @@ import jax.numpy as jnp
 from ..._checks import as_float_array, check_scalar
 from ..._types import Param
 from ...kernels.backends import AbstractBackend, bind_backend
-from ...kernels.exact import log_weights
+from ...kernels.exact import unchecked_log_weights
 from ...kernels.reduction import SoftmaxReduction, keys_over_devices
 from ...params import as_param, bilinear_params, evaluate, param_shape, scalar_param
 from .base import (
@@ -76,10 +76,10 @@ class SoftmaxAttention(_AbstractSoftmax, AbstractGaussianClosure):
         self.backend = bind_backend(backend, name, Q=self.Q, K=self.K, beta=self.beta)
 
     def _reductions(self, queries, x, weights, t):
-        return [self._reduction(queries, x, log_weights(weights), t)]
+        return [self._reduction(queries, x, unchecked_log_weights(weights), t)]
 
     def query_field(self, queries, x, weights, t, query_offset=0, axis_name=None):
-        return self._average(self._reduction(queries, x, log_weights(weights), t), t, axis_name)
+        return self._average(self._reduction(queries, x, unchecked_log_weights(weights), t), t, axis_name)
 
     def divergence(self, queries, x, weights, t):
         r"""Closed form (docs: math/mean_field.md#densities-along-characteristics): with p_j(q) ∝ w_j
@@ -99,7 +99,7 @@ class SoftmaxAttention(_AbstractSoftmax, AbstractGaussianClosure):
         c = weights @ x
         y = x - c[None, :]
         s = jnp.einsum("nd,de,ne->n", y, M, y)
-        red = self._reduction(queries, x, log_weights(weights), t)
+        red = self._reduction(queries, x, unchecked_log_weights(weights), t)
         red = eqx.tree_at(lambda r: r.v, red, jnp.concatenate([y, s[:, None]], axis=1))
         avg, _ = self.backend.lse_average(red)
         ybar, es = avg[:, :-1], avg[:, -1]
@@ -154,7 +154,7 @@ class CausalSoftmaxAttention(AbstractCausalAttention, _AbstractSoftmax):
 
     def _causal_reduction(self, queries, x, weights, t, query_offset):
         # ALiBi: e^{−λ(i−j)/N} = e^{−λi/N} e^{λj/N}; the first factor cancels in the softmax
-        bias = log_weights(weights) + self.alibi * jnp.arange(x.shape[0], dtype=x.dtype) / x.shape[0]
+        bias = unchecked_log_weights(weights) + self.alibi * jnp.arange(x.shape[0], dtype=x.dtype) / x.shape[0]
         # without itself, query i sees keys j <= i - 1
         offset = query_offset if self.include_self else query_offset - 1
         return self._reduction(queries, x, bias, t, causal=True, query_offset=offset)
@@ -228,13 +228,13 @@ class _AbstractMultiHead(AbstractKernelAttention, AbstractNormalizedAttention):
 
     def _head_reductions(self, queries, x, weights, t, **mask):
         Q, K, V = (evaluate(p, t) for p in (self.Q, self.K, self.V))
-        logw = log_weights(weights)
+        logw = unchecked_log_weights(weights)
         return [self._head_reduction(queries, x, logw, Q[h], K[h], V[h], **mask)
                 for h in range(self.num_heads)]
 
     def _heads_field(self, queries, x, weights, t, axis_name=None, **mask):
         Q, K, V, W = (evaluate(p, t) for p in (self.Q, self.K, self.V, self.W))
-        logw = log_weights(weights)
+        logw = unchecked_log_weights(weights)
 
         def head(Qh, Kh, Vh, Wh):
             red = self._head_reduction(queries, x, logw, Qh, Kh, Vh, **mask)

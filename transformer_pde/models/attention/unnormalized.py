@@ -11,7 +11,7 @@ import jax.numpy as jnp
 from ..._checks import check_scalar
 from ..._types import Param
 from ...kernels.backends import AbstractBackend, bind_backend
-from ...kernels.exact import DEFAULT_LAYOUT, AbstractLayout, check_layout, log_weights, sigmoid_kernel_sum
+from ...kernels.exact import DEFAULT_LAYOUT, AbstractLayout, check_layout, sigmoid_kernel_sum, unchecked_log_weights
 from ...kernels.reduction import SoftmaxReduction
 from ...params import bilinear_params, evaluate, scalar_param
 from .base import (
@@ -101,7 +101,7 @@ class _AbstractUnnormalized(AbstractBilinearAttention, AbstractKernelAttention):
 
     def _reduction(self, queries, x, weights, t, **mask):
         Q, K = evaluate(self.Q, t), evaluate(self.K, t)
-        bias = log_weights(weights) - self.beta * self.shift
+        bias = unchecked_log_weights(weights) - self.beta * self.shift
         return SoftmaxReduction(queries @ Q.T, x @ K.T, x, bias, self.beta, x.dtype, **mask)
 
     def _sum(self, reduction, t, axis_name=None):
