@@ -99,10 +99,13 @@ def _log_gap(sigma, sigma0, lam):
 
 
 def _check_volterra(a, t, sigma0, lam, sigma=None):
-    """Concrete arguments of the Volterra solutions, checked (ValueError naming the bad one): a,
-    t >= 0 (a rate and a time: at >= 0), σ0 (and σ) > 0 (positions in (0, 1]), λ >= 0; traced
-    values are the caller's (checked where they were made)."""
-    for name, v in (("a", a), ("t", t), ("lam", lam)):
+    """Concrete arguments of the Volterra closed form, checked (ValueError naming the bad one): a
+    finite (a_n = n² I_n(β) of large n is ~0 and may round below 0: at·Y is clamped at 0), t >= 0,
+    σ0 (and σ) > 0 (positions in (0, 1]), λ >= 0; traced values are the caller's (checked where
+    they were made)."""
+    if is_concrete(a):
+        check_real(a, "a")
+    for name, v in (("t", t), ("lam", lam)):
         if is_concrete(v):
             check_real(v, name, nonnegative=True)
     for name, v in (("sigma0", sigma0), ("sigma", sigma)):
@@ -140,8 +143,9 @@ def volterra_numerical(a, t, sigma0, lam, num_points: int = 401):
 
     Returns ``(sigma_grid, g)``.
     """
-    for name, v in (("a", a), ("t", t), ("lam", lam)):
-        check_scalar(v, name, nonnegative=True)
+    check_scalar(a, "a")
+    check_scalar(t, "t")
+    check_scalar(lam, "lam", nonnegative=True)
     check_in_range(sigma0, "sigma0", low=0.0, high=1.0, low_open=True, high_open=True,
                    meaning="the source's position, the left end of the grid [sigma0, 1]")
     num_points = check_count(num_points, "num_points", minimum=2)
