@@ -63,7 +63,7 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import ArrayLike
 
-from ._checks import INT_LIMIT, check_count, check_in_range, check_real, check_scalar
+from ._checks import INT_LIMIT, check_count, check_in_range, check_int, check_real, check_scalar
 from .diagnostics.distances import bures_wasserstein, sinkhorn_wasserstein_status
 from .diagnostics.distances_1d import wasserstein_circle, wasserstein_line
 from .diagnostics.moments import unchecked_moments as empirical_moments  # per save: no checks
@@ -86,9 +86,11 @@ def gaussian_affine_field(dynamics: AbstractDynamics, mean, cov, t=0.0):
     from :meth:`~transformer_pde.models.AbstractGaussianClosure.affine_field`; a ValueError when
     there is no closure (causal attention included: its field depends on positions)."""
     if not isinstance(dynamics, AbstractGaussianClosure):
-        raise ValueError(f"no Gaussian closure with an affine field for {type(dynamics).__name__}; use "
-                         "a large-n reference instead (law given as a sampler)")
-    return dynamics.affine_field(mean, cov, t)
+        raise ValueError(f"dynamics has no Gaussian closure with an affine field ({type(dynamics).__name__}); "
+                         "use a large-n reference instead (law given as a sampler)")
+    law = Gaussian(mean, cov)  # mean, cov checked (finite, shapes, cov symmetric positive definite)
+    t = check_scalar(t, "t")
+    return dynamics.affine_field(law.mean, law.cov, t)
 
 
 # --------------------------------------------------------------------------------------------
@@ -771,8 +773,17 @@ def reference_rates(d: int) -> dict:
 
 def rate_table(result: ConvergenceResult, metrics=None, time_index: int = -1) -> list[dict]:
     """One row per metric: fitted slope, its interval, and the reference rates."""
+    if not isinstance(result, ConvergenceResult):
+        raise ValueError(f"result must be a ConvergenceResult (from convergence_study), got {type(result).__name__}")
+    num_times = len(result.ts)
+    time_index = check_int(time_index, "time_index", minimum=-num_times, maximum=num_times - 1)
+    if metrics is None or (isinstance(metrics, (list, tuple)) and not metrics):
+        metrics = [k for k in METRICS if k in result.errors]
+    if isinstance(metrics, str) or not all(isinstance(k, str) and k in result.errors for k in metrics):
+        raise ValueError(f"metrics must be a sequence of the result's metric names {sorted(result.errors)}, "
+                         f"got {metrics!r}")
     rows = []
-    for k in metrics or METRICS:
+    for k in metrics:
         e = result.errors[k][:, :, time_index]
         if not np.all(np.isfinite(e)) or np.any(e <= 0):
             keep = np.all(np.isfinite(e) & (e > 0), axis=1)

@@ -145,6 +145,37 @@ def _sphere_x():
     return np.array([[1.0, 0.0], [0.0, 1.0], [0.6, 0.8]])
 
 
+def _mlp_args():
+    return dict(W1=np.array([[1.0, 0.0], [0.0, 1.0], [0.5, 0.5]]), b1=np.zeros(3), W2=np.ones((D, 3)), b2=np.zeros(D))
+
+
+MLP_ = tp.MLP(**_mlp_args())
+ARRAY = ("nan", "inf", "shape", "dtype")
+"""The bad kinds of a matrix or vector parameter of a model."""
+NONNEG = ("nan", "inf", "neg", "str")
+OBJECT = ("str", "none")
+"""The bad kinds of a parameter that is an object (a dynamics, a solver, a state)."""
+
+
+def _circle_rule(offset, order):
+    return tp.CircleRule(offset)(None, order)
+
+
+def _gauss_hermite_rule(mean, cov, order):
+    return tp.GaussHermiteRule(mean, cov)(None, order)
+
+
+def _convergence_result():
+    ns, seeds, ts = np.array([4, 8, 16]), np.array([0, 1]), np.array([0.1, 0.2])
+    errors = {"w1": np.array([0.5, 0.35, 0.25])[:, None, None] * np.array([1.0, 1.1])[None, :, None]
+              * np.array([1.0, 1.2])[None, None, :]}
+    return convergence.ConvergenceResult(ns, seeds, ts, errors, D, reference=None)
+
+
+def _reduction_args():
+    return dict(q=X.copy(), k=X.copy(), v=X.copy(), bias=np.log(W))
+
+
 REGISTRY: list[Entry] = [
     # --- models: attentions and other dynamics
     Entry("SoftmaxAttention", tp.SoftmaxAttention, _qkv(), (BETA, *QKV)),
@@ -203,6 +234,30 @@ REGISTRY: list[Entry] = [
           (Param("n", bad=INT_GE1), Param("spread", bad=("nan", "inf", "neg", "str")),
            Param("center", bad=("nan", "inf", "shape", "zero")))),
     Entry("normalize", tp.normalize, lambda: dict(x=X.copy()), (X_P,)),
+    Entry("polar", tp.polar, lambda: dict(x=X.copy()), (Param("x", bad=X_P.bad + ("zero",), traced=True),)),
+    Entry("polar_velocity", tp.polar_velocity, lambda: dict(dynamics=ATTN, x=X.copy(), weights=W.copy(), t=0.0),
+          (X_P, W_P, Param("t", bad=FINITE + ("vector",)), Param("dynamics", bad=OBJECT))),
+    Entry("tangent_projection", tp.tangent_projection, lambda: dict(x=X.copy(), v=X[::-1].copy()),
+          (Param("x", bad=ARRAY + ("none",), traced=True), Param("v", bad=ARRAY + ("none",), traced=True))),
+    Entry("AttentionPerceptron", tp.AttentionPerceptron,
+          lambda: dict(V=I2.copy(), B=I2.copy(), W=np.ones((D, 3)), U=np.ones((3, D)), b=np.zeros(3)),
+          tuple(Param(m, bad=ARRAY, traced=True) for m in ("V", "B", "W", "U", "b"))),
+    Entry("RescaledSoftmax", tp.RescaledSoftmax, lambda: dict(Q=I2.copy(), K=I2.copy(), V=I2.copy()), QKV),
+    Entry("MLP", tp.MLP, _mlp_args,
+          (*(Param(m, bad=ARRAY, traced=True) for m in ("W1", "b1", "W2", "b2")), Param("activation", bad=OBJECT))),
+    Entry("Block", tp.Block, lambda: dict(attention=tp.PreLN(ATTN), mlp=tp.PreLN(MLP_), step=0.1),
+          (Param("step", bad=POS + ("vector",), traced=True), Param("attention", bad=OBJECT + ("shape",)),
+           Param("mlp", bad=OBJECT))),
+    Entry("SphereBlock", tp.SphereBlock, lambda: dict(attention=tp.PostLN(ATTN), mlp=tp.PostLN(MLP_), step=0.1),
+          (Param("step", bad=POS + ("vector",), traced=True), Param("attention", bad=OBJECT), Param("mlp", bad=OBJECT))),
+    Entry("Switched", tp.Switched, lambda: dict(before=ATTN, after=tp.PreLN(ATTN), switch_time=0.5),
+          (Param("switch_time", bad=FINITE + ("vector",), traced=True), Param("before", bad=OBJECT),
+           Param("after", bad=OBJECT)), covers=("AbstractSwitched",)),
+    Entry("CommonNoiseSDE", tp.CommonNoiseSDE,
+          lambda: dict(heads=tp.GaussianHeads(D, 1.0), W=np.full((2, D, D), 0.5), Wp=np.full((2, D, D), 0.25)),
+          (Param("W", bad=ARRAY, traced=True), Param("Wp", bad=ARRAY, traced=True), Param("heads", bad=OBJECT))),
+    Entry("Sharded", tp.Sharded, lambda: dict(dynamics=ATTN),
+          (Param("dynamics", bad=OBJECT + ("shape",)), Param("axis", bad=("none",)), Param("mesh", bad=("str",)))),
     # --- states, noise, events, parameters
     Entry("Particles", tp.Particles, lambda: dict(x=X.copy(), weights=W.copy()), (X_P, W_P)),
     Entry("Gaussian", tp.Gaussian, lambda: dict(mean=np.zeros(D), cov=np.eye(D)),
@@ -217,6 +272,17 @@ REGISTRY: list[Entry] = [
           (Param("dt", bad=POS), Param("tol", bad=POS))),
     Entry("CircleDensity", tp.CircleDensity, lambda: dict(rho=np.full(8, 1 / (2 * np.pi)), sigma=0.0),
           (Param("rho", bad=("nan", "inf", "neg", "shape", "dtype"), names=("density", "values")), Param("sigma", bad=("nan", "inf", "neg", "str")))),
+    Entry("Coupled", lambda parts: tp.Coupled(*parts),
+          lambda: dict(parts=(tp.Particles(X), tp.Gaussian(np.zeros(D), np.eye(D)))), (Param("parts", bad=("str",)),)),
+    Entry("WithLogDensity", tp.WithLogDensity, lambda: dict(tokens=X.copy(), log_rho0=np.zeros(3)),
+          (Param("log_rho0", bad=ARRAY, traced=True),
+           Param("tokens", bad=("nan", "inf", "shape", "str", "none"), names=("x",)))),
+    Entry("CircleRule", _circle_rule, lambda: dict(offset=0.5, order=8),
+          (Param("offset", bad=FINITE + ("vector",)), Param("order", bad=INT_GE1 + ("huge",)))),
+    Entry("GaussHermiteRule", _gauss_hermite_rule, lambda: dict(mean=np.zeros(D), cov=np.eye(D), order=4),
+          (Param("mean", bad=ARRAY), Param("cov", bad=ARRAY + ("neg",)), Param("order", bad=INT_GE1 + ("huge",)))),
+    Entry("Retracted", tp.Retracted, lambda: dict(solver=diffrax.Heun(), retraction=tp.UnitSphere()),
+          (Param("solver", bad=OBJECT), Param("retraction", bad=OBJECT))),
     Entry("PiecewiseConstant", tp.PiecewiseConstant, lambda: dict(values=np.ones(3), t0=0.0, dt=0.5),
           (Param("values", bad=("nan", "inf", "dtype"), traced=True), Param("dt", bad=POS, traced=True),
            Param("t0", bad=FINITE, traced=True))),
@@ -230,6 +296,10 @@ REGISTRY: list[Entry] = [
            Param("max_steps", bad=INT_GE1 + ("huge",)),
            Param("state0", bad=("nan", "inf", "shape", "dtype", "none"), traced=True, names=("x", "x0"))),
           covers=("Solution",)),
+    Entry("solve_density", lambda **kw: tp.solve_density(tp.Sphere(ATTN), **kw).xs,
+          lambda: dict(density=tp.CircleDensity(np.full(8, 1 / (2 * np.pi)), 0.0), t1=0.1, tol=1e-6),
+          (Param("t1", bad=("nan", "inf", "neg", "zero", "str")), Param("tol", bad=POS),
+           Param("density", bad=OBJECT))),
     Entry("layers", lambda **kw: tp.layers(ATTN, **kw).xs, lambda: dict(x0=X.copy(), num_layers=4, step=0.1, save_every=2),
           (Param("num_layers", bad=INT_GE1 + ("huge",)), Param("step", bad=POS),
            Param("save_every", bad=INT_GE1), Param("x0", bad=("nan", "inf", "shape", "dtype"), names=("x",)))),
@@ -327,6 +397,34 @@ REGISTRY: list[Entry] = [
           (Param("lam", bad=FINITE),)),
     Entry("theory.causal.LitMMeanField", causal.LitMMeanField, lambda: dict(beta=1.0, lam=1.0, num_sigma=8, num_theta=8),
           (Param("beta", bad=FINITE), Param("lam", bad=FINITE), Param("num_sigma", bad=INT_GE1), Param("num_theta", bad=INT_GE1))),
+    Entry("theory.causal.volterra_closed_form", causal.volterra_closed_form,
+          lambda: dict(a=1.0, t=1.0, sigma=np.array([0.5, 0.9]), sigma0=0.2, lam=1.0),
+          (Param("a", bad=FINITE), Param("t", bad=NONNEG), Param("lam", bad=NONNEG),
+           Param("sigma", bad=("nan", "inf", "neg", "zero", "dtype")), Param("sigma0", bad=POS))),
+    Entry("theory.causal.volterra_numerical", causal.volterra_numerical,
+          lambda: dict(a=1.0, t=1.0, sigma0=0.2, lam=1.0, num_points=11),
+          (Param("a", bad=FINITE), Param("t", bad=FINITE), Param("lam", bad=NONNEG),
+           Param("sigma0", bad=POS + ("big",), big=2.0), Param("num_points", bad=INT_GE1 + ("huge",)))),
+    Entry("theory.causal.retrieval_profile", causal.retrieval_profile,
+          lambda: dict(t=1.0, sigma0=np.array([0.2, 0.5, 0.8]), beta=1.0, lam=1.0, M=4, n_max=5),
+          (Param("t", bad=NONNEG), Param("sigma0", bad=("nan", "inf", "neg", "zero", "dtype")),
+           Param("beta", bad=NONNEG), Param("lam", bad=NONNEG), Param("M", bad=INT_GE1), Param("n_max", bad=INT_GE1))),
+    Entry("theory.causal.retrieval_discrete", causal.retrieval_discrete,
+          lambda: dict(t=1.0, n=4, beta=1.0, lam=1.0, M=4, n_max=5),
+          (Param("t", bad=NONNEG), Param("n", bad=INT_GE1), Param("beta", bad=FINITE), Param("lam", bad=FINITE),
+           Param("M", bad=INT_GE1), Param("n_max", bad=INT_GE1))),
+    Entry("theory.causal.smallness_holds", causal.smallness_holds, lambda: dict(t=0.1, beta=1.0, lam=1.0, n_max=8),
+          (Param("t", bad=NONNEG), Param("beta", bad=FINITE), Param("lam", bad=NONNEG), Param("n_max", bad=INT_GE1))),
+    Entry("theory.causal.u_shape", causal.u_shape, lambda: dict(profile=np.array([3.0, 1.0, 2.0])),
+          (Param("profile", bad=("nan", "inf", "shape", "dtype", "none")),)),
+    Entry("theory.equiangular.reduced_gap", equiangular.reduced_gap,
+          lambda: dict(ode=equiangular.SAReducedODE(4, 1.0), rho0=0.2, ts=np.array([0.0, 0.5, 1.0]),
+                       controller=diffrax.PIDController(rtol=1e-6, atol=1e-9)),
+          (Param("rho0", bad=("nan", "inf", "big", "str"), big=2.0), Param("ts", bad=("nan", "inf", "shape")),
+           Param("ode", bad=OBJECT))),
+    Entry("theory.gaussian.sinkhorn_conditional_cov", gaussian.sinkhorn_conditional_cov,
+          lambda: dict(cov=np.eye(D), At=0.5 * np.eye(D)),
+          (Param("cov", bad=ARRAY + ("neg",), traced=True), Param("At", bad=ARRAY, traced=True))),
     Entry("theory.equiangular.equiangular_start", equiangular.equiangular_start, lambda: dict(key=KEY, n=3, d=3, rho0=0.2),
           (Param("n", bad=INT_GE1), Param("d", bad=INT_GE1), Param("rho0", bad=("nan", "inf", "big", "str"), big=2.0))),
     Entry("theory.equiangular.SAReducedODE", equiangular.SAReducedODE, lambda: dict(n=4, beta=1.0),
@@ -348,6 +446,14 @@ REGISTRY: list[Entry] = [
            Param("seeds", bad=("nan", "neg", "frac", "str")), Param("n_ref", bad=INT_GE1 + ("huge",)),
            Param("w2_epsilon", bad=POS), Param("w2_max_iterations", bad=INT_GE1), Param("w2_threshold", bad=POS)),
           covers=("convergence.ConvergenceResult",)),
+    Entry("convergence.gaussian_affine_field", convergence.gaussian_affine_field,
+          lambda: dict(dynamics=ATTN, mean=np.zeros(D), cov=np.eye(D), t=0.0),
+          (Param("mean", bad=ARRAY, traced=True), Param("cov", bad=ARRAY + ("neg",), traced=True),
+           Param("t", bad=FINITE + ("vector",)), Param("dynamics", bad=OBJECT))),
+    Entry("convergence.rate_table", convergence.rate_table,
+          lambda: dict(result=_convergence_result(), metrics=["w1"], time_index=-1),
+          (Param("result", bad=OBJECT), Param("metrics", bad=("str",)),
+           Param("time_index", bad=("frac", "nan", "str", "huge")))),
     Entry("convergence.geometric_ns", convergence.geometric_ns, lambda: dict(lo=2, hi=16, step=1),
           (Param("lo", bad=INT_GE1), Param("hi", bad=INT_GE1 + ("huge",)), Param("step", bad=INT_GE1))),
     Entry("convergence.reference_rates", convergence.reference_rates, lambda: dict(d=2), (Param("d", bad=INT_GE1),)),
@@ -393,6 +499,13 @@ REGISTRY: list[Entry] = [
           (Param("key_block", bad=INT_GE1), Param("query_block", bad=INT_GE1))),
     Entry("kernels.DenseOrStreaming", kernels.DenseOrStreaming, lambda: dict(max_dense_pairs=64),
           (Param("max_dense_pairs", bad=("neg", "frac", "nan", "inf", "str"), ok=("zero",)),)),  # 0: always stream
+    Entry("kernels.Exact", kernels.Exact, lambda: dict(layout=kernels.Dense()), (Param("layout", bad=OBJECT),)),
+    Entry("kernels.bind_backend", lambda **kw: kernels.bind_backend(owner="SoftmaxAttention", **kw),
+          lambda: dict(backend=kernels.Exact(), Q=I2.copy(), K=I2.copy(), beta=1.0), (Param("backend", bad=("str",)),)),
+    *[Entry(f"kernels.{f.__name__}", f, _reduction_args, (Param("layout", bad=OBJECT),))
+      for f in (kernels.lse_average, kernels.softmax_average, kernels.exp_kernel_sum)],
+    Entry("kernels.sigmoid_kernel_sum", kernels.sigmoid_kernel_sum,
+          lambda: dict(q=X.copy(), k=X.copy(), v=X.copy(), weights=W.copy()), (Param("layout", bad=OBJECT),)),
     Entry("kernels.log_weights", kernels.log_weights, lambda: dict(weights=W.copy()), (W_P,)),
     # --- runs
     Entry("runs.Checkpoint", tp.runs.Checkpoint, lambda: dict(directory="/nonexistent-fuzz", every=2),
@@ -435,15 +548,6 @@ _exempt("run-directory machinery: driven by the CLI fuzz (tests/fuzz/test_fuzz_c
         "runs.grid", "runs.load_run", "runs.redraw", "runs.run_experiment", "runs.run_fingerprint", "runs.run_info",
         "runs.stop_on_signals", "runs.solve_checkpointed")
 _exempt("plotting of a finished sweep (draws, validates through xarray)", "heatmap")
-_exempt("not fuzzed yet (issue 25 harness: register it with a builder)",
-        "AttentionPerceptron", "Block", "SphereBlock", "MLP", "Switched", "AbstractSwitched", "CommonNoiseSDE",
-        "RescaledSoftmax", "Sharded", "polar", "polar_velocity", "tangent_projection", "Coupled",
-        "WithLogDensity", "CircleRule", "GaussHermiteRule", "Retracted", "solve_density",
-        "kernels.Exact", "kernels.bind_backend", "kernels.exp_kernel_sum", "kernels.lse_average",
-        "kernels.sigmoid_kernel_sum", "kernels.softmax_average", "convergence.gaussian_affine_field",
-        "convergence.rate_table", "theory.causal.retrieval_discrete", "theory.causal.retrieval_profile",
-        "theory.causal.smallness_holds", "theory.causal.u_shape", "theory.causal.volterra_closed_form",
-        "theory.causal.volterra_numerical", "theory.equiangular.reduced_gap", "theory.gaussian.sinkhorn_conditional_cov")
 
 
 def public_names() -> set[str]:

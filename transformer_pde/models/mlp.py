@@ -51,7 +51,7 @@ from .._types import Param
 from ..params import as_param, evaluate, param_shape, scalar_param
 from .base import AbstractDynamics, AbstractFieldDynamics, AbstractManifoldDynamics, AbstractRetractedDynamics
 from .normalization import NGPT
-from .sphere import PostLN, Sphere, check_unit_points, unchecked_normalize, tangent_projection
+from .sphere import PostLN, Sphere, check_unit_points, unchecked_normalize, unchecked_tangent_projection
 
 __all__ = ["MLP", "Block", "SphereBlock"]
 
@@ -128,7 +128,7 @@ def _checked_sublayers(owner: str, attention, mlp, step, fits, expected: str):
         if not fits(sub):
             raise ValueError(f"{owner}.{field} must be {expected.format(got=type(sub).__name__)}")
     _common_dim(owner, attention, mlp)
-    check_scalar(step, f"{owner}.step", positive=True)
+    step = check_scalar(step, f"{owner}.step", positive=True)  # traced: keep the error_if'd value
     return attention, mlp, scalar_param(step)
 
 
@@ -247,4 +247,4 @@ class _SphereSumLimit(_AbstractSpherePair):
 
     def vector_field(self, x, weights, t):
         v = self.attention.vector_field(x, weights, t) + self.mlp.vector_field(x, weights, t)
-        return tangent_projection(x, v)
+        return unchecked_tangent_projection(x, v)

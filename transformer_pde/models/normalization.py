@@ -65,7 +65,7 @@ from .._checks import as_float_array, check_count, check_finite, check_points, c
 from .._types import Points
 from ..params import scalar_param
 from .base import AbstractDynamics, AbstractManifoldDynamics, AbstractRetractedDynamics
-from .sphere import PostLN, check_unit_points, unchecked_normalize, tangent_projection
+from .sphere import PostLN, check_unit_points, normalize, unchecked_normalize, unchecked_tangent_projection
 from .switched import AbstractSwitched, check_switch_time
 
 __all__ = ["LNScaling", "MixLN", "NGPT", "AbstractNormalizationScheme", "Norm", "PeriLN", "PreLN",
@@ -409,9 +409,10 @@ class MixLN(AbstractSwitched, AbstractNormalizationScheme):
 
 
 def polar(x: Points) -> tuple[Float[Array, " n"], Points]:
-    """(r, θ) with x = rθ: the radius |x_i| and direction x_i/|x_i| of every token."""
-    r = jnp.linalg.norm(x, axis=-1)
-    return r, x / r[:, None]
+    """(r, θ) with x = rθ: the radius |x_i| and direction x_i/|x_i| of every token (``x`` of shape
+    ``(n, d)``, finite, no zero row: ValueError naming x; ``eqx.error_if`` under jit)."""
+    x = check_points(x, "x")
+    return jnp.linalg.norm(x, axis=-1), normalize(x)
 
 
 def polar_velocity(dynamics: AbstractDynamics, x: Points, weights=None, t=0.0):
@@ -421,10 +422,13 @@ def polar_velocity(dynamics: AbstractDynamics, x: Points, weights=None, t=0.0):
     Â = A/|A| (docs: math/sphere.md#normalization-schemes). Only for dynamics on R^d
     (a retracted dynamics has ṙ = 0).
     """
+    if not isinstance(dynamics, AbstractDynamics):
+        raise ValueError(f"dynamics must be a dynamics on R^d such as tp.PreLN(attn), got {type(dynamics).__name__}")
+    t = check_scalar(t, "t")
     if isinstance(dynamics, AbstractRetractedDynamics):
         raise ValueError(f"polar_velocity is for dynamics on R^d; {type(dynamics).__name__} is "
                          "retracted after its steps (its radius does not follow ẋ = F)")
     x = dynamics.check_state(x)
     v = dynamics.velocity(x, weights, t)
     r, theta = polar(x)
-    return jnp.sum(theta * v, axis=-1), tangent_projection(theta, v) / r[:, None]
+    return jnp.sum(theta * v, axis=-1), unchecked_tangent_projection(theta, v) / r[:, None]

@@ -36,7 +36,7 @@ from ..kernels import exp_kernel_sum
 from ..kernels.exact import unchecked_log_weights
 from ..params import scalar_param
 from .base import AbstractManifoldDynamics
-from .sphere import unchecked_normalize, tangent_projection
+from .sphere import unchecked_normalize, unchecked_tangent_projection
 
 __all__ = ["AbstractActivation", "AbstractPotentialActivation", "PerceptronBlock", "ReLU", "Softplus"]
 
@@ -129,4 +129,4 @@ class PerceptronBlock(AbstractManifoldDynamics):
         return attn + mlp
 
     def vector_field(self, x, weights, t):
-        return self.sign * tangent_projection(x, self.raw_field(x, weights))
+        return self.sign * unchecked_tangent_projection(x, self.raw_field(x, weights))

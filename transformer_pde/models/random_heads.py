@@ -39,9 +39,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .._checks import check_count, check_scalar
+from .._checks import as_float_array, check_count, check_finite, check_scalar
 from .base import AbstractDynamics
-from .sphere import tangent_projection
+from .sphere import unchecked_tangent_projection
 
 __all__ = ["CommonNoiseSDE", "GaussianHeads", "RandomHeadsField", "expected_head", "head_field"]
 
@@ -154,6 +154,20 @@ class CommonNoiseSDE(eqx.Module):
     W: jax.Array
     Wp: jax.Array
 
+    def __init__(self, heads, W, Wp):
+        if not isinstance(heads, GaussianHeads):
+            raise ValueError(f"CommonNoiseSDE.heads must be a tp.GaussianHeads, got {type(heads).__name__}")
+        W, Wp = (check_finite(as_float_array(a, f"CommonNoiseSDE.{m}"), f"CommonNoiseSDE.{m}")
+                 for m, a in (("W", W), ("Wp", Wp)))
+        for m, a in (("W", W), ("Wp", Wp)):
+            if a.ndim != 3 or a.shape[1:] != (heads.d, heads.k) or a.shape != W.shape:
+                raise ValueError(f"CommonNoiseSDE.{m} must have shape (K, {heads.d}, {heads.k}) (K nodes "
+                                 f"A_q = W_q W'_qᵀ, d = {heads.d}, k = {heads.k}), the same for W and Wp; "
+                                 f"got W {W.shape} and Wp {Wp.shape}")
+            if a.shape[0] < 1:
+                raise ValueError(f"CommonNoiseSDE.{m} must hold at least one node, got shape {a.shape}")
+        self.heads, self.W, self.Wp = heads, W, Wp
+
     @property
     def num_nodes(self) -> int:
         return self.W.shape[0]
@@ -174,7 +188,7 @@ class CommonNoiseSDE(eqx.Module):
         scale = self.heads.sigma_V / np.sqrt(self.heads.sigma2 * self.num_nodes)
 
         def apply(dW):  # dW: (K, d, d) -> (n, d)
-            return tangent_projection(x, scale * jnp.einsum("qab,qib->ia", dW, m))
+            return unchecked_tangent_projection(x, scale * jnp.einsum("qab,qib->ia", dW, m))
 
         struct = jax.ShapeDtypeStruct((self.num_nodes, self.heads.d, self.heads.d), x.dtype)
         return lx.FunctionLinearOperator(apply, struct)

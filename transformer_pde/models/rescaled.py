@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import jax
 
+from .._checks import as_float_array, check_finite
 from .attention.softmax import SoftmaxAttention
 from .base import AbstractDynamics
 
@@ -26,6 +27,18 @@ class RescaledSoftmax(AbstractDynamics):
     Q: jax.Array
     K: jax.Array
     V: jax.Array
+
+    def __init__(self, Q, K, V):
+        Q, K, V = (check_finite(as_float_array(a, f"RescaledSoftmax.{m}"), f"RescaledSoftmax.{m}")
+                   for m, a in (("Q", Q), ("K", K), ("V", V)))
+        if Q.ndim != 2 or Q.shape != K.shape:
+            raise ValueError(f"RescaledSoftmax: Q and K must both have shape (k, d), got Q {Q.shape} and "
+                             f"K {K.shape}")
+        d = Q.shape[1]
+        if V.shape != (d, d):
+            raise ValueError(f"RescaledSoftmax: V must be square with shape ({d}, {d}) to match Q, K of "
+                             f"shape {Q.shape}, got V {V.shape}")
+        self.Q, self.K, self.V = Q, K, V
 
     @property
     def dim(self):

@@ -87,9 +87,14 @@ class Sharded(AbstractDynamics):
 
     def __init__(self, dynamics, mesh: Mesh | None = None, axis: str = TOKENS):
         if not isinstance(dynamics, AbstractAttention):
-            raise ValueError("Sharded splits the queries of an attention field Γ_μ: it wraps an "
-                             f"attention variant such as SoftmaxAttention, got "
+            raise ValueError("Sharded.dynamics must be an attention variant such as SoftmaxAttention "
+                             "(Sharded splits the queries of an attention field Γ_μ), got "
                              f"{type(dynamics).__name__}")
+        if not isinstance(axis, str):
+            raise ValueError(f"Sharded.axis must be the name of a mesh axis (a str), got {axis!r}")
+        if mesh is not None and not isinstance(mesh, Mesh):
+            raise ValueError(f"Sharded.mesh must be a jax.sharding.Mesh (or None: tp.sharding.token_mesh()), "
+                             f"got {type(mesh).__name__}")
         mesh = token_mesh(axis=axis) if mesh is None else mesh
         if axis not in mesh.axis_names:
             raise ValueError(f"axis {axis!r} is not an axis of the mesh {mesh.axis_names}")

@@ -23,7 +23,18 @@ from .base import (
 
 
 def tangent_projection(x: PointsLike, v: PointsLike) -> Points:
-    """P⊥_x v = v − ⟨x, v⟩ x, row by row (docs: math/attention.md#conventions)."""
+    """P⊥_x v = v − ⟨x, v⟩ x, row by row (docs: math/attention.md#conventions): ``x`` and ``v``
+    finite arrays of the same shape, rows along the last axis (ValueError naming the bad one;
+    ``eqx.error_if`` under jit)."""
+    x = check_finite(as_float_array(x, "x"), "x")
+    v = check_finite(as_float_array(v, "v"), "v")
+    if x.ndim < 1 or v.shape != x.shape:
+        raise ValueError(f"v must have the shape of x (one vector per row of x), got x {x.shape} and v {v.shape}")
+    return unchecked_tangent_projection(x, v)
+
+
+def unchecked_tangent_projection(x, v):
+    """:func:`tangent_projection` unchecked: the projection inside fields (the hot path)."""
     return v - jnp.sum(x * v, axis=-1, keepdims=True) * x
 
 
@@ -96,7 +107,7 @@ class Sphere(AbstractManifoldDynamics):
         wrapped attention unit tokens only, so a kernel planned for |x| <= 1
         (``Fast(radius=1)``) holds at every stage."""
         u = unchecked_normalize(x)
-        return tangent_projection(u, self.dynamics.vector_field(u, weights, t))
+        return unchecked_tangent_projection(u, self.dynamics.vector_field(u, weights, t))
 
     def retract(self, x):
         return unchecked_normalize(x)
@@ -119,7 +130,7 @@ class Sphere(AbstractManifoldDynamics):
 
     def query_field(self, queries, x, weights, t):
         """P⊥_q Γ_μ(q) at unit ``queries`` (needs :attr:`has_field`)."""
-        return tangent_projection(queries, self._inner_field().query_field(queries, x, weights, t))
+        return unchecked_tangent_projection(queries, self._inner_field().query_field(queries, x, weights, t))
 
     def divergence(self, queries, x, weights, t):
         r"""The surface divergence of F(q) = P⊥_q Γ_μ(q) on S^{d−1} at unit queries, μ fixed:
@@ -145,7 +156,7 @@ class Sphere(AbstractManifoldDynamics):
         |x| exactly; Euler (Itô) followed by the retraction x/|x| gains the Itô drift
         −(d−1)(σ²/2)x from the normalization, so every solver converges to the spherical
         Brownian motion of generator (σ²/2)Δ_S."""
-        return tangent_projection(unchecked_normalize(x), dB)
+        return unchecked_tangent_projection(unchecked_normalize(x), dB)
 
     @property
     def additive_noise(self):

@@ -335,6 +335,9 @@ def solve_density(dynamics, density: CircleDensity, *, t1, saveat=None, tol: flo
             A solve that fails (steps shrinking to nothing on an unresolved density, max_steps)
             counts as not resolved.
     """
+    if not isinstance(density, CircleDensity):
+        raise ValueError(f"density must be a tp.CircleDensity (solve_density refines its modes), got "
+                         f"{type(density).__name__}")
     check_scalar(tol, "tol", positive=True)
     if isinstance(saveat, diffrax.SaveAt):
         raise ValueError("solve_density compares densities: pass saveat as an array of times")

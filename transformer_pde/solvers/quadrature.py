@@ -27,13 +27,17 @@ import equinox as eqx
 import jax.numpy as jnp
 import numpy as np
 
+from .._checks import check_count, check_scalar
 from .states import Gaussian, Particles
 
 
 def _order(order, name="order") -> int:
-    if isinstance(order, bool) or int(order) != order or int(order) < 1:
+    """The number of nodes: an integer >= 1 (an integral float counts; NaN, inf, a fraction, a
+    string or bool is refused naming ``name``)."""
+    m = check_count(order, name)
+    if m < 1:
         raise ValueError(f"a quadrature rule needs {name} >= 1 nodes, got {order!r}")
-    return int(order)
+    return m
 
 
 def _reweight(base_weights, values, where: str):
@@ -86,6 +90,9 @@ class CircleRule(AbstractRule):
     law (e.g. 1 + ε cos kθ). ``order`` = m, the number of nodes."""
 
     offset: float = 0.0
+
+    def __check_init__(self):
+        check_scalar(self.offset, "CircleRule.offset")
 
     @property
     def dim(self) -> int:

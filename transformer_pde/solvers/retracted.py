@@ -51,6 +51,14 @@ class Retracted(diffrax.AbstractWrappedSolver):
     solver: diffrax.AbstractSolver
     retraction: AbstractRetraction
 
+    def __check_init__(self):
+        if not isinstance(self.solver, diffrax.AbstractSolver):
+            raise ValueError(f"Retracted.solver must be a diffrax solver such as diffrax.Heun(), got "
+                             f"{type(self.solver).__name__}")
+        if not isinstance(self.retraction, AbstractRetraction):
+            raise ValueError(f"Retracted.retraction must be a retraction such as tp.Sphere(attn) or "
+                             f"tp.models.UnitSphere(), got {type(self.retraction).__name__}")
+
     @property
     def term_structure(self):
         return self.solver.term_structure

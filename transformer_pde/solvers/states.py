@@ -41,7 +41,7 @@ from ..models.base import (
     retract_at,
     retract_step,
 )
-from ..models.sphere import Sphere, tangent_projection
+from ..models.sphere import Sphere, unchecked_tangent_projection
 from .events import BlowUp
 from .solution import GaussianSolution, Solution
 
@@ -246,7 +246,7 @@ def _has_divergence(dynamics) -> bool:
 def _field_at(dynamics, queries, x, weights, t):
     """Γ_μ(queries) for μ = Σ_j w_j δ_{x_j}, tangent on the sphere for ``Sphere(attention)``."""
     if isinstance(dynamics, Sphere):
-        return tangent_projection(queries, _field_at(dynamics.dynamics, queries, x, weights, t))
+        return unchecked_tangent_projection(queries, _field_at(dynamics.dynamics, queries, x, weights, t))
     return dynamics.query_field(queries, x, weights, t)
 
 
@@ -545,7 +545,13 @@ class WithLogDensity(AbstractState):
                                  f"{type(tokens).__name__}")
             tokens = Particles(tokens)
         self.tokens = tokens
-        self.log_rho0 = as_float_array(log_rho0, "WithLogDensity.log_rho0")
+        log_rho0 = as_float_array(log_rho0, "WithLogDensity.log_rho0")
+        m = self._tracked().shape[0]
+        if log_rho0.shape != (m,):
+            raise ValueError(f"WithLogDensity.log_rho0 must have shape ({m},), one value per tracked "
+                             f"token, got {log_rho0.shape}")
+        # finite (the tokens sit where ρ_0 > 0): ValueError naming it now, eqx.error_if when traced
+        self.log_rho0 = check_finite(log_rho0, "WithLogDensity.log_rho0")
 
     def _tracked(self):
         return self.tokens.z if isinstance(self.tokens, Tracers) else self.tokens.x
@@ -610,7 +616,7 @@ class Coupled(AbstractState):
     def __init__(self, *parts):
         for p in parts:
             if not isinstance(p, AbstractState):
-                raise ValueError(f"Coupled takes states (tp.Particles, tp.Gaussian, tp.Tracers), "
+                raise ValueError(f"Coupled parts must be states (tp.Particles, tp.Gaussian, tp.Tracers), "
                                  f"got {type(p).__name__}")
         if not parts:
             raise ValueError("Coupled needs at least one state")

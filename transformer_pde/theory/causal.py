@@ -34,7 +34,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .._checks import check_count, check_int, check_real, check_scalar, is_concrete
+from .._checks import check_count, check_in_range, check_int, check_real, check_scalar, is_concrete
 from ..models.litm import LitMCircle
 from ..params import scalar_param
 from ..solvers import AbstractODE, solve
@@ -98,6 +98,21 @@ def _log_gap(sigma, sigma0, lam):
     return jnp.where(lam > 0, y_lam, jnp.log(sigma / sigma0))
 
 
+def _check_volterra(a, t, sigma0, lam, sigma=None):
+    """Concrete arguments of the Volterra closed form, checked (ValueError naming the bad one): a
+    finite (a_n = n² I_n(β) of large n is ~0 and may round below 0: at·Y is clamped at 0), t >= 0,
+    σ0 (and σ) > 0 (positions in (0, 1]), λ >= 0; traced values are the caller's (checked where
+    they were made)."""
+    if is_concrete(a):
+        check_real(a, "a")
+    for name, v in (("t", t), ("lam", lam)):
+        if is_concrete(v):
+            check_real(v, name, nonnegative=True)
+    for name, v in (("sigma0", sigma0), ("sigma", sigma)):
+        if v is not None and is_concrete(v):
+            check_real(v, name, positive=True)
+
+
 def volterra_closed_form(a, t, sigma, sigma0, lam):
     r"""g_a(t, σ; σ0) = k_λ(σ, σ0) √(at/Y) I_1(2√(atY)), Y = log((e^{λσ}−1)/(e^{λσ0}−1)).
 
@@ -105,6 +120,7 @@ def volterra_closed_form(a, t, sigma, sigma0, lam):
     (docs: math/causal.md#lost-in-the-middle). Written as k_λ · at · (2 I_1(z)/z) with z = 2√(atY), which is 1 at
     z = 0 (σ → σ0).
     """
+    _check_volterra(a, t, sigma0, lam, sigma=sigma)
     # NumPy broadcasting of all four arguments, made explicit
     a, t, sigma, sigma0 = jnp.broadcast_arrays(*(jnp.asarray(v) for v in (a, t, sigma, sigma0)))
     at = a * t
@@ -127,6 +143,12 @@ def volterra_numerical(a, t, sigma0, lam, num_points: int = 401):
 
     Returns ``(sigma_grid, g)``.
     """
+    check_scalar(a, "a")
+    check_scalar(t, "t")
+    check_scalar(lam, "lam", nonnegative=True)
+    check_in_range(sigma0, "sigma0", low=0.0, high=1.0, low_open=True, high_open=True,
+                   meaning="the source's position, the left end of the grid [sigma0, 1]")
+    num_points = check_count(num_points, "num_points", minimum=2)
     s = np.linspace(float(sigma0), 1.0, num_points)
     h = s[1] - s[0]
     S, Sp = np.meshgrid(s, s, indexing="ij")
@@ -172,6 +194,9 @@ def retrieval_profile(t, sigma0, beta, lam, M: int = 8, n_max: int = 20):
     The soft retrieval accuracy of the source at σ0 is
     A_N = √(π/2)/M + √(2π)/(MN) S_t(σ0) + o(1/N).
     """
+    M, n_max = check_count(M, "M", minimum=1), check_count(n_max, "n_max", minimum=1)
+    check_scalar(beta, "beta", nonnegative=True)  # a_n = n² I_n(β) >= 0: the closed form's a >= 0
+    _check_volterra(0.0, t, sigma0, lam)
     n = jnp.arange(1, n_max + 1)
     a = n**2 * bessel_i(n, jnp.asarray(beta, dtype=float))
     om = jnp.asarray(retrieval_weights(M, n_max))
@@ -182,6 +207,10 @@ def retrieval_profile(t, sigma0, beta, lam, M: int = 8, n_max: int = 20):
 
 def smallness_holds(t, beta, lam, n_max: int = 64) -> bool:
     """The LitM U-shape condition t·sup_n a_n <= min{3 − √3, 2(1 − e^{−λ})}."""
+    n_max = check_count(n_max, "n_max", minimum=1)
+    check_scalar(beta, "beta")
+    check_scalar(t, "t", nonnegative=True)
+    check_scalar(lam, "lam", nonnegative=True)
     n = np.arange(1, n_max + 1)
     a = n**2 * np.asarray(bessel_i(jnp.asarray(n), jnp.asarray(float(beta))))
     return bool(t * a.max() <= min(3 - np.sqrt(3), 2 * (1 - np.exp(-lam))))
@@ -194,7 +223,10 @@ def u_shape(profile) -> dict:
     minimum), ``recency`` (it increases over the last interval), ``unique_min`` (the discrete
     derivative changes sign exactly once, − then +), and ``argmin``.
     """
+    check_real(profile, "profile")
     p = np.asarray(profile)
+    if p.ndim != 1 or p.size < 2:
+        raise ValueError(f"profile must be a vector of at least 2 samples, got shape {p.shape}")
     dp = np.diff(p)
     signs = np.sign(dp[dp != 0])
     changes = int(np.sum(signs[1:] != signs[:-1]))
@@ -213,6 +245,9 @@ def retrieval_discrete(t, n: int, beta, lam, M: int = 8, n_max: int = 20):
     N·u_N(t) for each source i* = 1..N−1, summed with the weights ω_n: the finite-N
     counterpart of S_t(σ0) (it converges to it as N → ∞, see the module docstring).
     """
+    n = check_count(n, "n", minimum=2)
+    M, n_max = check_count(M, "M", minimum=1), check_count(n_max, "n_max", minimum=1)
+    check_scalar(t, "t", nonnegative=True)
     K = np.asarray(LitMCircle(beta, lam).position_weights(n))
     ns = np.arange(1, n_max + 1)
     a = ns**2 * np.asarray(bessel_i(jnp.asarray(ns), jnp.asarray(float(beta))))

@@ -16,7 +16,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .._checks import check_count, check_in_range, check_scalar, is_concrete
+from .._checks import check_count, check_in_range, check_real, check_scalar, is_concrete
 from ..solvers import AbstractODE, solve
 
 
@@ -84,6 +84,15 @@ class USAReducedODE(AbstractReducedODE):
 @eqx.filter_jit
 def reduced_gap(ode: AbstractReducedODE, rho0, ts, controller):
     """The gap 1 − ρ(t) of ``ode`` at the times ``ts`` (adaptive steps by ``controller``)."""
+    if not isinstance(ode, AbstractReducedODE):
+        raise ValueError(f"ode must be a reduced ODE such as SAReducedODE(n, beta), got {type(ode).__name__}")
+    rho0 = check_in_range(rho0, "rho0", low=-1 / (ode.n - 1) if ode.n > 1 else -1.0, high=1.0,
+                          meaning="a common inner product of n unit vectors")
+    if jnp.ndim(ts) != 1 or jnp.shape(ts)[0] < 2:
+        raise ValueError(f"ts must be a vector of at least 2 times, got shape {jnp.shape(ts)}")
+    ts = check_real(ts, "ts")
+    if is_concrete(ts) and not np.all(np.diff(np.asarray(ts)) > 0):
+        raise ValueError(f"ts must be strictly increasing, got {np.asarray(ts)!r}"[:300])
     return solve(ode, 1 - rho0, t0=ts[0], t1=ts[-1], dt0=1e-3, saveat=ts, stepsize_controller=controller,
                  max_steps=1_000_000).xs
 

@@ -7,7 +7,7 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 
-from ..._checks import check_int, check_points, check_scalar, check_weights, is_concrete
+from ..._checks import as_float_array, check_finite, check_int, check_points, check_scalar, check_weights, is_concrete
 from ..._linalg import sqrtm_psd, symmetrize
 from ..._types import Param
 from ...kernels.backends import AbstractBackend, bind_backend
@@ -150,7 +150,7 @@ class SinkhornAttention(AbstractBilinearAttention, AbstractKernelAttention, Abst
         """
         V = evaluate(self.V, t)
         At = self.score_matrix(t) / self.epsilon
-        J = V @ sinkhorn_conditional_cov(cov, At) @ At
+        J = V @ _conditional_cov(cov, At) @ At
         return J, V @ mean - J @ mean
 
 
@@ -160,7 +160,32 @@ def sinkhorn_conditional_cov(cov, At):
     $$P=2\,\Sigma^{1/2}\big(I+(I+4\Sigma^{1/2}\tilde A\Sigma\tilde A^\top\Sigma^{1/2})^{1/2}\big)^{-1}\Sigma^{1/2}.$$
 
     P is the covariance of y | x under the entropic self-coupling of N(α, Σ).
+
+    Args:
+        cov: Σ, ``(d, d)`` symmetric positive semi-definite; At: Ã, ``(d, d)``; both finite
+            (ValueError naming the bad one; ``eqx.error_if`` when traced).
     """
+    cov = check_finite(as_float_array(cov, "cov"), "cov")
+    At = check_finite(as_float_array(At, "At"), "At")
+    if cov.ndim != 2 or cov.shape[0] != cov.shape[1]:
+        raise ValueError(f"cov must be a square (d, d) matrix, got shape {cov.shape}")
+    if At.shape != cov.shape:
+        raise ValueError(f"At must have shape {cov.shape} to match cov, got {At.shape}")
+    scale = jnp.max(jnp.abs(cov))
+    asym = jnp.max(jnp.abs(cov - cov.T))
+    lam_min = jnp.linalg.eigvalsh(symmetrize(cov))[0]
+    tol = 1e-6 * scale
+    if is_concrete(cov):
+        if float(asym) > float(tol) or float(lam_min) < -float(tol):
+            raise ValueError(f"cov must be symmetric positive semi-definite, got max|cov - cov.T| = "
+                             f"{float(asym):.3g} and smallest eigenvalue {float(lam_min):.3g}")
+    else:
+        cov = eqx.error_if(cov, (asym > tol) | (lam_min < -tol), "cov must be symmetric positive semi-definite")
+    return _conditional_cov(cov, At)
+
+
+def _conditional_cov(cov, At):
+    """:func:`sinkhorn_conditional_cov` unchecked (the Gaussian closure's hot path)."""
     d = cov.shape[0]
     eye = jnp.eye(d, dtype=cov.dtype)
     R = sqrtm_psd(cov)
