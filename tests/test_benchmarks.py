@@ -35,3 +35,18 @@ def test_benchmark_script_tiny(tmp_path):
     assert result["solve"]["steps"] == 5 and result["solve"]["kernel_seconds"] > 0
     assert (tmp_path / "throughput.png").stat().st_size > 1000
     assert "| 512 |" in (tmp_path / "results.md").read_text()
+
+
+@pytest.mark.slow
+def test_default_velocity_script_tiny():
+    """benchmarks/default_velocity.py at small n: the automatic kernel's velocity agrees with plain
+    NumPy rows (its own check, reported) and n = 256 takes the exact kernel."""
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]))
+    proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "default_velocity.py"), "--n", "2048",
+                           "--repeats", "1", "--sample", "10"],
+                          capture_output=True, text=True, timeout=300, env=env, check=False)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    report = json.loads(proc.stdout)
+    assert report["max_error_vs_numpy"] < 1e-9 and report["rows_checked"] == 10
+    assert report["fast_kernel_at_256"] is False
+    assert report["dtype"] == "float64" and len(report["later_calls_s"]) == 1
