@@ -213,11 +213,11 @@ def primary_metric(cfg: ConvergenceConfig) -> str:
 def compute(cfg: ConvergenceConfig, progress: bool = False) -> Result:
     # the quadrature reference resolves the mean field to ~1e-6 and the fast kernel plans for
     # 1e-8: in float32 its rounding alone is ~1e-3 of the field, so these studies run in float64
-    with jax.enable_x64(uses_quadrature(cfg)):
+    with jax.enable_x64(_uses_quadrature(cfg)):
         return _compute(cfg, progress)
 
 
-def uses_quadrature(cfg: ConvergenceConfig) -> bool:
+def _uses_quadrature(cfg: ConvergenceConfig) -> bool:
     return cfg.model in ("circle", "cap") or cfg.reference == "quadrature"
 
 
@@ -369,9 +369,9 @@ register(Experiment(
 @dataclasses.dataclass(frozen=True)
 class MovingConvergenceConfig(ConvergenceConfig):
     """The study of a law that moves, at its own default size: 1 + 0.2 cos 2θ on S¹ under SA at
-    β = 9 (the uniform law is unstable; clusters form by t ≈ 3) against the quadrature reference
+    β = 9 (the uniform law is unstable: the perturbation grows) against the quadrature reference
     (exact W₁), n = 2⁸ … 2¹⁶, until t = 3. n = 2²⁰ is ``--log2-n-max 20`` (fast kernel above the
-    crossover; see benchmarks/README.md for its wall time)."""
+    crossover; about 16x the cost of the n = 2¹⁶ share, estimated in benchmarks/README.md)."""
     model: Literal["gaussian", "sphere", "circle", "cap"] = "circle"
     d: int = 2
     beta: float = 9.0

@@ -13,7 +13,6 @@ import jax.numpy as jnp
 import numpy as np
 
 from .._checks import check_scalar, is_concrete, weight_tolerance
-
 from .._linalg import sqrtm_psd, symmetrize
 from ..models.attention.sinkhorn import sinkhorn_conditional_cov
 
