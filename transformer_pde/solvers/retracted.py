@@ -71,6 +71,10 @@ class Retracted(diffrax.AbstractWrappedSolver):
     def interpolation_cls(self):  # pyright: ignore
         return RetractedInterpolation
 
+    @property
+    def scan_kind(self):  # diffrax's DirectAdjoint reads it of a Runge–Kutta solver (the wrapped one)
+        return self.solver.scan_kind
+
     def order(self, terms):
         return self.solver.order(terms)
 

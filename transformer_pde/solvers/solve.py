@@ -176,6 +176,8 @@ def _solve(dynamics, state, t0, t1, dt0, ts, fn, solver, controller, adjoint, ma
     if noise is not None:
         term = _noisy_terms(dynamics, state, noise, brownian)
     if state.retracts(dynamics):
+        if isinstance(adjoint, diffrax.DirectAdjoint):
+            solver = _bounded_stages(solver)
         solver = Retracted(solver, _StateRetraction(state, dynamics))
     # saves interpolate between steps (dense output may leave the manifold): the state maps them
     if fn is None:
@@ -302,6 +304,14 @@ def _saved_array(value):
         return jnp.asarray(value)
     raise ValueError(f"SaveAt fn must return arrays (or a pytree of them), got a "
                      f"{type(value).__name__}: {value!r}"[:300])
+
+
+def _bounded_stages(solver):
+    """A Runge–Kutta solver's stages as a bounded loop, as ``DirectAdjoint`` sets them itself on a
+    bare solver: it cannot set them through :class:`Retracted`, which reads its solver's."""
+    if isinstance(solver, (diffrax.AbstractRungeKutta, diffrax.AbstractSRK)) and solver.scan_kind is None:
+        return eqx.tree_at(lambda s: s.scan_kind, solver, "bounded", is_leaf=lambda v: v is None)
+    return solver
 
 
 class _StateRetraction(AbstractRetraction):
