@@ -256,3 +256,25 @@ def test_clustering_scheme_and_solver_options():
         exp.make_config(solver="euler", t1=15.0, num_saves=16)  # USA's rescaled step
     with pytest.raises(ValueError, match="must fall on layers of SA's step"):
         exp.make_config(solver="euler", models=("SA",), t1=15.0, num_saves=61)  # saves every 0.25
+
+
+def test_depth_statistics_in_batches_of_draws_match_numpy():
+    """The statistics computed a few draws at a time (11 draws: one full batch and a remainder)
+    against plain NumPy on the whole array: P(⟨θ_i, θ_j⟩ > threshold) over ordered pairs i ≠ j,
+    the speed mean_i |θ_i(l) − θ_i(l−1)|/h and the mean radius."""
+    import jax.numpy as jnp
+
+    from transformer_pde.experiments.normalization import STATISTICS_BATCH, depth_statistics
+
+    rng = np.random.default_rng(0)
+    S, L1, n, d, h, thr = STATISTICS_BATCH + 3, 5, 6, 3, 0.1, 0.5
+    xs = rng.standard_normal((S, L1, n, d)) * rng.uniform(0.5, 2.0, (S, L1, n, 1))
+    frac, speed, radius = (np.asarray(a) for a in depth_statistics(jnp.asarray(xs), h, thr))
+    r = np.linalg.norm(xs, axis=-1)
+    th = xs / r[..., None]
+    gram = np.einsum("slid,sljd->slij", th, th)
+    off = ~np.eye(n, dtype=bool)
+    np.testing.assert_allclose(frac, (gram[..., off] > thr).sum(-1) / (n * (n - 1)), atol=1e-15)
+    np.testing.assert_allclose(speed[:, 1:], np.linalg.norm(np.diff(th, axis=1), axis=-1).mean(-1) / h, rtol=1e-12)
+    assert np.isnan(speed[:, 0]).all()
+    np.testing.assert_allclose(radius, r.mean(-1), rtol=1e-12)

@@ -114,7 +114,10 @@ def _dense_lse_average(q, k, v, bias, causal, q0=0):
     logits = q @ k.T + bias[None, :]
     if causal:
         logits = jnp.where(_causal_mask(*logits.shape, q0), logits, -jnp.inf)
-    mx = _safe(jnp.max(logits, axis=-1))
+    # a row that sees no key has max -inf: the dtype's lowest finite value stands in for it (its
+    # weights are exp(-inf) = 0 all the same); jnp.maximum fuses where _safe's isfinite/where did not
+    # (a third of the dense kernel's time at n = 64)
+    mx = jnp.maximum(jnp.max(logits, axis=-1), jnp.finfo(logits.dtype).min)
     p = jnp.exp(logits - mx[:, None])
     s = jnp.sum(p, axis=-1)
     avg = (p @ v) / jnp.where(s > 0, s, 1.0)[:, None]
