@@ -223,29 +223,31 @@ class _AbstractMultiHead(AbstractKernelAttention, AbstractNormalizedAttention):
         WV = jnp.einsum("hdk,hke->hde", evaluate(self.W, t), evaluate(self.V, t))
         return jnp.sum(jnp.linalg.norm(WV, ord=2, axis=(-2, -1)))
 
-    def _head_reduction(self, queries, x, logw, Qh, Kh, Vh, **mask):
-        return SoftmaxReduction(queries @ Qh.T, x @ Kh.T, x @ Vh.T, logw, self.beta, x.dtype, **mask)
+    def _head_scores(self, queries, x, t):
+        """Every head's queries Q_h q, keys K_h x and values V_h x, ``(H, m, k)``, ``(H, n, k)``,
+        ``(H, n, e)``: one matmul per array (H small matmuls cost more than their flops: twice the
+        field's time at n = 64)."""
+        return tuple(jnp.einsum("nd,hkd->hnk", y, evaluate(P, t))
+                     for y, P in ((queries, self.Q), (x, self.K), (x, self.V)))
 
     def _head_reductions(self, queries, x, weights, t, **mask):
-        Q, K, V = (evaluate(p, t) for p in (self.Q, self.K, self.V))
         logw = unchecked_log_weights(weights)
-        return [self._head_reduction(queries, x, logw, Q[h], K[h], V[h], **mask)
+        a, b, v = self._head_scores(queries, x, t)
+        return [SoftmaxReduction(a[h], b[h], v[h], logw, self.beta, x.dtype, **mask)
                 for h in range(self.num_heads)]
 
     def _heads_field(self, queries, x, weights, t, axis_name=None, **mask):
-        Q, K, V, W = (evaluate(p, t) for p in (self.Q, self.K, self.V, self.W))
         logw = unchecked_log_weights(weights)
-        # every head's projections, and the sum of the heads' outputs, as one matmul each: H small
-        # matmuls per token array cost more than their flops (twice the field's time at n = 64)
-        a, b, v = (jnp.einsum("nd,hkd->hnk", y, P) for y, P in ((queries, Q), (x, K), (x, V)))
+        a, b, v = self._head_scores(queries, x, t)
 
         def head(ah, bh, vh):
             red = SoftmaxReduction(ah, bh, vh, logw, self.beta, x.dtype, **mask)
             return self.backend.lse_average(red, axis_name=axis_name)[0]
 
         sizes = dict(m=queries.shape[0], n=keys_over_devices(x.shape[0], axis_name),
-                     e=V.shape[1], dtype=x.dtype, causal=bool(mask.get("causal", False)))
-        return jnp.einsum("hme,hde->md", self.backend.over_heads(head, a, b, v, **sizes), W)
+                     e=v.shape[-1], dtype=x.dtype, causal=bool(mask.get("causal", False)))
+        # the heads' outputs W_h avg_h summed by one matmul
+        return jnp.einsum("hme,hde->md", self.backend.over_heads(head, a, b, v, **sizes), evaluate(self.W, t))
 
 
 def _multihead_params(name: str, Q, K, V, W, beta):
