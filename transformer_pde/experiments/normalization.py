@@ -199,7 +199,7 @@ def depth_statistics(xs, step, threshold):
         return fraction, jnp.concatenate([jnp.full((1,), jnp.nan, speed.dtype), speed]), jnp.mean(r, axis=-1)
 
     # a few draws at a time: every draw's Gram matrices and unit tokens at once were the run's
-    # largest buffers (the run's peak memory 836 -> 541 MiB at the peers' settings, with the compile cache)
+    # largest buffers (the run's peak memory 835 -> 552 MiB at the peers' settings: benchmarks/README.md)
     return jax.lax.map(one, xs, batch_size=STATISTICS_BATCH)
 
 
