@@ -111,6 +111,31 @@ def test_stats_saved_instead_of_states_and_weights():
     assert float(jnp.max(jnp.abs(uniform.final - full.final))) > 1e-3
 
 
+def test_several_saves_each_at_its_own_times():
+    """SaveAt(subs=[...]): statistics and states at their own times from one run, against the
+    states of a plain run (with NumPy's mean), under vmap too; a Gaussian and a steps save refuse."""
+    attn, _ = _random_attention()
+    x0 = _x0(n=6)
+    ts, few = jnp.linspace(0.0, 1.0, 5), jnp.asarray([0.25, 1.0])
+    saveat = diffrax.SaveAt(subs=[diffrax.SubSaveAt(ts=ts, fn=lambda t, x, args: x.mean(axis=0)),
+                                  diffrax.SubSaveAt(ts=few)])
+    full = tp.solve(attn, x0, t1=1.0, dt0=0.05, saveat=ts)
+    sol = tp.solve(attn, x0, t1=1.0, dt0=0.05, saveat=saveat)
+    assert sol.xs is None and len(sol.ts) == len(sol.stats) == 2
+    np.testing.assert_allclose(sol.ts[1], few)
+    np.testing.assert_allclose(sol.stats[0], np.asarray(full.xs).mean(axis=1), rtol=1e-12)
+    np.testing.assert_allclose(sol.stats[1], np.asarray(full.xs)[[1, 4]], rtol=1e-12)
+    starts = np.stack([x0, _x0(n=6, seed=2)])
+    means, states = jax.vmap(lambda x: tp.solve(attn, x, t1=1.0, dt0=0.05, saveat=saveat).stats)(starts)
+    second = tp.solve(attn, starts[1], t1=1.0, dt0=0.05, saveat=few)
+    np.testing.assert_allclose(states[1], second.xs, rtol=1e-12)
+    assert means.shape == (2, 5, 3)
+    with pytest.raises(ValueError, match=r"no SaveAt\(subs"):
+        tp.solve(attn, tp.Gaussian(np.zeros(3), np.eye(3)), t1=1.0, saveat=saveat)
+    with pytest.raises(ValueError, match="no t0, steps or dense"):
+        tp.solve(attn, x0, t1=1.0, dt0=0.05, saveat=diffrax.SaveAt(subs=[diffrax.SubSaveAt(steps=True)]))
+
+
 def test_adaptive_dopri5():
     attn, _ = _random_attention()
     x0 = jnp.asarray(_x0())

@@ -15,11 +15,12 @@ class Solution(eqx.Module):
     """Result of :func:`~transformer_pde.solve` for particles (and coupled states, ODEs).
 
     Attributes:
-        ts: save times, shape ``(T,)``.
+        ts: save times, shape ``(T,)`` (several saves, ``SaveAt(subs=[...])``: a tuple of them).
         xs: states at ``ts`` (particles: shape ``(T, n, d)``; a coupled state: the pytree of its
             parts' values with a leading axis T); None when only statistics were saved.
         stats: the pytree returned by ``SaveAt(fn=fn)``'s ``fn(t, x, args)`` at each save time
-            (None when states were saved).
+            (None when states were saved; several saves: a tuple, one entry per save, the states
+            where a save has no ``fn``).
         weights: token weights, shape ``(n,)`` (None for states that are not particles).
         num_steps: accepted solver steps.
         result: diffrax's result code (success unless ``throw=False`` and it failed;
@@ -29,7 +30,7 @@ class Solution(eqx.Module):
             (``event=None``). Saves after it are ``inf``.
     """
 
-    ts: jax.Array
+    ts: jax.Array | tuple[jax.Array, ...]
     xs: Any
     stats: Any
     weights: jax.Array | None

@@ -71,7 +71,10 @@ def solve(
             array of times is short for ``SaveAt(ts=times)`` (default: ``[t1]``). With
             ``fn(t, x, args)`` the statistic is saved instead of the states (large runs need not
             store every state): ``Solution.stats``; ``x`` is what the state shows (particles on
-            their manifold; a tuple for coupled states).
+            their manifold; a tuple for coupled states). Several statistics at their own times:
+            ``diffrax.SaveAt(subs=[diffrax.SubSaveAt(ts=..., fn=...), ...])`` (each sub as above;
+            no ``fn``: the states); ``Solution.ts`` and ``Solution.stats`` are then tuples with
+            one entry per sub, in order (one run, one compiled program; not for a Gaussian).
         solver: any diffrax solver (default ``diffrax.Tsit5()``; the state's own where it has a
             stiff part: a ``tp.CircleDensity`` takes an IMEX ``KenCarp4``).
         stepsize_controller: default constant steps (a ``tp.CircleDensity``: adaptive); pass
@@ -124,10 +127,12 @@ def solve(
         dynamics = dynamics.part_on(t0, t1)
     state = as_state(dynamics, state0).prepare(dynamics)
     dtype = state.dtype
-    save_ts, fn = parse_saveat(saveat)
-    if fn is not None:
+    saves = parse_saveat(saveat)
+    several = _several(saveat)
+    if several or saves[0][1] is not None:
         state.check_statistics()
-    ts = check_times(t0, t1, dt0, save_ts, dtype)
+    ts = tuple(check_times(t0, t1, dt0, save_ts, dtype) for save_ts, _ in saves)
+    fn = tuple(f for _, f in saves)
     if noise is None and (key is not None or brownian_interval is not None):
         raise ValueError("key and brownian_interval are for noisy runs: pass noise=tp.Noise(sigma) too")
     if noise is not None and not isinstance(noise, Noise):
@@ -163,7 +168,7 @@ def solve(
     sol = _solve(dynamics, state, t0a, t1a,
                  None if dt0 is None else jnp.asarray(check_scalar(dt0, "dt0", positive=True), dtype), ts, fn, solver, stepsize_controller,
                  adjoint, int(max_steps), progress_meter or diffrax.NoProgressMeter(), bool(throw),
-                 event is not None, criterion, noise, brownian)
+                 event is not None, criterion, noise, brownian, several)
     if throw and event is not None and isinstance(sol, Solution):
         sol = _raise_if_nonfinite(sol)
     return sol
@@ -171,7 +176,7 @@ def solve(
 
 @eqx.filter_jit
 def _solve(dynamics, state, t0, t1, dt0, ts, fn, solver, controller, adjoint, max_steps, meter, throw,
-           watch, criterion, noise, brownian):
+           watch, criterion, noise, brownian, several):
     term = state.term(dynamics)
     if noise is not None:
         term = _noisy_terms(dynamics, state, noise, brownian)
@@ -179,13 +184,9 @@ def _solve(dynamics, state, t0, t1, dt0, ts, fn, solver, controller, adjoint, ma
         if isinstance(adjoint, diffrax.DirectAdjoint):
             solver = _bounded_stages(solver)
         solver = Retracted(solver, _StateRetraction(state, dynamics))
-    # saves interpolate between steps (dense output may leave the manifold): the state maps them
-    if fn is None:
-        save = lambda t, y, args: state.value(dynamics, y, t)  # noqa: E731
-    else:
-        save = lambda t, y, args: jax.tree.map(_saved_array, fn(t, state.value(dynamics, y, t), args))  # noqa: E731
     # the extra save at t1 records where the run actually stopped (the event time, or t1)
-    saveat = diffrax.SaveAt(subs=[diffrax.SubSaveAt(ts=ts, fn=save),
+    saveat = diffrax.SaveAt(subs=[*(diffrax.SubSaveAt(ts=times, fn=_saver(state, dynamics, f))
+                                    for times, f in zip(ts, fn)),
                                   diffrax.SubSaveAt(t1=True, fn=lambda t, y, args: (t, state.final_value(y)))])
     event = None
     if watch:
@@ -196,14 +197,24 @@ def _solve(dynamics, state, t0, t1, dt0, ts, fn, solver, controller, adjoint, ma
         sol = diffrax.diffeqsolve(term, solver, t0, t1, dt0, state.y, saveat=saveat,
                                   stepsize_controller=controller, adjoint=adjoint, max_steps=max_steps,
                                   throw=throw, event=event, progress_meter=meter)
-    (save_ts, _), (saved, (t_end, final)) = sol.ts, sol.ys
+    save_ts, saved, (t_end, final) = tuple(sol.ts[:-1]), tuple(sol.ys[:-1]), sol.ys[-1]
     stop_time = None
     if watch:
         stopped = sol.result == diffrax.RESULTS.event_occurred
         stop_time = jnp.where(stopped, t_end[0], jnp.inf)
     final = (t_end[0], jax.tree.map(lambda a: a[0], final))
-    return state.solution(save_ts, saved, fn is not None, stop_time, final,
+    if not several:
+        save_ts, saved = save_ts[0], saved[0]
+    return state.solution(save_ts, saved, several or fn[0] is not None, stop_time, final,
                           sol.stats["num_accepted_steps"], sol.result, criterion)
+
+
+def _saver(state, dynamics, fn):
+    """diffrax's ``fn(t, y, args)`` for one save: the state's value (saves interpolate between
+    steps and dense output may leave the manifold: the state maps them), or ``fn`` of it."""
+    if fn is None:
+        return lambda t, y, args: state.value(dynamics, y, t)
+    return lambda t, y, args: jax.tree.map(_saved_array, fn(t, state.value(dynamics, y, t), args))
 
 
 def _brownian(noise, key, interval, state, dynamics, solver, controller, t0, t1, dt0, dtype):
@@ -391,21 +402,37 @@ def check_times(t0, t1, dt0, ts, dtype):
 _SAVE_Y = diffrax.SaveAt(t1=True).subs.fn
 
 
-def parse_saveat(saveat):
-    """(ts or None, fn or None) of ``saveat``: None (save at t1), an array of times, or a
-    ``diffrax.SaveAt(ts=..., fn=...)`` / ``diffrax.SaveAt(t1=True, fn=...)``.
+def _several(saveat) -> bool:
+    """Whether ``saveat`` holds several saves (``SaveAt(subs=[...])``): tuples in the Solution."""
+    return isinstance(saveat, diffrax.SaveAt) and not isinstance(saveat.subs, diffrax.SubSaveAt)
+
+
+def parse_saveat(saveat) -> tuple:
+    """The saves of ``saveat``, a tuple of ``(ts or None, fn or None)``: None (save at t1), an
+    array of times, a ``diffrax.SaveAt(ts=..., fn=...)`` / ``diffrax.SaveAt(t1=True, fn=...)``
+    (one save), or ``diffrax.SaveAt(subs=[SubSaveAt(...), ...])`` (one save per sub).
 
     ``fn(t, y, args)`` is diffrax's statistic signature; None means the states themselves.
     """
     if saveat is None:
-        return None, None
+        return ((None, None),)
     if not isinstance(saveat, diffrax.SaveAt):
-        return saveat, None
-    sub = saveat.subs
-    if not isinstance(sub, diffrax.SubSaveAt) or saveat.dense or sub.t0 or sub.steps or (
+        return ((saveat, None),)
+    subs = saveat.subs if _several(saveat) else [saveat.subs]
+    if saveat.dense or not isinstance(subs, (list, tuple)) or not subs:
+        raise ValueError(f"{_SAVES}, got {saveat}")
+    return tuple(_parse_sub(sub, saveat) for sub in subs)
+
+
+_SAVES = ("solve takes diffrax.SaveAt(ts=..., fn=...), diffrax.SaveAt(t1=True, fn=...) or several of "
+          "them as diffrax.SaveAt(subs=[diffrax.SubSaveAt(ts=..., fn=...), ...]) (each one of ts, t1; no "
+          "t0, steps or dense)")
+
+
+def _parse_sub(sub, saveat):
+    if not isinstance(sub, diffrax.SubSaveAt) or sub.t0 or sub.steps or (
             sub.ts is None) == (not sub.t1) or (sub.ts is not None and sub.t1):
-        raise ValueError("solve takes diffrax.SaveAt(ts=..., fn=...) or diffrax.SaveAt(t1=True, "
-                         f"fn=...) (one of ts, t1; no t0, steps, dense or subs), got {saveat}")
+        raise ValueError(f"{_SAVES}, got {saveat}")
     if not callable(sub.fn):
         raise ValueError(f"SaveAt fn must be a callable fn(t, y, args), got {sub.fn!r}")
     return sub.ts, None if sub.fn is _SAVE_Y else sub.fn

@@ -415,7 +415,7 @@ class Gaussian(AbstractState):
 
     def check_statistics(self):
         raise ValueError("SaveAt(fn=...) statistics apply to particles; a Gaussian solve saves the "
-                         "moments (means, covs)")
+                         "moments (means, covs), at one set of times (no SaveAt(subs=[...]))")
 
     def solution(self, ts, saved, statistics, stop_time, final, num_steps, result, threshold):
         means, covs = saved
