@@ -53,9 +53,11 @@ def check_drawn(fig, name: str) -> None:
                          f"(the data it plots is not finite)")
 
 
-def save_figure(fig, path, dpi: int = 130) -> Path:
+def save_figure(fig, path, dpi: int = 130, *, trim: bool = True) -> Path:
     """Save atomically (temporary file + rename) and close the figure; a figure with data that
-    is all NaN or inf is refused (:func:`check_drawn`), not saved empty."""
+    is all NaN or inf is refused (:func:`check_drawn`), not saved empty. ``trim`` crops the
+    margins to what is drawn (``bbox_inches="tight"``, which draws the figure twice: a figure
+    laid out by ``layout="constrained"`` or ``tight_layout`` can pass False, 0.2 s less each)."""
     path = Path(path)
     try:
         check_drawn(fig, path.name)
@@ -63,7 +65,7 @@ def save_figure(fig, path, dpi: int = 130) -> Path:
         plt.close(fig)
         raise
     buf = io.BytesIO()
-    fig.savefig(buf, format=path.suffix.lstrip(".") or "png", dpi=dpi, bbox_inches="tight")
+    fig.savefig(buf, format=path.suffix.lstrip(".") or "png", dpi=dpi, bbox_inches="tight" if trim else None)
     plt.close(fig)
     atomic_write_bytes(path, buf.getvalue())
     return path

@@ -5,6 +5,7 @@ the runner, read back from disk); the tests check the outcomes against independe
 (closed forms, SciPy, theorems).
 """
 
+import diffrax
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -83,6 +84,14 @@ def test_phase_diagram_matches_published(runs):
     frac = data["fraction"]
     assert frac[0, -1] > 0.97  # β = 1: one cluster by t = 30
     assert np.all(np.diff(frac[:, -1]) < 0)  # metastable clusters persist longer at larger β
+    # the histograms come from the grid's own runs (a second save): the first start, run alone
+    from transformer_pde.experiments.phase_diagram import _dynamics
+
+    x0 = tp.uniform_sphere(jax.random.split(jax.random.key(cfg.seed), cfg.batch)[0], cfg.n, cfg.d)
+    for beta, angles in zip(data["hist_betas"], data["hist_angles"], strict=True):
+        xs = tp.solve(_dynamics(cfg, beta), x0, t1=cfg.t1, dt0=cfg.dt, solver=diffrax.Euler(),
+                      saveat=data["hist_ts"]).xs
+        np.testing.assert_allclose(np.stack([np.cos(angles), np.sin(angles)], -1), xs, atol=1e-6)
 
 
 @pytest.mark.slow
