@@ -111,6 +111,7 @@ under ``stop_gradient`` (the result does not depend on them mathematically).
 
 from __future__ import annotations
 
+import functools
 import math
 import warnings
 from numbers import Integral, Real
@@ -121,12 +122,6 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, ArrayLike, Bool, Float
 from jaxtyping import Real as RealArray
-
-try:  # pragma: no cover - exercised only where jax-finufft is missing
-    from jax_finufft import nufft1, nufft2
-    from jax_finufft.options import Opts as _Opts
-except ImportError:  # pragma: no cover
-    nufft1 = nufft2 = _Opts = None
 
 __all__ = [
     "PLAN_MEMORY_BUDGET",
@@ -197,8 +192,17 @@ def _restore_not_mapped() -> None:
         batching.not_mapped = None
 
 
-if nufft1 is not None:
+@functools.cache
+def _finufft():
+    """jax-finufft's ``(nufft1, nufft2, Opts)``, imported on first use: most runs never take the
+    fast path, and the import (with pydantic) costs 0.16 s of every process's start."""
+    try:
+        from jax_finufft import nufft1, nufft2
+        from jax_finufft.options import Opts
+    except ImportError:  # pragma: no cover - exercised only where jax-finufft is missing
+        raise ImportError("the fast kernel needs jax-finufft: pip install jax-finufft") from None
     _restore_not_mapped()
+    return nufft1, nufft2, Opts
 
 
 def _transform(fn, *args, **kwargs):
@@ -521,8 +525,7 @@ def fast_lse_average_with_info(
     and each device evaluates its own queries (type 2). Same numbers as one device up to the
     order of the floating-point sums.
     """
-    if nufft1 is None:  # pragma: no cover
-        raise ImportError("the fast kernel needs jax-finufft: pip install jax-finufft")
+    nufft1, nufft2, Opts = _finufft()
     if a.ndim != 2 or b.ndim != 2 or v.ndim != 2 or bias.ndim != 1:
         raise ValueError(f"expected a (m, k), b (n, k), v (n, e), bias (n,); got shapes "
                          f"{a.shape}, {b.shape}, {v.shape}, {bias.shape}")
@@ -591,7 +594,7 @@ def fast_lse_average_with_info(
 
     xb = [fold(b[:, d]) for d in range(k)]
     xa = [fold(a[:, d]) for d in range(k)]
-    opts = _Opts(nthreads=plan.nthreads) if plan.nthreads else None
+    opts = Opts(nthreads=plan.nthreads) if plan.nthreads else None
     modes = _transform(nufft1, (N,) * k, strengths, *xb, eps=plan.nufft_eps, iflag=-1, opts=opts)
     modes = across("sum", modes)
 

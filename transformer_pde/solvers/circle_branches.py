@@ -32,7 +32,6 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import optimistix as optx
-import scipy.linalg
 
 from .._checks import check_int, check_scalar, is_concrete
 from .circle import CircleDensity, _circle_attention, grid
@@ -175,6 +174,8 @@ def branch_from_uniform(dynamics, sigma, *, modes: int = 32, K_max: float, K_min
     a0 = jnp.zeros(M, density.values.dtype)
     jd, jt = _parts(dynamics, density, a0)
     # first instability of the uniform law: jd v = −K jt v, smallest K > 0
+    import scipy.linalg  # here, not at import: 0.3 s of every process's start otherwise
+
     Ks, V = scipy.linalg.eig(-jd, jt)
     good = np.isfinite(Ks) & (np.abs(Ks.imag) < 1e-9 * np.abs(Ks)) & (Ks.real > 0)
     if not np.any(good):
