@@ -169,12 +169,47 @@ def test_half_precision_unit_tokens_are_accepted(dtype):
                                            (jnp.array([[1.0, 2.0], [2.0, 1.0]]), "-1"),
                                            (jnp.diag(jnp.array([1.0, jnp.nan])), None)])
 def test_bures_wasserstein_refuses_indefinite_or_nonfinite_covariances(cov, smallest):
-    why = "non-finite entries" if smallest is None else f"smallest eigenvalue {smallest}"
-    with pytest.raises(ValueError, match=f"cov1 must be a finite positive semi-definite covariance, got {why}"):
+    why = ("a finite covariance, got non-finite entries" if smallest is None
+           else f"positive semi-definite, but its smallest eigenvalue is {smallest}")
+    with pytest.raises(ValueError, match=f"cov1 must be {why}"):
         tp.diagnostics.bures_wasserstein(jnp.zeros(2), cov, jnp.zeros(2), jnp.eye(2))
-    with pytest.raises(RUNTIME_ERRORS, match="positive semi-definite"):
+    with pytest.raises(RUNTIME_ERRORS, match="cov2 must be (positive semi-definite|symmetric and finite)"):
         jax.block_until_ready(jax.jit(tp.diagnostics.bures_wasserstein)(jnp.zeros(2), jnp.eye(2),
                                                                         jnp.zeros(2), cov))
+
+
+def test_every_covariance_input_takes_one_rule():
+    """tp.Gaussian, bures_wasserstein, sinkhorn_conditional_cov and the Gaussian theory check a
+    covariance alike (``_checks.check_covariance``): a rank-one float32 Σ = vvᵀ, whose smallest
+    eigenvalue is rounding (NumPy's float64 eigvalsh of the same entries: |λ_min| <= 1e-6),
+    is a valid semi-definite covariance but refused where the inverse is taken; an asymmetry of
+    1e-2 is refused everywhere, concrete and under jit."""
+    from transformer_pde.theory.gaussian import (identity_value_blowup_time, identity_value_cov,
+                                                 sinkhorn_conditional_cov)
+
+    v = np.array([0.3, -1.2, 0.7], np.float32)
+    rank_one = np.outer(v, v).astype(np.float32)
+    assert abs(np.linalg.eigvalsh(rank_one.astype(np.float64))[0]) <= 1e-6
+    mean, A = np.zeros(3, np.float32), 0.1 * np.eye(3, dtype=np.float32)
+    # semi-definite: accepted (the distance to itself is 0; the theory's blow-up time is finite)
+    assert float(tp.diagnostics.bures_wasserstein(mean, rank_one, mean, rank_one)) < 1e-3
+    assert np.isfinite(np.asarray(sinkhorn_conditional_cov(rank_one, A))).all()
+    assert np.isfinite(float(identity_value_blowup_time(rank_one, A)))
+    # definite: refused, naming the eigenvalue
+    with pytest.raises(ValueError, match="Gaussian.cov must be positive definite, but its smallest eigenvalue"):
+        tp.Gaussian(mean, rank_one)
+    with pytest.raises(ValueError, match="cov0 must be positive definite, but its smallest eigenvalue"):
+        identity_value_cov(rank_one, A, 0.5)
+    skew = np.eye(3) + np.diag([1e-2, 0.0], k=1)
+    for call, name in ((lambda c: tp.Gaussian(np.zeros(3), c), "Gaussian.cov"),
+                       (lambda c: tp.diagnostics.bures_wasserstein(np.zeros(3), c, np.zeros(3), np.eye(3)), "cov1"),
+                       (lambda c: sinkhorn_conditional_cov(c, np.eye(3)), "cov")):
+        with pytest.raises(ValueError, match=rf"{name} must be symmetric, but max\|cov - cov.T\| = 0.01"):
+            call(skew)
+        with pytest.raises(RUNTIME_ERRORS, match=f"{name} must be symmetric and finite"):
+            jax.block_until_ready(jax.tree.leaves(jax.jit(call)(jnp.asarray(skew))))
+    with pytest.raises(ValueError, match="cov0 must be symmetric"):
+        identity_value_blowup_time(skew, np.eye(3))
 
 
 def test_unconverged_sinkhorn_is_reported_not_returned():

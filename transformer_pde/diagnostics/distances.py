@@ -20,8 +20,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .._checks import (as_float_array, check_block_size, check_finite, check_int, check_points, check_scalar,
-                       check_weights, check_weights_of, is_concrete, weight_tolerance)
+from .._checks import (as_float_array, check_block_size, check_covariance, check_finite, check_int, check_points, check_scalar,
+                       check_weights, check_weights_of, is_concrete)
 from .._linalg import sqrtm_psd
 
 
@@ -38,7 +38,7 @@ def bures_wasserstein(mean1, cov1, mean2, cov2) -> jax.Array:
     mean1, mean2 = _check_mean(mean1, cov1, "mean1", "cov1"), _check_mean(mean2, cov2, "mean2", "cov2")
     mean1, mean2 = jnp.broadcast_arrays(mean1, mean2)
     cov1, cov2 = jnp.broadcast_arrays(jnp.asarray(cov1), jnp.asarray(cov2))
-    cov1, cov2 = _check_psd(cov1, "cov1"), _check_psd(cov2, "cov2")
+    cov1, cov2 = check_covariance(cov1, "cov1"), check_covariance(cov2, "cov2")
     r1 = sqrtm_psd(cov1)
     cross = sqrtm_psd(r1 @ cov2 @ r1)
     tr = jnp.trace(cov1 + cov2 - 2.0 * cross, axis1=-2, axis2=-1)
@@ -53,27 +53,6 @@ def _check_mean(mean, cov, name, cov_name):
         raise ValueError(f"{name} must have shape (..., d) matching {cov_name} (..., d, d) with no more "
                          f"leading axes, got {name} {mean.shape} and {cov_name} {cov_shape}")
     return check_finite(mean, name)
-
-
-def _check_psd(cov, name):
-    """Symmetric and positive semi-definite up to rounding: |Σ − Σᵀ| <= 4√eps·max(1, |Σ|_max)
-    and λ_min >= −1e-8·max(1, |λ|_max)."""
-    lam = jnp.linalg.eigvalsh(0.5 * (cov + jnp.swapaxes(cov, -1, -2)))
-    scale = jnp.maximum(1.0, jnp.max(jnp.abs(lam), axis=-1))
-    bad = ~jnp.all(jnp.isfinite(cov)) | jnp.any(lam[..., 0] < -1e-8 * scale)
-    asym = jnp.max(jnp.abs(cov - jnp.swapaxes(cov, -1, -2)), axis=(-2, -1))
-    asym_bad = jnp.any(asym > weight_tolerance(cov.dtype) * jnp.maximum(1.0, jnp.max(jnp.abs(cov), axis=(-2, -1))))
-    msg = f"{name} must be a finite positive semi-definite covariance"
-    if is_concrete(cov):
-        if not np.isfinite(np.asarray(cov)).all():
-            raise ValueError(f"{msg}, got non-finite entries")
-        if bool(asym_bad):
-            raise ValueError(f"{name} must be a symmetric covariance, got max |{name} - {name}^T| = "
-                             f"{float(np.max(np.asarray(asym))):.3g}")
-        if bool(bad):
-            raise ValueError(f"{msg}, got smallest eigenvalue {float(np.min(np.asarray(lam)[..., 0])):.6g}")
-        return cov
-    return eqx.error_if(eqx.error_if(cov, bad, msg), asym_bad, f"{name} must be a symmetric covariance")
 
 
 def _cost(p):

@@ -31,7 +31,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .._checks import as_float_array, check_finite, check_points, check_weights, check_weights_of, is_concrete
+from .._checks import as_float_array, check_covariance, check_finite, check_points, check_weights, check_weights_of, is_concrete
 from .._types import PointsLike, WeightsLike
 from ..models.attention.base import AbstractFieldAttention, AbstractGaussianClosure
 from ..models.base import (
@@ -279,26 +279,8 @@ class Gaussian(AbstractState):
         d = mean.shape[0]
         if cov.shape != (d, d):
             raise ValueError(f"Gaussian.cov must have shape ({d}, {d}) to match mean, got {cov.shape}")
-        if is_concrete(cov):
-            c = np.asarray(cov, dtype=np.float64)
-            asym = np.max(np.abs(c - c.T)) if d else 0.0
-            scale = max(np.max(np.abs(c)), 1e-300)
-            if asym > 1e-6 * scale:
-                raise ValueError(f"Gaussian.cov must be symmetric, but max|cov - cov.T| = {asym:.3g}")
-            lam = np.linalg.eigvalsh((c + c.T) / 2)
-            # singular up to round-off counts as singular: the closure needs cov^{-1}
-            tol = d * np.finfo(np.dtype(cov.dtype)).eps * max(abs(lam[-1]), 1e-300)
-            if lam[0] <= tol:
-                raise ValueError(f"Gaussian.cov must be positive definite, but its smallest "
-                                 f"eigenvalue is {lam[0]:.6g} (needs > {tol:.3g}, relative to "
-                                 f"the largest {lam[-1]:.6g})")
-        elif d:  # traced (jit, vmap): the same checks, at run time
-            asym = jnp.max(jnp.abs(cov - cov.T))
-            scale = jnp.maximum(jnp.max(jnp.abs(cov)), 1e-300)
-            cov = eqx.error_if(cov, asym > 1e-6 * scale, "Gaussian.cov must be symmetric")
-            lam = jnp.linalg.eigvalsh((cov + cov.T) / 2)
-            tol = d * jnp.finfo(cov.dtype).eps * jnp.maximum(jnp.abs(lam[-1]), 1e-300)
-            cov = eqx.error_if(cov, ~(lam[0] > tol), "Gaussian.cov must be positive definite")
+        # singular up to round-off counts as singular: the closure needs cov^{-1}
+        cov = check_covariance(cov, "Gaussian.cov", definite=True)
         self.mean = mean
         self.cov = cov
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import jax.numpy as jnp
 import numpy as np
 
-from .._checks import check_scalar, is_concrete, weight_tolerance
+from .._checks import check_covariance, check_scalar, is_concrete
 from .._linalg import sqrtm_psd, symmetrize
 from ..models.attention.sinkhorn import sinkhorn_conditional_cov
 
@@ -31,12 +31,7 @@ def _check_matrices(cov0, A, definite: bool = True):
         if not np.isfinite(a).all():
             raise ValueError(f"{name} must be finite, got {a!r}")
         if name == "cov0":
-            a = a.astype(float)
-            tol = weight_tolerance(a.dtype) * max(1.0, float(np.abs(a).max()))
-            low = np.linalg.eigvalsh(0.5 * (a + a.T))[0]
-            if np.abs(a - a.T).max() > tol or (low <= 0 if definite else low < -tol):
-                raise ValueError(f"cov0 must be a symmetric positive {'' if definite else 'semi-'}definite "
-                                 f"covariance, got {a.tolist()}")
+            check_covariance(a, "cov0", definite=definite)
 
 
 def identity_value_cov(cov0, A, t):

@@ -7,7 +7,7 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 
-from ..._checks import as_float_array, check_finite, check_int, check_points, check_scalar, check_weights, is_concrete
+from ..._checks import as_float_array, check_covariance, check_finite, check_int, check_points, check_scalar, check_weights, is_concrete
 from ..._linalg import sqrtm_psd, symmetrize
 from ..._types import Param
 from ...kernels.backends import AbstractBackend, bind_backend
@@ -171,17 +171,7 @@ def sinkhorn_conditional_cov(cov, At):
         raise ValueError(f"cov must be a square (d, d) matrix, got shape {cov.shape}")
     if At.shape != cov.shape:
         raise ValueError(f"At must have shape {cov.shape} to match cov, got {At.shape}")
-    scale = jnp.max(jnp.abs(cov))
-    asym = jnp.max(jnp.abs(cov - cov.T))
-    lam_min = jnp.linalg.eigvalsh(symmetrize(cov))[0]
-    tol = 1e-6 * scale
-    if is_concrete(cov):
-        if float(asym) > float(tol) or float(lam_min) < -float(tol):
-            raise ValueError(f"cov must be symmetric positive semi-definite, got max|cov - cov.T| = "
-                             f"{float(asym):.3g} and smallest eigenvalue {float(lam_min):.3g}")
-    else:
-        cov = eqx.error_if(cov, (asym > tol) | (lam_min < -tol), "cov must be symmetric positive semi-definite")
-    return _conditional_cov(cov, At)
+    return _conditional_cov(check_covariance(cov, "cov"), At)
 
 
 def _conditional_cov(cov, At):
