@@ -210,6 +210,13 @@ def test_every_covariance_input_takes_one_rule():
             jax.block_until_ready(jax.tree.leaves(jax.jit(call)(jnp.asarray(skew))))
     with pytest.raises(ValueError, match="cov0 must be symmetric"):
         identity_value_blowup_time(skew, np.eye(3))
+    # a batch is checked matrix by matrix: a large covariance beside it loosens nothing
+    batch = np.stack([1e4 * np.eye(2), np.diag([1.0, -1e-4])])
+    with pytest.raises(ValueError, match="cov1 must be positive semi-definite, but its smallest eigenvalue is -0.0001"):
+        tp.diagnostics.bures_wasserstein(np.zeros((2, 2)), batch, np.zeros((2, 2)), batch[::-1])
+    with pytest.raises(RUNTIME_ERRORS, match="cov1 must be positive semi-definite"):
+        jax.block_until_ready(jax.jit(tp.diagnostics.bures_wasserstein)(np.zeros((2, 2)), batch, np.zeros((2, 2)),
+                                                                        np.stack([np.eye(2)] * 2)))
 
 
 def test_unconverged_sinkhorn_is_reported_not_returned():

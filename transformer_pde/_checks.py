@@ -79,8 +79,8 @@ def weight_tolerance(dtype) -> float:
 
 def check_covariance(cov, name: str, *, definite: bool = False):
     """A symmetric covariance ``(..., d, d)`` with finite entries, positive definite (``definite``:
-    its inverse is taken) or semi-definite, up to rounding in its dtype:
-    |Σ − Σᵀ| <= 4√eps·max(1, |Σ|_max); λ_min > d·eps·|λ|_max (definite) or
+    its inverse is taken) or semi-definite, up to rounding in its dtype, each matrix of a batch
+    on its own scale: |Σ − Σᵀ| <= 4√eps·max(1, |Σ|_max); λ_min > d·eps·|λ|_max (definite) or
     λ_min >= −4√eps·max(1, |λ|_max). ValueError naming the value when concrete, ``eqx.error_if``
     under jit."""
     d = cov.shape[-1]
@@ -88,29 +88,29 @@ def check_covariance(cov, name: str, *, definite: bool = False):
         return cov
     eps, tol = float(np.finfo(np.dtype(cov.dtype)).eps), weight_tolerance(cov.dtype)
     kind = "positive definite" if definite else "positive semi-definite"
-    if is_concrete(cov):
-        a = np.asarray(cov, np.float64)
-        if not np.isfinite(a).all():
-            raise ValueError(f"{name} must be a finite covariance, got non-finite entries")
-        asym = float(np.max(np.abs(a - np.swapaxes(a, -1, -2))))
-        if asym > tol * max(1.0, float(np.max(np.abs(a)))):
-            raise ValueError(f"{name} must be symmetric, but max|cov - cov.T| = {asym:.3g}")
-        lam = np.linalg.eigvalsh(0.5 * (a + np.swapaxes(a, -1, -2)))
-        low, high = float(np.min(lam[..., 0])), float(np.max(np.abs(lam)))
-        need = d * eps * high if definite else -tol * max(1.0, high)
-        if not (low > need if definite else low >= need):
-            raise ValueError(f"{name} must be {kind}, but its smallest eigenvalue is {low:.6g} (needs "
-                             f"{'>' if definite else '>='} {need:.3g}, relative to the largest |eigenvalue| "
-                             f"{high:.6g})")
-        return cov
-    sym = 0.5 * (cov + jnp.swapaxes(cov, -1, -2))
-    asym = jnp.max(jnp.abs(cov - jnp.swapaxes(cov, -1, -2)))
-    symmetric = jnp.all(jnp.isfinite(cov)) & (asym <= tol * jnp.maximum(1.0, jnp.max(jnp.abs(cov))))
-    cov = eqx.error_if(cov, ~symmetric, f"{name} must be symmetric and finite (a covariance)")
-    lam = jnp.linalg.eigvalsh(sym)
-    low, high = jnp.min(lam[..., 0]), jnp.max(jnp.abs(lam))
-    ok = low > d * eps * high if definite else low >= -tol * jnp.maximum(1.0, high)
-    return eqx.error_if(cov, ~ok, f"{name} must be {kind} (a covariance)")
+    xp = np if is_concrete(cov) else jnp
+    a = np.asarray(cov, np.float64) if xp is np else cov
+    if xp is np and not np.isfinite(a).all():
+        raise ValueError(f"{name} must be a finite covariance, got non-finite entries")
+    at = xp.swapaxes(a, -1, -2)
+    asym = xp.max(xp.abs(a - at), axis=(-2, -1))
+    symmetric = asym <= tol * xp.maximum(1.0, xp.max(xp.abs(a), axis=(-2, -1)))
+    lam = xp.linalg.eigvalsh(0.5 * (a + at))
+    low, high = lam[..., 0], xp.max(xp.abs(lam), axis=-1)
+    need = d * eps * high if definite else -tol * xp.maximum(1.0, high)
+    ok = low > need if definite else low >= need
+    if xp is jnp:
+        cov = eqx.error_if(cov, ~(jnp.all(jnp.isfinite(cov)) & jnp.all(symmetric)),
+                           f"{name} must be symmetric and finite (a covariance)")
+        return eqx.error_if(cov, ~jnp.all(ok), f"{name} must be {kind} (a covariance)")
+    if not symmetric.all():
+        raise ValueError(f"{name} must be symmetric, but max|cov - cov.T| = {float(asym[~symmetric].max()):.3g}")
+    if not ok.all():
+        i = np.unravel_index(np.argmin(np.where(ok, np.inf, low - need)), np.shape(ok))
+        raise ValueError(f"{name} must be {kind}, but its smallest eigenvalue is {float(low[i]):.6g} (needs "
+                         f"{'>' if definite else '>='} {float(need[i]):.3g}, relative to the largest "
+                         f"|eigenvalue| {float(high[i]):.6g})")
+    return cov
 
 
 def check_weights(weights, n: int, dtype, name: str = "weights", tolerance_dtype=None):
