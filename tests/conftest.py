@@ -15,6 +15,7 @@
   ``package_errors`` and run with the checker off (the fixture below).
 """
 
+import gc
 import os
 import sys
 import tempfile
@@ -67,3 +68,15 @@ def _package_errors(request):
         yield
     finally:
         jaxtyping.config.update("jaxtyping_disable", False)
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _release_compiled_programs():
+    """Each test module's compiled programs are dropped when it ends. A compiled XLA:CPU program
+    holds about six memory mappings until its jit cache lets go of it, and a pytest-xdist worker
+    lives for the whole session: the slow set's worker reached 63 862 mappings here, next to
+    Linux's default limit of 65 530 (``vm.max_map_count``), past which the next compilation's
+    mmap fails and the worker dies (a crash CI saw in ``test_properties.py``)."""
+    yield
+    jax.clear_caches()
+    gc.collect()
