@@ -211,6 +211,16 @@ BAD_INPUTS = [
          r"checkpoint every must be an integer >= 1 .*got 0"),
     Case("ckpt-saveat", "a checkpointed solve without save times",
          lambda: solve_checkpointed(SA, X, t1=1.0, dt0=0.1, saveat=None), r"needs explicit save times"),
+    Case("ckpt-saveat-t1", "a checkpointed solve saving only at t1",
+         lambda: solve_checkpointed(SA, X, t1=1.0, dt0=0.1, saveat=diffrax.SaveAt(t1=True)),
+         r"needs explicit save times"),
+    Case("ckpt-saveat-subs", "a checkpointed solve given several saves",
+         lambda: solve_checkpointed(SA, X, t1=1.0, dt0=0.1, saveat=diffrax.SaveAt(
+             subs=[diffrax.SubSaveAt(ts=[0.5, 1.0]), diffrax.SubSaveAt(t1=True)])),
+         r"takes one save, not SaveAt\(subs"),
+    Case("ckpt-saveat-late", "a checkpointed solve's save time after t1",
+         lambda: solve_checkpointed(SA, X, t1=1.0, dt0=0.1, saveat=[0.5, 2.0]),
+         r"saveat times must lie in \[t0, t1\]"),
     # --- experiment configs built in Python (checked like the command line's) -------------
     Case("config-list-nan", "NaN inside a list option of a config built in Python",
          lambda: get_experiment("metastability").config(theta0=(float("nan"), 1.0)),

@@ -23,38 +23,26 @@ import numpy as np
 from .._checks import check_weights
 from ..models.base import AbstractDynamics, retract_at
 from ..solvers import Particles, Solution, solve
+from ..solvers.solve import check_times, parse_saveat
 from .checkpoint import DEFAULT_EVERY, Checkpoint, check_every
 from .fingerprint import run_fingerprint
 
 _FORMAT = 3  # 3: fingerprints over code and closures, chunks carry the run and their index
 # (2: chunks are tp.solve calls with their own step cap; 1: one cap for all chunks)
-_SAVE_STATES = diffrax.SaveAt(t1=True).subs.fn  # diffrax's fn when SaveAt saves the states
 
 
 def _save_times(saveat, t0: float, t1: float, dtype) -> tuple[np.ndarray, object]:
-    """``(ts, fn)`` of the explicit save times a chunked solve needs: an array of times, or
-    ``diffrax.SaveAt(ts=..., fn=...)`` (``fn`` None: the states are saved)."""
-    fn = None
-    if isinstance(saveat, diffrax.SaveAt):
-        sub = saveat.subs
-        if not isinstance(sub, diffrax.SubSaveAt) or sub.ts is None or sub.t0 or sub.t1 or sub.steps \
-                or saveat.dense:
-            raise ValueError(f"a checkpointed solve takes save times: an array, or diffrax.SaveAt(ts=..., "
-                             f"fn=...) (no t0, t1, steps, dense or subs), got {saveat}")
-        saveat, fn = sub.ts, (None if sub.fn is _SAVE_STATES else sub.fn)
-    if not t1 > t0:
-        raise ValueError(f"Must have t1 > t0, got t0={t0} and t1={t1}")
-    if saveat is None:
-        raise ValueError("a checkpointed solve needs explicit save times saveat=... (chunks end there)")
-    ts = np.asarray(jnp.asarray(saveat, dtype))
-    if ts.ndim != 1 or ts.shape[0] < 1:
-        raise ValueError(f"saveat must be a non-empty 1-D array of times, got shape {ts.shape}")
-    if not np.isfinite(ts).all() or np.any(np.diff(ts) < 0):
-        raise ValueError(f"saveat must be finite and non-decreasing, got {ts}")
-    slack = 1e-6 * max(1.0, abs(t1))
-    if ts[0] < t0 - slack or ts[-1] > t1 + slack:
-        raise ValueError(f"saveat times must lie in [t0, t1] = [{t0}, {t1}], got [{ts[0]}, {ts[-1]}]")
-    return np.asarray(jnp.clip(jnp.asarray(ts), t0, t1)), fn
+    """``(ts, fn)`` of the explicit save times a chunked solve needs (the chunks end there): an
+    array of times, or ``diffrax.SaveAt(ts=..., fn=...)`` (``fn`` None: the states are saved).
+    Parsed and checked by ``tp.solve``'s own rules, then narrowed to one save at given times."""
+    saves = parse_saveat(saveat)
+    if len(saves) != 1:
+        raise ValueError(f"a checkpointed solve takes one save, not SaveAt(subs=[...]), got {saveat}")
+    (ts, fn), = saves
+    if ts is None:
+        raise ValueError(f"a checkpointed solve needs explicit save times saveat=... (chunks end "
+                         f"there): an array, or diffrax.SaveAt(ts=..., fn=...), got {saveat}")
+    return np.asarray(check_times(t0, t1, None, ts, dtype)), fn
 
 
 def _chunks(num_saves: int, every: int) -> list[range]:
