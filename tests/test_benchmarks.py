@@ -50,3 +50,21 @@ def test_default_velocity_script_tiny():
     assert report["max_error_vs_numpy"] < 1e-9 and report["rows_checked"] == 10
     assert report["fast_kernel_at_256"] is False
     assert report["dtype"] == "float64" and len(report["later_calls_s"]) == 1
+
+
+@pytest.mark.slow
+def test_warm_runs_script_tiny():
+    """benchmarks/warm_runs.py: the later runs of a command in one process compile nothing (what
+    makes import + a later run the floor under any compile cache), and it refuses its own --out."""
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]))
+    script = str(ROOT / "benchmarks" / "warm_runs.py")
+    command = ["--", "run", "phase-diagram", "--batch", "8", "--num-betas", "2", "--num-saves", "3", "--t1", "1"]
+    proc = subprocess.run([sys.executable, script, "--repeats", "1", *command],
+                          capture_output=True, text=True, timeout=300, env=env, check=False)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    report = json.loads(proc.stdout)
+    assert report["compilations_per_run"][0] >= 1 and report["compilations_per_run"][1:] == [0]
+    assert report["import_s"] > 0 and len(report["later_runs_s"]) == 1
+    bad = subprocess.run([sys.executable, script, *command, "--out", "x"], capture_output=True, text=True,
+                         timeout=60, env=env, check=False)
+    assert bad.returncode == 2 and "--out is set per run" in bad.stderr
