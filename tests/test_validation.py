@@ -164,7 +164,8 @@ BAD_INPUTS = [
     Case("mha-w", "multi-head output maps of the wrong shape",
          lambda: tp.MultiHeadAttention(jnp.ones((2, 1, 3)), jnp.ones((2, 1, 3)), jnp.ones((2, 1, 3)),
                                        jnp.ones((2, 3, 2))),
-         r"W must have shape \(H, d, k_v\) = \(2, 3, 1\), got \(2, 3, 2\)"),
+         r"W must have shape \(H, d, k_v\) = \(2, 3, 1\), or \(3, 1\) for one map shared by the heads, "
+         r"got \(2, 3, 2\)"),
     Case("mha-split", "heads not dividing d",
          lambda: tp.MultiHeadAttention.split(E3, E3, E3, 2), r"num_heads=2 must divide d=3"),
     Case("key-block", "a streaming key block of 0", lambda: tp.kernels.Streaming(key_block=0),

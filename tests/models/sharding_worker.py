@@ -38,6 +38,10 @@ def variants(d, rng):
         "softmax": tp.SoftmaxAttention(Q, K, V, 2.0),
         "softmax_streaming": tp.SoftmaxAttention(Q, K, V, 2.0, backend=Exact(Streaming(16))),
         "multihead": tp.MultiHeadAttention.split(Q, K, V, 2, 1.5),
+        # V and W shared by the heads: the heads' weights summed, their keys gathered per head
+        "multihead_shared": tp.MultiHeadAttention(np.stack([Q, K]), np.stack([K, V]), V, np.eye(d) / 2, 1.5),
+        "causal_multihead_shared": tp.CausalMultiHeadAttention(np.stack([Q, K]), np.stack([K, V]), V,
+                                                               np.eye(d) / 2, 1.5),
         "l2": tp.L2Attention(Q, K, V, 0.7),
         "unnormalized": tp.UnnormalizedAttention(Q, K, V, 1.2),
         "sigmoid": tp.SigmoidAttention(Q, K, V, 1.0, bias=-0.5),

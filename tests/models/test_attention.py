@@ -175,6 +175,74 @@ def test_zero_weight_tokens_are_ignored(data):
     np.testing.assert_allclose(attn.velocity(x0, w0)[:N], attn.velocity(x, w), rtol=1e-12)
 
 
+def _shared_heads(kdim, causal=False, **kwargs):
+    """Three heads with their own Q_h, K_h and one V (k_v = 2), one W for all of them."""
+    rng = np.random.default_rng(5)
+    Qs, Ks = rng.normal(size=(3, kdim, D)), rng.normal(size=(3, kdim, D))
+    V, W = rng.normal(size=(2, D)), rng.normal(size=(D, 2))
+    cls = tp.CausalMultiHeadAttention if causal else tp.MultiHeadAttention
+    return cls(Qs, Ks, V, W, 0.8, **kwargs), (Qs, Ks, V, W)
+
+
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("kdim", [KDIM, D])
+@pytest.mark.parametrize("layout", [tp.kernels.Dense(), tp.kernels.Streaming(4, 4)], ids=["dense", "streaming"])
+def test_multihead_with_shared_value_maps_matches_numpy(data, causal, kdim, layout):
+    """V and W given once (2-D) for every head: Γ = Σ_h W P_h V x, the heads' weights summed before
+    the values (dense) or head by head (streaming); full-width heads (k = d) take the folded
+    scores ⟨q, (K_hᵀQ_h)ᵀx⟩. Against the reference's loops over heads."""
+    x, w, _, _, _, queries = data
+    attn, (Qs, Ks, V, W) = _shared_heads(kdim, causal, backend=tp.kernels.Exact(layout=layout))
+
+    def expected(q):
+        return sum(ref.softmax_field(q, x, w, Qs[h], Ks[h], V, 0.8, causal=causal) @ W.T for h in range(3))
+
+    np.testing.assert_allclose(attn.velocity(x, weights=w), expected(x), rtol=1e-10, atol=1e-12)
+    if not causal:
+        np.testing.assert_allclose(attn.field(queries, x, w), expected(queries), rtol=1e-10, atol=1e-12)
+
+
+def test_multihead_with_shared_value_maps_gradients_match_stacked_maps(data):
+    """The shared-map path (one value product) and the per-head path (the same maps stacked H
+    times) are two computations of one field: equal values and gradients in every parameter."""
+    x, w, *_ = data
+    _, (Qs, Ks, V, W) = _shared_heads(D)
+
+    def loss(params, stacked):
+        Qs, Ks, V, W = params
+        if stacked:
+            V, W = jnp.broadcast_to(V, (3, *V.shape)), jnp.broadcast_to(W, (3, *W.shape))
+        return jnp.sum(jnp.sin(tp.MultiHeadAttention(Qs, Ks, V, W, 0.8).velocity(x, weights=w)))
+
+    params = tuple(jnp.asarray(p) for p in (Qs, Ks, V, W))
+    (l1, g1), (l2, g2) = (jax.value_and_grad(loss)(params, s) for s in (False, True))
+    np.testing.assert_allclose(l1, l2, rtol=1e-12)
+    for a, b in zip(g1, g2):
+        np.testing.assert_allclose(a, b, rtol=1e-9, atol=1e-12)
+
+
+def test_multihead_with_shared_value_maps_on_the_fast_kernel(data):
+    """Fast (k = 2 scores) sums the heads' Gaussian sums one by one: within its tolerance of the
+    reference on unit tokens; the value-norm bound counts every head."""
+    x, w, *_ = data
+    x = x / np.linalg.norm(x, axis=-1, keepdims=True)
+    attn, (Qs, Ks, V, W) = _shared_heads(KDIM, backend=tp.kernels.Fast(tol=1e-10))
+    expected = sum(ref.softmax_field(x, x, w, Qs[h], Ks[h], V, 0.8) @ W.T for h in range(3))
+    np.testing.assert_allclose(attn.velocity(x, weights=w), expected, rtol=0, atol=1e-8)
+    assert float(attn.value_norm()) == pytest.approx(3 * np.linalg.norm(W @ V, 2), rel=1e-12)
+
+
+def test_multihead_shared_maps_refuse_mismatched_shapes():
+    rng = np.random.default_rng(0)
+    Qs = rng.normal(size=(2, KDIM, D))
+    with pytest.raises(ValueError, match=r"V must have shape \(H, k_v, d\) = \(2, k_v, 3\), or \(k_v, 3\)"):
+        tp.MultiHeadAttention(Qs, Qs, np.ones((2, D + 1)), np.ones((D, 2)))
+    with pytest.raises(ValueError, match=r"W must have shape .* or \(3, 2\) for one map shared by the heads, got \(3, 4\)"):
+        tp.MultiHeadAttention(Qs, Qs, np.ones((2, D)), np.ones((D, 4)))
+    with pytest.raises(ValueError, match="V must have shape"):
+        tp.MultiHeadAttention(Qs, Qs, np.ones((5, 2, D)), np.ones((D, 2)))
+
+
 def test_multihead_split_reduces_to_softmax_with_one_head(data):
     x, w, *_ = data
     rng = np.random.default_rng(3)

@@ -40,7 +40,8 @@ def test_four_host_devices_match_one_device():
     assert proc.returncode == 0, proc.stderr[-3000:]
     report = _report(proc.stdout)
     assert report["devices"] == 4 and report["out_sharding"] == "P('tokens',)"
-    expected = {"softmax", "softmax_streaming", "multihead", "l2", "unnormalized", "sigmoid",
+    expected = {"softmax", "softmax_streaming", "multihead", "multihead_shared", "causal_multihead_shared",
+                "l2", "unnormalized", "sigmoid",
                 "sinkhorn", "causal", "causal_streaming", "causal_alibi", "causal_sigmoid_streaming"}
     assert expected | {"sinkhorn_68", "solve"} == set(report["errors"])
     for name, err in report["errors"].items():

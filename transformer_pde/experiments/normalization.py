@@ -173,10 +173,11 @@ def draws(cfg: NormalizationConfig):
 
 
 def attention(Q, K, beta, causal: bool):
-    """H heads averaged: V_h = I, W_h = I/H (the authors' ``M2 += A_head / n_heads``); the
-    causal mask (token i attends to j <= i) is :class:`CausalMultiHeadAttention`."""
+    """H heads averaged: V = I and W = I/H shared by the heads (the authors' ``M2 += A_head /
+    n_heads``), so the heads' weights are summed before they meet the tokens; the causal mask
+    (token i attends to j <= i) is :class:`CausalMultiHeadAttention`."""
     H, d = Q.shape[0], Q.shape[-1]
-    eye = jnp.broadcast_to(jnp.eye(d, dtype=Q.dtype), (H, d, d))
+    eye = jnp.eye(d, dtype=Q.dtype)
     heads = tp.CausalMultiHeadAttention if causal else tp.MultiHeadAttention
     return heads(Q, K, eye, eye / H, beta)
 

@@ -199,6 +199,25 @@ class AbstractBackend(eqx.Module):
         """``head(*per_head)`` for every head (the leading axis of ``stacked``), stacked; ``m, n,
         e, dtype, causal``: each head's reduction, where the caller knows them."""
 
+    def sum_over_heads(self, a, b, v, bias, gamma, *, dtype, exact_scores=None, causal: bool = False,
+                       query_offset=0, axis_name=None):
+        """``Σ_h Σ_j softmax_j(γ⟨a_hi, b_hj⟩ + bias_j) v_j`` for heads with their own scores
+        ``a`` ``(H, m, k)``, ``b`` ``(H, n, k)`` and one set of values ``v`` ``(n, e)`` and biases
+        (multi-head attention whose heads share their value and output maps): one reduction per
+        head (:meth:`over_heads`), summed; the exact kernel sums the heads' weights first.
+        ``exact_scores``: ``(q, k)`` with ``q_i·k_hj = γ⟨a_hi, b_hj⟩``, ``q`` ``(m, p)`` shared by
+        the heads, ``k`` ``(H, n, p)``: a cheaper factorization for the exact kernel."""
+        q, k = (None, None) if exact_scores is None else exact_scores
+
+        def head(ah, bh, kh=None):
+            red = SoftmaxReduction(ah, bh, v, bias, gamma, dtype, exact_scores=None if kh is None else (q, kh),
+                                   causal=causal, query_offset=query_offset)
+            return self.lse_average(red, axis_name=axis_name)[0]
+
+        sizes = dict(m=a.shape[1], n=keys_over_devices(b.shape[1], axis_name), e=v.shape[-1],
+                     dtype=dtype, causal=causal)
+        return jnp.sum(self.over_heads(head, a, b, *(() if k is None else (k,)), **sizes), axis=0)
+
     def with_token_radius(self, r: float, who: str) -> AbstractBackend:
         """This backend where ``who`` (a wrapper such as ``tp.Sphere``) declares |x| <= ``r``
         for every token and query: a bound backend without a declared bound on |x| takes it."""
@@ -243,6 +262,14 @@ class Exact(AbstractBackend):
 
     def over_heads(self, head, *stacked, m=None, n=None, e=1, dtype=None, causal=False):
         return jax.vmap(head)(*stacked)  # one batched kernel
+
+    def sum_over_heads(self, a, b, v, bias, gamma, *, dtype, exact_scores=None, causal=False, query_offset=0,
+                       axis_name=None):
+        q, k = (gamma * a, b) if exact_scores is None else exact_scores
+        # keys on axis 1 of k: gathered as rows (axis 0), like every key array
+        kt, v, bias = gather_keys(axis_name, jnp.moveaxis(k, 1, 0), v, bias)
+        return exact.head_sum_average(q, jnp.moveaxis(kt, 0, 1), v, bias, causal=causal,
+                                      query_offset=query_offset, layout=self.layout)
 
     def dot_cost_geometry(self, a, b, scale, *, epsilon, dtype):
         from ott.geometry import costs, geometry  # ott (and scipy.stats) only where Sinkhorn runs
@@ -605,6 +632,14 @@ class Auto(_AbstractGaussianBackend):
         if not choice.fast:
             return self.exact.lse_average(reduction, axis_name=axis_name)
         return self.fast_lse_average(choice.plan, *reduction.gaussian_form(), axis_name=axis_name)
+
+    def sum_over_heads(self, a, b, v, bias, gamma, *, dtype, exact_scores=None, causal=False, query_offset=0,
+                       axis_name=None):
+        choice = self.choose(m=a.shape[1], n=keys_over_devices(b.shape[1], axis_name), e=v.shape[-1],
+                             dtype=dtype, causal=causal)
+        backend = self.exact if not choice.fast else super()
+        return backend.sum_over_heads(a, b, v, bias, gamma, dtype=dtype, exact_scores=exact_scores,
+                                      causal=causal, query_offset=query_offset, axis_name=axis_name)
 
     def dot_cost_geometry(self, a, b, scale, *, epsilon, dtype):
         # ott's kernel applications average one column (its potentials)

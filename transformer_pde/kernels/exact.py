@@ -124,6 +124,18 @@ def _dense_lse_average(q, k, v, bias, causal, q0=0):
     return avg, mx + jnp.log(s)
 
 
+def _dense_head_sum(q, k, v, bias, causal, q0=0):
+    # every head's weights normalized, summed over the heads, then applied to the shared values
+    # once: one (m, n) x (n, e) product instead of one per head
+    logits = jnp.einsum("hmp,hnp->hmn" if q.ndim == 3 else "mp,hnp->hmn", q, k) + bias[None, None, :]
+    if causal:
+        logits = jnp.where(_causal_mask(*logits.shape[1:], q0)[None], logits, -jnp.inf)
+    mx = jnp.maximum(jnp.max(logits, axis=-1, keepdims=True), jnp.finfo(logits.dtype).min)
+    p = jnp.exp(logits - mx)
+    s = jnp.sum(p, axis=-1, keepdims=True)
+    return jnp.sum(p / jnp.where(s > 0, s, 1.0), axis=0) @ v
+
+
 def _dense_sigmoid(q, k, wv, causal, q0=0):
     s = jax.nn.sigmoid(q @ k.T)
     if causal:
@@ -542,6 +554,32 @@ def lse_average(
     dtype = jnp.result_type(q, k, v, bias)
     q, k, v, bias = (a.astype(dtype) for a in (q, k, v, bias))
     return _streaming_lse_average(q, k, v, bias, q0, bool(causal), *blocks)
+
+
+def head_sum_average(
+    q: Float[Array, "h m p"] | Float[Array, "m p"],
+    k: Float[Array, "h n p"],
+    v: Float[Array, "n e"],
+    bias: Float[Array, " n"],
+    *,
+    causal: bool = False,
+    query_offset=0,
+    layout: AbstractLayout = DEFAULT_LAYOUT,
+) -> Float[Array, "m e"]:
+    """``Σ_h Σ_j softmax_j(q_hi·k_hj + bias_j) v_j``: H heads with their own logits averaging the
+    same values, summed (multi-head attention whose heads share their value and output maps).
+
+    Dense, the heads' softmax weights are summed before they meet the values (one m x n x e
+    product instead of H); streaming, each head is one :func:`lse_average` and their averages
+    are summed. Arguments as in :func:`lse_average`, with a leading head axis on ``k`` and on
+    ``q`` unless the heads share their queries (``q`` of shape ``(m, p)``).
+    """
+    q0 = jnp.asarray(query_offset, jnp.int32)
+    if check_layout(layout).blocks(q.shape[-2], k.shape[1], v.shape[1]) is None:
+        return _dense_head_sum(q, k, v, bias, causal, q0)
+    heads = jax.vmap(lambda qh, kh: lse_average(qh, kh, v, bias, causal=causal, query_offset=q0,
+                                                 layout=layout)[0], in_axes=(0 if q.ndim == 3 else None, 0))
+    return jnp.sum(heads(q, k), axis=0)
 
 
 def softmax_average(q, k, v, bias, *, causal=False, query_offset=0, layout=DEFAULT_LAYOUT):
