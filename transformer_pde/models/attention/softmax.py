@@ -212,7 +212,8 @@ class _AbstractMultiHead(AbstractKernelAttention, AbstractNormalizedAttention):
         return param_shape(self.Q)[-1]
 
     def _value_width(self):
-        return param_shape(self.V)[-2]
+        # shared maps average x(WV)ᵀ, d columns; per-head maps average V_h x, k_v columns
+        return self.dim if self._shared_values() else param_shape(self.V)[-2]
 
     def _shared_values(self) -> bool:
         """V and W given once for every head (2-D): the heads then average the same values."""
