@@ -110,29 +110,30 @@ def unchecked_log_weights(weights):
 # dense path
 
 
-def _dense_lse_average(q, k, v, bias, causal, q0=0):
-    logits = q @ k.T + bias[None, :]
+def _dense_weights(logits, causal, q0):
+    """``(p, s, mx)``: the unnormalized softmax weights exp(logit - mx) of the last axis, their sums
+    and the row maxima (both kept as an axis), the causal mask applied to the last two axes."""
     if causal:
-        logits = jnp.where(_causal_mask(*logits.shape, q0), logits, -jnp.inf)
+        mask = _causal_mask(*logits.shape[-2:], q0)
+        logits = jnp.where(mask.reshape((1,) * (logits.ndim - 2) + mask.shape), logits, -jnp.inf)
     # a row that sees no key has max -inf: the dtype's lowest finite value stands in for it (its
     # weights are exp(-inf) = 0 all the same); jnp.maximum fuses where _safe's isfinite/where did not
     # (a third of the dense kernel's time at n = 64)
-    mx = jnp.maximum(jnp.max(logits, axis=-1), jnp.finfo(logits.dtype).min)
-    p = jnp.exp(logits - mx[:, None])
-    s = jnp.sum(p, axis=-1)
-    avg = (p @ v) / jnp.where(s > 0, s, 1.0)[:, None]
-    return avg, mx + jnp.log(s)
+    mx = jnp.maximum(jnp.max(logits, axis=-1, keepdims=True), jnp.finfo(logits.dtype).min)
+    p = jnp.exp(logits - mx)
+    return p, jnp.sum(p, axis=-1, keepdims=True), mx
+
+
+def _dense_lse_average(q, k, v, bias, causal, q0=0):
+    p, s, mx = _dense_weights(q @ k.T + bias[None, :], causal, q0)
+    return (p @ v) / jnp.where(s > 0, s, 1.0), (mx + jnp.log(s))[:, 0]
 
 
 def _dense_head_sum(q, k, v, bias, causal, q0=0):
     # every head's weights normalized, summed over the heads, then applied to the shared values
     # once: one (m, n) x (n, e) product instead of one per head
     logits = jnp.einsum("hmp,hnp->hmn" if q.ndim == 3 else "mp,hnp->hmn", q, k) + bias[None, None, :]
-    if causal:
-        logits = jnp.where(_causal_mask(*logits.shape[1:], q0)[None], logits, -jnp.inf)
-    mx = jnp.maximum(jnp.max(logits, axis=-1, keepdims=True), jnp.finfo(logits.dtype).min)
-    p = jnp.exp(logits - mx)
-    s = jnp.sum(p, axis=-1, keepdims=True)
+    p, s, _ = _dense_weights(logits, causal, q0)
     return jnp.sum(p / jnp.where(s > 0, s, 1.0), axis=0) @ v
 
 

@@ -234,16 +234,17 @@ class _AbstractMultiHead(AbstractKernelAttention, AbstractNormalizedAttention):
         return jnp.sum(jnp.linalg.norm(WV, ord=2, axis=(-2, -1)))
 
     def _head_scores(self, queries, x, t):
-        """Every head's queries Q_h q, keys K_h x and values V_h x, ``(H, m, k)``, ``(H, n, k)``,
-        ``(H, n, e)``: one matmul per array (H small matmuls cost more than their flops: twice the
-        field's time at n = 64)."""
-        return tuple(jnp.einsum("nd,hkd->hnk", y, P)
-                     for y, P in ((queries, evaluate(self.Q, t)), (x, evaluate(self.K, t)),
-                                  (x, self._stacked(self.V, t))))
+        """Every head's queries Q_h q and keys K_h x, ``(H, m, k)``, ``(H, n, k)``: one matmul per
+        array (H small matmuls cost more than their flops: twice the field's time at n = 64)."""
+        return tuple(jnp.einsum("nd,hkd->hnk", y, evaluate(P, t)) for y, P in ((queries, self.Q), (x, self.K)))
+
+    def _head_values(self, x, t):
+        """Every head's values V_h x, ``(H, n, e)``, one matmul."""
+        return jnp.einsum("nd,hkd->hnk", x, self._stacked(self.V, t))
 
     def _head_reductions(self, queries, x, weights, t, **mask):
         logw = unchecked_log_weights(weights)
-        a, b, v = self._head_scores(queries, x, t)
+        (a, b), v = self._head_scores(queries, x, t), self._head_values(x, t)
         return [SoftmaxReduction(a[h], b[h], v[h], logw, self.beta, x.dtype, **mask)
                 for h in range(self.num_heads)]
 
@@ -253,14 +254,14 @@ class _AbstractMultiHead(AbstractKernelAttention, AbstractNormalizedAttention):
             # Σ_h W P_h (xVᵀ) = (Σ_h P_h)(x(WV)ᵀ): the backend sums the heads' weights where it can;
             # the values mapped first (a map after the sum cost a fifth of the field's time at
             # d = 16, n = 64, 8 heads: XLA:CPU fuses the sum over heads less well before a product)
-            a, b = (jnp.einsum("nd,hkd->hnk", y, evaluate(P, t)) for y, P in ((queries, self.Q), (x, self.K)))
+            a, b = self._head_scores(queries, x, t)
             # full-width heads: ⟨Q_h q, K_h x⟩ = ⟨q, (K_hᵀQ_h)ᵀx⟩, the queries shared by the heads
             folded = ((queries, jnp.einsum("nd,hde->hne", x, self.score_matrix(t)))
                       if param_shape(self.Q)[1] >= self.dim else None)
             values = x @ (evaluate(self.W, t) @ evaluate(self.V, t)).T
             return self.backend.sum_over_heads(a, b, values, logw, self.beta, dtype=x.dtype,
                                                exact_scores=folded, axis_name=axis_name, **mask)
-        a, b, v = self._head_scores(queries, x, t)
+        (a, b), v = self._head_scores(queries, x, t), self._head_values(x, t)
 
         def head(ah, bh, vh):
             red = SoftmaxReduction(ah, bh, vh, logw, self.beta, x.dtype, **mask)
