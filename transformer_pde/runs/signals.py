@@ -2,10 +2,12 @@
 point where it cannot.
 
 Inside :func:`stop_on_signals` the two signals raise :class:`SignalReceived` and are also
-recorded, so one whose exception was swallowed (a signal that lands in a garbage-collection
-callback, which the interpreter only reports) still stops the run at the next safe point the
-runner controls (:func:`check_interrupt`: after each checkpoint, after ``compute``, before the
-data and the figures). Inside :func:`signals_deferred` (the writes that complete a run) they are
+recorded. An exception the interpreter swallows (a signal that lands in a garbage-collection
+callback, such as JAX's, or a ``__del__``: Python only reports it, through
+``sys.unraisablehook``) is not printed; the signal is delivered to the main thread again, so the
+run stops where Python next can raise, instead of tracing on until the watchdog ends it. The
+runner's safe points (:func:`check_interrupt`: after each checkpoint, after ``compute``, before
+the data and the figures) raise for any recorded signal as well. Inside :func:`signals_deferred` (the writes that complete a run) they are
 only recorded, and :func:`pending_signal` tells the caller one came.
 
 Python runs a handler only between bytecodes: a signal that lands while the main thread waits
@@ -25,6 +27,7 @@ import os
 import signal
 import sys
 import threading
+import time
 
 WATCHDOG_GRACE_S = 3.0
 """Seconds a run has, after SIGINT/SIGTERM, to stop by itself before the watchdog ends it."""
@@ -42,6 +45,7 @@ class SignalReceived(BaseException):
 class _SignalState:
     pending: list = []  # signals received since stop_on_signals began
     deferred: bool = False  # inside the final writes: record only
+    stopping: bool = False  # a SignalReceived was raised and not swallowed: the run is stopping
     forced_stop_hooks: list = []  # called by the watchdog before it ends the process
 
 
@@ -120,10 +124,43 @@ def on_forced_stop(hook):
 
 def _on_signal(signum, frame):
     _SignalState.pending.append(signum)
-    if not _SignalState.deferred:
+    if not (_SignalState.deferred or _SignalState.stopping):
         # Raised here where Python can (a prompt stop); if code that runs the handler swallows
-        # it (a gc callback, a __del__), the recorded signal stops the run at the next safe point.
+        # it (a gc callback, a __del__), _unraisable_hook delivers the signal again. A signal
+        # that comes while the run is already stopping is only recorded: its cleanup runs on.
+        _SignalState.stopping = True
         raise SignalReceived(signum)
+
+
+_REDELIVERY_DELAY_S = 0.01
+"""The main thread leaves the callback that swallowed the exception before the signal comes again."""
+
+
+def _redeliver(signum: int, main_thread: int) -> None:
+    time.sleep(_REDELIVERY_DELAY_S)
+    if _SignalState.stopping:  # a safe point raised meanwhile
+        return
+    try:
+        signal.pthread_kill(main_thread, signum)
+    except (OSError, ValueError):  # the main thread has ended: nothing left to stop
+        pass
+
+
+def _unraisable_hook(previous):
+    """A ``sys.unraisablehook`` that takes a swallowed :class:`SignalReceived` (no report) and
+    delivers its signal to the main thread again, from another thread (a signal sent from
+    inside the hook would raise in the hook, and be swallowed again); other reports go on to
+    ``previous``."""
+
+    def hook(unraisable):
+        if isinstance(unraisable.exc_value, SignalReceived):
+            _SignalState.stopping = False
+            threading.Thread(target=_redeliver, args=(unraisable.exc_value.signum, threading.main_thread().ident),
+                             name="transformer-pde-signal-redelivery", daemon=True).start()
+        else:
+            previous(unraisable)
+
+    return hook
 
 
 def pending_signal() -> int | None:
@@ -136,6 +173,7 @@ def check_interrupt() -> None:
     """A safe point: raise :class:`SignalReceived` if a signal came, even one whose exception
     was swallowed where it landed."""
     if _SignalState.pending and not _SignalState.deferred:
+        _SignalState.stopping = True
         raise SignalReceived(_SignalState.pending[0])
 
 
@@ -147,6 +185,7 @@ def stop_on_signals(signals=(signal.SIGINT, signal.SIGTERM), grace: float = WATC
     thread (where handlers cannot be set) the block runs without them."""
     _SignalState.pending = []
     _SignalState.deferred = False
+    _SignalState.stopping = False
     previous = {}
     for sig in signals:
         try:
@@ -154,6 +193,9 @@ def stop_on_signals(signals=(signal.SIGINT, signal.SIGTERM), grace: float = WATC
         except ValueError:  # not in the main thread
             pass
     watchdog = _Watchdog(previous, grace) if previous else None
+    previous_unraisable = sys.unraisablehook
+    if previous:
+        sys.unraisablehook = _unraisable_hook(previous_unraisable)
     try:
         yield
     finally:
@@ -161,6 +203,7 @@ def stop_on_signals(signals=(signal.SIGINT, signal.SIGTERM), grace: float = WATC
             watchdog.close()
         for sig, handler in previous.items():
             signal.signal(sig, handler)
+        sys.unraisablehook = previous_unraisable
         _SignalState.pending = []  # a later run outside this block must not see them
 
 

@@ -1,0 +1,70 @@
+"""A signal whose exception the interpreter swallows (it landed in a garbage-collection callback,
+as JAX's is during tracing) still stops the run at once, and quietly: the CI failure of
+2026-11-27, where such a SIGTERM was reported as "Exception ignored" and the run traced on until
+the watchdog ended it."""
+
+from __future__ import annotations
+
+import gc
+import sys
+import signal
+import time
+
+import pytest
+
+from transformer_pde.runs.signals import SignalReceived, pending_signal, stop_on_signals
+
+
+def _sigterm_inside_a_gc_callback():
+    fired = []
+
+    def callback(phase, info):
+        if phase == "start" and not fired:
+            fired.append(True)
+            signal.raise_signal(signal.SIGTERM)  # the handler raises here, inside the callback
+
+    return callback, fired
+
+
+def test_a_signal_swallowed_by_a_gc_callback_is_raised_again_without_a_report(capsys):
+    callback, fired = _sigterm_inside_a_gc_callback()
+    with stop_on_signals(grace=60.0):
+        gc.callbacks.append(callback)
+        try:
+            start = time.monotonic()
+            with pytest.raises(SignalReceived) as raised:
+                gc.collect()  # the callback's exception is swallowed by the collector
+                assert fired and pending_signal() == signal.SIGTERM
+                while time.monotonic() - start < 10.0:  # Python work with no safe point
+                    sum(range(1000))
+            elapsed = time.monotonic() - start
+        finally:
+            gc.callbacks.remove(callback)
+    assert raised.value.signum == signal.SIGTERM
+    assert elapsed < 2.0, elapsed
+    assert "Exception ignored" not in capsys.readouterr().err
+
+
+def test_a_second_signal_while_stopping_is_recorded_not_raised():
+    """The run's cleanup (its except clause writing the directory's status) is not interrupted."""
+    with stop_on_signals(grace=60.0):
+        with pytest.raises(SignalReceived):
+            signal.raise_signal(signal.SIGTERM)
+        signal.raise_signal(signal.SIGINT)  # would raise again inside the cleanup
+        assert pending_signal() == signal.SIGTERM
+
+
+def test_other_unraisable_reports_still_reach_the_previous_hook():
+    class Loud:
+        def __del__(self):
+            raise RuntimeError("from __del__")
+
+    seen = []
+    previous = sys.unraisablehook
+    sys.unraisablehook = lambda u: seen.append(type(u.exc_value))
+    try:
+        with stop_on_signals(grace=60.0):
+            Loud()
+    finally:
+        sys.unraisablehook = previous
+    assert seen == [RuntimeError]
