@@ -24,6 +24,7 @@ import pytest
 
 import transformer_pde as tp
 from transformer_pde.runs import Checkpoint, InterruptedRun, solve_checkpointed
+from transformer_pde.runs.signals import WATCHDOG_GRACE_S
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -140,8 +141,13 @@ def test_kill_resume_interrupt_resume_is_bitwise_identical(reference, tmp_path):
     proc = _start(["run", "clustering", "--out", str(out), *OPTIONS])
     rc, err = _signal_when(proc, lambda: _status(out) == "running", signal.SIGTERM)
     assert rc == 128 + signal.SIGTERM, err
-    assert err.strip().splitlines() == [f"interrupted (SIGTERM); the output directory is consistent. "
-                                        f"Continue with: transformer-pde run --resume {out}"]
+    # one line: the run's own stop, or the watchdog's if the signal landed in an XLA compilation
+    # longer than its grace on a loaded machine (never a report of a swallowed exception)
+    assert err.strip().splitlines() in ([f"interrupted (SIGTERM); the output directory is consistent. "
+                                         f"Continue with: transformer-pde run --resume {out}"],
+                                        [f"interrupted (SIGTERM) inside a native computation; stopped "
+                                         f"{WATCHDOG_GRACE_S:g} s later by the watchdog; the output directory "
+                                         f"is consistent (--resume continues it)"]), err
     done = _assert_consistent_unfinished(out, "interrupted", at_least=0)
 
     resume = ["run", "--resume", str(out), "--no-progress"]
