@@ -349,12 +349,13 @@ def _raise_if_nonfinite(sol: Solution) -> Solution:
                 "(beta, token norms). Pass throw=False to get the partial Solution "
                 "(Solution.nonfinite_time, saves after it are inf).")
         return sol
-    # attached to every output (states, statistics, times), so a jit that keeps any of them
-    # keeps the check: a caller who reads only .xs (or a tp.sweep of one number) still gets it
+    # one check threaded through every output (states, statistics, times), so a jit that keeps
+    # any of them keeps the check: a caller who reads only .xs (or a tp.sweep of one number) still
+    # gets it (one check, not one per output: each costs tracing and compiling)
     bad = jnp.any(jnp.isfinite(bad_t))
     msg = ("solve: the state became non-finite (NaN or inf) during the run; rerun with "
            "throw=False and read Solution.nonfinite_time for the time it appeared")
-    guarded = jax.tree.map(lambda a: eqx.error_if(a, bad, msg), (sol.ts, sol.xs, sol.stats))
+    guarded = eqx.error_if((sol.ts, sol.xs, sol.stats), bad, msg)
     return eqx.tree_at(lambda s: (s.ts, s.xs, s.stats), sol, guarded, is_leaf=lambda v: v is None)
 
 
