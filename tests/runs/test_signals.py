@@ -68,3 +68,22 @@ def test_other_unraisable_reports_still_reach_the_previous_hook():
     finally:
         sys.unraisablehook = previous
     assert seen == [RuntimeError]
+
+
+def test_a_redelivery_pending_as_the_block_ends_is_not_sent_to_the_handler_after_it():
+    """The block ends before the swallowed signal comes again: it must not reach the handler the
+    block restores (by default SIGTERM's, which would end the process after the run finished)."""
+    after = []
+    restored = signal.signal(signal.SIGTERM, lambda signum, frame: after.append(signum))
+    try:
+        callback, fired = _sigterm_inside_a_gc_callback()
+        with stop_on_signals(grace=60.0):
+            gc.callbacks.append(callback)
+            try:
+                gc.collect()  # swallowed; its redelivery waits a moment, and the block ends first
+            finally:
+                gc.callbacks.remove(callback)
+        time.sleep(0.2)
+        assert fired and after == []
+    finally:
+        signal.signal(signal.SIGTERM, restored)

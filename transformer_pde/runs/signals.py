@@ -7,8 +7,9 @@ callback, such as JAX's, or a ``__del__``: Python only reports it, through
 ``sys.unraisablehook``) is not printed; the signal is delivered to the main thread again, so the
 run stops where Python next can raise, instead of tracing on until the watchdog ends it. The
 runner's safe points (:func:`check_interrupt`: after each checkpoint, after ``compute``, before
-the data and the figures) raise for any recorded signal as well. Inside :func:`signals_deferred` (the writes that complete a run) they are
-only recorded, and :func:`pending_signal` tells the caller one came.
+the data and the figures) raise for any recorded signal as well. Inside :func:`signals_deferred`
+(the writes that complete a run) they are only recorded, and :func:`pending_signal` tells the
+caller one came.
 
 Python runs a handler only between bytecodes: a signal that lands while the main thread waits
 in native code (one compiled XLA call, a kernel plan) would wait for it to return, minutes
@@ -46,6 +47,7 @@ class _SignalState:
     pending: list = []  # signals received since stop_on_signals began
     deferred: bool = False  # inside the final writes: record only
     stopping: bool = False  # a SignalReceived was raised and not swallowed: the run is stopping
+    redeliveries: list = []  # threads delivering a swallowed signal again (joined as the block ends)
     forced_stop_hooks: list = []  # called by the watchdog before it ends the process
 
 
@@ -138,8 +140,8 @@ _REDELIVERY_DELAY_S = 0.01
 
 def _redeliver(signum: int, main_thread: int) -> None:
     time.sleep(_REDELIVERY_DELAY_S)
-    if _SignalState.stopping:  # a safe point raised meanwhile
-        return
+    if _SignalState.stopping or _SignalState.deferred:  # a safe point raised meanwhile, or the
+        return  # final writes began (they record signals; the watchdog has the recorded one)
     try:
         signal.pthread_kill(main_thread, signum)
     except (OSError, ValueError):  # the main thread has ended: nothing left to stop
@@ -155,8 +157,10 @@ def _unraisable_hook(previous):
     def hook(unraisable):
         if isinstance(unraisable.exc_value, SignalReceived):
             _SignalState.stopping = False
-            threading.Thread(target=_redeliver, args=(unraisable.exc_value.signum, threading.main_thread().ident),
-                             name="transformer-pde-signal-redelivery", daemon=True).start()
+            thread = threading.Thread(target=_redeliver, name="transformer-pde-signal-redelivery", daemon=True,
+                                      args=(unraisable.exc_value.signum, threading.main_thread().ident))
+            _SignalState.redeliveries.append(thread)
+            thread.start()
         else:
             previous(unraisable)
 
@@ -186,6 +190,7 @@ def stop_on_signals(signals=(signal.SIGINT, signal.SIGTERM), grace: float = WATC
     _SignalState.pending = []
     _SignalState.deferred = False
     _SignalState.stopping = False
+    _SignalState.redeliveries = []
     previous = {}
     for sig in signals:
         try:
@@ -199,6 +204,9 @@ def stop_on_signals(signals=(signal.SIGINT, signal.SIGTERM), grace: float = WATC
     try:
         yield
     finally:
+        _SignalState.stopping = True  # a redelivery not yet sent is not sent: the block is over
+        for thread in _SignalState.redeliveries:  # one in flight lands while our handler is set
+            thread.join()
         if watchdog is not None:
             watchdog.close()
         for sig, handler in previous.items():
