@@ -95,6 +95,28 @@ def test_phase_diagram_matches_published(runs):
 
 
 @pytest.mark.slow
+def test_phase_diagram_cpu_compiler_options_move_numbers_by_round_off_at_most():
+    """The grid's program at LLVM optimization level 1 (phase_diagram.CPU_COMPILER_OPTIONS, for
+    speed) against XLA's default level: float32 (the run's default) gives the same bits; float64
+    moves the states by round-off (its clustering statistics, thresholded, do not move here)."""
+    from transformer_pde.experiments import phase_diagram as pd
+
+    cfg = get("phase-diagram").make_config(batch=8, num_betas=3, t1=6.0, num_saves=7)
+    rows = tuple(pd.histogram_betas(np.linspace(cfg.beta_min, cfg.beta_max, cfg.num_betas)))
+    for dtype in (jnp.float32, jnp.float64):
+        with jax.enable_x64(dtype == jnp.float64):
+            fast, default = ({k: np.asarray(v) for k, v in
+                              jax.jit(pd._summaries, static_argnums=(0, 1), compiler_options=opts)(cfg, rows).items()}
+                             for opts in (pd.CPU_COMPILER_OPTIONS, {}))
+        assert fast["fraction"].dtype == dtype
+        for key in default:
+            if dtype == jnp.float64 and key == "hist_angles":
+                np.testing.assert_allclose(fast[key], default[key], rtol=0, atol=1e-13)
+            else:
+                np.testing.assert_array_equal(fast[key], default[key], err_msg=f"{key} ({dtype.__name__})")
+
+
+@pytest.mark.slow
 def test_phase_diagram_default_size():
     exp = get("phase-diagram")
     res = exp.compute(exp.make_config(), False)

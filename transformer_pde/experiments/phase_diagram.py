@@ -115,18 +115,24 @@ def _summaries(cfg: PhaseDiagramConfig, hist_rows):
             "hist_angles": circle_angles(states[0][np.asarray(hist_rows), 0]) if states else jnp.zeros(0)}
 
 
-COMPILER_OPTIONS = {"xla_backend_optimization_level": 1}
-"""The grid's program is compiled with LLVM at optimization level 1, not XLA's default 3: its
-systems are tiny (n = 32 tokens in d = 2), and at the peers' settings (4 β, 256 starts) compiling
-took 1.95 → 1.62 s and running 1.17 → 0.90 s on this project's 2-core CPU, the outputs bitwise the
-same. At n = 128 running is 5% slower, compiling still 0.35 s faster (benchmarks/README.md)."""
+CPU_COMPILER_OPTIONS = {"xla_backend_optimization_level": 1}
+"""On a CPU the grid's program is compiled with LLVM at optimization level 1, not XLA's default 3:
+its systems are tiny (n = 32 tokens in d = 2), and at the peers' settings (4 β, 256 starts)
+compiling took 1.95 → 1.62 s and running 1.17 → 0.90 s on this project's 2-core CPU. The float32
+outputs are bitwise the same there and at the default size; in float64 the states move by round-off
+(1.4e-15 at t = 6; tested). At n = 128 running is 5% slower, compiling still 0.35 s faster
+(benchmarks/README.md). Other platforms keep their defaults (unmeasured there)."""
+
+
+def _compiler_options() -> dict:
+    return CPU_COMPILER_OPTIONS if jax.default_backend() == "cpu" else {}
 
 
 def compute(cfg: PhaseDiagramConfig, progress: bool = False) -> Result:
     # the histogram rows index the grid, so they are chosen before it is built (from the same
     # linspace in float64: a nearest point is the same unless a published β falls on a midpoint)
     hist_rows = histogram_betas(np.linspace(cfg.beta_min, cfg.beta_max, cfg.num_betas))
-    summaries = jax.jit(_summaries, static_argnums=(0, 1), compiler_options=COMPILER_OPTIONS)
+    summaries = jax.jit(_summaries, static_argnums=(0, 1), compiler_options=_compiler_options())
     arrays = {k: np.asarray(v) for k, v in summaries(cfg, tuple(hist_rows)).items()}
     arrays.update({
         "hist_betas": arrays["betas"][hist_rows],
