@@ -229,9 +229,12 @@ class _AbstractMultiHead(AbstractKernelAttention, AbstractNormalizedAttention):
         Q, K = evaluate(self.Q, t), evaluate(self.K, t)
         return self.beta * jnp.einsum("hkd,hke->hde", K, Q)
 
+    def _value_maps(self, t):
+        """The heads' value-output maps W_hV_h at t, ``(H, d, d)`` (shared maps: the same for every head)."""
+        return jnp.einsum("hdk,hke->hde", self._stacked(self.W, t), self._stacked(self.V, t))
+
     def value_norm(self, t=0.0):
-        WV = jnp.einsum("hdk,hke->hde", self._stacked(self.W, t), self._stacked(self.V, t))
-        return jnp.sum(jnp.linalg.norm(WV, ord=2, axis=(-2, -1)))
+        return jnp.sum(jnp.linalg.norm(self._value_maps(t), ord=2, axis=(-2, -1)))
 
     def _head_scores(self, queries, x, t):
         """Every head's queries Q_h q and keys K_h x, ``(H, m, k)``, ``(H, n, k)``: one matmul per
@@ -333,7 +336,7 @@ class MultiHeadAttention(_AbstractMultiHead, AbstractGaussianClosure):
     def affine_field(self, mean, cov, t=0.0):
         r"""Multi-head (docs: math/gaussian.md#moment-equations): Γ(x) = Σ_h W_hV_h(α + ΣA_hx), so
         J = Σ_h W_hV_hΣA_h and c = Σ_h W_hV_hα."""
-        WV = jnp.einsum("hdk,hke->hde", self._stacked(self.W, t), self._stacked(self.V, t))
+        WV = self._value_maps(t)
         return (jnp.einsum("hde,ef,hfg->dg", WV, cov, self.score_matrix(t)),
                 jnp.einsum("hde,e->d", WV, mean))
 
