@@ -68,3 +68,20 @@ def test_warm_runs_script_tiny():
     bad = subprocess.run([sys.executable, script, *command, "--out", "x"], capture_output=True, text=True,
                          timeout=60, env=env, check=False)
     assert bad.returncode == 2 and "--out is set per run" in bad.stderr
+
+
+@pytest.mark.slow
+def test_compiler_options_script_tiny():
+    """benchmarks/compiler_options.py at tiny size: every program at every level, timed, and in
+    float32 the outputs equal the default level's (phase_diagram.CPU_COMPILER_OPTIONS' claim)."""
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]))
+    proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "compiler_options.py"), "--tiny",
+                           "--repeats", "1", "--levels", "1"],
+                          capture_output=True, text=True, timeout=300, env=env, check=False)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    report = json.loads(proc.stdout)
+    programs = {k: v for k, v in report.items() if isinstance(v, dict)}
+    assert len(programs) == 2 and report["dtype"] == "float32"
+    for rows in programs.values():
+        assert set(rows) == {"default", "level 1"}
+        assert all(r["compile_s"] > 0 and r["run_s"] > 0 and r["bitwise_same_as_default"] for r in rows.values())

@@ -118,10 +118,11 @@ def _summaries(cfg: PhaseDiagramConfig, hist_rows):
 CPU_COMPILER_OPTIONS = {"xla_backend_optimization_level": 1}
 """On a CPU the grid's program is compiled with LLVM at optimization level 1, not XLA's default 3:
 its systems are tiny (n = 32 tokens in d = 2), and at the peers' settings (4 β, 256 starts)
-compiling took 1.95 → 1.62 s and running 1.17 → 0.90 s on this project's 2-core CPU. The float32
-outputs are bitwise the same there and at the default size; in float64 the states move by round-off
-(1.4e-15 at t = 6; tested). At n = 128 running is 5% slower, compiling still 0.35 s faster
-(benchmarks/README.md). Other platforms keep their defaults (unmeasured there)."""
+compiling took 1.89 → 1.57 s and running 1.15 → 0.89 s on this project's 2-core CPU
+(``benchmarks/compiler_options.py``). The float32 outputs are bitwise the same there and at the
+default size; in float64 the states move by round-off (1.4e-15 at t = 6; tested). At n = 128
+running is 4% slower, compiling still 0.4 s faster. Other platforms keep their defaults
+(unmeasured there)."""
 
 
 def _compiler_options() -> dict:
