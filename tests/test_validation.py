@@ -555,6 +555,65 @@ def test_blowup_reported_with_its_time():
     assert np.isinf(sol.xs[2:]).all() and np.isfinite(sol.xs[:2]).all()
 
 
+@pytest.mark.slow
+def test_blowup_at_saves_reports_the_first_save_time_after_the_blowup():
+    """BlowUpAtSaves: the closed-form blow-up T = E1(1)/2 ≈ 0.1097 of x' = e^{|x|²} x is seen at
+    the first save time after it, over every save (two save grids here: 0.15 of the second comes
+    before 0.2 of the first), and at t1 when no save follows; the saves before it are the states
+    a per-step BlowUp run saves."""
+    usa = tp.UnnormalizedAttention.identity(2, 1.0)
+    x0 = jnp.array([[1.0, 0.0]])
+    T = _blowup_time(1.0, 1.0)
+    ts, ts2 = jnp.linspace(0, 1, 11), jnp.array([0.05, 0.15, 0.5])
+    watch = tp.BlowUpAtSaves()
+    kw = dict(t1=1.0, dt0=1e-3, throw=False)
+    step = tp.solve(usa, x0, saveat=ts, **kw)
+    sol = tp.solve(usa, x0, saveat=ts, event=watch, **kw)
+    first = float(ts[np.searchsorted(np.asarray(ts), T)])
+    assert float(sol.nonfinite_time) == first == 0.2 and float(step.nonfinite_time) < first
+    assert sol.result == diffrax.RESULTS.event_occurred and not sol.succeeded
+    np.testing.assert_array_equal(sol.xs[:2], step.xs[:2])
+    assert np.isinf(sol.xs[2:]).all()
+    two = tp.solve(usa, x0, saveat=diffrax.SaveAt(subs=[
+        diffrax.SubSaveAt(ts=ts, fn=lambda t, x, args: jnp.sum(x**2)), diffrax.SubSaveAt(ts=ts2)]),
+        event=watch, **kw)
+    assert float(two.nonfinite_time) == pytest.approx(0.15)
+    assert np.isfinite(two.stats[0][:2]).all() and np.isinf(two.stats[0][2:]).all()
+    assert np.isfinite(two.stats[1][0]).all() and np.isinf(two.stats[1][1:]).all()
+    # only the state at t1 sees it: t1 is reported
+    late = tp.solve(usa, x0, saveat=jnp.array([0.0, 0.05]), event=watch, **kw)
+    assert float(late.nonfinite_time) == 1.0 and np.isfinite(late.xs).all()
+    with pytest.raises(tp.NonFiniteStateError, match=r"at t = 0\.2 \(the first save time.*BlowUpAtSaves"):
+        tp.solve(usa, x0, t1=1.0, dt0=1e-3, saveat=ts, event=watch)
+    with pytest.raises(eqx.EquinoxRuntimeError, match="became non-finite"):
+        jax.vmap(lambda b: tp.solve(tp.UnnormalizedAttention.identity(2, b), x0, t1=1.0, dt0=1e-3,
+                                    event=watch).xs)(jnp.array([0.5, 1.0]))
+    # a finite run: nothing reported, the states of an unwatched run
+    ok = tp.solve(usa, 0.1 * x0, saveat=ts, event=watch, **kw)
+    free = tp.solve(usa, 0.1 * x0, saveat=ts, event=None, **kw)
+    assert np.isinf(ok.nonfinite_time) and ok.succeeded
+    np.testing.assert_allclose(ok.xs, free.xs, rtol=1e-14)
+    with pytest.raises(ValueError, match="BlowUpAtSaves watches constant-step runs.*PIDController"):
+        tp.solve(usa, x0, saveat=ts, event=watch, t1=1.0, dt0=1e-3,
+                 stepsize_controller=diffrax.PIDController(rtol=1e-3, atol=1e-6))
+
+
+def test_gaussian_blowup_at_saves_is_the_save_after_the_step_blowup():
+    """A Gaussian's Riccati blow-up (softmax, β = 1, Σ0 = I, t* ≈ 0.5): the per-save watch reports
+    the first save time at or after the per-step watch's time, and inf saves from there."""
+    ts = jnp.linspace(0.0, 3.0, 7)
+    kw = dict(t1=3.0, dt0=1e-3, saveat=ts, throw=False)
+    g0 = tp.Gaussian(jnp.zeros(2), jnp.eye(2))
+    step = tp.solve(tp.SoftmaxAttention.identity(2, 1.0), g0, **kw)
+    sol = tp.solve(tp.SoftmaxAttention.identity(2, 1.0), g0, event=tp.BlowUpAtSaves(), **kw)
+    t_step = float(step.blowup_time)
+    assert 0 < t_step < 3.0
+    assert float(sol.blowup_time) == float(ts[np.searchsorted(np.asarray(ts), t_step)])
+    reached = np.asarray(ts) < float(sol.blowup_time)
+    np.testing.assert_array_equal(sol.covs[reached], step.covs[reached])
+    assert np.isinf(sol.covs[~reached]).all() and bool(sol.blew_up)
+
+
 def test_sinkhorn_nonconvergence_is_a_result_not_nan():
     x = jnp.asarray(np.random.default_rng(1).normal(size=(6, 3)))
     attn = tp.SinkhornAttention(E3, E3, E3, 1.0, epsilon=0.05, max_iterations=3, throw=False)

@@ -31,7 +31,7 @@ _NAMES = {
     "FitResult": ".fitting", "checkpointed_adjoint": ".fitting", "fit": ".fitting",
     "PiecewiseConstant": ".params",
     "Result": ".runs",
-    "BlowUp": ".solvers", "BrownianGrid": ".solvers", "BrownianIncrements": ".solvers", "BrownianTree": ".solvers", "CircleDensity": ".solvers", "Coupled": ".solvers", "Gaussian": ".solvers", "GaussianSolution": ".solvers",
+    "BlowUp": ".solvers", "BlowUpAtSaves": ".solvers", "BrownianGrid": ".solvers", "BrownianIncrements": ".solvers", "BrownianTree": ".solvers", "CircleDensity": ".solvers", "Coupled": ".solvers", "Gaussian": ".solvers", "GaussianSolution": ".solvers",
     "Noise": ".solvers",
     "Particles": ".solvers", "CircleRule": ".solvers", "SphereRule": ".solvers", "GaussHermiteRule": ".solvers", "Retracted": ".solvers", "Solution": ".solvers", "Tracers": ".solvers",
     "WithLogDensity": ".solvers",
@@ -78,6 +78,7 @@ if TYPE_CHECKING:  # what static tools see: the same names, imported eagerly
     from .runs import Result  # noqa: F401
     from .solvers import (  # noqa: F401
         BlowUp,
+        BlowUpAtSaves,
         BrownianGrid,
         BrownianIncrements,
         BrownianTree,

@@ -267,6 +267,7 @@ REGISTRY: list[Entry] = [
           (Param("z", bad=("nan", "inf", "shape", "dtype"), traced=True), Param("carrier", bad=("str", "none")))),
     Entry("Noise", tp.Noise, lambda: dict(sigma=0.1), (Param("sigma", bad=("nan", "inf", "neg", "str"), traced=True),)),
     Entry("BlowUp", tp.BlowUp, lambda: dict(threshold=10.0), (Param("threshold", bad=POS),)),
+    Entry("BlowUpAtSaves", tp.BlowUpAtSaves, lambda: dict(threshold=10.0), (Param("threshold", bad=POS),)),
     Entry("BrownianTree", tp.BrownianTree, lambda: dict(tol=1e-3), (Param("tol", bad=POS),)),
     Entry("BrownianGrid", tp.BrownianGrid, lambda: dict(dt=0.1, tol=1e-3),
           (Param("dt", bad=POS), Param("tol", bad=POS))),
@@ -525,7 +526,7 @@ def _exempt(reason: str, *names: str) -> None:
 _exempt("abstract base: users subclass it; its concrete classes are registered",
         *[n for n in tp._NAMES if n.startswith("Abstract")],
         "diagnostics.AbstractClusterMetric", "kernels.AbstractBackend", "kernels.AbstractLayout",
-        "solvers.AbstractBrownian", "solvers.AbstractODE", "solvers.AbstractRule", "solvers.AbstractState",
+        "solvers.AbstractBlowUp", "solvers.AbstractBrownian", "solvers.AbstractODE", "solvers.AbstractRule", "solvers.AbstractState",
         "convergence.AbstractMeanFieldReference", "convergence.AbstractStudyDistance",
         "theory.equiangular.AbstractReducedODE", "theory.noisy_sphere.AbstractNoisyAttention")
 _exempt("a module (its public names are registered one by one)",

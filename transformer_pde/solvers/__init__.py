@@ -9,7 +9,7 @@ file: chunked, resumable runs are the runs layer's (:mod:`transformer_pde.runs`)
 
 from . import circle, circle_branches, quadrature, random_transformer
 from .circle import CircleDensity, DensitySolution, UnderResolvedError, solve_density
-from .events import BlowUp
+from .events import AbstractBlowUp, BlowUp, BlowUpAtSaves
 from .layers import layers
 from .quadrature import AbstractRule, CircleRule, GaussHermiteRule, SphereRule
 from .noise import AbstractBrownian, BrownianGrid, BrownianIncrements, BrownianTree, Noise
@@ -18,7 +18,7 @@ from .solution import GaussianSolution, Solution
 from .solve import solve
 from .states import AbstractODE, AbstractState, Coupled, Gaussian, ODEState, Particles, Tracers, WithLogDensity
 
-__all__ = ["AbstractBrownian", "AbstractODE", "AbstractRule", "AbstractState", "BlowUp", "BrownianGrid", "BrownianIncrements",
+__all__ = ["AbstractBlowUp", "AbstractBrownian", "AbstractODE", "AbstractRule", "AbstractState", "BlowUp", "BlowUpAtSaves", "BrownianGrid", "BrownianIncrements",
            "BrownianTree", "CircleDensity", "CircleRule", "Coupled", "DensitySolution", "GaussHermiteRule",
            "Gaussian", "GaussianSolution", "Noise", "ODEState", "Particles", "Retracted", "Solution",
            "SphereRule", "Tracers", "UnderResolvedError", "WithLogDensity", "circle", "circle_branches",

@@ -26,7 +26,8 @@ class Solution(eqx.Module):
         result: diffrax's result code (success unless ``throw=False`` and it failed;
             ``RESULTS.event_occurred`` when the run stopped on a non-finite state).
         nonfinite_time: end of the first solver step whose state held a NaN or inf (the run
-            stops there); ``inf`` when the state stayed finite, None when nothing watched it
+            stops there; with ``event=tp.BlowUpAtSaves()`` the first save time, or t1, whose
+            state held one); ``inf`` when the state stayed finite, None when nothing watched it
             (``event=None``). Saves after it are ``inf``.
     """
 
@@ -58,7 +59,8 @@ class GaussianSolution(eqx.Module):
         means: ``(T, d)``; covs: ``(T, d, d)``, exactly symmetric. Entries at times after
             ``blowup_time`` are ``inf`` (the covariance has left every bounded set).
         blowup_time: the first time at which tr Σ exceeded ``threshold`` (or stopped being
-            finite); ``inf`` when it stayed below up to t1. For a Riccati blow-up
+            finite; with ``event=tp.BlowUpAtSaves()`` the first save time, or t1, where it had);
+            ``inf`` when it stayed below up to t1. For a Riccati blow-up
             (softmax, multi-head) this is t* up to O(1/threshold) with adaptive steps, up
             to about one step with constant steps.
         final_time, final_mean, final_cov: the state where the integration stopped (t1, or

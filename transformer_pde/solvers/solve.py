@@ -21,7 +21,7 @@ from .._checks import NonFiniteStateError, check_int, check_scalar, is_concrete
 from ..models.base import AbstractRetractedDynamics, AbstractRetraction
 from ..models.switched import AbstractSwitched
 from ..params import PiecewiseConstant
-from .events import BlowUp
+from .events import AbstractBlowUp, BlowUp
 from .noise import Noise, brownian_levy_area, check_sde_solver
 from .retracted import Retracted
 from .solution import GaussianSolution, Solution
@@ -46,7 +46,7 @@ def solve(
     stepsize_controller: diffrax.AbstractStepSizeController | None = None,
     adjoint: diffrax.AbstractAdjoint | None = None,
     max_steps: int | None = None,
-    event: BlowUp | None = _BLOW_UP,
+    event: AbstractBlowUp | None = _BLOW_UP,
     progress_meter: diffrax.AbstractProgressMeter | None = None,
     throw: bool = True,
     noise: Noise | None = None,
@@ -81,12 +81,14 @@ def solve(
             ``diffrax.PIDController(rtol, atol)`` for adaptive steps.
         adjoint: diffrax adjoint for gradients (default: recursive checkpointing).
         max_steps: step cap (default: exact for constant steps, 100 000 otherwise).
-        event: the stop condition, :class:`~transformer_pde.BlowUp` by default: the run stops at
+        event: the blow-up watch, :class:`~transformer_pde.BlowUp` by default: the run stops at
             the first step whose state holds a NaN or inf (a Gaussian: tr Σ above a threshold)
             and reports its time (``Solution.nonfinite_time``, ``GaussianSolution.blowup_time``);
             particles then raise :class:`~transformer_pde.NonFiniteStateError` naming the time
-            unless ``throw=False``. ``None`` watches nothing. Adjoints other than recursive
-            checkpointing and ``DirectAdjoint`` exclude events: the watch is skipped there.
+            unless ``throw=False``. :class:`~transformer_pde.BlowUpAtSaves` checks at the save
+            times only and does not stop the run (cheaper to compile; constant steps). ``None``
+            watches nothing. Adjoints other than recursive checkpointing and ``DirectAdjoint``
+            exclude events: the watch is skipped there.
         progress_meter: a diffrax progress meter (e.g. ``diffrax.TqdmProgressMeter()``),
             updated from inside jit; default none.
         throw: raise if the solve fails; otherwise inspect ``Solution.result``.
@@ -114,8 +116,8 @@ def solve(
     calls with new values (x0, parameters, t1) do not recompile; ``solve`` works under
     ``jax.vmap`` and ``jax.grad``.
     """
-    if event is not None and not isinstance(event, BlowUp):
-        raise ValueError(f"event must be tp.BlowUp(...) or None, got {event!r}")
+    if event is not None and not isinstance(event, AbstractBlowUp):
+        raise ValueError(f"event must be tp.BlowUp(...), tp.BlowUpAtSaves(...) or None, got {event!r}")
     if progress_meter is not None and not isinstance(progress_meter, diffrax.AbstractProgressMeter):
         raise ValueError(f"progress_meter must be a diffrax progress meter such as "
                          f"diffrax.TqdmProgressMeter(), got {progress_meter!r}")
@@ -151,6 +153,8 @@ def solve(
     if dt0 is None and isinstance(stepsize_controller, diffrax.ConstantStepSize):
         raise ValueError("dt0 is required with constant step sizes (pass dt0=..., or an adaptive "
                          "stepsize_controller such as diffrax.PIDController)")
+    if event is not None:
+        event.check_controller(stepsize_controller)
     stepsize_controller, dt0 = jump_at_switches(dynamics, stepsize_controller, t0, t1, dt0, dtype)
     if max_steps is None:
         max_steps = default_max_steps(t0, t1, dt0, stepsize_controller)
@@ -168,9 +172,9 @@ def solve(
     sol = _solve(dynamics, state, t0a, t1a,
                  None if dt0 is None else jnp.asarray(check_scalar(dt0, "dt0", positive=True), dtype), ts, fn, solver, stepsize_controller,
                  adjoint, int(max_steps), progress_meter or diffrax.NoProgressMeter(), bool(throw),
-                 event is not None, criterion, noise, brownian, several)
+                 event, criterion, noise, brownian, several)
     if throw and event is not None and isinstance(sol, Solution):
-        sol = _raise_if_nonfinite(sol)
+        sol = _raise_if_nonfinite(sol, event)
     return sol
 
 
@@ -184,37 +188,66 @@ def _solve(dynamics, state, t0, t1, dt0, ts, fn, solver, controller, adjoint, ma
         if isinstance(adjoint, diffrax.DirectAdjoint):
             solver = _bounded_stages(solver)
         solver = Retracted(solver, _StateRetraction(state, dynamics))
+    blown_up = None if watch is None else (lambda y: state.blown_up(criterion, y))
+    check = None if watch is None else watch.save_check(blown_up)
     # the extra save at t1 records where the run actually stopped (the event time, or t1)
-    saveat = diffrax.SaveAt(subs=[*(diffrax.SubSaveAt(ts=times, fn=_saver(state, dynamics, f))
+    saveat = diffrax.SaveAt(subs=[*(diffrax.SubSaveAt(ts=times, fn=_saver(state, dynamics, f, check))
                                     for times, f in zip(ts, fn)),
-                                  diffrax.SubSaveAt(t1=True, fn=lambda t, y, args: (t, state.final_value(y)))])
-    event = None
-    if watch:
-        event = diffrax.Event(lambda t, y, args, **kw: state.blown_up(criterion, y))
+                                  diffrax.SubSaveAt(t1=True, fn=_final_saver(state, check))])
+    event = None if watch is None else watch.stop_event(blown_up)
     with warnings.catch_warnings():
         # a Retracted SDE solver is its wrapped solver's kind (check_sde_solver checked that one)
         warnings.filterwarnings("ignore", message=".*not marked as converging to either the Itô")
         sol = diffrax.diffeqsolve(term, solver, t0, t1, dt0, state.y, saveat=saveat,
                                   stepsize_controller=controller, adjoint=adjoint, max_steps=max_steps,
                                   throw=throw, event=event, progress_meter=meter)
-    save_ts, saved, (t_end, final) = tuple(sol.ts[:-1]), tuple(sol.ys[:-1]), sol.ys[-1]
-    stop_time = None
-    if watch:
-        stopped = sol.result == diffrax.RESULTS.event_occurred
-        stop_time = jnp.where(stopped, t_end[0], jnp.inf)
+    save_ts, saved, (t_end, final, *final_flag) = tuple(sol.ts[:-1]), tuple(sol.ys[:-1]), sol.ys[-1]
+    stop_time, result = None, sol.result
+    if watch is not None:
+        stop_time = jnp.where(result == diffrax.RESULTS.event_occurred, t_end[0], jnp.inf)
+    if check is not None:  # the saves' flags: the first flagged save (or t1), and inf from it on
+        saved, flags = tuple(v for v, _ in saved), tuple(f for _, f in saved)
+        for times, flag in zip(save_ts, flags):
+            stop_time = jnp.minimum(stop_time, jnp.min(jnp.where(flag, times, jnp.inf)))
+        stop_time = jnp.minimum(stop_time, jnp.where(final_flag[0][0], t_end[0], jnp.inf))
+        saved = tuple(_inf_from(stop_time, times, v) for times, v in zip(save_ts, saved))
+        result = diffrax.RESULTS.where(jnp.isfinite(stop_time) & (result == diffrax.RESULTS.successful),
+                                       diffrax.RESULTS.event_occurred, result)
     final = (t_end[0], jax.tree.map(lambda a: a[0], final))
     if not several:
         save_ts, saved = save_ts[0], saved[0]
     return state.solution(save_ts, saved, several or fn[0] is not None, stop_time, final,
-                          sol.stats["num_accepted_steps"], sol.result, criterion)
+                          sol.stats["num_accepted_steps"], result, criterion)
 
 
-def _saver(state, dynamics, fn):
+def _saver(state, dynamics, fn, check):
     """diffrax's ``fn(t, y, args)`` for one save: the state's value (saves interpolate between
-    steps and dense output may leave the manifold: the state maps them), or ``fn`` of it."""
-    if fn is None:
-        return lambda t, y, args: state.value(dynamics, y, t)
-    return lambda t, y, args: jax.tree.map(_saved_array, fn(t, state.value(dynamics, y, t), args))
+    steps and dense output may leave the manifold: the state maps them), or ``fn`` of it; with a
+    ``check`` (:meth:`AbstractBlowUp.save_check`), the pair (that, ``check(y)``)."""
+    def value(t, y, args):
+        v = state.value(dynamics, y, t)
+        return v if fn is None else jax.tree.map(_saved_array, fn(t, v, args))
+
+    if check is None:
+        return value
+    return lambda t, y, args: (value(t, y, args), check(y))
+
+
+def _final_saver(state, check):
+    """The save at t1: the time and what the solution keeps of the state (and ``check(y)``)."""
+    return lambda t, y, args: (t, state.final_value(y), *(() if check is None else (check(y),)))
+
+
+def _inf_from(stop_time, times, saved):
+    """``saved`` with every floating entry at a time ≥ ``stop_time`` set to inf (as diffrax pads
+    the saves after an event)."""
+    def mask(a):
+        if not jnp.issubdtype(a.dtype, jnp.inexact):
+            return a
+        after = (times >= stop_time).reshape(times.shape + (1,) * (a.ndim - 1))
+        return jnp.where(after, jnp.asarray(jnp.inf, a.dtype), a)
+
+    return jax.tree.map(mask, saved)
 
 
 def _brownian(noise, key, interval, state, dynamics, solver, controller, t0, t1, dt0, dtype):
@@ -335,7 +368,7 @@ class _StateRetraction(AbstractRetraction):
         return self.state.retract_step(self.dynamics, y, t0, t1)
 
 
-def _raise_if_nonfinite(sol: Solution) -> Solution:
+def _raise_if_nonfinite(sol: Solution, watch: AbstractBlowUp) -> Solution:
     """Report a non-finite state with its time: an error naming it when concrete,
     ``eqx.error_if`` under an outer ``jit``/``vmap`` (where the time cannot be formatted)."""
     bad_t = sol.nonfinite_time
@@ -343,8 +376,8 @@ def _raise_if_nonfinite(sol: Solution) -> Solution:
         t = np.asarray(bad_t)
         if np.ndim(t) == 0 and np.isfinite(t):
             raise NonFiniteStateError(
-                f"solve: the state became non-finite (NaN or inf) at t = {float(t):.6g} (end of the "
-                "first step that produced it); the run was stopped there. Typical causes: "
+                f"solve: the state became non-finite (NaN or inf) at t = {float(t):.6g} ({watch.time_found()}). "
+                "Typical causes: "
                 "finite-time blow-up of the dynamics, or a step dt0 too large for the parameters "
                 "(beta, token norms). Pass throw=False to get the partial Solution "
                 "(Solution.nonfinite_time, saves after it are inf).")

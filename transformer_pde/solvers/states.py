@@ -42,7 +42,7 @@ from ..models.base import (
     retract_step,
 )
 from ..models.sphere import Sphere, unchecked_tangent_projection
-from .events import BlowUp
+from .events import AbstractBlowUp
 from .solution import GaussianSolution, Solution
 
 
@@ -123,7 +123,7 @@ class AbstractState(eqx.Module):
         """What a save sees at time t (a dense-output state mapped where states live)."""
         return y
 
-    def resolve(self, event: BlowUp) -> Any:
+    def resolve(self, event: AbstractBlowUp) -> Any:
         """The stop criterion ``event`` means for this state, with its defaults filled in (a
         Gaussian's threshold); handed back to :meth:`blown_up`."""
         return None
@@ -376,7 +376,7 @@ class Gaussian(AbstractState):
     def check_divergence(self, dynamics):
         pass  # prepare() checked the closure
 
-    def resolve(self, event: BlowUp):
+    def resolve(self, event: AbstractBlowUp):
         """The threshold on tr Σ: ``event.threshold``, default :func:`default_blowup_factor` · tr Σ0."""
         if event.threshold is None:
             return (default_blowup_factor(self.dtype) * jnp.trace(self.cov)).astype(self.dtype)
