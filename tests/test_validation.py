@@ -585,6 +585,15 @@ def test_blowup_at_saves_reports_the_first_save_time_after_the_blowup():
     assert float(late.nonfinite_time) == 1.0 and np.isfinite(late.xs).all()
     with pytest.raises(tp.NonFiniteStateError, match=r"at t = 0\.2 \(the first save time.*BlowUpAtSaves"):
         tp.solve(usa, x0, t1=1.0, dt0=1e-3, saveat=ts, event=watch)
+    # a statistic that checks its tokens leaves a flagged save to the watch (its own check would
+    # stop the run first, with "x must be finite" and no time; unwatched, it does). Two equal
+    # tokens blow up at the same T; with one, the count would not depend on x (check compiled out)
+    count = diffrax.SaveAt(ts=ts, fn=lambda t, x, args: tp.diagnostics.cluster_count(
+        x, 0.5, metric=tp.diagnostics.Euclidean()))
+    with pytest.raises(tp.NonFiniteStateError, match=r"at t = 0\.2 "):
+        tp.solve(usa, jnp.concatenate([x0, x0]), t1=1.0, dt0=1e-3, saveat=count, event=watch)
+    with pytest.raises(eqx.EquinoxRuntimeError, match="x must be finite"):
+        tp.solve(usa, jnp.concatenate([x0, x0]), t1=1.0, dt0=1e-3, saveat=count, event=None)
     with pytest.raises(eqx.EquinoxRuntimeError, match="became non-finite"):
         jax.vmap(lambda b: tp.solve(tp.UnnormalizedAttention.identity(2, b), x0, t1=1.0, dt0=1e-3,
                                     event=watch).xs)(jnp.array([0.5, 1.0]))
@@ -612,6 +621,35 @@ def test_gaussian_blowup_at_saves_is_the_save_after_the_step_blowup():
     reached = np.asarray(ts) < float(sol.blowup_time)
     np.testing.assert_array_equal(sol.covs[reached], step.covs[reached])
     assert np.isinf(sol.covs[~reached]).all() and bool(sol.blew_up)
+
+
+def _runtime_checks(f, *args) -> int:
+    """How many eqx.error_if checks f traces into its program (each a cond and a callback)."""
+    return sum(e.primitive.name == "jit" and e.params["name"] == "branched_error_if_impl"
+               for e in jax.make_jaxpr(f)(*args).jaxpr.eqns)
+
+
+def test_a_checked_array_is_not_checked_again_but_what_is_derived_from_it_is():
+    from transformer_pde._checks import check_points
+
+    x = jnp.ones((4, 2))
+    assert _runtime_checks(lambda x: check_points(x, "a"), x) == 1
+    assert _runtime_checks(lambda x: check_points(check_points(x, "a"), "b"), x) == 1
+    assert _runtime_checks(lambda x: check_points(check_points(x, "a")[1:], "b"), x) == 2
+    with pytest.raises(eqx.EquinoxRuntimeError, match="a must be finite"):
+        eqx.filter_jit(lambda x: check_points(check_points(x, "a"), "b"))(x.at[0, 0].set(jnp.nan))
+    # one matrix given as Q, K and V is checked once; three matrices three times
+    eye = jnp.eye(3)
+    assert _runtime_checks(lambda m: tp.SoftmaxAttention(m, m, m, 1.0).score_matrix(), eye) == 1
+    assert _runtime_checks(lambda m: tp.SoftmaxAttention(m, 2 * m, m + 1, 1.0).score_matrix(), eye) == 3
+    with pytest.raises(eqx.EquinoxRuntimeError, match="SoftmaxAttention.Q must be finite"):
+        eqx.filter_jit(lambda m: tp.SoftmaxAttention(m, m, m, 1.0).score_matrix())(eye.at[1, 1].set(jnp.inf))
+    # a solve's start on the sphere: once for NaN, once for the unit norms (the weights it makes
+    # itself are not checked)
+    sphere = tp.Sphere(SA)
+    assert _runtime_checks(lambda x: tp.Particles(x).prepare(sphere).y, X) == 2
+    with pytest.raises(eqx.EquinoxRuntimeError, match="must lie on the unit sphere"):
+        eqx.filter_jit(lambda x: tp.Particles(x).prepare(sphere).y)(2 * X)
 
 
 def test_sinkhorn_nonconvergence_is_a_result_not_nan():

@@ -6,6 +6,8 @@ Three layers (see STYLE.md): a ``ValueError`` naming the bad value when it is co
 
 from __future__ import annotations
 
+import weakref
+
 import equinox as eqx
 import jax
 import jax.numpy as jnp
@@ -19,6 +21,28 @@ class NonFiniteStateError(FloatingPointError):
 def is_concrete(x) -> bool:
     """True when ``x`` holds values (not a tracer inside ``jit``/``vmap``/``grad``)."""
     return not isinstance(x, jax.core.Tracer)
+
+
+# Traced arrays whose NaN or inf is already reported: the output of a finiteness check (its
+# values are the checked ones) or tokens a blow-up watch flags (tp.solve's saves). Checking them
+# again would add tracing and a runtime callback, and under a watch a vaguer message. Keyed by
+# id, held weakly: an entry dies with its array, so a later array with the same id is not in it.
+_COVERED: dict[int, weakref.ref] = {}
+
+
+def cover_finiteness(arrays) -> None:
+    """Mark these traced arrays as ones whose NaN or inf something already reports:
+    :func:`check_finite` passes them through. An array derived from them (a slice, a product)
+    is checked as usual."""
+    for a in arrays:
+        if not is_concrete(a):
+            key = id(a)
+            _COVERED[key] = weakref.ref(a, lambda ref, key=key: _COVERED.get(key) is ref and _COVERED.pop(key))
+
+
+def is_covered(x) -> bool:
+    ref = _COVERED.get(id(x))
+    return ref is not None and ref() is x
 
 
 def _first_bad(mask: np.ndarray) -> tuple:
@@ -56,7 +80,11 @@ def check_finite(x, name: str):
             raise ValueError(f"{name} must be finite, but {name}[{', '.join(map(str, i))}] = "
                              f"{np.asarray(x)[i]}")
         return x
-    return eqx.error_if(x, ~jnp.all(jnp.isfinite(x)), f"{name} must be finite (found NaN or inf)")
+    if is_covered(x):
+        return x
+    x = eqx.error_if(x, ~jnp.all(jnp.isfinite(x)), f"{name} must be finite (found NaN or inf)")
+    cover_finiteness([x])
+    return x
 
 
 def check_points(x, name: str = "x", dim: int | None = None):

@@ -138,7 +138,12 @@ def matrix_dim(param) -> int:
 def bilinear_params(cls_name: str, Q, K, V, beta):
     """The checked (Q, K, V, beta) of a bilinear-score attention: Q, K (k, d); V (d, d); beta a
     scalar (:func:`scalar_param`)."""
-    Q, K, V = as_param(Q, f"{cls_name}.Q"), as_param(K, f"{cls_name}.K"), as_param(V, f"{cls_name}.V")
+    # one array given twice (Q = K = V = I) is checked once: under jit each check is a runtime callback
+    checked = [(Q, as_param(Q, f"{cls_name}.Q"))]
+    for param, name in ((K, "K"), (V, "V")):
+        same = [out for given, out in checked if given is param]
+        checked.append((param, same[0] if same else as_param(param, f"{cls_name}.{name}")))
+    Q, K, V = (out for _, out in checked)
     sq, sk, sv = param_shape(Q), param_shape(K), param_shape(V)
     if len(sq) != 2 or sq != sk:
         raise ValueError(f"{cls_name}: Q and K must both have shape (k, d), got Q {sq} and K {sk}")

@@ -11,7 +11,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .._checks import as_float_array, check_count, check_finite, check_int, check_key, check_points, check_scalar, is_concrete
+from .._checks import (as_float_array, check_count, check_finite, check_int, check_key, check_points, check_scalar,
+                       cover_finiteness, is_concrete, is_covered)
 from .._types import Points, PointsLike
 from .base import (
     AbstractDynamics,
@@ -178,8 +179,11 @@ def check_unit_points(x, name: str, dim):
     tol = unit_tolerance(x.dtype)
     if not is_concrete(x):
         dev = jnp.max(jnp.abs(jnp.linalg.norm(x, axis=-1) - 1))
-        return eqx.error_if(x, dev > tol, f"{name} must lie on the unit sphere (|{name}_i| = 1 within "
-                                          f"{tol:.2g}); use tp.normalize({name}) first")
+        out = eqx.error_if(x, dev > tol, f"{name} must lie on the unit sphere (|{name}_i| = 1 within "
+                                         f"{tol:.2g}); use tp.normalize({name}) first")
+        if is_covered(x):  # the same values: their finiteness is still reported
+            cover_finiteness([out])
+        return out
     norms = np.linalg.norm(np.asarray(x, dtype=np.float64), axis=-1)
     bad = np.abs(norms - 1) > tol
     if bad.any():

@@ -17,7 +17,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .._checks import NonFiniteStateError, check_int, check_scalar, is_concrete
+from .._checks import NonFiniteStateError, check_int, check_scalar, cover_finiteness, is_concrete
 from ..models.base import AbstractRetractedDynamics, AbstractRetraction
 from ..models.switched import AbstractSwitched
 from ..params import PiecewiseConstant
@@ -224,13 +224,20 @@ def _saver(state, dynamics, fn, check):
     """diffrax's ``fn(t, y, args)`` for one save: the state's value (saves interpolate between
     steps and dense output may leave the manifold: the state maps them), or ``fn`` of it; with a
     ``check`` (:meth:`AbstractBlowUp.save_check`), the pair (that, ``check(y)``)."""
-    def value(t, y, args):
+    def save(t, y, args):
         v = state.value(dynamics, y, t)
-        return v if fn is None else jax.tree.map(_saved_array, fn(t, v, args))
+        if fn is None:
+            out = v
+        elif check is None:
+            out = jax.tree.map(_saved_array, fn(t, v, args))
+        else:
+            # this save's own flag covers its tokens: statistics need not check them for NaN
+            # again (a flagged save is set to inf, so nothing computed from them is kept)
+            cover_finiteness(jax.tree_util.tree_leaves(v))
+            out = jax.tree.map(_saved_array, fn(t, v, args))
+        return out if check is None else (out, check(y))
 
-    if check is None:
-        return value
-    return lambda t, y, args: (value(t, y, args), check(y))
+    return save
 
 
 def _final_saver(state, check):

@@ -176,7 +176,9 @@ class Particles(AbstractState):
             raise ValueError(f"dynamics must be an attention or tp.Sphere(attention) (a tp.AbstractDynamics "
                              f"of tokens), got {_dynamics_name(dynamics)}")
         x = dynamics.check_state(self.x, "x0")
-        return Particles(x, check_weights(self.weights, x.shape[0], x.dtype))
+        # the checked values in place (not Particles(...), whose __init__ would check them again)
+        return eqx.tree_at(lambda p: (p.x, p.weights), self, (x, check_weights(self.weights, x.shape[0], x.dtype)),
+                           is_leaf=lambda v: v is None)
 
     @property
     def y(self):
