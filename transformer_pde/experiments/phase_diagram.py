@@ -80,8 +80,11 @@ def run_grid(cfg: PhaseDiagramConfig, betas, keys, saveat):
 
     def one(beta, key):
         x0 = tp.uniform_sphere(key, cfg.n, cfg.d)
+        # blow-up watched at the 61 saves, not by a per-step event: diffrax traces and compiles
+        # its loop once less, and the cluster statistics leave their NaN checks to the watch
+        # (whole process at the peers' settings 8.39 -> 7.85 s)
         return tp.solve(_dynamics(cfg, beta), x0, t1=cfg.t1, dt0=cfg.dt, solver=diffrax.Euler(),
-                        saveat=saveat).stats
+                        saveat=saveat, event=tp.BlowUpAtSaves()).stats
 
     stats = jax.vmap(one)(jnp.repeat(betas, len(keys)), jnp.tile(keys, len(betas)))
     return jax.tree.map(lambda a: a.reshape(len(betas), len(keys), *a.shape[1:]), stats)
