@@ -40,7 +40,9 @@ checkpoint), or an internal error; 128 + N interrupted by signal N.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
+import gc
 import os
 import re
 import signal
@@ -200,7 +202,8 @@ def main(argv: list[str] | None = None) -> int:
     debug = "--debug" in argv or os.environ.get(_DEBUG_ENV, "").strip() not in ("", "0")
     argv = [a for a in argv if a != "--debug"]
     try:
-        return _main(argv)
+        with _rare_full_collections():
+            return _main(argv)
     except SystemExit:
         raise
     except BaseException as e:
@@ -209,6 +212,24 @@ def main(argv: list[str] | None = None) -> int:
             traceback.print_exception(e)
         print(f"transformer-pde: error: {message}", file=sys.stderr)
         raise SystemExit(code) from None
+
+
+GC_THRESHOLDS = (700, 10, 1000)
+"""Python's garbage-collector thresholds while the command runs (the default is (700, 10, 10)):
+young collections as usual, full ones 100x rarer. A full collection walks every live object, and
+after importing JAX and tracing a program that is millions (0.06 s a pass); the command's cyclic
+garbage is young. phase-diagram at the peers' settings: 7.41 -> 7.08 s, peak memory +7 MB.
+Restored when the command returns."""
+
+
+@contextlib.contextmanager
+def _rare_full_collections():
+    previous = gc.get_threshold()
+    gc.set_threshold(*GC_THRESHOLDS)
+    try:
+        yield
+    finally:
+        gc.set_threshold(*previous)
 
 
 def _main(argv: list[str]) -> int:

@@ -132,3 +132,19 @@ def test_console_script_entry_point():
     res = subprocess.run([sys.executable, "-m", "transformer_pde.cli", "list"], capture_output=True,
                          text=True, timeout=120)
     assert res.returncode == 0 and "clustering" in res.stdout
+
+
+def test_the_command_collects_fully_less_often_and_restores_the_thresholds(monkeypatch, capsys):
+    import gc
+
+    from transformer_pde import cli
+
+    seen = []
+    monkeypatch.setattr(cli, "_main", lambda argv: seen.append(gc.get_threshold()) or 0)
+    before = gc.get_threshold()
+    assert main(["list"]) == 0
+    assert seen == [cli.GC_THRESHOLDS] and gc.get_threshold() == before
+    monkeypatch.setattr(cli, "_main", lambda argv: 1 / 0)
+    with pytest.raises(SystemExit):
+        main(["list"])
+    assert gc.get_threshold() == before
