@@ -226,15 +226,11 @@ def _saver(state, dynamics, fn, check):
     ``check`` (:meth:`AbstractBlowUp.save_check`), the pair (that, ``check(y)``)."""
     def save(t, y, args):
         v = state.value(dynamics, y, t)
-        if fn is None:
-            out = v
-        elif check is None:
-            out = jax.tree.map(_saved_array, fn(t, v, args))
-        else:
+        if check is not None:
             # this save's own flag covers its tokens: statistics need not check them for NaN
             # again (a flagged save is set to inf, so nothing computed from them is kept)
             cover_finiteness(jax.tree_util.tree_leaves(v))
-            out = jax.tree.map(_saved_array, fn(t, v, args))
+        out = v if fn is None else jax.tree.map(_saved_array, fn(t, v, args))
         return out if check is None else (out, check(y))
 
     return save
