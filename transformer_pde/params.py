@@ -138,12 +138,16 @@ def matrix_dim(param) -> int:
 def bilinear_params(cls_name: str, Q, K, V, beta):
     """The checked (Q, K, V, beta) of a bilinear-score attention: Q, K (k, d); V (d, d); beta a
     scalar (:func:`scalar_param`)."""
-    # one array given twice (Q = K = V = I) is checked once: under jit each check is a runtime callback
-    checked = [(Q, as_param(Q, f"{cls_name}.Q"))]
-    for param, name in ((K, "K"), (V, "V")):
-        same = [out for given, out in checked if given is param]
-        checked.append((param, same[0] if same else as_param(param, f"{cls_name}.{name}")))
-    Q, K, V = (out for _, out in checked)
+    # one array given twice (Q = K = V = I) is checked once: under jit each check is a runtime
+    # callback (keyed by id: the given arrays stay alive here)
+    checked = {}
+
+    def once(param, name):
+        if id(param) not in checked:
+            checked[id(param)] = as_param(param, f"{cls_name}.{name}")
+        return checked[id(param)]
+
+    Q, K, V = once(Q, "Q"), once(K, "K"), once(V, "V")
     sq, sk, sv = param_shape(Q), param_shape(K), param_shape(V)
     if len(sq) != 2 or sq != sk:
         raise ValueError(f"{cls_name}: Q and K must both have shape (k, d), got Q {sq} and K {sk}")
