@@ -218,7 +218,7 @@ GC_THRESHOLDS = (700, 10, 1000)
 """Python's garbage-collector thresholds while the command runs (the default is (700, 10, 10)):
 young collections as usual, full ones 100x rarer. A full collection walks every live object, and
 after importing JAX and tracing a program that is millions (0.06 s a pass); the command's cyclic
-garbage is young. phase-diagram at the peers' settings: 7.41 -> 7.08 s, peak memory +7 MB.
+garbage is young. phase-diagram at the peers' settings: 7.41 -> 7.08 s, peak memory +6 MB.
 Restored when the command returns."""
 
 
