@@ -211,6 +211,31 @@ def test_grad_matches_finite_differences():
     assert all(float(jnp.max(jnp.abs(g))) > 0 for g in grads)
 
 
+def test_forward_mode_gradient_and_blowup_watch():
+    """diffrax.ForwardMode (jax.jacfwd) through a solve on S²: the derivative in β is the reverse
+    one (the default adjoint, checked against finite differences above) and a central difference;
+    the blow-up watch stays on: x' = e^{|x|²} x blows up at T = E1(1)/2 (closed form)."""
+    from scipy.special import exp1
+
+    x0 = tp.normalize(_x0(n=6, seed=2))
+    c = np.random.default_rng(4).normal(size=x0.shape)
+
+    def loss(beta, adjoint=None):
+        dyn = tp.Sphere(tp.SoftmaxAttention.identity(3, beta))
+        return jnp.sum(c * tp.solve(dyn, x0, t1=1.0, dt0=0.1, adjoint=adjoint).final)
+
+    forward = jax.jacfwd(loss)(2.0, diffrax.ForwardMode())
+    np.testing.assert_allclose(forward, jax.grad(loss)(2.0), rtol=1e-12)
+    np.testing.assert_allclose(forward, (loss(2.0 + 1e-6) - loss(2.0 - 1e-6)) / 2e-6, rtol=1e-6)
+    usa, one = tp.UnnormalizedAttention.identity(2, 1.0), jnp.array([[1.0, 0.0]])
+    for watch in (tp.BlowUp(), tp.BlowUpAtSaves()):
+        with pytest.raises(tp.NonFiniteStateError, match=r"at t = ") as info:
+            tp.solve(usa, one, t1=1.0, dt0=1e-3, saveat=jnp.linspace(0, 1, 11), event=watch,
+                     adjoint=diffrax.ForwardMode())
+        t_reported = float(str(info.value).split("at t = ")[1].split(" ")[0])
+        assert exp1(1.0) / 2 <= t_reported <= exp1(1.0) / 2 + 0.1  # the step's end, or the next save
+
+
 def test_float32_run():
     x0 = tp.uniform_sphere(jax.random.key(0), 32, 3, dtype=jnp.float32)
     dyn = tp.Sphere(tp.SoftmaxAttention.identity(3, beta=1.0, dtype=jnp.float32))
@@ -243,6 +268,8 @@ def test_bad_inputs():
         tp.solve(attn, tp.Particles(x0, np.ones(8)), t1=1.0, dt0=0.1)
     with pytest.raises(ValueError, match=r"dynamics must be an attention"):
         tp.solve(lambda x: x, x0, t1=1.0, dt0=0.1)
+    with pytest.raises(ValueError, match=r"adjoint must be .*got BacksolveAdjoint"):
+        tp.solve(attn, x0, t1=1.0, dt0=0.1, adjoint=diffrax.BacksolveAdjoint())
     with pytest.raises(ValueError, match=r"num_layers must be >= 1, got 0"):
         tp.layers(attn, x0, 0, 0.1)
     with pytest.raises(ValueError, match=r"unit sphere"):

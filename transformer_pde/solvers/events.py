@@ -65,7 +65,7 @@ class BlowUp(AbstractBlowUp):
     (see :class:`AbstractBlowUp`). The reported time is the end of that step.
 
     ``tp.solve(..., event=tp.BlowUp())`` is the default; ``event=None`` integrates on whatever
-    happens (and adjoints that exclude events, such as ``diffrax.ImplicitAdjoint``, need it).
+    happens.
     """
 
     threshold: float | jax.Array | None = None

@@ -31,7 +31,9 @@ MAX_STEPS = 2**31 - 1
 """diffrax counts steps in int32: no solve can ask for more."""
 
 _BLOW_UP = BlowUp()  # the default stop condition (an immutable value)
-_NO_EVENT_ADJOINTS = (diffrax.RecursiveCheckpointAdjoint, diffrax.DirectAdjoint)
+# the adjoints that take what every solve saves (SaveAt(subs=...): the saves, the state at t1)
+# and the blow-up watches; BacksolveAdjoint refuses subs, ImplicitAdjoint saves t1 only
+_ADJOINTS = (diffrax.RecursiveCheckpointAdjoint, diffrax.DirectAdjoint, diffrax.ForwardMode)
 
 
 def solve(
@@ -79,7 +81,10 @@ def solve(
             stiff part: a ``tp.CircleDensity`` takes an IMEX ``KenCarp4``).
         stepsize_controller: default constant steps (a ``tp.CircleDensity``: adaptive); pass
             ``diffrax.PIDController(rtol, atol)`` for adaptive steps.
-        adjoint: diffrax adjoint for gradients (default: recursive checkpointing).
+        adjoint: diffrax adjoint for gradients: ``diffrax.RecursiveCheckpointAdjoint()`` (the
+            default, reverse mode), ``diffrax.DirectAdjoint()`` or ``diffrax.ForwardMode()`` (for
+            ``jax.jacfwd``; few parameters, many outputs). ``BacksolveAdjoint`` and
+            ``ImplicitAdjoint`` are refused: they cannot take the saves a solve makes.
         max_steps: step cap (default: exact for constant steps, 100 000 otherwise).
         event: the blow-up watch, :class:`~transformer_pde.BlowUp` by default: the run stops at
             the first step whose state holds a NaN or inf (a Gaussian: tr Σ above a threshold)
@@ -87,8 +92,7 @@ def solve(
             particles then raise :class:`~transformer_pde.NonFiniteStateError` naming the time
             unless ``throw=False``. :class:`~transformer_pde.BlowUpAtSaves` checks at the save
             times only and does not stop the run (cheaper to compile; constant steps). ``None``
-            watches nothing. Adjoints other than recursive checkpointing and ``DirectAdjoint``
-            exclude events: the watch is skipped there.
+            watches nothing.
         progress_meter: a diffrax progress meter (e.g. ``diffrax.TqdmProgressMeter()``),
             updated from inside jit; default none.
         throw: raise if the solve fails; otherwise inspect ``Solution.result``.
@@ -163,8 +167,10 @@ def solve(
         raise ValueError(f"max_steps={max_steps} exceeds {MAX_STEPS} (diffrax counts steps in int32)")
     if adjoint is None:
         adjoint = diffrax.RecursiveCheckpointAdjoint() if brownian is None else brownian.kind.default_adjoint()
-    if event is not None and not isinstance(adjoint, _NO_EVENT_ADJOINTS):
-        event = None
+    if not isinstance(adjoint, _ADJOINTS):
+        raise ValueError(f"adjoint must be diffrax.RecursiveCheckpointAdjoint(), diffrax.DirectAdjoint() or "
+                         f"diffrax.ForwardMode(), got {adjoint!r}: a solve saves through SaveAt(subs=...) "
+                         f"(its saves and the state at t1), which the others cannot take")
     criterion = None if event is None else state.resolve(event)
     t0a, t1a = as_time(t0, "t0", dtype), as_time(t1, "t1", dtype)
     if not (is_concrete(t0) and is_concrete(t1)):  # the concrete case was refused above
