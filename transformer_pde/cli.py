@@ -108,7 +108,8 @@ def _common_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--compile-cache", dest="compile_cache", default=None, metavar="DIR|off",
                    help="JAX's persistent compilation cache: a directory, or 'off' (default "
                         "$TRANSFORMER_PDE_COMPILE_CACHE, else $XDG_CACHE_HOME/transformer_pde/jax); "
-                        "a second run loads its compiled programs instead of compiling them")
+                        "a second run loads the compiled programs it can keep instead of compiling "
+                        "them (JAX keeps none that holds a run-time check's host callback)")
 
 
 def option_flag(name: str) -> str:
