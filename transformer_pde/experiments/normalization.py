@@ -229,9 +229,10 @@ def compute(cfg: NormalizationConfig, progress: bool = False) -> Result:
             for s, scheme in enumerate(schemes):
                 states = scheme_states(scheme, cfg, mask == "causal")
                 for b, beta in enumerate(cfg.betas):
-                    xs = states(jnp.asarray(beta, dtype), x0, Q, K)
-                    frac, speed, radius = (np.asarray(a, np.float64) for a in
-                                           statistics(xs, cfg.step, cfg.threshold))
+                    # the states (S, L + 1, n, d) are held by no name: freed once read, not
+                    # alive beside the next β's
+                    frac, speed, radius = (np.asarray(a, np.float64) for a in statistics(
+                        states(jnp.asarray(beta, dtype), x0, Q, K), cfg.step, cfg.threshold))
                     stats["fraction"][s, b, c] = frac.mean(axis=0)
                     stats["fraction_sem"][s, b, c] = sem(frac)
                     stats["speed"][s, b, c] = speed.mean(axis=0)
