@@ -321,8 +321,11 @@ def markdown(todo, results, outcomes, args) -> str:
             label = "" if not key else (("post-LN", "nGPT")[key[0]] + (", causal" if key[1] else ""))
             for b, beta in enumerate(case.betas):
                 p, q, s = o["peer"][k][b], o["ours"][k][b], o["sem"][k][b]
-                z = (p - q) / (np.sqrt(2) * s) if s > 0 else (0.0 if p == q else float("inf"))
-                lines.append(f"| {case.name} | {label} | {beta:.3g} | {p:.3f} | {q:.3f} ± {s:.3f} | {z:+.1f} |")
+                # with every one of our runs alike (standard error 0) z is undefined unless the
+                # peer's value is the same
+                z = (f"{(p - q) / (np.sqrt(2) * s):+.1f}" if s > 0 else
+                     "+0.0" if p == q else "undefined (ours all alike)")
+                lines.append(f"| {case.name} | {label} | {beta:.3g} | {p:.3f} | {q:.3f} ± {s:.3f} | {z} |")
     loads = [x for c in todo for x in results[c.name]["load"]]
     lines += ["", f"Load average (1 min) at the start of each case: {min(loads):.1f} – {max(loads):.1f} "
               f"({os.cpu_count()} CPUs)."]
