@@ -263,3 +263,25 @@ def test_every_option_has_help(name):
     docs = option_docs(exp.config)
     assert not [f.name for f in dataclasses.fields(exp.config) if not docs.get(f.name)]
 
+
+
+def test_end_modules_import_while_compiling_and_failures_are_left_to_the_main_thread():
+    """compile_importing_end_modules compiles what it is given (the program computes) and imports
+    the end-of-run modules in a thread meanwhile; one that fails to import there is not left in
+    sys.modules, so the main thread's own import raises its error (fresh process)."""
+    import subprocess
+    import sys
+
+    code = "\n".join([
+        "import sys, threading, jax, jax.numpy as jnp",
+        "from transformer_pde.experiments import _common",
+        "_common.END_MODULES = ('colorsys', 'no_such_module_here')",
+        "program = _common.compile_importing_end_modules(jax.jit(lambda x: 2 * x).trace(jnp.ones(3)).lower())",
+        "print(program(jnp.arange(3.0)).tolist())",
+        "[t.join(60) for t in threading.enumerate() if t.name == 'transformer-pde-end-imports']",
+        "print('colorsys' in sys.modules, 'no_such_module_here' in sys.modules)",
+        "import no_such_module_here",
+    ])
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert res.stdout.split("\n")[:2] == ["[0.0, 2.0, 4.0]", "True False"], res.stderr[-2000:]
+    assert "ModuleNotFoundError: No module named 'no_such_module_here'" in res.stderr

@@ -29,7 +29,7 @@ import transformer_pde as tp
 from .._lazy import diffrax, jax, jnp
 from ..runs.result import Result, grid
 from ._base import Experiment, register
-from ._common import circle_angles, model_dynamics
+from ._common import circle_angles, compile_importing_end_modules, model_dynamics
 from ._options import Options
 
 # the published runs (docs: math/sphere.md#published-runs): fraction of clustered pairs, rows β,
@@ -137,7 +137,8 @@ def compute(cfg: PhaseDiagramConfig, progress: bool = False) -> Result:
     # linspace in float64: a nearest point is the same unless a published β falls on a midpoint)
     hist_rows = histogram_betas(np.linspace(cfg.beta_min, cfg.beta_max, cfg.num_betas))
     summaries = jax.jit(_summaries, static_argnums=(0, 1), compiler_options=_compiler_options())
-    arrays = {k: np.asarray(v) for k, v in summaries(cfg, tuple(hist_rows)).items()}
+    program = compile_importing_end_modules(summaries.trace(cfg, tuple(hist_rows)).lower())
+    arrays = {k: np.asarray(v) for k, v in program().items()}
     arrays.update({
         "hist_betas": arrays["betas"][hist_rows],
         "published_betas": PUBLISHED_BETAS, "published_ts": PUBLISHED_TIMES,
