@@ -204,6 +204,9 @@ def _solve(dynamics, state, t0, t1, dt0, ts, fn, solver, controller, adjoint, ma
     with warnings.catch_warnings():
         # a Retracted SDE solver is its wrapped solver's kind (check_sde_solver checked that one)
         warnings.filterwarnings("ignore", message=".*not marked as converging to either the Itô")
+        # diffrax pre-fills every save buffer with inf, an integer statistic's too, where the cast
+        # has no value to give: integer saves after a stop are not inf (BlowUpAtSaves says so)
+        warnings.filterwarnings("ignore", message="invalid value encountered in cast", category=RuntimeWarning)
         sol = diffrax.diffeqsolve(term, solver, t0, t1, dt0, state.y, saveat=saveat,
                                   stepsize_controller=controller, adjoint=adjoint, max_steps=max_steps,
                                   throw=throw, event=event, progress_meter=meter)
