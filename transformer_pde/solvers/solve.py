@@ -168,9 +168,10 @@ def solve(
     if adjoint is None:
         adjoint = diffrax.RecursiveCheckpointAdjoint() if brownian is None else brownian.kind.default_adjoint()
     if not isinstance(adjoint, _ADJOINTS):
+        why = (": a solve saves through SaveAt(subs=...) (its saves and the state at t1), which the others "
+               "cannot take" if isinstance(adjoint, diffrax.AbstractAdjoint) else "")
         raise ValueError(f"adjoint must be diffrax.RecursiveCheckpointAdjoint(), diffrax.DirectAdjoint() or "
-                         f"diffrax.ForwardMode(), got {adjoint!r}: a solve saves through SaveAt(subs=...) "
-                         f"(its saves and the state at t1), which the others cannot take")
+                         f"diffrax.ForwardMode(), got {adjoint!r}{why}")
     criterion = None if event is None else state.resolve(event)
     t0a, t1a = as_time(t0, "t0", dtype), as_time(t1, "t1", dtype)
     if not (is_concrete(t0) and is_concrete(t1)):  # the concrete case was refused above
