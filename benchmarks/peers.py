@@ -234,7 +234,7 @@ def main(argv=None) -> int:
     # every timed process would otherwise compile our ~110 modules from source (0.2 s here)
     subprocess.run([sys.executable, "-m", "compileall", "-q", str(REPO / "transformer_pde")], check=True)
     # what the `transformer-pde` console script runs (`python -m transformer_pde.cli` measured
-    # 0.37 s slower here, the CLI module then being __main__)
+    # 0.37 s slower, in JAX's frame filter under runpy: benchmarks/README.md)
     ours_python = [sys.executable, "-c", "import sys; from transformer_pde.cli import main; sys.exit(main())"]
     results = {c.name: {"peer": [], "first": [], "second": [], "load": []} for c in todo}
     outcomes = {}

@@ -264,7 +264,6 @@ def test_every_option_has_help(name):
     assert not [f.name for f in dataclasses.fields(exp.config) if not docs.get(f.name)]
 
 
-
 def test_end_modules_import_while_compiling_and_failures_are_left_to_the_main_thread():
     """compile_importing_end_modules compiles what it is given (the program computes) and imports
     the end-of-run modules in a thread meanwhile; one that fails to import there is not left in
