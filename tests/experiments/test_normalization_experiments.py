@@ -278,3 +278,26 @@ def test_depth_statistics_in_batches_of_draws_match_numpy():
     np.testing.assert_allclose(speed[:, 1:], np.linalg.norm(np.diff(th, axis=1), axis=-1).mean(-1) / h, rtol=1e-12)
     assert np.isnan(speed[:, 0]).all()
     np.testing.assert_allclose(radius, r.mean(-1), rtol=1e-12)
+
+
+def test_normalization_second_compute_compiles_nothing():
+    """A second ``compute`` with the same config in one process reuses its programs: no XLA
+    compilation (a fresh jitted closure per call compiled every scheme's states again)."""
+    import jax
+
+    exp = get("normalization")
+    cfg = exp.make_config(schemes=("post-ln", "ngpt"), masks=("none", "causal"), seeds=2, t1=0.5, betas=(1.0, 5.0))
+    first = exp.compute(cfg, False)
+    compiles = []
+
+    def listen(event, duration, **kwargs):
+        if event == "/jax/core/compile/backend_compile_duration":
+            compiles.append(duration)
+
+    jax.monitoring.register_event_duration_secs_listener(listen)
+    try:
+        second = exp.compute(cfg, False)
+    finally:
+        jax.monitoring.unregister_event_duration_listener(listen)
+    assert compiles == []
+    np.testing.assert_array_equal(second["fraction"], first["fraction"])
