@@ -94,6 +94,50 @@ def test_layers_on_sphere_are_residual_layers_with_layer_norm():
     np.testing.assert_allclose(euler.final, x, rtol=1e-10, atol=1e-12)
 
 
+def test_layers_save_a_statistic_instead_of_the_states():
+    """fn(t, x, args) at every save_every-th layer, layer 0 included, against the NumPy layer map
+    x <- N(x + h P⊥Γ(x)); no state is kept."""
+    rng = np.random.default_rng(5)
+    Q, K, V = (rng.normal(size=(3, 3)) for _ in range(3))
+    h, n = 0.1, 7
+    dyn = tp.Sphere(tp.SoftmaxAttention(Q, K, V, beta=1.2))
+    x = np.asarray(tp.uniform_sphere(jax.random.key(2), n, 3))
+    out = tp.layers(dyn, x, num_layers=6, step=h, save_every=2,
+                    fn=lambda t, y, args: {"t": t, "mean": jnp.mean(y, axis=0), "top": jnp.argmax(y[:, 0])})
+    assert out.xs is None and float(out.nonfinite_time) == np.inf
+    w = np.full(n, 1 / n)
+    for l in range(7):
+        if l % 2 == 0:
+            k = l // 2
+            np.testing.assert_allclose(out.stats["mean"][k], x.mean(axis=0), rtol=1e-12, atol=1e-13)
+            assert out.stats["top"][k] == np.argmax(x[:, 0])
+            assert float(out.stats["t"][k]) == pytest.approx(l * h, abs=1e-14)
+        g = ref.softmax_field(x, x, w, Q, K, V, 1.2)
+        x = x + h * (g - np.sum(g * x, axis=1, keepdims=True) * x)
+        x = x / np.linalg.norm(x, axis=1, keepdims=True)
+    np.testing.assert_allclose(out.ts, h * np.arange(0, 7, 2), atol=1e-15)
+
+
+def test_layers_report_non_finite_tokens_under_jit_and_vmap():
+    """x' = e^{|x|²} x (USA unnormalized, Q = K = V = I) blows up at T = E1(|x0|²)/2: every way of
+    calling layers reports it, with the statistic too (which no longer checks the tokens itself)."""
+    usa = tp.UnnormalizedAttention.identity(2, 1.0)
+    x0 = jnp.ones((3, 2)) / np.sqrt(2.0)
+    frac = lambda t, y, args: tp.diagnostics.clustered_pair_fraction(y, 0.9)  # noqa: E731
+    with pytest.raises(tp.NonFiniteStateError, match=r"by layer \d+ \(t = "):
+        tp.layers(usa, x0, 200, 0.01, fn=frac)
+    runtime_errors = (eqx.EquinoxRuntimeError, jax.errors.JaxRuntimeError)  # jax.jit wraps equinox's
+    with pytest.raises(runtime_errors, match="tokens became non-finite"):
+        jax.jit(lambda x: tp.layers(usa, x, 200, 0.01).xs)(x0)
+    with pytest.raises(runtime_errors, match="tokens became non-finite"):
+        jax.vmap(lambda s: tp.layers(usa, s * x0, 200, 0.01, save_every=10, fn=frac).stats)(jnp.array([0.1, 1.0]))
+    # finite runs pass, and report no time
+    ok = jax.jit(lambda x: tp.layers(usa, x, 20, 0.01, fn=frac))(0.1 * x0)
+    assert np.isinf(ok.nonfinite_time) and np.isfinite(ok.stats).all()
+    with pytest.raises(ValueError, match="fn must be a statistic fn.*got 3"):
+        tp.layers(usa, x0, 2, 0.01, fn=3)
+
+
 @pytest.mark.slow
 def test_stats_saved_instead_of_states_and_weights():
     attn, _ = _random_attention()

@@ -8,22 +8,28 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .._checks import NonFiniteStateError, check_int, check_scalar, is_concrete
+from .._checks import NonFiniteStateError, check_int, check_scalar, cover_finiteness, is_concrete
 from ..models.base import retract_step, step_velocity
 from .noise import Noise
 from .solution import Solution
-from .solve import as_time
+from .solve import as_time, saved_array
 from .states import Particles, as_state
 
 
-def layers(dynamics, x0, num_layers: int, step, *, t0=0.0, save_every: int = 1, noise: Noise | None = None,
-           key=None) -> Solution:
+def layers(dynamics, x0, num_layers: int, step, *, t0=0.0, save_every: int = 1, fn=None,
+           noise: Noise | None = None, key=None) -> Solution:
     """The discrete residual Transformer: x ← retract(x + h · v(t_l, x)), t_l = t0 + l·h.
 
     This is explicit Euler with step ``h``; on the sphere it is followed by layer
     normalization x ← x/|x| (docs: math/attention.md#conventions). ``x0`` is an ``(n, d)`` array or
     ``tp.Particles(x, weights)``. Returns states after every ``save_every`` layers, including
-    the input (layer 0).
+    the input (layer 0); with ``fn(t, x, args)`` (a statistic, as in ``diffrax.SaveAt(fn=...)``;
+    ``args`` is None) its value there instead, in ``Solution.stats``, and no state is kept.
+
+    Every save is watched: a NaN or inf raises :class:`~transformer_pde.NonFiniteStateError` naming
+    the first such layer when the call is concrete, ``eqx.error_if`` under ``jit``/``vmap``;
+    ``Solution.nonfinite_time`` is its time (inf when the run stayed finite). A statistic's own NaN
+    check of the tokens it is handed is left to this watch.
 
     With ``noise=tp.Noise(σ)`` and a ``key``, the noisy residual layer (docs: math/noise.md#independent-noise):
     x ← R(x + h v(t_l, x) + σ(t_l)√h g(x, ξ_l)), ξ_l ~ N(0, I) i.i.d. per token and layer
@@ -41,6 +47,8 @@ def layers(dynamics, x0, num_layers: int, step, *, t0=0.0, save_every: int = 1, 
     if int(num_layers) % int(save_every):
         raise ValueError(f"save_every={save_every} must be >= 1 and divide num_layers={num_layers}")
     check_scalar(step, "step", positive=True)
+    if fn is not None and not callable(fn):
+        raise ValueError(f"fn must be a statistic fn(t, x, args) or None, got {fn!r}")
     x0, w = state.x, state.weights
     h = jnp.asarray(step, x0.dtype)
     t0 = as_time(t0, "t0", x0.dtype)
@@ -52,21 +60,28 @@ def layers(dynamics, x0, num_layers: int, step, *, t0=0.0, save_every: int = 1, 
         if key is None:
             raise ValueError("noise needs a PRNG key: pass key=jax.random.key(seed)")
         noise.check(t0, x0.dtype)
-    xs = _layers(dynamics, x0, w, h, t0, int(num_layers), int(save_every), noise, key)
+    saved, flags = _layers(dynamics, x0, w, h, t0, int(num_layers), int(save_every), fn, noise, key)
     ts = t0 + h * jnp.arange(0, int(num_layers) + 1, int(save_every), dtype=x0.dtype)
-    if is_concrete(xs):
-        finite = np.isfinite(np.asarray(xs)).reshape(xs.shape[0], -1).all(axis=1)
-        if not finite.all():
-            k = int(np.argmin(finite))
+    if is_concrete(flags):
+        bad = np.asarray(flags)
+        if bad.any():
+            k = int(np.argmax(bad))
             raise NonFiniteStateError(
                 f"layers: the tokens became non-finite (NaN or inf) by layer {k * int(save_every)} "
                 f"(t = {float(ts[k]):.6g}); the step or the parameters are too large")
-    return Solution(ts=ts, xs=xs, stats=None, weights=w, num_steps=jnp.asarray(int(num_layers)),
-                    result=diffrax.RESULTS.successful)
+    else:
+        saved = eqx.error_if(saved, jnp.any(flags), "layers: the tokens became non-finite (NaN or inf); "
+                             "call it outside jit/vmap for the first such layer")
+    xs, stats = (saved, None) if fn is None else (None, saved)
+    return Solution(ts=ts, xs=xs, stats=stats, weights=w, num_steps=jnp.asarray(int(num_layers)),
+                    result=diffrax.RESULTS.successful,
+                    nonfinite_time=jnp.min(jnp.where(flags, ts, jnp.inf)))
 
 
 @eqx.filter_jit
-def _layers(dynamics, x0, w, h, t0, num_layers, save_every, noise, key):
+def _layers(dynamics, x0, w, h, t0, num_layers, save_every, fn, noise, key):
+    """The saves (states, or ``fn`` of them) after every ``save_every`` layers, layer 0 included,
+    and per save whether its tokens held a NaN or inf."""
     def layer(x, l):
         t = t0 + l * h
         v = step_velocity(dynamics, x, w, t, t + h).astype(x.dtype)
@@ -76,12 +91,19 @@ def _layers(dynamics, x0, w, h, t0, num_layers, save_every, noise, key):
             x1 = x1 + noise.at(t, x.dtype) * jnp.sqrt(h) * dynamics.diffusion(x, xi, t).astype(x.dtype)
         return retract_step(dynamics, x1, t, t + h), None
 
+    def save(x, k):
+        flag = ~jnp.all(jnp.isfinite(x))
+        if fn is None:
+            return x, flag
+        cover_finiteness([x])  # the flag reports these tokens' NaN: fn's own check would repeat it
+        return jax.tree.map(saved_array, fn(t0 + h * (k * save_every), x, None)), flag
+
     def block(x, b):
         x, _ = jax.lax.scan(layer, x, b * save_every + jnp.arange(save_every))
-        return x, x
+        return x, save(x, b + 1)
 
-    _, xs = jax.lax.scan(block, x0, jnp.arange(num_layers // save_every))
-    return jnp.concatenate([x0[None], xs], axis=0)
+    _, later = jax.lax.scan(block, x0, jnp.arange(num_layers // save_every))
+    return jax.tree.map(lambda a, b: jnp.concatenate([a[None], b], axis=0), save(x0, 0), later)
 
 
 __all__ = ["layers"]

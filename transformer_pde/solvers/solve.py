@@ -240,7 +240,7 @@ def _saver(state, dynamics, fn, check):
             # this save's own flag covers its tokens: statistics need not check them for NaN
             # again (a flagged save is set to inf, so nothing computed from them is kept)
             cover_finiteness(jax.tree_util.tree_leaves(v))
-        out = v if fn is None else jax.tree.map(_saved_array, fn(t, v, args))
+        out = v if fn is None else jax.tree.map(saved_array, fn(t, v, args))
         return out if check is None else (out, check(y))
 
     return save
@@ -354,7 +354,7 @@ class _NoiseTerm(diffrax.AbstractTerm):
         return jax.tree.map(lambda a: (vf.sigma * a).astype(a.dtype), g)
 
 
-def _saved_array(value):
+def saved_array(value):
     """A leaf of a ``SaveAt(fn=...)`` statistic as an array (a Python number becomes one)."""
     if isinstance(value, (bool, int, float, np.ndarray, np.generic, jax.Array)) and not (
             isinstance(value, (np.ndarray, np.generic)) and value.dtype == object):
