@@ -94,6 +94,41 @@ def test_phase_diagram_matches_published(runs):
         np.testing.assert_allclose(np.stack([np.cos(angles), np.sin(angles)], -1), xs, atol=1e-6)
 
 
+def test_phase_diagram_is_the_authors_layer_map_in_numpy():
+    """float64: the grid's fractions, cluster counts and histogram angles against the post-LN layer
+    map x <- N(x + h Γ(x)), Γ the SA field (Q = K = V = I), written in NumPy, from the same starts."""
+    from transformer_pde.experiments import phase_diagram as pd
+
+    cfg = get("phase-diagram").make_config(n=6, batch=3, num_betas=2, beta_max=4.0, t1=6.0, dt=0.1, num_saves=4)
+    with jax.enable_x64(True):
+        res = pd.compute(cfg)
+        keys = jax.random.split(jax.random.key(cfg.seed), cfg.batch)
+        starts = [np.asarray(tp.uniform_sphere(k, cfg.n, cfg.d)) for k in keys]
+    frac, count = np.zeros((2, cfg.batch, 4)), np.zeros((2, cfg.batch, 4))
+    angles = {}
+    for a, beta in enumerate(np.linspace(cfg.beta_min, cfg.beta_max, cfg.num_betas)):
+        for s, x in enumerate(starts):
+            for layer in range(61):
+                if layer % 20 == 0:
+                    close = x @ x.T > cfg.threshold
+                    frac[a, s, layer // 20] = (close.sum() - cfg.n) / (cfg.n * (cfg.n - 1))
+                    count[a, s, layer // 20] = _numpy_single_linkage(x, cfg.threshold)
+                if s == 0:
+                    angles[a, layer] = np.arctan2(x[:, 1], x[:, 0])
+                p = np.exp(beta * x @ x.T)
+                x = x + cfg.dt * (p / p.sum(axis=1, keepdims=True)) @ x
+                x = x / np.linalg.norm(x, axis=1, keepdims=True)
+    assert frac[:, :, -1].max() > 0.9 and count[:, :, -1].min() < cfg.n  # clusters formed
+    np.testing.assert_allclose(res["fraction"], frac.mean(axis=1), rtol=1e-14, atol=0)
+    np.testing.assert_allclose(res["clusters"], count.mean(axis=1), rtol=1e-14, atol=0)
+    np.testing.assert_allclose(res["ts"], [0.0, 2.0, 4.0, 6.0], atol=1e-15)
+    # the histograms: the first start at t = 0, min(7.5, t1) = t1 and t1
+    np.testing.assert_array_equal(res["hist_ts"], [0.0, 6.0, 6.0])
+    for r, a in enumerate(pd.histogram_betas(np.linspace(cfg.beta_min, cfg.beta_max, cfg.num_betas))):
+        for c, layer in enumerate((0, 60, 60)):
+            np.testing.assert_allclose(res["hist_angles"][r, c], angles[a, layer], atol=1e-12)
+
+
 @pytest.mark.slow
 def test_phase_diagram_cpu_compiler_options_move_numbers_by_round_off_at_most():
     """The grid's program at LLVM optimization level 1 (phase_diagram.CPU_COMPILER_OPTIONS, for
@@ -275,6 +310,10 @@ def test_configs_reject_bad_values():
         get("metastability").make_config(eps=0.1)
     with pytest.raises(ValueError, match="scheme"):
         get("phase-diagram").make_config(scheme="rk4")
+    with pytest.raises(ValueError, match=r"t1 = 1 must be a whole number of layers of step dt = 0.3"):
+        get("phase-diagram").make_config(t1=1.0, dt=0.3)
+    with pytest.raises(ValueError, match=r"num_saves = 8 must fall on layers.*the 300 layers.*num_saves = 7\)"):
+        get("phase-diagram").make_config(num_saves=8)
     with pytest.raises(ValueError, match="top_ratio"):
         get("rd-spectrum").make_config(top_ratio=1.5)
     with pytest.raises(ValueError, match=r"option indefinite_d2: item 0 \('a'\) must be a number"):

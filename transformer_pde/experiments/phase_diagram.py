@@ -26,7 +26,7 @@ from annotated_types import Ge, Gt, Interval
 
 import transformer_pde as tp
 
-from .._lazy import diffrax, jax, jnp
+from .._lazy import jax, jnp
 from ..runs.result import Result, grid
 from ._base import Experiment, register
 from ._common import circle_angles, compile_importing_end_modules, model_dynamics
@@ -64,30 +64,51 @@ class PhaseDiagramConfig(Options):
     def validate(self):
         if not 0 <= self.beta_min <= self.beta_max:
             raise ValueError(f"need 0 <= beta_min <= beta_max, got {self.beta_min}, {self.beta_max}")
+        layers = round(self.t1 / self.dt)
+        if layers < 1 or abs(layers * self.dt - self.t1) > 1e-9 * self.t1:
+            raise ValueError(f"t1 = {self.t1:g} must be a whole number of layers of step dt = {self.dt:g} "
+                             f"(the model is the layer map, one layer per step)")
+        if layers % (self.num_saves - 1):
+            raise ValueError(f"num_saves = {self.num_saves} must fall on layers: num_saves - 1 must divide "
+                             f"the {layers} layers t1/dt (e.g. num_saves = {_largest_divisor(layers, self.num_saves - 1) + 1})")
+
+    @property
+    def num_layers(self) -> int:
+        return int(round(self.t1 / self.dt))
+
+
+def _largest_divisor(n: int, at_most: int) -> int:
+    """The largest divisor of ``n`` that is at most ``at_most`` (a save spacing to suggest)."""
+    return max(k for k in range(1, min(n, at_most) + 1) if n % k == 0)
 
 
 def _dynamics(cfg, beta):
     return model_dynamics("SA", cfg.d, beta, cfg.scheme)
 
 
-def run_grid(cfg: PhaseDiagramConfig, betas, keys, saveat):
-    """The ``Solution.stats`` of a run from every start key at every β, leading axes (β, start)
-    (traced inside ``_summaries``'s jit).
+def run_grid(cfg: PhaseDiagramConfig, betas, keys):
+    """``(fraction, clusters)`` of the run from every start key at every β, at every save, leading
+    axes (β, start, save) (traced inside ``_summaries``'s jit).
 
-    The (β, start) pairs are one batch, so one vmap: a vmap over β of a vmap over starts batches
-    the solver's loops twice (0.4 s more tracing and 0.1–0.5 s more compiling at the peers'
-    settings, the same numbers)."""
+    The authors' layer map itself (``tp.layers``, explicit Euler of step dt with their post-LN),
+    the statistics taken at the saves inside the loop (no state is kept). Through ``tp.solve``'s
+    diffrax Euler the same runs traced for 0.96 s and compiled for 0.83 s at the peers' settings,
+    as a scan 0.09 and 0.37 s; float64 outputs are the same bits, float32 fractions moved by
+    round-off (diffrax's step is t_{k+1} − t_k, the layer's is dt). The (β, start) pairs are one
+    batch, so one vmap: a vmap over β of a vmap over starts batches the loops twice."""
+
+    def stats(t, x, args):
+        # float counts: one dtype for the means
+        return (tp.diagnostics.clustered_pair_fraction(x, cfg.threshold),
+                tp.diagnostics.cluster_count(x, cfg.threshold).astype(x.dtype))
 
     def one(beta, key):
         x0 = tp.uniform_sphere(key, cfg.n, cfg.d)
-        # blow-up watched at the 61 saves, not by a per-step event: diffrax traces and compiles
-        # its loop once less, and the cluster statistics leave their NaN checks to the watch
-        # (whole process at the peers' settings 8.39 -> 7.85 s)
-        return tp.solve(_dynamics(cfg, beta), x0, t1=cfg.t1, dt0=cfg.dt, solver=diffrax.Euler(),
-                        saveat=saveat, event=tp.BlowUpAtSaves()).stats
+        return tp.layers(_dynamics(cfg, beta), x0, cfg.num_layers, cfg.dt,
+                         save_every=cfg.num_layers // (cfg.num_saves - 1), fn=stats).stats
 
-    stats = jax.vmap(one)(jnp.repeat(betas, len(keys)), jnp.tile(keys, len(betas)))
-    return jax.tree.map(lambda a: a.reshape(len(betas), len(keys), *a.shape[1:]), stats)
+    frac, count = jax.vmap(one)(jnp.repeat(betas, len(keys)), jnp.tile(keys, len(betas)))
+    return tuple(a.reshape(len(betas), len(keys), -1) for a in (frac, count))
 
 
 def histogram_betas(betas) -> np.ndarray:
@@ -95,34 +116,48 @@ def histogram_betas(betas) -> np.ndarray:
     return np.unique([int(np.argmin(np.abs(betas - b))) for b in PUBLISHED_BETAS])
 
 
+def histogram_layers(cfg: PhaseDiagramConfig) -> np.ndarray:
+    """The layers of the angle histograms: the start, the layer nearest t = 7.5 (a published
+    time; t1 if earlier) and the last."""
+    return np.array([0, int(round(min(7.5, cfg.t1) / cfg.dt)), cfg.num_layers])
+
+
+def histogram_times(cfg: PhaseDiagramConfig) -> np.ndarray:
+    """The times of :func:`histogram_layers`: 0, min(7.5, t1) and t1 where those are layers, else
+    the layer's time l·dt."""
+    nominal = np.array([0.0, min(7.5, cfg.t1), cfg.t1])
+    exact = histogram_layers(cfg) * cfg.dt
+    return np.where(np.isclose(exact, nominal, rtol=1e-9, atol=0), nominal, exact)
+
+
 def _summaries(cfg: PhaseDiagramConfig, hist_rows):
     """Everything ``compute`` reports as arrays: the axes, the runs and their means over the
     batch. One compiled program: done eagerly, the axes, the keys and the reductions were a
     dozen small programs compiled one by one (about 0.8 s of a run at the peers' settings)."""
     betas = jnp.linspace(cfg.beta_min, cfg.beta_max, cfg.num_betas)
-    ts = jnp.linspace(0.0, cfg.t1, cfg.num_saves)
-    hist_ts = jnp.asarray([0.0, min(7.5, cfg.t1), cfg.t1])
+    ts = jnp.linspace(0.0, cfg.t1, cfg.num_saves)  # the saved layers' times k·dt
     keys = jax.random.split(jax.random.key(cfg.seed), cfg.batch)
-
-    def stats(t, x, args):
-        # float counts: diffrax pre-fills outputs with inf, which does not cast to int
-        return (tp.diagnostics.clustered_pair_fraction(x, cfg.threshold),
-                tp.diagnostics.cluster_count(x, cfg.threshold).astype(x.dtype))
-
-    # the same runs save the states at three times, for the angle histograms of the first start
-    saves = [diffrax.SubSaveAt(ts=ts, fn=stats)] + ([diffrax.SubSaveAt(ts=hist_ts)] if cfg.d == 2 else [])
-    (frac, count), *states = run_grid(cfg, betas, keys, diffrax.SaveAt(subs=saves))
-    return {"betas": betas, "ts": ts, "fraction": frac.mean(axis=1),
-            "fraction_sem": frac.std(axis=1) / np.sqrt(cfg.batch), "clusters": count.mean(axis=1),
-            "hist_ts": hist_ts,
-            "hist_angles": circle_angles(states[0][np.asarray(hist_rows), 0]) if states else jnp.zeros(0)}
+    frac, count = run_grid(cfg, betas, keys)
+    out = {"betas": betas, "ts": ts, "fraction": frac.mean(axis=1),
+           "fraction_sem": frac.std(axis=1) / np.sqrt(cfg.batch), "clusters": count.mean(axis=1),
+           "hist_ts": jnp.zeros(0), "hist_angles": jnp.zeros(0)}
+    if cfg.d == 2:  # the first start again at the histograms' β, kept at the histograms' layers
+        layers = histogram_layers(cfg)
+        every = int(np.gcd.reduce(layers))
+        x0 = tp.uniform_sphere(keys[0], cfg.n, cfg.d)
+        states = jax.vmap(lambda b: tp.layers(_dynamics(cfg, b), x0, cfg.num_layers, cfg.dt,
+                                              save_every=every).xs)(betas[np.asarray(hist_rows)])
+        out["hist_ts"] = jnp.asarray(histogram_times(cfg), ts.dtype)
+        out["hist_angles"] = circle_angles(states[:, layers // every])
+    return out
 
 
 CPU_COMPILER_OPTIONS = {"xla_backend_optimization_level": 1}
 """On a CPU the grid's program is compiled with LLVM at optimization level 1, not XLA's default 3:
 its systems are tiny (n = 32 tokens in d = 2), and at the peers' settings (4 β, 256 starts)
 compiling took 1.89 → 1.57 s and running 1.15 → 0.89 s on this project's 2-core CPU
-(``benchmarks/compiler_options.py``). The float32 outputs are bitwise the same there and at the
+(``benchmarks/compiler_options.py``); as the layer map (``tp.layers``, on a faster host) 1.01 → 0.84 s
+and 0.46 → 0.44 s. The float32 outputs are bitwise the same there and at the
 default size; in float64 the states move by round-off (1.4e-15 at t = 6; tested). At n = 128
 running is 4% slower, compiling still 0.4 s faster. Other platforms keep their defaults
 (unmeasured there)."""
