@@ -304,7 +304,8 @@ REGISTRY: list[Entry] = [
            Param("density", bad=OBJECT))),
     Entry("layers", lambda **kw: tp.layers(ATTN, **kw).xs, lambda: dict(x0=X.copy(), num_layers=4, step=0.1, save_every=2),
           (Param("num_layers", bad=INT_GE1 + ("huge",)), Param("step", bad=POS),
-           Param("save_every", bad=INT_GE1), Param("x0", bad=("nan", "inf", "shape", "dtype"), names=("x",)))),
+           Param("save_every", bad=INT_GE1), Param("x0", bad=("nan", "inf", "shape", "dtype"), names=("x",)),
+           Param("fn", bad=("str",)))),
     # --- diagnostics
     *[Entry(f"diagnostics.{f.__name__}", f, lambda: dict(x=X.copy(), threshold=0.9),
             (Param("threshold", bad=("nan", "inf", "big", "str", "vector"), big=2.0), X_CONCRETE))
