@@ -27,8 +27,9 @@ class Solution(eqx.Module):
             ``RESULTS.event_occurred`` when the run stopped on a non-finite state).
         nonfinite_time: end of the first solver step whose state held a NaN or inf (the run
             stops there; with ``event=tp.BlowUpAtSaves()`` the first save time, or t1, whose
-            state held one); ``inf`` when the state stayed finite, None when nothing watched it
-            (``event=None``). Saves after it are ``inf``.
+            state held one; from ``tp.layers`` the first save whose tokens held one); ``inf``
+            when the state stayed finite, None when nothing watched it (``event=None``). Saves
+            of a solve after it are ``inf``.
     """
 
     ts: jax.Array | tuple[jax.Array, ...]
