@@ -92,9 +92,9 @@ def run_grid(cfg: PhaseDiagramConfig, betas, keys):
 
     The authors' layer map itself (``tp.layers``, explicit Euler of step dt with their post-LN),
     the statistics taken at the saves inside the loop (no state is kept). Through ``tp.solve``'s
-    diffrax Euler the same runs traced for 0.96 s and compiled for 0.83 s at the peers' settings,
-    as a scan 0.09 and 0.37 s; float64 outputs are the same bits, float32 fractions moved by
-    round-off (diffrax's step is t_{k+1} − t_k, the layer's is dt). The (β, start) pairs are one
+    diffrax Euler the grid's program traced for 0.96 s and compiled for 0.83 s at the peers'
+    settings, as scans about 0.45 and 0.75 s (the histograms' run included); float64 outputs are
+    the same bits, float32 ones moved by round-off (diffrax's step is t_{k+1} − t_k, the layer's dt). The (β, start) pairs are one
     batch, so one vmap: a vmap over β of a vmap over starts batches the loops twice."""
 
     def stats(t, x, args):
