@@ -134,6 +134,14 @@ def test_layers_report_non_finite_tokens_under_jit_and_vmap():
     # finite runs pass, and report no time
     ok = jax.jit(lambda x: tp.layers(usa, x, 20, 0.01, fn=frac))(0.1 * x0)
     assert np.isinf(ok.nonfinite_time) and np.isfinite(ok.stats).all()
+    # throw=False: which run blew up, when (the first save after T = E1(|x0|²)/2 ≈ 0.11 for
+    # |x0| = 1: scipy.special.exp1(1)/2), the saves from there on inf, the others untouched
+    sweep = jax.vmap(lambda s: tp.layers(usa, s * x0, 200, 0.01, save_every=10, throw=False))(jnp.array([0.1, 1.0]))
+    t_bad = float(sweep.nonfinite_time[1])
+    assert np.isinf(sweep.nonfinite_time[0]) and 0.1097 < t_bad <= 0.1097 + 0.1 + 1e-6
+    k = int(round(t_bad / 0.1))
+    assert np.isinf(sweep.xs[1, k:]).all() and np.isfinite(sweep.xs[1, :k]).all()
+    np.testing.assert_array_equal(sweep.xs[0], tp.layers(usa, 0.1 * x0, 200, 0.01, save_every=10).xs)
     with pytest.raises(ValueError, match="fn must be a statistic fn.*got 3"):
         tp.layers(usa, x0, 2, 0.01, fn=3)
 

@@ -12,12 +12,12 @@ from .._checks import NonFiniteStateError, check_int, check_scalar, cover_finite
 from ..models.base import retract_step, step_velocity
 from .noise import Noise
 from .solution import Solution
-from .solve import as_time, saved_array
+from .solve import as_time, inf_from, saved_array
 from .states import Particles, as_state
 
 
 def layers(dynamics, x0, num_layers: int, step, *, t0=0.0, save_every: int = 1, fn=None,
-           noise: Noise | None = None, key=None) -> Solution:
+           noise: Noise | None = None, key=None, throw: bool = True) -> Solution:
     """The discrete residual Transformer: x ← retract(x + h · v(t_l, x)), t_l = t0 + l·h.
 
     This is explicit Euler with step ``h``; on the sphere it is followed by layer
@@ -28,8 +28,10 @@ def layers(dynamics, x0, num_layers: int, step, *, t0=0.0, save_every: int = 1, 
 
     Every save is watched: a NaN or inf raises :class:`~transformer_pde.NonFiniteStateError` naming
     the first such layer when the call is concrete, ``eqx.error_if`` under ``jit``/``vmap``;
-    ``Solution.nonfinite_time`` is its time (inf when the run stayed finite). A statistic's own NaN
-    check of the tokens it is handed is left to this watch.
+    with ``throw=False`` nothing is raised, ``Solution.nonfinite_time`` is its time (inf when the
+    run stayed finite) and the floating saves from it on are inf, as ``tp.solve``'s (say, which
+    β of a vmapped sweep blow up). A statistic's own NaN check of the tokens it is handed is left
+    to this watch.
 
     With ``noise=tp.Noise(σ)`` and a ``key``, the noisy residual layer (docs: math/noise.md#independent-noise):
     x ← R(x + h v(t_l, x) + σ(t_l)√h g(x, ξ_l)), ξ_l ~ N(0, I) i.i.d. per token and layer
@@ -62,7 +64,10 @@ def layers(dynamics, x0, num_layers: int, step, *, t0=0.0, save_every: int = 1, 
         noise.check(t0, x0.dtype)
     saved, flags = _layers(dynamics, x0, w, h, t0, int(num_layers), int(save_every), fn, noise, key)
     ts = t0 + h * jnp.arange(0, int(num_layers) + 1, int(save_every), dtype=x0.dtype)
-    if is_concrete(flags):
+    nonfinite_time = jnp.min(jnp.where(flags, ts, jnp.inf))
+    if not throw:
+        saved = inf_from(nonfinite_time, ts, saved)
+    elif is_concrete(flags):
         bad = np.asarray(flags)
         if bad.any():
             k = int(np.argmax(bad))
@@ -74,8 +79,7 @@ def layers(dynamics, x0, num_layers: int, step, *, t0=0.0, save_every: int = 1, 
                              "call it outside jit/vmap for the first such layer")
     xs, stats = (saved, None) if fn is None else (None, saved)
     return Solution(ts=ts, xs=xs, stats=stats, weights=w, num_steps=jnp.asarray(int(num_layers)),
-                    result=diffrax.RESULTS.successful,
-                    nonfinite_time=jnp.min(jnp.where(flags, ts, jnp.inf)))
+                    result=diffrax.RESULTS.successful, nonfinite_time=nonfinite_time)
 
 
 @eqx.filter_jit

@@ -220,7 +220,7 @@ def _solve(dynamics, state, t0, t1, dt0, ts, fn, solver, controller, adjoint, ma
         for times, flag in zip(save_ts, flags):
             stop_time = jnp.minimum(stop_time, jnp.min(jnp.where(flag, times, jnp.inf)))
         stop_time = jnp.minimum(stop_time, jnp.where(final_flag[0][0], t_end[0], jnp.inf))
-        saved = tuple(_inf_from(stop_time, times, v) for times, v in zip(save_ts, saved))
+        saved = tuple(inf_from(stop_time, times, v) for times, v in zip(save_ts, saved))
         result = diffrax.RESULTS.where(jnp.isfinite(stop_time) & (result == diffrax.RESULTS.successful),
                                        diffrax.RESULTS.event_occurred, result)
     final = (t_end[0], jax.tree.map(lambda a: a[0], final))
@@ -251,7 +251,7 @@ def _final_saver(state, check):
     return lambda t, y, args: (t, state.final_value(y), *(() if check is None else (check(y),)))
 
 
-def _inf_from(stop_time, times, saved):
+def inf_from(stop_time, times, saved):
     """``saved`` with every floating entry at a time ≥ ``stop_time`` set to inf (as diffrax pads
     the saves after an event)."""
     def mask(a):
