@@ -116,6 +116,8 @@ def test_layers_save_a_statistic_instead_of_the_states():
         x = x + h * (g - np.sum(g * x, axis=1, keepdims=True) * x)
         x = x / np.linalg.norm(x, axis=1, keepdims=True)
     np.testing.assert_allclose(out.ts, h * np.arange(0, 7, 2), atol=1e-15)
+    with pytest.raises(ValueError, match="layers fn must return arrays.*str"):
+        tp.layers(dyn, x, num_layers=2, step=h, fn=lambda t, y, args: "mean")
 
 
 def test_layers_report_non_finite_tokens_under_jit_and_vmap():

@@ -64,7 +64,7 @@ class PhaseDiagramConfig(Options):
     def validate(self):
         if not 0 <= self.beta_min <= self.beta_max:
             raise ValueError(f"need 0 <= beta_min <= beta_max, got {self.beta_min}, {self.beta_max}")
-        layers = round(self.t1 / self.dt)
+        layers = self.num_layers
         if layers < 1 or abs(layers * self.dt - self.t1) > 1e-9 * self.t1:
             raise ValueError(f"t1 = {self.t1:g} must be a whole number of layers of step dt = {self.dt:g} "
                              f"(the model is the layer map, one layer per step)")
@@ -74,6 +74,7 @@ class PhaseDiagramConfig(Options):
 
     @property
     def num_layers(self) -> int:
+        """Layers of step dt up to t1 (``validate`` makes t1/dt whole)."""
         return int(round(self.t1 / self.dt))
 
 

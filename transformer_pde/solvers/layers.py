@@ -100,7 +100,7 @@ def _layers(dynamics, x0, w, h, t0, num_layers, save_every, fn, noise, key):
         if fn is None:
             return x, flag
         cover_finiteness([x])  # the flag reports these tokens' NaN: fn's own check would repeat it
-        return jax.tree.map(saved_array, fn(t0 + h * (k * save_every), x, None)), flag
+        return jax.tree.map(lambda v: saved_array(v, "layers fn"), fn(t0 + h * (k * save_every), x, None)), flag
 
     def block(x, b):
         x, _ = jax.lax.scan(layer, x, b * save_every + jnp.arange(save_every))

@@ -354,12 +354,13 @@ class _NoiseTerm(diffrax.AbstractTerm):
         return jax.tree.map(lambda a: (vf.sigma * a).astype(a.dtype), g)
 
 
-def saved_array(value):
-    """A leaf of a ``SaveAt(fn=...)`` statistic as an array (a Python number becomes one)."""
+def saved_array(value, owner: str = "SaveAt fn"):
+    """A leaf of a statistic (``SaveAt(fn=...)``'s, or ``owner``'s) as an array (a Python number
+    becomes one)."""
     if isinstance(value, (bool, int, float, np.ndarray, np.generic, jax.Array)) and not (
             isinstance(value, (np.ndarray, np.generic)) and value.dtype == object):
         return jnp.asarray(value)
-    raise ValueError(f"SaveAt fn must return arrays (or a pytree of them), got a "
+    raise ValueError(f"{owner} must return arrays (or a pytree of them), got a "
                      f"{type(value).__name__}: {value!r}"[:300])
 
 
