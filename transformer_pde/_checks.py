@@ -23,26 +23,61 @@ def is_concrete(x) -> bool:
     return not isinstance(x, jax.core.Tracer)
 
 
+class _Marks:
+    """Traced arrays known to hold one property, so that its runtime check (an ``eqx.error_if``,
+    a host callback: a program holding one cannot be kept in JAX's persistent compilation cache)
+    is not traced again. Keyed by id, held weakly: an entry dies with its array, so a later array
+    with the same id is not in it. An array derived from a marked one (a slice, a product) is not
+    marked."""
+
+    def __init__(self):
+        self._refs: dict[int, weakref.ref] = {}
+
+    def mark(self, arrays) -> None:
+        for a in arrays:
+            if not is_concrete(a):
+                key = id(a)
+                self._refs[key] = weakref.ref(a, lambda ref, key=key: self._refs.get(key) is ref
+                                              and self._refs.pop(key))
+
+    def holds(self, x) -> bool:
+        ref = self._refs.get(id(x))
+        return ref is not None and ref() is x
+
+
 # Traced arrays whose NaN or inf is already reported: the output of a finiteness check (its
-# values are the checked ones) or tokens a blow-up watch flags (tp.solve's saves). Checking them
-# again would add tracing and a runtime callback, and under a watch a vaguer message. Keyed by
-# id, held weakly: an entry dies with its array, so a later array with the same id is not in it.
-_COVERED: dict[int, weakref.ref] = {}
+# values are the checked ones), tokens a blow-up watch flags (tp.solve's and tp.layers' saves,
+# tp.layers' start). Checking them again would add tracing and a runtime callback, and under a
+# watch a vaguer message.
+_FINITENESS_REPORTED = _Marks()
+# Traced tokens that are unit rows by construction (a normalization's output): the sphere's
+# start check |x_i| = 1 has nothing to find in them.
+_UNIT_ROWS = _Marks()
 
 
 def cover_finiteness(arrays) -> None:
     """Mark these traced arrays as ones whose NaN or inf something already reports:
     :func:`check_finite` passes them through. An array derived from them (a slice, a product)
     is checked as usual."""
-    for a in arrays:
-        if not is_concrete(a):
-            key = id(a)
-            _COVERED[key] = weakref.ref(a, lambda ref, key=key: _COVERED.get(key) is ref and _COVERED.pop(key))
+    _FINITENESS_REPORTED.mark(arrays)
 
 
 def is_covered(x) -> bool:
-    ref = _COVERED.get(id(x))
-    return ref is not None and ref() is x
+    """Whether the traced ``x`` is marked by :func:`cover_finiteness`."""
+    return _FINITENESS_REPORTED.holds(x)
+
+
+def mark_unit_rows(x):
+    """Mark traced tokens ``x`` as unit rows by construction (``x/|x|`` row by row): the sphere's
+    runtime check of |x_i| = 1 passes them through (a NaN row is the finiteness check's). Returns
+    ``x``."""
+    _UNIT_ROWS.mark([x])
+    return x
+
+
+def has_unit_rows(x) -> bool:
+    """Whether the traced ``x`` is marked by :func:`mark_unit_rows`."""
+    return _UNIT_ROWS.holds(x)
 
 
 def _first_bad(mask: np.ndarray) -> tuple:
@@ -305,6 +340,8 @@ def check_real(x, name: str, *, positive: bool = False, nonnegative: bool = Fals
             raise ValueError(f"{name} must be finite{cond}, but {name}[{', '.join(map(str, i))}] = "
                              f"{a[i]!r}")
         return x
+    if not (positive or nonnegative or integer) and is_covered(x):
+        return x  # its NaN or inf is reported elsewhere (cover_finiteness)
     v = jnp.asarray(x)
     if not jnp.issubdtype(v.dtype, jnp.floating):
         bad = jnp.asarray(False)

@@ -9,6 +9,7 @@ import pytest
 import reference as ref
 
 import transformer_pde as tp
+from transformer_pde import _checks
 
 
 def _random_attention(seed=0, d=3, beta=0.8):
@@ -146,6 +147,33 @@ def test_layers_report_non_finite_tokens_under_jit_and_vmap():
     np.testing.assert_array_equal(sweep.xs[0], tp.layers(usa, 0.1 * x0, 200, 0.01, save_every=10).xs)
     with pytest.raises(ValueError, match="fn must be a statistic fn.*got 3"):
         tp.layers(usa, x0, 2, 0.01, fn=3)
+
+
+def test_layers_on_a_normalized_start_hold_no_runtime_check():
+    """A traced start that is a normalization (tp.uniform_sphere, tp.normalize) needs no runtime
+    check of |x_i| = 1 and, with throw=False, its NaN is the watch's (nonfinite_time = t0): such a
+    program holds no host callback (JAX can keep it in its persistent cache). Any other traced
+    start is still checked at run time, off the sphere or NaN."""
+    dyn = tp.PostLN(tp.SoftmaxAttention.identity(2, 3.0))
+    runtime_errors = (eqx.EquinoxRuntimeError, jax.errors.JaxRuntimeError)
+
+    def run(start, throw=False):
+        return jax.jit(lambda k: tp.layers(dyn, start(k), 4, 0.1, throw=throw))
+
+    key = jax.random.key(0)
+    start = lambda k: tp.uniform_sphere(k, 5, 2)  # noqa: E731
+    assert "callback" not in run(start).lower(key).as_text()
+    np.testing.assert_allclose(run(start)(key).xs, tp.layers(dyn, start(key), 4, 0.1).xs, rtol=1e-13)  # eager
+    # tp.normalize's output is marked too (its own checks of its input stay)
+    marked = []
+    jax.jit(lambda y: marked.append(_checks.has_unit_rows(tp.normalize(y))) or y)(jnp.ones((3, 2)))
+    assert marked == [True]
+    with pytest.raises(runtime_errors, match="must lie on the unit sphere"):
+        run(lambda k: 2.0 * tp.uniform_sphere(k, 5, 2))(key)  # scaled: no longer a normalization
+    nan_start = lambda k: tp.uniform_sphere(k, 5, 2).at[1, 0].set(jnp.nan)  # noqa: E731
+    assert float(run(nan_start)(key).nonfinite_time) == 0.0
+    with pytest.raises(runtime_errors, match="non-finite"):
+        run(nan_start, throw=True)(key)
 
 
 @pytest.mark.slow

@@ -12,7 +12,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from .._checks import (as_float_array, check_count, check_finite, check_int, check_key, check_points, check_scalar,
-                       cover_finiteness, is_concrete, is_covered)
+                       cover_finiteness, has_unit_rows, is_concrete, is_covered,
+                       mark_unit_rows)
 from .._types import Points, PointsLike
 from .base import (
     AbstractDynamics,
@@ -55,7 +56,7 @@ def normalize(x: PointsLike) -> Points:
             raise ValueError(f"x must have no zero row (a zero token has no direction), but x[{int(np.argmax(zero))}] = 0")
     else:
         norms = eqx.error_if(norms, jnp.any(norms == 0), "x must have no zero row (a zero token has no direction)")
-    return x / norms
+    return mark_unit_rows(x / norms)
 
 
 TOKEN_RADIUS = 1.25
@@ -172,12 +173,18 @@ def unit_tolerance(dtype) -> float:
 
 
 def check_unit_points(x, name: str, dim):
-    """Tokens ``(n, d)`` on the unit sphere S^{d-1}, d >= 2 (the norms are checked when concrete)."""
+    """Tokens ``(n, d)`` on the unit sphere S^{d-1}, d >= 2: the norms checked now when concrete,
+    through ``eqx.error_if`` when traced, unless the tokens are a normalization's output
+    (``mark_unit_rows``: :func:`normalize`, :func:`uniform_sphere`), whose norms are 1 by
+    construction."""
+    unit = has_unit_rows(x)
     x = check_points(x, name, dim)
     if x.shape[1] < 2:
         raise ValueError(f"{name}: the sphere S^{{d-1}} needs d >= 2, got d={x.shape[1]}")
     tol = unit_tolerance(x.dtype)
     if not is_concrete(x):
+        if unit:
+            return mark_unit_rows(x)
         dev = jnp.max(jnp.abs(jnp.linalg.norm(x, axis=-1) - 1))
         out = eqx.error_if(x, dev > tol, f"{name} must lie on the unit sphere (|{name}_i| = 1 within "
                                          f"{tol:.2g}); use tp.normalize({name}) first")
@@ -246,7 +253,7 @@ def uniform_sphere(key, n: int, d: int, dtype=None) -> Points:
     d = check_int(d, "d", minimum=2)
     check_key(key, "key")
     dtype = dtype or jnp.result_type(float)
-    return unchecked_normalize(jax.random.normal(key, (n, d), dtype=dtype))
+    return mark_unit_rows(unchecked_normalize(jax.random.normal(key, (n, d), dtype=dtype)))
 
 
 def cap_sample(key, center, n: int, spread: float) -> Points:

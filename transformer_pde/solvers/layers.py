@@ -31,7 +31,11 @@ def layers(dynamics, x0, num_layers: int, step, *, t0=0.0, save_every: int = 1, 
     with ``throw=False`` nothing is raised, ``Solution.nonfinite_time`` is its time (inf when the
     run stayed finite) and the floating saves from it on are inf, as ``tp.solve``'s (say, which
     β of a vmapped sweep blow up). A statistic's own NaN check of the tokens it is handed is left
-    to this watch.
+    to this watch, and so is a traced start's (a concrete one is checked first): under
+    ``throw=False`` a NaN start is ``nonfinite_time = t0``. A traced call whose dynamics are built
+    from concrete values, whose start is a normalization (``tp.uniform_sphere``, ``tp.normalize``)
+    and with ``throw=False`` holds no host callback, so its program can be kept in JAX's
+    persistent compilation cache.
 
     With ``noise=tp.Noise(σ)`` and a ``key``, the noisy residual layer (docs: math/noise.md#independent-noise):
     x ← R(x + h v(t_l, x) + σ(t_l)√h g(x, ξ_l)), ξ_l ~ N(0, I) i.i.d. per token and layer
@@ -39,6 +43,8 @@ def layers(dynamics, x0, num_layers: int, step, *, t0=0.0, save_every: int = 1, 
     (ξ itself; its tangent part on :class:`~transformer_pde.Sphere`): Euler–Maruyama, then the
     layer's normalization.
     """
+    if isinstance(x0, jax.Array) and not is_concrete(x0):
+        cover_finiteness([x0])  # the watch flags the start (save 0): no check of its own to trace
     state = as_state(dynamics, x0)
     if not isinstance(state, Particles):
         raise ValueError(f"layers moves tokens: pass an (n, d) array or tp.Particles, got "
@@ -75,8 +81,8 @@ def layers(dynamics, x0, num_layers: int, step, *, t0=0.0, save_every: int = 1, 
                 f"layers: the tokens became non-finite (NaN or inf) by layer {k * int(save_every)} "
                 f"(t = {float(ts[k]):.6g}); the step or the parameters are too large")
     else:
-        saved = eqx.error_if(saved, jnp.any(flags), "layers: the tokens became non-finite (NaN or inf); "
-                             "call it outside jit/vmap for the first such layer")
+        saved = eqx.error_if(saved, jnp.any(flags), "layers: the tokens became non-finite (NaN or inf; "
+                             "the start is save 0); call it outside jit/vmap for the first such layer")
     xs, stats = (saved, None) if fn is None else (None, saved)
     return Solution(ts=ts, xs=xs, stats=stats, weights=w, num_steps=jnp.asarray(int(num_layers)),
                     result=diffrax.RESULTS.successful, nonfinite_time=nonfinite_time)

@@ -25,7 +25,7 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 
-from ..._checks import check_count, check_points, check_scalar, check_weights
+from ..._checks import check_count, check_points, check_scalar, check_weights, cover_finiteness
 from ..._linalg import symmetrize
 from ..._types import Param, Points, PointsLike, Queries, QueriesLike, Weights, WeightsLike
 from ...kernels.backends import AbstractBackend, KernelReport
@@ -90,6 +90,7 @@ class AbstractBilinearAttention(AbstractAttention):
         """Q = K = V = I_d: the SA (softmax) and USA (unnormalized) models of GLPR
         (docs: math/sphere.md#the-projected-flow)."""
         eye = jnp.eye(check_count(d, f"{cls.__name__}.identity d", minimum=1), dtype=dtype)
+        cover_finiteness([eye])  # finite by construction: no runtime check of it under jit
         return cls(eye, eye, eye, beta, **kwargs)
 
     @property
