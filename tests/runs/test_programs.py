@@ -1,0 +1,89 @@
+"""Traced programs kept on disk (runs/programs.py, issue 24): a later call loads the program
+instead of tracing it and runs the same bits; the key changes with everything tracing reads; a
+damaged file is traced again; a program holding a host callback is compiled but not kept."""
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from transformer_pde.runs import programs
+
+TRACED = []
+
+
+def _program(scale, x):
+    TRACED.append(scale)  # runs only while tracing
+    return jnp.sum(jnp.sin(scale * x)), jnp.cumsum(x)
+
+
+def _checked(x):
+    return eqx.error_if(x, jnp.any(x < 0), "x must be >= 0")
+
+
+@pytest.fixture
+def store(tmp_path, monkeypatch):
+    monkeypatch.setattr(programs, "program_dir", lambda: tmp_path / "programs")
+    TRACED.clear()
+    return tmp_path / "programs"
+
+
+def test_a_later_call_loads_the_program_instead_of_tracing_it(store):
+    x = jnp.linspace(0.0, 1.0, 7)
+    first = programs.lower_program(_program, (2.0,), (x,)).compile()(x)
+    assert TRACED == [2.0] and len(list(store.iterdir())) == 1
+    second = programs.lower_program(_program, (2.0,), (x,)).compile()(x)
+    assert TRACED == [2.0]  # loaded, not traced
+    for a, b in zip(first, second):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+    xn = np.linspace(0.0, 1.0, 7)
+    np.testing.assert_allclose(float(second[0]), np.sin(2.0 * xn).sum(), rtol=1e-14)
+    np.testing.assert_allclose(np.asarray(second[1]), np.cumsum(xn), rtol=1e-14)
+    programs.lower_program(_program, (3.0,), (x,)).compile()(x)  # another static value: traced
+    assert TRACED == [2.0, 3.0] and len(list(store.iterdir())) == 2
+
+
+def test_the_key_changes_with_what_tracing_reads(monkeypatch):
+    x = jnp.zeros(5)
+    key = programs.program_key(_program, (2.0,), (x,))
+    assert programs.program_key(_program, (2.0,), (x,)) == key
+    assert programs.program_key(_program, (2.5,), (x,)) != key  # a static argument
+    assert programs.program_key(_program, (2.0,), (jnp.zeros(6),)) != key  # a shape
+    assert programs.program_key(_program, (2.0,), (x.astype(jnp.float32),)) != key  # a dtype
+    with jax.enable_x64(False):  # JAX's configuration
+        assert programs.program_key(_program, (2.0,), (x,)) != key
+    monkeypatch.setenv("EQX_ON_ERROR", "nan")  # Equinox reads it when tracing
+    assert programs.program_key(_program, (2.0,), (x,)) != key
+    monkeypatch.delenv("EQX_ON_ERROR")
+    monkeypatch.setattr(programs, "_source_digest", lambda: "edited")  # the package's source
+    assert programs.program_key(_program, (2.0,), (x,)) != key
+
+
+def test_closures_and_unstable_static_arguments_are_refused(store):
+    x = jnp.zeros(3)
+    with pytest.raises(ValueError, match="module-level function"):
+        programs.lower_program(lambda x: x + 1, (), (x,))
+    with pytest.raises(ValueError, match="no stable repr"):
+        programs.lower_program(_program, (object(),), (x,))
+
+
+def test_a_damaged_file_is_traced_again_and_replaced(store):
+    x = jnp.arange(4.0)
+    programs.lower_program(_program, (1.0,), (x,))
+    (path,) = store.iterdir()
+    path.write_bytes(b"not a program")
+    out = programs.lower_program(_program, (1.0,), (x,)).compile()(x)
+    assert TRACED == [1.0, 1.0]
+    np.testing.assert_allclose(float(out[0]), np.sin(np.arange(4.0)).sum(), rtol=1e-14)
+    programs.lower_program(_program, (1.0,), (x,))
+    assert TRACED == [1.0, 1.0]  # the replacement loads
+
+
+def test_a_program_with_a_host_callback_runs_and_is_not_kept(store):
+    x = jnp.arange(3.0)
+    program = programs.lower_program(_checked, (), (x,)).compile()
+    np.testing.assert_array_equal(np.asarray(program(x)), np.arange(3.0))
+    with pytest.raises(Exception, match="x must be >= 0"):
+        jax.block_until_ready(program(-x - 1))
+    assert not store.exists() or not any(store.iterdir())

@@ -1,0 +1,140 @@
+"""Traced programs kept on disk beside the compile cache: a second run neither traces nor compiles.
+
+JAX's persistent compilation cache (:mod:`.compile_cache`) skips XLA, not tracing: a small
+experiment still traces for about half a second in every process. :func:`lower_program` keeps
+the traced program itself (its StableHLO, serialized by ``jax.export``) under a key naming
+everything tracing reads, and a later process with the same key loads it instead of tracing:
+
+* the program: a module-level function, the ``repr`` of its static arguments (an experiment's
+  frozen config) and the shapes and dtypes of its array arguments;
+* the code it traces: this package's source (every ``.py`` file, hashed) and the versions of
+  JAX, jaxlib and the libraries the package traces through;
+* JAX's configuration (``jax.config.values``: x64, matmul precision, PRNG, ...), the
+  ``EQX_*`` environment variables (Equinox reads them when tracing) and the platform.
+
+Both runs compile and run the exported program (the first exports, then calls it), so their
+numbers are the same bits. Programs are kept when JAX's compilation cache is on (the CLI turns
+it on; ``--compile-cache off`` turns both off), in ``<cache>/programs``, written atomically; an
+unreadable file is traced again and replaced. A program holding a host callback (a runtime
+check, ``eqx.error_if``) cannot be serialized: it is lowered as before and not kept, as JAX's
+compilation cache does not keep its executable.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import importlib.metadata
+import os
+import sys
+import tempfile
+from pathlib import Path
+
+__all__ = ["lower_program", "program_dir", "program_key"]
+
+TRACED_THROUGH = ("jax", "jaxlib", "equinox", "diffrax", "optimistix", "lineax", "ott-jax",
+                  "jax-finufft", "numpy")
+"""The distributions whose code a traced program of this package can hold."""
+
+
+@functools.cache
+def _source_digest() -> str:
+    """SHA-256 of this package's Python source, path by path (about 5 ms, once per process)."""
+    root = Path(__file__).resolve().parent.parent
+    h = hashlib.sha256()
+    for path in sorted(root.rglob("*.py")):
+        h.update(path.relative_to(root).as_posix().encode() + b"\0" + path.read_bytes() + b"\0")
+    return h.hexdigest()
+
+
+def _version(dist: str) -> str:
+    try:
+        return importlib.metadata.version(dist)
+    except importlib.metadata.PackageNotFoundError:
+        return "absent"
+
+
+def program_key(fn, static: tuple, args: tuple) -> str:
+    """The key a program is kept under (see the module docstring); ``fn`` must be a module-level
+    function (a closure's captured values are not in its source), ``static`` reprs without
+    object addresses (else they would never match), ``args`` arrays."""
+    import jax
+
+    name = f"{fn.__module__}.{fn.__qualname__}"
+    if "<" in fn.__qualname__:
+        raise ValueError(f"lower_program needs a module-level function, got {name}: what a closure or "
+                         f"lambda captures is not in the key")
+    static_repr = repr(static)
+    if " at 0x" in static_repr:
+        raise ValueError(f"lower_program: the static arguments of {name} have no stable repr: {static_repr[:200]}")
+    parts = [
+        name, static_repr,
+        repr([(tuple(a.shape), str(a.dtype), bool(getattr(a, "weak_type", False))) for a in args]),
+        _source_digest(),
+        repr([(d, _version(d)) for d in TRACED_THROUGH]), sys.version.split()[0],
+        repr(sorted((k, repr(v)) for k, v in jax.config.values.items())),
+        repr(sorted((k, v) for k, v in os.environ.items() if k.startswith("EQX_"))),
+        jax.default_backend(), repr(sorted({d.device_kind for d in jax.devices()})),
+    ]
+    return hashlib.sha256("\n".join(parts).encode()).hexdigest()
+
+
+def program_dir() -> Path | None:
+    """``<compile cache>/programs``, or None when JAX's compilation cache is off."""
+    import jax
+
+    cache = jax.config.values.get("jax_compilation_cache_dir")
+    return Path(cache) / "programs" if cache else None
+
+
+def lower_program(fn, static: tuple = (), args: tuple = (), *, compiler_options=None):
+    """``jax.stages.Lowered`` of ``fn(*static, *args)`` (``static`` hashable, not traced),
+    through the program kept on disk under :func:`program_key` when there is one; else traced,
+    exported, kept, then lowered from the export (so every run runs the same program)."""
+    import jax
+
+    jit = functools.partial(jax.jit, compiler_options=compiler_options)
+    directory = program_dir()
+    if directory is None:
+        return jit(fn, static_argnums=tuple(range(len(static)))).trace(*static, *args).lower()
+    path = directory / f"{fn.__name__}-{program_key(fn, static, args)}.jaxexport"
+    exported = _load(path)
+    if exported is None:
+        traced = jax.jit(functools.partial(fn, *static))
+        try:
+            exported = jax.export.export(traced)(*args)
+        except NotImplementedError as e:  # a host callback (a runtime check) cannot be serialized
+            if "host_callbacks" not in str(e):
+                raise
+            return jit(fn, static_argnums=tuple(range(len(static)))).trace(*static, *args).lower()
+        _save(path, exported.serialize())
+    return jit(exported.call).trace(*args).lower()
+
+
+def _load(path: Path):
+    import jax
+
+    try:
+        data = path.read_bytes()
+    except OSError:
+        return None
+    try:
+        return jax.export.deserialize(bytearray(data))
+    except Exception:  # noqa: BLE001 - a damaged file is traced again and replaced
+        return None
+
+
+def _save(path: Path, data: bytes | bytearray) -> None:
+    """Write atomically (a reader sees the whole file or none); a run never fails for its cache."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+        try:
+            with os.fdopen(fd, "wb") as f:
+                f.write(data)
+            os.replace(tmp, path)
+        except BaseException:
+            os.unlink(tmp)
+            raise
+    except OSError:
+        pass
