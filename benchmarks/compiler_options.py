@@ -83,7 +83,7 @@ def main(argv=None) -> dict:
 
         def make(options):
             def one(beta, x, q, k):
-                return scheme.states(normalization.attention(q, k, beta, False), x, cfg.num_layers, cfg.step)
+                return scheme.run(normalization.attention(q, k, beta, False), x, cfg.num_layers, cfg.step).xs
             return jax.jit(jax.vmap(one, in_axes=(None, 0, 0, 0)), compiler_options=options)
 
         report.update(_compare(f"normalization post-LN states (d = {cfg.d}, n = {cfg.n}, {cfg.heads} heads, "

@@ -152,6 +152,21 @@ def test_phase_diagram_cpu_compiler_options_move_numbers_by_round_off_at_most():
 
 
 @pytest.mark.slow
+def test_phase_diagram_reports_a_non_finite_run_by_beta_and_start():
+    """The grid's program reports a NaN as a value (no runtime check inside, so it can be kept):
+    compute raises naming the first bad (β, start), or the histograms' run."""
+    from transformer_pde.experiments.phase_diagram import raise_if_nonfinite
+
+    betas, never = np.array([1.0, 5.0]), np.full((2, 3), np.inf)
+    raise_if_nonfinite(never, betas, np.full(2, np.inf))  # every run finite
+    bad = never.copy()
+    bad[1, 2], bad[1, 0] = 4.5, 6.0
+    with pytest.raises(tp.NonFiniteStateError, match=r"by t = 6 at beta = 5, start 0 \(2 of 6 runs\)"):
+        raise_if_nonfinite(bad, betas, np.full(2, np.inf))
+    with pytest.raises(tp.NonFiniteStateError, match=r"histograms' run .* by t = 0.3"):
+        raise_if_nonfinite(never, betas, np.array([np.inf, 0.3]))
+
+
 def test_phase_diagram_default_size():
     exp = get("phase-diagram")
     res = exp.compute(exp.make_config(), False)
@@ -314,6 +329,8 @@ def test_configs_reject_bad_values():
         get("phase-diagram").make_config(t1=1.0, dt=0.3)
     with pytest.raises(ValueError, match=r"num_saves = 8 must fall on layers.*the 300 layers.*num_saves = 7\)"):
         get("phase-diagram").make_config(num_saves=8)
+    with pytest.raises(ValueError, match=r"option beta_max must be finite, got inf"):
+        get("phase-diagram").make_config(beta_max=float("inf"))  # the program trusts the grid finite
     with pytest.raises(ValueError, match="top_ratio"):
         get("rd-spectrum").make_config(top_ratio=1.5)
     with pytest.raises(ValueError, match=r"option indefinite_d2: item 0 \('a'\) must be a number"):

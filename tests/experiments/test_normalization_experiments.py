@@ -269,7 +269,8 @@ def test_depth_statistics_in_batches_of_draws_match_numpy():
     rng = np.random.default_rng(0)
     S, L1, n, d, h, thr = STATISTICS_BATCH + 3, 5, 6, 3, 0.1, 0.5
     xs = rng.standard_normal((S, L1, n, d)) * rng.uniform(0.5, 2.0, (S, L1, n, 1))
-    frac, speed, radius = (np.asarray(a) for a in depth_statistics(jnp.asarray(xs), h, thr))
+    frac, speed, radius, bad = (np.asarray(a) for a in depth_statistics(jnp.asarray(xs), h, thr))
+    assert not bad.any()
     r = np.linalg.norm(xs, axis=-1)
     th = xs / r[..., None]
     gram = np.einsum("slid,sljd->slij", th, th)
@@ -278,6 +279,10 @@ def test_depth_statistics_in_batches_of_draws_match_numpy():
     np.testing.assert_allclose(speed[:, 1:], np.linalg.norm(np.diff(th, axis=1), axis=-1).mean(-1) / h, rtol=1e-12)
     assert np.isnan(speed[:, 0]).all()
     np.testing.assert_allclose(radius, r.mean(-1), rtol=1e-12)
+    # a zero token has no direction: flagged for its draw only (a NaN the statistics cannot see)
+    xs[STATISTICS_BATCH + 1, 2, 3] = 0.0
+    np.testing.assert_array_equal(np.asarray(depth_statistics(jnp.asarray(xs), h, thr)[3]),
+                                  np.arange(S) == STATISTICS_BATCH + 1)
 
 
 def test_normalization_second_compute_compiles_nothing():
@@ -301,3 +306,28 @@ def test_normalization_second_compute_compiles_nothing():
         jax.monitoring.unregister_event_duration_listener(listen)
     assert compiles == []
     np.testing.assert_array_equal(second["fraction"], first["fraction"])
+
+
+def test_normalization_checks_its_draws_and_reports_non_finite_runs():
+    """The states' program holds no runtime check (so it can be kept): the draws are checked
+    before it (finite, unit starts), and a NaN it reports as a value is raised naming the scheme,
+    mask, β and draw."""
+    from transformer_pde.experiments.normalization import check_draws, raise_if_nonfinite
+
+    cfg = get("normalization").make_config(seeds=3, n=4, d=3, heads=2)
+    x0, Q, K = draws(cfg)
+    check_draws(x0, Q, K, np.float32)
+    Q[1, 0, 2, 1] = np.nan
+    with pytest.raises(ValueError, match=r"the draw Q holds NaN or inf at \(1, 0, 2, 1\)"):
+        check_draws(x0, Q, K, np.float32)
+    with pytest.raises(ValueError, match=r"the start x0\[2, 3\] is off the unit sphere by 0.01"):
+        check_draws(x0 * np.where(np.arange(4) == 3, 1.01, 1.0)[:, None] * (np.arange(3) == 2)[:, None, None]
+                    + x0 * (np.arange(3) != 2)[:, None, None], K, K, np.float32)
+    with pytest.raises(ValueError, match=r"option betas: item 1 \(inf\) must be finite"):  # trusted by the program
+        get("normalization").make_config(betas=(1.0, float("inf")))
+    never = np.full(3, np.inf)
+    raise_if_nonfinite(never, np.zeros(3, bool), "ngpt", "causal", 5.0)
+    with pytest.raises(tp.NonFiniteStateError, match=r"scheme ngpt, mask causal, beta = 5: the tokens of draw 1 .* t = 2.5"):
+        raise_if_nonfinite(np.array([np.inf, 2.5, 1.0]), np.zeros(3, bool), "ngpt", "causal", 5.0)
+    with pytest.raises(tp.NonFiniteStateError, match="draw 2 reached a zero token"):
+        raise_if_nonfinite(never, np.array([False, False, True]), "pre-ln", "none", 1.0)

@@ -1,6 +1,9 @@
 """Traced programs kept on disk (runs/programs.py, issue 24): a later call loads the program
 instead of tracing it and runs the same bits; the key changes with everything tracing reads; a
-damaged file is traced again; a program holding a host callback is compiled but not kept."""
+damaged file is traced again; a program holding a host callback is compiled but not kept; the
+experiments whose second run this is for hold no host callback."""
+
+import re
 
 import equinox as eqx
 import jax
@@ -87,3 +90,28 @@ def test_a_program_with_a_host_callback_runs_and_is_not_kept(store):
     with pytest.raises(Exception, match="x must be >= 0"):
         jax.block_until_ready(program(-x - 1))
     assert not store.exists() or not any(store.iterdir())
+
+
+def _callbacks(lowered) -> int:
+    return len(re.findall(r"callback", lowered.as_text()))
+
+
+def test_the_experiments_programs_hold_no_host_callback():
+    """What lets their programs be kept (and JAX's cache keep their executables): phase-diagram's
+    grid and every normalization scheme's states, with and without the causal mask."""
+    from transformer_pde.experiments import normalization, phase_diagram
+
+    cfg = phase_diagram.PhaseDiagramConfig(batch=3, num_betas=4, t1=3.0, num_saves=4)
+    rows = tuple(int(r) for r in phase_diagram.histogram_betas(np.linspace(1.0, 9.0, 4)))
+    assert _callbacks(jax.jit(phase_diagram._summaries, static_argnums=(0, 1)).trace(cfg, rows).lower()) == 0
+    ncfg = normalization.NormalizationConfig(seeds=2, n=5, d=3, heads=2, t1=0.3, betas=(1.0,))
+    S, H, n, d = ncfg.seeds, ncfg.heads, ncfg.n, ncfg.d
+    args = [jax.ShapeDtypeStruct(s, jnp.float64) for s in ((), (S, n, d), (S, H, d, d), (S, H, d, d))]
+    for causal in (False, True):
+        for index, name in enumerate(ncfg.schemes):
+            lowered = jax.jit(normalization.scheme_states, static_argnums=(0, 1, 2)).trace(
+                ncfg, index, causal, *args).lower()
+            assert _callbacks(lowered) == 0, (name, causal)
+    lowered = jax.jit(normalization.depth_statistics_program, static_argnums=(0, 1)).trace(
+        0.1, 0.999, jax.ShapeDtypeStruct((S, 4, n, d), jnp.float64)).lower()
+    assert _callbacks(lowered) == 0

@@ -63,6 +63,7 @@ from annotated_types import Ge, Gt, Interval
 import transformer_pde as tp
 
 from .._lazy import jax, jnp
+from ..runs.programs import lower_program
 from ..runs.result import Result, grid
 from ._base import Experiment, register
 from ._options import Options
@@ -140,9 +141,10 @@ class LayerScheme:
     wrap: Callable
     """attention -> the scheme's dynamics (e.g. ``tp.PreLN``)."""
 
-    def states(self, attention, x0, num_layers: int, step: float):
-        """The L + 1 states (input included), shape ``(L + 1, n, d)``."""
-        return tp.layers(self.wrap(attention), x0, num_layers, step).xs
+    def run(self, attention, x0, num_layers: int, step: float) -> tp.Solution:
+        """The L + 1 states (input included, ``xs`` of shape ``(L + 1, n, d)``) and when they became
+        NaN or inf (``nonfinite_time``, inf when never: ``throw=False``, a value to raise on)."""
+        return tp.layers(self.wrap(attention), x0, num_layers, step, throw=False)
 
 
 def make_schemes(cfg: NormalizationConfig) -> tuple:
@@ -177,10 +179,14 @@ def attention(Q, K, beta, causal: bool):
     """H heads averaged: V = I and W = I/H shared by the heads (the authors' ``M2 += A_head /
     n_heads``), so the heads' weights are summed before they meet the tokens; the causal mask
     (token i attends to j <= i) is :class:`CausalMultiHeadAttention`."""
+    from .._checks import cover_finiteness
+
     H, d = Q.shape[0], Q.shape[-1]
     eye = jnp.eye(d, dtype=Q.dtype)
     heads = tp.CausalMultiHeadAttention if causal else tp.MultiHeadAttention
-    return heads(Q, K, eye, eye / H, beta)
+    V, W = eye, eye / H
+    cover_finiteness([V, W])  # finite by construction: no runtime check under jit
+    return heads(Q, K, V, W, beta)
 
 
 STATISTICS_BATCH = 8
@@ -189,34 +195,96 @@ STATISTICS_BATCH = 8
 
 def depth_statistics(xs, step, threshold):
     """Per layer, for a batch of runs ``(S, L + 1, n, d)``: P(clustered pair) and mean |x|, and the
-    token speed mean_i |θ_i(l) − θ_i(l − 1)|/h (NaN at l = 0); each ``(S, L + 1)``. Compiled once
-    per run (``compute`` jits it) for every scheme (the schemes differ in their layers, not in
-    their states' shape)."""
+    token speed mean_i |θ_i(l) − θ_i(l − 1)|/h (NaN at l = 0); each ``(S, L + 1)``; and per run
+    whether a direction θ = x/|x| was NaN or inf (a zero token; the states' own NaN is the layers'
+    report), ``(S,)``. Compiled once per run for every scheme (:func:`statistics_program`; the
+    schemes differ in their layers, not in their states' shape)."""
+
+    from .._checks import cover_finiteness
 
     def one(x):  # (L + 1, n, d)
         r = jnp.linalg.norm(x, axis=-1)
         theta = x / r[..., None]
-        fraction = jax.vmap(lambda y: tp.diagnostics.clustered_pair_fraction(y, threshold))(theta)
+        bad = ~jnp.all(jnp.isfinite(theta))
+
+        def pairs(y):  # one layer's directions
+            cover_finiteness([y])  # a NaN is reported by ``bad``: no runtime check of its own
+            return tp.diagnostics.clustered_pair_fraction(y, threshold)
+
+        fraction = jax.vmap(pairs)(theta)
         speed = jnp.mean(jnp.linalg.norm(jnp.diff(theta, axis=0), axis=-1), axis=-1) / step
-        return fraction, jnp.concatenate([jnp.full((1,), jnp.nan, speed.dtype), speed]), jnp.mean(r, axis=-1)
+        return (fraction, jnp.concatenate([jnp.full((1,), jnp.nan, speed.dtype), speed]),
+                jnp.mean(r, axis=-1), bad)
 
     # a few draws at a time: every draw's Gram matrices and unit tokens at once were the run's
     # largest buffers (the run's peak memory 835 -> 552 MiB at the peers' settings: benchmarks/README.md)
     return jax.lax.map(one, xs, batch_size=STATISTICS_BATCH)
 
 
-@functools.lru_cache(maxsize=16)
-def scheme_states(cfg: NormalizationConfig, index: int, causal: bool):
-    """``f(beta, x0, Q, K)``: the states ``(S, L + 1, n, d)`` of every draw under the config's scheme
-    ``index``, compiled once (β is an argument, not a constant) and kept: a later ``compute`` with
-    the same config in the same process compiles nothing (a new function per call compiled the
-    two schemes' programs again, 0.25 s each at the peers' settings)."""
+def scheme_states(cfg: NormalizationConfig, index: int, causal: bool, beta, x0, Q, K):
+    """The states ``(S, L + 1, n, d)`` of every draw under the config's scheme ``index`` and when
+    each became NaN or inf, ``(S,)`` (traced by :func:`scheme_program`).
+
+    It holds no runtime check (a host callback, which keeps a program out of JAX's persistent
+    compilation cache and out of :mod:`~transformer_pde.runs.programs`): the config's β are checked
+    finite (``Options``) and ``compute`` checks the draws before (:func:`check_draws`), V = I and
+    W = I/H are finite by construction, the starts' norms are the draws', and the layers report a
+    NaN as a value (``throw=False``) that ``compute`` raises on."""
+    from .._checks import cover_finiteness, mark_unit_rows
+
     scheme = make_schemes(cfg)[index]
+    cover_finiteness([beta])  # a config's β: checked finite (Options)
 
-    def one(beta, x, q, k):
-        return scheme.states(attention(q, k, beta, causal), x, cfg.num_layers, cfg.step)
+    def one(x, q, k):
+        cover_finiteness([q, k])  # the draws: checked by compute (check_draws)
+        sol = scheme.run(attention(q, k, beta, causal), mark_unit_rows(x), cfg.num_layers, cfg.step)
+        return sol.xs, sol.nonfinite_time
 
-    return jax.jit(jax.vmap(one, in_axes=(None, 0, 0, 0)))
+    return jax.vmap(one)(x0, Q, K)
+
+
+@functools.lru_cache(maxsize=16)
+def scheme_program(cfg: NormalizationConfig, index: int, causal: bool, dtype):
+    """:func:`scheme_states` compiled for the config's draws in ``dtype`` (β an argument, not a
+    constant), kept: a later ``compute`` with the same config in the same process compiles
+    nothing (a new function per call compiled the two schemes' programs again, 0.25 s each at the
+    peers' settings), and a later process loads the traced program
+    (:func:`~transformer_pde.runs.programs.lower_program`)."""
+    S, H, n, d = cfg.seeds, cfg.heads, cfg.n, cfg.d
+    args = tuple(jax.ShapeDtypeStruct(shape, dtype) for shape in ((), (S, n, d), (S, H, d, d), (S, H, d, d)))
+    return lower_program(scheme_states, (cfg, index, causal), args).compile()
+
+
+@functools.lru_cache(maxsize=16)
+def statistics_program(step: float, threshold: float, shape: tuple, dtype):
+    """:func:`depth_statistics` compiled for states of ``shape`` (S, L + 1, n, d), kept as
+    :func:`scheme_program`."""
+    return lower_program(depth_statistics_program, (step, threshold),
+                         (jax.ShapeDtypeStruct(shape, dtype),)).compile()
+
+
+def depth_statistics_program(step: float, threshold: float, xs):
+    """:func:`depth_statistics` with the step and threshold static (a traced threshold is
+    checked at run time, a host callback)."""
+    return depth_statistics(xs, step, threshold)
+
+
+def check_draws(x0, Q, K, dtype) -> None:
+    """The draws as :func:`scheme_states` takes them, checked now (concrete): finite, and the
+    tokens unit rows within ``tp.models.sphere.unit_tolerance`` (ValueError naming the first bad
+    one)."""
+    from ..models.sphere import unit_tolerance
+
+    for name, a in (("x0", x0), ("Q", Q), ("K", K)):
+        if not np.all(np.isfinite(a)):
+            raise ValueError(f"normalization: the draw {name} holds NaN or inf at "
+                             f"{tuple(int(i) for i in np.argwhere(~np.isfinite(a))[0])}")
+    dev = np.abs(np.linalg.norm(np.asarray(x0, np.float64), axis=-1) - 1)
+    tol = unit_tolerance(dtype)
+    if np.any(dev > tol):
+        s, i = np.argwhere(dev > tol)[0]
+        raise ValueError(f"normalization: the start x0[{s}, {i}] is off the unit sphere by {dev[s, i]:.3g} "
+                         f"(tolerance {tol:.2g})")
 
 
 def compute(cfg: NormalizationConfig, progress: bool = False) -> Result:
@@ -228,16 +296,20 @@ def compute(cfg: NormalizationConfig, progress: bool = False) -> Result:
     sem = lambda a: a.std(axis=0) / np.sqrt(cfg.seeds)  # noqa: E731
     bar = progress_bar(progress, total=len(schemes) * len(cfg.masks) * len(cfg.betas),
                        desc="normalization")
-    statistics = jax.jit(depth_statistics)
+    check_draws(x0, Q, K, dtype)
+    statistics = statistics_program(cfg.step, cfg.threshold, (cfg.seeds, cfg.num_layers + 1, cfg.n, cfg.d), dtype)
     with bar:
         for c, mask in enumerate(cfg.masks):
             for s, scheme in enumerate(schemes):
-                states = scheme_states(cfg, s, mask == "causal")
+                states = scheme_program(cfg, s, mask == "causal", dtype)
                 for b, beta in enumerate(cfg.betas):
                     # the states (S, L + 1, n, d) are held by no name: freed once read, not
                     # alive beside the next β's
-                    frac, speed, radius = (np.asarray(a, np.float64) for a in statistics(
-                        states(jnp.asarray(beta, dtype), x0, Q, K), cfg.step, cfg.threshold))
+                    xs, nonfinite = states(jnp.asarray(beta, dtype), x0, Q, K)
+                    frac, speed, radius, bad = (np.asarray(a) for a in statistics(xs))
+                    del xs
+                    raise_if_nonfinite(np.asarray(nonfinite), bad, scheme.name, mask, beta)
+                    frac, speed, radius = (a.astype(np.float64) for a in (frac, speed, radius))
                     stats["fraction"][s, b, c] = frac.mean(axis=0)
                     stats["fraction_sem"][s, b, c] = sem(frac)
                     stats["speed"][s, b, c] = speed.mean(axis=0)
@@ -260,6 +332,20 @@ def compute(cfg: NormalizationConfig, progress: bool = False) -> Result:
                   "layer": np.arange(cfg.num_layers + 1)},
                  **{k: (dims, v) for k, v in stats.items()})
     return Result(arrays, {"depth": depth.assign_coords(t=("layer", ts))})
+
+
+def raise_if_nonfinite(nonfinite_time, bad_direction, scheme: str, mask: str, beta) -> None:
+    """:class:`~transformer_pde.NonFiniteStateError` naming the first draw whose tokens became NaN
+    or inf (the states' program reports it as a value), or whose direction x/|x| was (a zero
+    token)."""
+    where = f"normalization: scheme {scheme}, mask {mask}, beta = {beta:g}"
+    if np.isfinite(nonfinite_time).any():
+        k = int(np.argmax(np.isfinite(nonfinite_time)))
+        raise tp.NonFiniteStateError(f"{where}: the tokens of draw {k} became non-finite (NaN or inf) by "
+                                  f"t = {nonfinite_time[k]:.6g}; the step or beta is too large")
+    if bad_direction.any():
+        raise tp.NonFiniteStateError(f"{where}: draw {int(np.argmax(bad_direction))} reached a zero token "
+                                  f"(its direction x/|x| is NaN)")
 
 
 # ----------------------------------------------------------------------------- figures

@@ -27,6 +27,7 @@ from annotated_types import Ge, Gt, Interval
 import transformer_pde as tp
 
 from .._lazy import jax, jnp
+from ..runs.programs import lower_program
 from ..runs.result import Result, grid
 from ._base import Experiment, register
 from ._common import circle_angles, compile_importing_end_modules, model_dynamics
@@ -88,28 +89,39 @@ def _dynamics(cfg, beta):
 
 
 def run_grid(cfg: PhaseDiagramConfig, betas, keys):
-    """``(fraction, clusters)`` of the run from every start key at every β, at every save, leading
-    axes (β, start, save) (traced inside ``_summaries``'s jit).
+    """``(fraction, clusters, nonfinite_time)`` of the run from every start key at every β: the
+    statistics at every save, leading axes (β, start, save), and when a run's tokens became NaN or
+    inf (inf: never), axes (β, start) (traced inside ``_summaries``'s jit).
 
     The authors' layer map itself (``tp.layers``, explicit Euler of step dt with their post-LN),
     the statistics taken at the saves inside the loop (no state is kept). Through ``tp.solve``'s
     diffrax Euler the grid's program traced for 0.96 s and compiled for 0.83 s at the peers'
     settings, as scans about 0.45 and 0.75 s (the histograms' run included); float64 outputs are
     the same bits, float32 ones moved by round-off (diffrax's step is t_{k+1} − t_k, the layer's dt). The (β, start) pairs are one
-    batch, so one vmap: a vmap over β of a vmap over starts batches the loops twice."""
+    batch, so one vmap: a vmap over β of a vmap over starts batches the loops twice.
+
+    The program holds no runtime check (a host callback, which keeps a program out of JAX's
+    persistent compilation cache): β is a linspace of endpoints checked finite (``Options``), the
+    starts are normalizations (``tp.uniform_sphere``), and the layers report a NaN as a value
+    (``throw=False``) that ``compute`` raises on."""
 
     def stats(t, x, args):
         # float counts: one dtype for the means
         return (tp.diagnostics.clustered_pair_fraction(x, cfg.threshold),
                 tp.diagnostics.cluster_count(x, cfg.threshold).astype(x.dtype))
 
-    def one(beta, key):
-        x0 = tp.uniform_sphere(key, cfg.n, cfg.d)
-        return tp.layers(_dynamics(cfg, beta), x0, cfg.num_layers, cfg.dt,
-                         save_every=cfg.num_layers // (cfg.num_saves - 1), fn=stats).stats
+    from .._checks import cover_finiteness
 
-    frac, count = jax.vmap(one)(jnp.repeat(betas, len(keys)), jnp.tile(keys, len(betas)))
-    return tuple(a.reshape(len(betas), len(keys), -1) for a in (frac, count))
+    def one(beta, key):
+        cover_finiteness([beta])  # a linspace of the config's endpoints, checked finite (Options)
+        x0 = tp.uniform_sphere(key, cfg.n, cfg.d)
+        sol = tp.layers(_dynamics(cfg, beta), x0, cfg.num_layers, cfg.dt,
+                        save_every=cfg.num_layers // (cfg.num_saves - 1), fn=stats, throw=False)
+        return (*sol.stats, sol.nonfinite_time)
+
+    frac, count, nonfinite = jax.vmap(one)(jnp.repeat(betas, len(keys)), jnp.tile(keys, len(betas)))
+    return (*(a.reshape(len(betas), len(keys), -1) for a in (frac, count)),
+            nonfinite.reshape(len(betas), len(keys)))
 
 
 def histogram_betas(betas) -> np.ndarray:
@@ -138,19 +150,42 @@ def _summaries(cfg: PhaseDiagramConfig, hist_rows):
     betas = jnp.linspace(cfg.beta_min, cfg.beta_max, cfg.num_betas)
     ts = jnp.linspace(0.0, cfg.t1, cfg.num_saves)  # the saved layers' times k·dt
     keys = jax.random.split(jax.random.key(cfg.seed), cfg.batch)
-    frac, count = run_grid(cfg, betas, keys)
+    frac, count, nonfinite = run_grid(cfg, betas, keys)
     out = {"betas": betas, "ts": ts, "fraction": frac.mean(axis=1),
            "fraction_sem": frac.std(axis=1) / np.sqrt(cfg.batch), "clusters": count.mean(axis=1),
-           "hist_ts": jnp.zeros(0), "hist_angles": jnp.zeros(0)}
+           "nonfinite_time": nonfinite, "hist_nonfinite_time": jnp.zeros(0), "hist_ts": jnp.zeros(0),
+           "hist_angles": jnp.zeros(0)}
     if cfg.d == 2:  # the first start again at the histograms' β, kept at the histograms' layers
         layers = histogram_layers(cfg)
         every = int(np.gcd.reduce(layers))
-        x0 = tp.uniform_sphere(keys[0], cfg.n, cfg.d)
-        states = jax.vmap(lambda b: tp.layers(_dynamics(cfg, b), x0, cfg.num_layers, cfg.dt,
-                                              save_every=every).xs)(betas[np.asarray(hist_rows)])
+
+        from .._checks import cover_finiteness
+
+        def hist_run(beta):
+            cover_finiteness([beta])  # a grid β (run_grid)
+            sol = tp.layers(_dynamics(cfg, beta), tp.uniform_sphere(keys[0], cfg.n, cfg.d), cfg.num_layers,
+                            cfg.dt, save_every=every, throw=False)
+            return sol.xs, sol.nonfinite_time
+
+        states, out["hist_nonfinite_time"] = jax.vmap(hist_run)(betas[np.asarray(hist_rows)])
         out["hist_ts"] = jnp.asarray(histogram_times(cfg), ts.dtype)
         out["hist_angles"] = circle_angles(states[:, layers // every])
     return out
+
+
+def raise_if_nonfinite(nonfinite_time, betas, hist_nonfinite_time) -> None:
+    """:class:`~transformer_pde.NonFiniteStateError` naming the first (β, start) whose tokens
+    became NaN or inf, or the histograms' run's (the program reports them as values)."""
+    bad = np.isfinite(nonfinite_time)
+    if bad.any():
+        b, k = np.argwhere(bad)[0]
+        raise tp.NonFiniteStateError(
+            f"phase-diagram: the tokens became non-finite (NaN or inf) by t = {nonfinite_time[b, k]:.6g} "
+            f"at beta = {betas[b]:.6g}, start {k} ({int(bad.sum())} of {bad.size} runs); the step dt "
+            f"or beta is too large")
+    if np.isfinite(hist_nonfinite_time).any():
+        raise tp.NonFiniteStateError("phase-diagram: the histograms' run became non-finite (NaN or inf) by "
+                                  f"t = {np.min(hist_nonfinite_time):.6g}; the step dt or beta is too large")
 
 
 CPU_COMPILER_OPTIONS = {"xla_backend_optimization_level": 1}
@@ -172,9 +207,12 @@ def compute(cfg: PhaseDiagramConfig, progress: bool = False) -> Result:
     # the histogram rows index the grid, so they are chosen before it is built (from the same
     # linspace in float64: a nearest point is the same unless a published β falls on a midpoint)
     hist_rows = histogram_betas(np.linspace(cfg.beta_min, cfg.beta_max, cfg.num_betas))
-    summaries = jax.jit(_summaries, static_argnums=(0, 1), compiler_options=_compiler_options())
-    program = compile_importing_end_modules(summaries.trace(cfg, tuple(hist_rows)).lower())
+    # traced once per config and kept beside the compile cache (runs/programs.py): a second
+    # process neither traces nor compiles
+    program = compile_importing_end_modules(
+        lower_program(_summaries, (cfg, tuple(int(r) for r in hist_rows)), compiler_options=_compiler_options()))
     arrays = {k: np.asarray(v) for k, v in program().items()}
+    raise_if_nonfinite(arrays.pop("nonfinite_time"), arrays["betas"], arrays.pop("hist_nonfinite_time"))
     arrays.update({
         "hist_betas": arrays["betas"][hist_rows],
         "published_betas": PUBLISHED_BETAS, "published_ts": PUBLISHED_TIMES,

@@ -14,7 +14,9 @@ idea per module:
   :class:`FailedRun`, :class:`InterruptedRun` of a started run;
 * :mod:`.info`: :func:`run_info`, what ``transformer-pde info RUN_DIR`` prints;
 * :mod:`.compile_cache`: JAX's persistent compilation cache for CLI runs (where it goes, how it
-  is turned off).
+  is turned off);
+* :mod:`.programs`: :func:`~.programs.lower_program`, traced programs kept beside that cache
+  (``jax.export``), so a second run neither traces nor compiles.
 
 Importing this package does not import JAX: :func:`solve_checkpointed` and
 :func:`run_fingerprint` load :mod:`.chunked` on first use.
