@@ -8,10 +8,11 @@ from __future__ import annotations
 
 import weakref
 
-import equinox as eqx
-import jax
-import jax.numpy as jnp
 import numpy as np
+
+# equinox on first use (a check traced under jit): a run whose programs are loaded, not traced
+# (runs/programs.py), never imports it
+from ._lazy import eqx, jax, jnp
 
 
 class NonFiniteStateError(FloatingPointError):
@@ -134,6 +135,13 @@ def check_points(x, name: str = "x", dim: int | None = None):
         raise ValueError(f"{name} has dimension d={d} but the dynamics act on d={dim} "
                          f"(shape {x.shape})")
     return check_finite(x, name)
+
+
+def unit_tolerance(dtype) -> float:
+    """How far |x| may be from 1 for unit tokens of ``dtype``: 1e-6 in float64, 1e-3 in float32,
+    8 machine epsilons in half precision (7.8e-3 float16, 6.3e-2 bfloat16)."""
+    eps = float(jnp.finfo(dtype).eps)
+    return 1e-6 if eps < 1e-10 else max(1e-3, 8 * eps)
 
 
 def weight_tolerance(dtype) -> float:

@@ -115,3 +115,30 @@ def test_the_experiments_programs_hold_no_host_callback():
     lowered = jax.jit(normalization.depth_statistics_program, static_argnums=(0, 1)).trace(
         0.1, 0.999, jax.ShapeDtypeStruct((S, 4, n, d), jnp.float64)).lower()
     assert _callbacks(lowered) == 0
+
+
+@pytest.mark.slow
+def test_a_second_cli_run_loads_its_program(tmp_path):
+    """Two tiny phase-diagram runs in fresh processes sharing a cache: the second traces nothing
+    (it never imports equinox, which every trace of a model does) and saves the same bits."""
+    import os
+    import subprocess
+    import sys
+
+    code = ("import sys; from transformer_pde import cli; cli.main(sys.argv[1:]); "
+            "print('TRACED' if 'equinox' in sys.modules else 'LOADED')")
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("JAX_", "TRANSFORMER_PDE_"))}
+    out = []
+    for i in range(2):
+        cmd = [sys.executable, "-c", code, "run", "phase-diagram", "--batch", "4", "--num-betas", "2",
+               "--t1", "3", "--num-saves", "4", "--no-progress", "--out", str(tmp_path / f"run{i}"),
+               "--compile-cache", str(tmp_path / "cache")]
+        res = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=env)
+        assert res.returncode == 0, res.stderr
+        out.append(res.stdout.split()[-1])
+    assert out == ["TRACED", "LOADED"]
+    assert len(list((tmp_path / "cache" / "programs").iterdir())) == 1
+    a, b = (np.load(tmp_path / f"run{i}" / "data.npz") for i in range(2))
+    assert sorted(a.files) == sorted(b.files)
+    for k in a.files:
+        np.testing.assert_array_equal(a[k], b[k])

@@ -13,7 +13,7 @@ import numpy as np
 
 from .._checks import (as_float_array, check_count, check_finite, check_int, check_key, check_points, check_scalar,
                        cover_finiteness, has_unit_rows, is_concrete, is_covered,
-                       mark_unit_rows)
+                       mark_unit_rows, unit_tolerance)
 from .._types import Points, PointsLike
 from .base import (
     AbstractDynamics,
@@ -163,13 +163,6 @@ class Sphere(AbstractManifoldDynamics):
     @property
     def additive_noise(self):
         return False
-
-
-def unit_tolerance(dtype) -> float:
-    """How far |x| may be from 1 for unit tokens of ``dtype``: 1e-6 in float64, 1e-3 in float32,
-    8 machine epsilons in half precision (7.8e-3 float16, 6.3e-2 bfloat16)."""
-    eps = float(jnp.finfo(dtype).eps)
-    return 1e-6 if eps < 1e-10 else max(1e-3, 8 * eps)
 
 
 def check_unit_points(x, name: str, dim):
