@@ -7,9 +7,11 @@ Runs one ``transformer-pde`` command ``1 + repeats`` times in one process, each 
 directory (``--out`` is set here), and times a fresh interpreter importing every module the runs
 loaded (the package imports lazily, inside the first run). The first run traces and compiles; the
 later ones find every program in JAX's in-memory caches and pay only running, figures and writing.
-Import time plus a later run is the fastest a second process could be, whatever cache it had (a
-persistent cache skips XLA only: it still traces). The persistent compile cache is off, so the
-first run is a cold one. Prints one JSON object (seconds; the XLA compilations of each run, which
+Import time plus a later run is about the fastest a second process could be, whatever it cached
+(JAX's persistent cache skips XLA only; ``runs/programs.py`` skips tracing too, for the experiments
+whose programs it keeps, and such a process imports fewer modules than these: none that only
+tracing needs, so it can beat this floor). The persistent compile cache is off, so the first run
+is a cold one. Prints one JSON object (seconds; the XLA compilations of each run, which
 should be none after the first).
 """
 

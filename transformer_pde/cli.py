@@ -25,8 +25,11 @@ is written atomically, so even SIGKILL leaves a consistent directory.
 
 Compiled programs are kept in JAX's persistent compilation cache, per user
 (``$XDG_CACHE_HOME/transformer_pde/jax``, ``~/.cache/...`` by default): a second run loads them
-instead of compiling. ``--compile-cache DIR`` moves it, ``--compile-cache off`` turns it off, as
-does the environment variable ``TRANSFORMER_PDE_COMPILE_CACHE`` (a directory or ``off``).
+instead of compiling; the experiments whose programs hold no run-time check (phase-diagram,
+normalization) also keep their traced programs there (``programs/``, runs/programs.py), so a
+second run neither traces nor compiles. ``--compile-cache DIR`` moves it, ``--compile-cache off``
+turns both off, as does the environment variable ``TRANSFORMER_PDE_COMPILE_CACHE`` (a directory
+or ``off``).
 
 Errors are one line on stderr, never a traceback (``--debug``, or the environment variable
 ``TRANSFORMER_PDE_DEBUG=1``, prints it too). Exit status: 0 done; 2 bad input: a bad option,
@@ -109,7 +112,8 @@ def _common_options(p: argparse.ArgumentParser) -> None:
                    help="JAX's persistent compilation cache: a directory, or 'off' (default "
                         "$TRANSFORMER_PDE_COMPILE_CACHE, else $XDG_CACHE_HOME/transformer_pde/jax); "
                         "a second run loads the compiled programs it can keep instead of compiling "
-                        "them (JAX keeps none that holds a run-time check's host callback)")
+                        "them (JAX keeps none that holds a run-time check's host callback), and "
+                        "phase-diagram and normalization their traced programs too")
 
 
 def option_flag(name: str) -> str:

@@ -47,6 +47,7 @@ def _source_digest() -> str:
     return h.hexdigest()
 
 
+@functools.cache
 def _version(dist: str) -> str:
     try:
         return importlib.metadata.version(dist)
