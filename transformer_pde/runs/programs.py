@@ -13,7 +13,8 @@ everything tracing reads, and a later process with the same key loads it instead
   ``EQX_*`` environment variables (Equinox reads them when tracing) and the platform.
 
 Both runs compile and run the exported program (the first exports, then calls it), so their
-numbers are the same bits. Programs are kept when JAX's compilation cache is on (the CLI turns
+numbers are the same bits. Not seen: a dependency edited in place without a new version (remove
+``<cache>/programs``, or run with ``--compile-cache off``). Programs are kept when JAX's compilation cache is on (the CLI turns
 it on; ``--compile-cache off`` turns both off), in ``<cache>/programs``, written atomically; an
 unreadable file is traced again and replaced. A program holding a host callback (a runtime
 check, ``eqx.error_if``) cannot be serialized: it is lowered as before and not kept, as JAX's
