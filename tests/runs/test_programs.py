@@ -28,14 +28,23 @@ def _checked(x):
 @pytest.fixture
 def store(tmp_path, monkeypatch):
     monkeypatch.setattr(programs, "program_dir", lambda: tmp_path / "programs")
+    monkeypatch.setattr(programs, "_LOWERED", {})
     TRACED.clear()
     return tmp_path / "programs"
+
+
+def _new_process():
+    """What a later process starts with: none of this one's lowered programs."""
+    programs._LOWERED.clear()
 
 
 def test_a_later_call_loads_the_program_instead_of_tracing_it(store):
     x = jnp.linspace(0.0, 1.0, 7)
     first = programs.lower_program(_program, (2.0,), (x,)).compile()(x)
     assert TRACED == [2.0] and len(list(store.iterdir())) == 1
+    again = programs.lower_program(_program, (2.0,), (x,))
+    assert again is programs.lower_program(_program, (2.0,), (x,))  # in this process: the same object
+    _new_process()
     second = programs.lower_program(_program, (2.0,), (x,)).compile()(x)
     assert TRACED == [2.0]  # loaded, not traced
     for a, b in zip(first, second):
@@ -76,9 +85,11 @@ def test_a_damaged_file_is_traced_again_and_replaced(store):
     programs.lower_program(_program, (1.0,), (x,))
     (path,) = store.iterdir()
     path.write_bytes(b"not a program")
+    _new_process()
     out = programs.lower_program(_program, (1.0,), (x,)).compile()(x)
     assert TRACED == [1.0, 1.0]
     np.testing.assert_allclose(float(out[0]), np.sin(np.arange(4.0)).sum(), rtol=1e-14)
+    _new_process()
     programs.lower_program(_program, (1.0,), (x,))
     assert TRACED == [1.0, 1.0]  # the replacement loads
 

@@ -99,7 +99,11 @@ def lower_program(fn, static: tuple = (), args: tuple = (), *, compiler_options=
     directory = program_dir()
     if directory is None:
         return jit(fn, static_argnums=tuple(range(len(static)))).trace(*static, *args).lower()
-    path = directory / f"{fn.__name__}-{program_key(fn, static, args)}.jaxexport"
+    key = program_key(fn, static, args)
+    memo = (key, repr(sorted((compiler_options or {}).items())))
+    if memo in _LOWERED:  # this process lowered it already: the same object compiles once
+        return _LOWERED[memo]
+    path = directory / f"{fn.__name__}-{key}.jaxexport"
     exported = _load(path)
     if exported is None:
         traced = jax.jit(functools.partial(fn, *static))
@@ -110,7 +114,16 @@ def lower_program(fn, static: tuple = (), args: tuple = (), *, compiler_options=
                 raise
             return jit(fn, static_argnums=tuple(range(len(static)))).trace(*static, *args).lower()
         _save(path, exported.serialize())
-    return jit(exported.call).trace(*args).lower()
+    lowered = _LOWERED[memo] = jit(exported.call).trace(*args).lower()
+    while len(_LOWERED) > _KEEP_LOWERED:
+        del _LOWERED[next(iter(_LOWERED))]
+    return lowered
+
+
+_LOWERED: dict = {}
+"""The programs this process lowered from the store, by key and compiler options (oldest first): a later call returns
+the same ``Lowered``, whose ``compile()`` reuses its executable (a new one would compile again)."""
+_KEEP_LOWERED = 32
 
 
 def _load(path: Path):
