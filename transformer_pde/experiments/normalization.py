@@ -52,7 +52,6 @@ layers are this run's 200, layer for layer (at α = 0.2 they are its first 196: 
 from __future__ import annotations
 
 import dataclasses
-import functools
 import typing
 from collections.abc import Callable
 from typing import Annotated, Literal
@@ -246,19 +245,17 @@ def scheme_states(cfg: NormalizationConfig, index: int, causal: bool, beta, x0, 
     return jax.vmap(one)(x0, Q, K)
 
 
-@functools.lru_cache(maxsize=16)
 def scheme_program(cfg: NormalizationConfig, index: int, causal: bool, dtype):
     """:func:`scheme_states` compiled for the config's draws in ``dtype`` (β an argument, not a
-    constant), kept: a later ``compute`` with the same config in the same process compiles
-    nothing (a new function per call compiled the two schemes' programs again, 0.25 s each at the
-    peers' settings), and a later process loads the traced program
-    (:func:`~transformer_pde.runs.programs.lower_program`)."""
+    constant), through :func:`~transformer_pde.runs.programs.lower_program`: a later ``compute``
+    with the same config in the same process compiles nothing (a new function per call compiled
+    the two schemes' programs again, 0.25 s each at the peers' settings), and a later process
+    loads the traced program."""
     S, H, n, d = cfg.seeds, cfg.heads, cfg.n, cfg.d
     args = tuple(jax.ShapeDtypeStruct(shape, dtype) for shape in ((), (S, n, d), (S, H, d, d), (S, H, d, d)))
     return lower_program(scheme_states, (cfg, index, causal), args).compile()
 
 
-@functools.lru_cache(maxsize=16)
 def statistics_program(step: float, threshold: float, shape: tuple, dtype):
     """:func:`depth_statistics` compiled for states of ``shape`` (S, L + 1, n, d), kept as
     :func:`scheme_program`."""

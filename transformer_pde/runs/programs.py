@@ -92,38 +92,41 @@ def program_dir() -> Path | None:
 def lower_program(fn, static: tuple = (), args: tuple = (), *, compiler_options=None):
     """``jax.stages.Lowered`` of ``fn(*static, *args)`` (``static`` hashable, not traced),
     through the program kept on disk under :func:`program_key` when there is one; else traced,
-    exported, kept, then lowered from the export (so every run runs the same program)."""
+    exported, kept, then lowered from the export (so every run runs the same program). A later
+    call in the same process returns the same ``Lowered``, whose ``compile()`` reuses its
+    executable."""
+    memo = (program_key(fn, static, args), repr(sorted((compiler_options or {}).items())))
+    if memo not in _LOWERED:
+        _LOWERED[memo] = _lower(fn, static, args, memo[0], compiler_options)
+        while len(_LOWERED) > _KEEP_LOWERED:
+            del _LOWERED[next(iter(_LOWERED))]
+    return _LOWERED[memo]
+
+
+_LOWERED: dict = {}
+"""The programs this process lowered, by key and compiler options (oldest first)."""
+_KEEP_LOWERED = 32
+
+
+def _lower(fn, static, args, key, compiler_options):
     import jax
 
     jit = functools.partial(jax.jit, compiler_options=compiler_options)
     directory = program_dir()
-    if directory is None:
-        return jit(fn, static_argnums=tuple(range(len(static)))).trace(*static, *args).lower()
-    key = program_key(fn, static, args)
-    memo = (key, repr(sorted((compiler_options or {}).items())))
-    if memo in _LOWERED:  # this process lowered it already: the same object compiles once
-        return _LOWERED[memo]
-    path = directory / f"{fn.__name__}-{key}.jaxexport"
-    exported = _load(path)
-    if exported is None:
-        traced = jax.jit(functools.partial(fn, *static))
-        try:
-            exported = jax.export.export(traced)(*args)
-        except NotImplementedError as e:  # a host callback (a runtime check) cannot be serialized
-            if "host_callbacks" not in str(e):
-                raise
-            return jit(fn, static_argnums=tuple(range(len(static)))).trace(*static, *args).lower()
-        _save(path, exported.serialize())
-    lowered = _LOWERED[memo] = jit(exported.call).trace(*args).lower()
-    while len(_LOWERED) > _KEEP_LOWERED:
-        del _LOWERED[next(iter(_LOWERED))]
-    return lowered
-
-
-_LOWERED: dict = {}
-"""The programs this process lowered from the store, by key and compiler options (oldest first): a later call returns
-the same ``Lowered``, whose ``compile()`` reuses its executable (a new one would compile again)."""
-_KEEP_LOWERED = 32
+    if directory is not None:
+        path = directory / f"{fn.__name__}-{key}.jaxexport"
+        exported = _load(path)
+        if exported is None:
+            try:
+                exported = jax.export.export(jax.jit(functools.partial(fn, *static)))(*args)
+            except NotImplementedError as e:  # a host callback (a runtime check) cannot be serialized
+                if "host_callbacks" not in str(e):
+                    raise
+            else:
+                _save(path, exported.serialize())
+        if exported is not None:
+            return jit(exported.call).trace(*args).lower()
+    return jit(fn, static_argnums=tuple(range(len(static)))).trace(*static, *args).lower()
 
 
 def _load(path: Path):
