@@ -101,6 +101,11 @@ ATTN = tp.SoftmaxAttention.identity(D, 1.0)
 I2 = np.eye(D)
 
 
+def _program_to_lower(scale, x):
+    """A module-level program for ``tp.runs.lower_program``."""
+    return scale * x
+
+
 def _qkv(**extra):
     return lambda: dict(Q=I2.copy(), K=I2.copy(), V=I2.copy(), beta=1.0, **extra)
 
@@ -513,6 +518,10 @@ REGISTRY: list[Entry] = [
     # --- runs
     Entry("runs.Checkpoint", tp.runs.Checkpoint, lambda: dict(directory="/nonexistent-fuzz", every=2),
           (Param("every", bad=INT_GE1),)),
+    Entry("runs.lower_program", tp.runs.lower_program,
+          lambda: dict(fn=_program_to_lower, static=(2.0,), args=(X.copy(),)),
+          (Param("fn", bad=OBJECT), Param("static", bad=OBJECT), Param("args", bad=OBJECT + ("shape",)),
+           Param("compiler_options", bad=("str",))), covers=("runs.program_key",)),
 ]
 
 

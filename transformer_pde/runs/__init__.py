@@ -15,7 +15,7 @@ idea per module:
 * :mod:`.info`: :func:`run_info`, what ``transformer-pde info RUN_DIR`` prints;
 * :mod:`.compile_cache`: JAX's persistent compilation cache for CLI runs (where it goes, how it
   is turned off);
-* :mod:`.programs`: :func:`~.programs.lower_program`, traced programs kept beside that cache
+* :mod:`.programs`: :func:`lower_program`, traced programs kept beside that cache
   (``jax.export``), so a second run neither traces nor compiles.
 
 Importing this package does not import JAX: :func:`solve_checkpointed` and
@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING
 
 from .checkpoint import DEFAULT_EVERY, Checkpoint
 from .info import run_info
+from .programs import lower_program, program_key
 from .result import Result, grid
 from .run import FailedRun, InterruptedRun, load_run, redraw, run_experiment
 from .signals import SignalReceived, stop_on_signals
@@ -52,5 +53,5 @@ def __dir__():
 
 
 __all__ = ["DEFAULT_EVERY", "Checkpoint", "FailedRun", "InterruptedRun", "Result", "SignalReceived", "grid",
-           "load_run", "redraw", "run_experiment", "run_fingerprint", "run_info", "solve_checkpointed",
-           "stop_on_signals"]
+           "load_run", "lower_program", "program_key", "redraw", "run_experiment", "run_fingerprint", "run_info",
+           "solve_checkpointed", "stop_on_signals"]

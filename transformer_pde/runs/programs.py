@@ -29,6 +29,7 @@ import importlib.metadata
 import os
 import sys
 import tempfile
+import types
 from pathlib import Path
 
 __all__ = ["lower_program", "program_dir", "program_key"]
@@ -61,7 +62,18 @@ def program_key(fn, static: tuple, args: tuple) -> str:
     function (a closure's captured values are not in its source), ``static`` reprs without
     object addresses (else they would never match), ``args`` arrays."""
     import jax
+    import numpy as np
 
+    if not isinstance(fn, types.FunctionType):
+        raise ValueError(f"lower_program: fn must be a module-level function, got {type(fn).__name__} "
+                         f"{fn!r}"[:300])
+    if not isinstance(static, tuple):
+        raise ValueError(f"lower_program: static must be a tuple (the arguments not traced), got "
+                         f"{type(static).__name__} {static!r}"[:300])
+    if not isinstance(args, tuple) or not all(
+            isinstance(a, (jax.Array, np.ndarray, jax.ShapeDtypeStruct)) for a in args):
+        raise ValueError(f"lower_program: args must be a tuple of arrays or jax.ShapeDtypeStruct, got "
+                         f"{args!r}"[:300])
     name = f"{fn.__module__}.{fn.__qualname__}"
     if "<" in fn.__qualname__:
         raise ValueError(f"lower_program needs a module-level function, got {name}: what a closure or "
@@ -95,6 +107,9 @@ def lower_program(fn, static: tuple = (), args: tuple = (), *, compiler_options=
     exported, kept, then lowered from the export (so every run runs the same program). A later
     call in the same process returns the same ``Lowered``, whose ``compile()`` reuses its
     executable."""
+    if compiler_options is not None and not isinstance(compiler_options, dict):
+        raise ValueError(f"lower_program: compiler_options must be a dict of XLA options or None, got "
+                         f"{compiler_options!r}"[:300])
     memo = (program_key(fn, static, args), repr(sorted((compiler_options or {}).items())))
     if memo not in _LOWERED:
         _LOWERED[memo] = _lower(fn, static, args, memo[0], compiler_options)
