@@ -32,14 +32,14 @@ _NAMES = {
     "PiecewiseConstant": ".params",
     "Result": ".runs",
     "BlowUp": ".solvers", "BlowUpAtSaves": ".solvers", "BrownianGrid": ".solvers", "BrownianIncrements": ".solvers", "BrownianTree": ".solvers", "CircleDensity": ".solvers", "Coupled": ".solvers", "Gaussian": ".solvers", "GaussianSolution": ".solvers",
-    "Noise": ".solvers",
+    "AbstractNoise": ".solvers", "CommonNoise": ".solvers", "Noise": ".solvers",
     "Particles": ".solvers", "CircleRule": ".solvers", "SphereRule": ".solvers", "GaussHermiteRule": ".solvers", "Retracted": ".solvers", "Solution": ".solvers", "Tracers": ".solvers",
     "WithLogDensity": ".solvers",
     "layers": ".solvers", "solve": ".solvers", "solve_density": ".solvers",
     "heatmap": ".sweeps", "sweep": ".sweeps",
 }
 _MODEL_NAMES = (
-    "AbstractActivation", "AbstractKernelAttention", "AbstractAttention", "AbstractBilinearAttention",
+    "AbstractActivation", "AbstractCommonDiffusion", "AbstractKernelAttention", "AbstractAttention", "AbstractBilinearAttention",
     "AbstractCausalAttention", "AbstractDynamics", "AbstractFieldAttention", "AbstractFieldDynamics", "AbstractGaussianClosure",
     "AbstractManifoldDynamics", "AbstractNormalizationScheme", "AbstractNormalizedAttention",
     "AbstractPotentialActivation", "AbstractRetractedDynamics", "AbstractRetraction",
@@ -47,7 +47,7 @@ _MODEL_NAMES = (
     "CausalSigmoidAttention", "CausalSoftmaxAttention", "CausalUnnormalizedAttention", "CommonNoiseSDE",
     "GaussianHeads", "L2Attention", "LNScaling", "LitMCircle", "MLP", "MeanShift", "MixLN",
     "MultiHeadAttention", "NGPT", "Norm", "PerceptronBlock", "PeriLN", "PostLN", "PreLN", "RandomBatch",
-    "RandomHeadsField", "ReLU", "RescaledSoftmax", "Sharded", "SigmoidAttention", "SinkhornAttention",
+    "RandomHeadsField", "RandomHeadsMeanField", "ReLU", "RescaledSoftmax", "Sharded", "SigmoidAttention", "SinkhornAttention",
     "SinkhornPotentials", "SoftmaxAttention", "Softplus", "Sphere", "SphereBlock", "Switched",
     "UnitSphere", "UnnormalizedAttention", "cap_sample", "normalize", "num_post_layers", "polar",
     "polar_velocity", "sharding", "tangent_projection", "uniform_sphere",
@@ -77,6 +77,7 @@ if TYPE_CHECKING:  # what static tools see: the same names, imported eagerly
     from .params import PiecewiseConstant  # noqa: F401
     from .runs import Result  # noqa: F401
     from .solvers import (  # noqa: F401
+        AbstractNoise,
         BlowUp,
         BlowUpAtSaves,
         BrownianGrid,
@@ -84,6 +85,7 @@ if TYPE_CHECKING:  # what static tools see: the same names, imported eagerly
         BrownianTree,
         CircleDensity,
         CircleRule,
+        CommonNoise,
         Coupled,
         Gaussian,
         GaussHermiteRule,

@@ -38,6 +38,7 @@ from .attention import (
     UnnormalizedAttention,
 )
 from .base import (
+    AbstractCommonDiffusion,
     AbstractDynamics,
     AbstractFieldDynamics,
     AbstractManifoldDynamics,
@@ -61,13 +62,14 @@ from .normalization import (
 )
 from .perceptron import AbstractActivation, AbstractPotentialActivation, PerceptronBlock, ReLU, Softplus
 from .random_batch import RandomBatch
-from .random_heads import CommonNoiseSDE, GaussianHeads, RandomHeadsField
+from .random_heads import CommonNoiseSDE, GaussianHeads, RandomHeadsField, RandomHeadsMeanField
 from .rescaled import RescaledSoftmax
 from .sharding import Sharded
 from .sphere import PostLN, Sphere, UnitSphere, cap_sample, normalize, tangent_projection, uniform_sphere
 from .switched import AbstractSwitched, Switched
 
 __all__ = [
+    "AbstractCommonDiffusion",
     "AbstractActivation",
     "AbstractKernelAttention",
     "AbstractAttention",
@@ -108,6 +110,7 @@ __all__ = [
     "PreLN",
     "RandomBatch",
     "RandomHeadsField",
+    "RandomHeadsMeanField",
     "ReLU",
     "RescaledSoftmax",
     "Sharded",

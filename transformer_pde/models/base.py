@@ -15,6 +15,10 @@ bases (equinox's abstract/final pattern), asked with ``isinstance``, never ``has
   what a density carried along characteristics needs (docs: math/mean_field.md#densities-along-characteristics).
 - :class:`AbstractGaussianClosure` (in :mod:`.attention.base`): the field of a Gaussian is
   affine, so Gaussian data stay Gaussian (docs: math/gaussian.md#moment-equations).
+
+A model of *common* noise, one Brownian motion W shared by every token (random heads, random
+weight matrices), is an :class:`AbstractCommonDiffusion`: how an increment dW moves the tokens;
+``tp.CommonNoise`` (:mod:`transformer_pde.solvers.noise`) integrates it.
 """
 
 from __future__ import annotations
@@ -236,3 +240,22 @@ def step_velocity(dynamics: AbstractDynamics, x: Points, weights: Weights, t0, t
 def retract_at(dynamics: AbstractDynamics, x: Points, t) -> Points:
     """A state saved at time t, mapped where the dynamics' states live; the identity on R^d."""
     return dynamics.retract_at(x, t) if isinstance(dynamics, AbstractRetractedDynamics) else x
+
+
+class AbstractCommonDiffusion(eqx.Module):
+    r"""The coefficient of common noise, dx_i = ... + g(X)_i dW + a(X)_i dt, with one Brownian
+    motion W shared by every token (docs: math/noise.md#common-noise): the noise of random weights,
+    which moves all tokens at once. ``tp.solve(dynamics, x0, noise=tp.CommonNoise(g), key=key)``
+    integrates it; the dynamics is the drift."""
+
+    @abc.abstractmethod
+    def brownian_shape(self, x: Points) -> jax.ShapeDtypeStruct:
+        """The shape and dtype of W for tokens ``x`` (one W for the whole system)."""
+
+    @abc.abstractmethod
+    def diffusion(self, x: Points, dW, t) -> Points:
+        """g(X) dW: how an increment dW of W moves every token, linear in dW (unchecked)."""
+
+    def drift(self, x: Points, t) -> Points | None:
+        """a(X): the deterministic drift that comes with the noise (an Itô correction), or None."""
+        return None

@@ -40,10 +40,11 @@ import jax.numpy as jnp
 import numpy as np
 
 from .._checks import as_float_array, check_count, check_finite, check_scalar
-from .base import AbstractDynamics
+from .base import AbstractCommonDiffusion, AbstractDynamics
 from .sphere import unchecked_tangent_projection
 
-__all__ = ["CommonNoiseSDE", "GaussianHeads", "RandomHeadsField", "expected_head", "head_field"]
+__all__ = ["CommonNoiseSDE", "GaussianHeads", "RandomHeadsField", "RandomHeadsMeanField", "expected_head",
+           "head_field"]
 
 
 class GaussianHeads(eqx.Module):
@@ -139,15 +140,19 @@ class RandomHeadsField(AbstractDynamics):
         return self.heads.mean_field(x, V, W, Wp)
 
 
-class CommonNoiseSDE(eqx.Module):
-    r"""The diffusive limit of the random Transformer (case (G), docs: math/random_heads.md#the-common-noise-sde),
-    in the clock s:
+class CommonNoiseSDE(AbstractCommonDiffusion):
+    r"""The noise of the diffusive limit of the random Transformer (case (G),
+    docs: math/random_heads.md#the-common-noise-sde), in the clock s:
 
     $$dx_i = -\tfrac{\sigma_V^2(d-1)}{2\sigma^2}\,\mathbb E_A|m_A(x_i)|^2\,x_i\,ds
     + P^\perp_{x_i}\,\frac{\sigma_V}{\sigma\sqrt K}\sum_q dB_q\,m_{A_q}(x_i),$$
 
     Itô, with K quadrature nodes A_q = W_q W_q'ᵀ drawn once per path from ρ*_A and a d×d matrix
-    Brownian motion B_q per node: the noise is common to all tokens.
+    Brownian motion B_q per node: the noise is common to all tokens. Its :meth:`drift` is the
+    first term; the ballistic field, zero in case (G), is :class:`RandomHeadsMeanField`.
+    ``tp.solve(tp.PostLN(RandomHeadsMeanField(heads, W, Wp)), x0, noise=tp.CommonNoise(
+    CommonNoiseSDE(heads, W, Wp)), key=key, solver=diffrax.Euler(), ...)`` is one path
+    (:func:`transformer_pde.solvers.random_transformer.sde`).
     """
 
     heads: GaussianHeads
@@ -155,18 +160,7 @@ class CommonNoiseSDE(eqx.Module):
     Wp: jax.Array
 
     def __init__(self, heads, W, Wp):
-        if not isinstance(heads, GaussianHeads):
-            raise ValueError(f"CommonNoiseSDE.heads must be a tp.GaussianHeads, got {type(heads).__name__}")
-        W, Wp = (check_finite(as_float_array(a, f"CommonNoiseSDE.{m}"), f"CommonNoiseSDE.{m}")
-                 for m, a in (("W", W), ("Wp", Wp)))
-        for m, a in (("W", W), ("Wp", Wp)):
-            if a.ndim != 3 or a.shape[1:] != (heads.d, heads.k) or a.shape != W.shape:
-                raise ValueError(f"CommonNoiseSDE.{m} must have shape (K, {heads.d}, {heads.k}) (K nodes "
-                                 f"A_q = W_q W'_qᵀ, d = {heads.d}, k = {heads.k}), the same for W and Wp; "
-                                 f"got W {W.shape} and Wp {Wp.shape}")
-            if a.shape[0] < 1:
-                raise ValueError(f"CommonNoiseSDE.{m} must hold at least one node, got shape {a.shape}")
-        self.heads, self.W, self.Wp = heads, W, Wp
+        self.heads, self.W, self.Wp = _checked_nodes("CommonNoiseSDE", heads, W, Wp)
 
     @property
     def num_nodes(self) -> int:
@@ -175,20 +169,53 @@ class CommonNoiseSDE(eqx.Module):
     def averages(self, x):  # (K, n, d)
         return jax.vmap(lambda w, wp: _attn_average(x, w, wp, self.heads.beta))(self.W, self.Wp)
 
-    def drift(self, s, x, args):
+    def brownian_shape(self, x):
+        return jax.ShapeDtypeStruct((self.num_nodes, self.heads.d, self.heads.d), x.dtype)
+
+    def drift(self, x, t):
         m = self.averages(x)
         h = self.heads
         # Itô correction: −(σ_V²(d−1)/(2σ²)) E_A|m_A|² x = −½ mean_q |m_q|² x
         return -0.5 * (h.sigma_V**2 * (h.d - 1) / h.sigma2) * jnp.mean(jnp.sum(m**2, -1), 0)[:, None] * x
 
-    def diffusion(self, s, x, args):
-        import lineax as lx
-
-        m = self.averages(x)
+    def diffusion(self, x, dW, t):  # dW: (K, d, d) -> (n, d)
         scale = self.heads.sigma_V / np.sqrt(self.heads.sigma2 * self.num_nodes)
+        return unchecked_tangent_projection(x, scale * jnp.einsum("qab,qib->ia", dW, self.averages(x)))
 
-        def apply(dW):  # dW: (K, d, d) -> (n, d)
-            return unchecked_tangent_projection(x, scale * jnp.einsum("qab,qib->ia", dW, m))
 
-        struct = jax.ShapeDtypeStruct((self.num_nodes, self.heads.d, self.heads.d), x.dtype)
-        return lx.FunctionLinearOperator(apply, struct)
+class RandomHeadsMeanField(AbstractDynamics):
+    r"""The ballistic field of the diffusive limit at the nodes A_q: the heads' mean over V,
+    b(x_i) = E_V B_θ = v_mean · (1/K) Σ_q m_{A_q}(x_i), zero in case (G) (v_mean = 0), where
+    the dynamics is pure noise (:class:`CommonNoiseSDE`). Token weights are ignored."""
+
+    heads: GaussianHeads
+    W: jax.Array
+    Wp: jax.Array
+
+    def __init__(self, heads, W, Wp):
+        self.heads, self.W, self.Wp = _checked_nodes("RandomHeadsMeanField", heads, W, Wp)
+
+    @property
+    def dim(self):
+        return self.heads.d
+
+    def vector_field(self, x, weights, t):
+        if self.heads.v_mean == 0:  # case (G): nothing to compute
+            return jnp.zeros_like(x)
+        m = jax.vmap(lambda w, wp: _attn_average(x, w, wp, self.heads.beta))(self.W, self.Wp)
+        return self.heads.v_mean * m.mean(0)
+
+
+def _checked_nodes(owner, heads, W, Wp):
+    """(heads, W, Wp) checked: K nodes A_q = W_q W'_qᵀ of shape (K, d, k) each, finite."""
+    if not isinstance(heads, GaussianHeads):
+        raise ValueError(f"{owner}.heads must be a tp.GaussianHeads, got {type(heads).__name__}")
+    W, Wp = (check_finite(as_float_array(a, f"{owner}.{m}"), f"{owner}.{m}") for m, a in (("W", W), ("Wp", Wp)))
+    for m, a in (("W", W), ("Wp", Wp)):
+        if a.ndim != 3 or a.shape[1:] != (heads.d, heads.k) or a.shape != W.shape:
+            raise ValueError(f"{owner}.{m} must have shape (K, {heads.d}, {heads.k}) (K nodes "
+                             f"A_q = W_q W'_qᵀ, d = {heads.d}, k = {heads.k}), the same for W and Wp; "
+                             f"got W {W.shape} and Wp {Wp.shape}")
+        if a.shape[0] < 1:
+            raise ValueError(f"{owner}.{m} must hold at least one node, got shape {a.shape}")
+    return heads, W, Wp

@@ -1,28 +1,38 @@
-r"""Independent noise on every token (docs: math/noise.md#independent-noise):
-``tp.solve(..., noise=tp.Noise(σ), key=key)``.
+r"""Noise as a family of values given to ``tp.solve(..., noise=..., key=key)``
+(docs: math/noise.md): each noise builds the SDE's terms from the state, the dynamics and a
+Brownian path (:mod:`.brownian`).
 
-Every token gets its own Brownian motion,
+* :class:`Noise` — independent noise, every token its own Brownian motion,
 
-$$dX_i = \Gamma_{\mu^n}(X_i)\,dt + \sigma(t)\,dB_i \quad\text{on } \mathbb R^d,\qquad
-dX_i = P^\perp_{X_i}\Gamma_{\mu^n}(X_i)\,dt + \sigma(t)\,P^\perp_{X_i}\circ dB_i \quad\text{on } S^{d-1},$$
+  $$dX_i = \Gamma_{\mu^n}(X_i)\,dt + \sigma(t)\,dB_i \quad\text{on } \mathbb R^d,\qquad
+  dX_i = P^\perp_{X_i}\Gamma_{\mu^n}(X_i)\,dt + \sigma(t)\,P^\perp_{X_i}\circ dB_i \quad\text{on } S^{d-1},$$
 
-the second a Stratonovich SDE whose diffusion part is (σ²/2)Δ_S (its Itô form adds the drift
-−(d−1)(σ²/2)X_i). The mean field is the nonlinear Fokker–Planck equation
-∂_tρ + div(ρΓ_ρ) = (σ²/2)Δρ. How an increment moves the tokens is the dynamics' own
-(:meth:`~transformer_pde.models.AbstractDynamics.diffusion`: additive in R^d and for the
-normalization schemes, whose retraction ends the step; projected on :class:`~transformer_pde.Sphere`);
-how it acts on a state is the state's (:mod:`.states`: particles and tracers move, a
-:class:`~transformer_pde.Gaussian` gains Σ' += σ²I, a plain ODE refuses noise).
+  the second a Stratonovich SDE whose diffusion part is (σ²/2)Δ_S (its Itô form adds the drift
+  −(d−1)(σ²/2)X_i); the mean field is the nonlinear Fokker–Planck equation
+  ∂_tρ + div(ρΓ_ρ) = (σ²/2)Δρ. How an increment moves the tokens is the dynamics' own
+  (:meth:`~transformer_pde.models.AbstractDynamics.diffusion`: additive in R^d and for the
+  normalization schemes, whose retraction ends the step; projected on
+  :class:`~transformer_pde.Sphere`); how it acts on a state is the state's
+  (:class:`~transformer_pde.solvers.states.AbstractNoisyState`: particles and tracers move, a
+  :class:`~transformer_pde.Gaussian` gains Σ' += σ²I; other states are refused by type).
+* :class:`CommonNoise` — one Brownian motion W shared by every token, dX_i = ... + σ(t) g(X)_i dW
+  + a(X)_i dt, with g and a an :class:`~transformer_pde.models.AbstractCommonDiffusion` of the model
+  (random heads: :class:`~transformer_pde.CommonNoiseSDE`); particles only.
 
-``tp.solve`` integrates the SDE with diffrax: ``MultiTerm(ODETerm(drift), ControlTerm(diffusion,
-path))``, one Brownian path per run from one key (same key, same path; chunks and gradients
-supported): drawn cell by cell on the grid of dt0 for constant steps (:class:`BrownianGrid`), a
-virtual Brownian tree for adaptive steps and Lévy area (:class:`BrownianTree`), with any diffrax SDE solver: Itô (``Euler``) or Stratonovich
-(``EulerHeun``, ``Heun``, ``Midpoint``, ``ReversibleHeun``, ``SPaRK``, ``GeneralShARK``,
-``SlowRK``), and for additive noise also ``ShARK``, ``SRA1``, ``SEA``. On the sphere Itô and
-Stratonovich solvers converge to the same process: the retraction x/|x| that ends each step adds
-the Itô drift (N(x + σP⊥ΔB) = x + σP⊥ΔB − (d−1)(σ²h/2)x + o(h) in mean). ``tp.layers`` with
-noise is the noisy residual layer x ← R(x + hΓ + σ√h ξ).
+A new kind (multiplicative noise, say) is a final subclass of :class:`AbstractNoise`: its
+Brownian shape, whether it is additive, and its increment (``tests/solvers/test_noise_family.py``
+builds one outside the package).
+
+``tp.solve`` integrates the SDE with diffrax, ``MultiTerm(ODETerm(drift), noise term)``, one
+Brownian path per run from one key (same key, same path; chunks and gradients supported):
+drawn cell by cell on the grid of dt0 for constant steps (:class:`BrownianGrid`), a virtual
+Brownian tree for adaptive steps and Lévy area (:class:`BrownianTree`), with any diffrax SDE
+solver: Itô (``Euler``) or Stratonovich (``EulerHeun``, ``Heun``, ``Midpoint``,
+``ReversibleHeun``, ``SPaRK``, ``GeneralShARK``, ``SlowRK``), and for additive noise also
+``ShARK``, ``SRA1``, ``SEA``. On the sphere Itô and Stratonovich solvers converge to the same
+process: the retraction x/|x| that ends each step adds the Itô drift (N(x + σP⊥ΔB) = x + σP⊥ΔB −
+(d−1)(σ²h/2)x + o(h) in mean). ``tp.layers`` with noise is the noisy residual layer
+x ← R(x + hΓ + σ√h g(x, ξ)), with the same increment (:meth:`AbstractNoise.increment`).
 """
 
 from __future__ import annotations
@@ -37,179 +47,99 @@ import jax.numpy as jnp
 import numpy as np
 
 from .._checks import check_scalar, is_concrete
+from ..models.base import AbstractCommonDiffusion
+from .brownian import AbstractBrownian, BrownianGrid, BrownianTree, brownian_levy_area
+from .states import AbstractNoisyState, Particles
 
-__all__ = ["AbstractBrownian", "BrownianGrid", "BrownianIncrements", "BrownianTree", "Noise",
-           "check_sde_solver", "brownian_levy_area"]
+__all__ = ["AbstractNoise", "CommonNoise", "Noise", "brownian_spec", "check_key", "check_sde_solver", "noisy_terms"]
 
 
-class AbstractBrownian(eqx.Module):
-    """How a noisy run draws its Brownian path (a value given to :class:`Noise`)."""
+class AbstractNoise(eqx.Module):
+    """A noise of ``tp.solve``: what Brownian motion it needs of a state, and how an increment of it
+    moves the state (σ(t) times a unit-σ increment, linear in dW)."""
+
+    sigma: eqx.AbstractVar[jax.Array | Callable]
+    path: eqx.AbstractVar[AbstractBrownian | None]
 
     @abc.abstractmethod
-    def path(self, t0, t1, dt0, adaptive: bool, shape, key, levy_area):
-        """The ``diffrax.AbstractBrownianPath`` of a run over [t0, t1] (traced)."""
+    def check_state(self, state, dynamics) -> None:
+        """ValueError naming the state if this noise cannot act on it."""
 
-    def check(self, adaptive: bool) -> None:
-        """ValueError if this path cannot serve the step-size control."""
+    @abc.abstractmethod
+    def brownian_shape(self, state, dynamics):
+        """The Brownian motion of a run: a pytree of ``jax.ShapeDtypeStruct`` (empty where the
+        noise acts deterministically, as on a Gaussian's moments)."""
 
-    def default_adjoint(self):
-        """The adjoint of ``tp.solve`` when none is given."""
-        return diffrax.RecursiveCheckpointAdjoint()
+    @abc.abstractmethod
+    def additive(self, state, dynamics) -> bool:
+        """Whether the increment is σ dW itself, independent of the state (solvers for additive
+        noise, such as ``diffrax.ShARK``, then apply)."""
 
+    @abc.abstractmethod
+    def unit_increment(self, state, dynamics, t, y, dW):
+        """The increment of y for a Brownian increment dW at unit σ (linear in dW; y is None when
+        :meth:`additive`)."""
 
-class BrownianTree(AbstractBrownian):
-    """A ``diffrax.VirtualBrownianTree`` over the run (the default for adaptive steps and the SRK
-    solvers, which need Lévy area): any steps, adaptive ones
-    included; a run and its refinement see one path (strong errors), chunks of a run too.
+    def drift(self, state, dynamics, t, y, sigma):
+        """What the noise adds to dy/dt deterministically (None: nothing)."""
+        return None
 
-    Args:
-        tol: the resolution (default ``dt0/2`` for constant steps, diffrax's advice;
-            ``(t1 − t0)·2^-20`` for adaptive ones); below it the path is a Brownian-bridge spline.
-            Give runs compared path by path one ``tol`` below the smallest step. Each halving
-            costs a normal draw per token at every evaluation: on S² at n = 2·10⁴ one tree
-            evaluation (5 levels) cost ~10 normal draws of all tokens here.
-    """
-
-    tol: float | None = eqx.field(static=True, default=None)
-
-    def __check_init__(self):
-        if self.tol is not None:
-            check_scalar(self.tol, "BrownianTree.tol", positive=True)
-
-    def path(self, t0, t1, dt0, adaptive, shape, key, levy_area):
-        if self.tol is not None:
-            tol = jnp.asarray(self.tol, t0.dtype)
-        elif dt0 is not None and not adaptive:
-            tol = dt0 / 2
-        else:
-            tol = (t1 - t0) * 2.0**-20
-        return diffrax.VirtualBrownianTree(t0, t1, tol=tol, shape=shape, key=key, levy_area=levy_area)
-
-
-class BrownianGrid(AbstractBrownian):
-    r"""Brownian motion drawn cell by cell on a grid t_k = T0 + kδ (the default for constant
-    steps): W(t_{k+1}) − W(t_k) = √δ Z_k with Z_k ~ N(0, I) keyed by the cell index k, and inside a
-    cell the Brownian bridge √δ (V_k(u) − u V_k(1)) of a virtual Brownian tree V_k on [0, 1] (keyed
-    by k too), so W is one deterministic function of (key, T0, δ) at every time.
-
-    A step on the grid costs one normal draw per token (a step of m cells, m draws); only a step
-    end off the grid descends a cell's tree. The virtual tree over the whole run
-    (:class:`BrownianTree`) costs ~2(log₂(T/tol) + 2) draws per step instead: at n = 10⁵ on S²
-    it made a noisy Euler step 1.5x a deterministic one, this path ~1.05x
-    (``benchmarks/noise.py``). Like the tree, and unlike :class:`BrownianIncrements`, a run cut
-    into chunks sees one path (the grid is anchored at the Brownian interval's start), runs whose
-    steps are multiples of δ see one path (give them one ``dt``, the smallest step), the path is
-    reproducible bit for bit and ``jax.grad`` goes through the solve. Adaptive steps work but
-    cost one draw per cell crossed (the default there is :class:`BrownianTree`); the stochastic
-    Runge–Kutta solvers that need Lévy area (SPaRK, ShARK, ...) take :class:`BrownianTree`.
-
-    Args:
-        dt: the cell δ > 0 (default the run's ``dt0``).
-        tol: the resolution of the bridge inside a cell, relative to δ (default 2⁻¹⁰).
-    """
-
-    dt: float | None = eqx.field(static=True, default=None)
-    tol: float = eqx.field(static=True, default=2.0**-10)
-
-    def __check_init__(self):
-        if self.dt is not None:
-            check_scalar(self.dt, "BrownianGrid.dt", positive=True)
-        check_scalar(self.tol, "BrownianGrid.tol", positive=True)
-
-    def path(self, t0, t1, dt0, adaptive, shape, key, levy_area):
-        if levy_area is not diffrax.BrownianIncrement:
-            raise ValueError(f"BrownianGrid draws increments without Lévy area, which this solver needs "
-                             f"({levy_area.__name__}); use tp.BrownianTree()")
-        if self.dt is not None:
-            cell = jnp.asarray(self.dt, t0.dtype)
-        elif dt0 is not None:
-            cell = dt0
-        else:
-            raise ValueError("BrownianGrid() takes its cell from dt0: pass dt0=... or BrownianGrid(dt=...)")
-        return _GridPath(t0, cell, shape, key, self.tol)
-
-
-class _GridPath(diffrax.AbstractBrownianPath):
-    """:class:`BrownianGrid`'s path: cell increments keyed by index, bridges inside a cell."""
-
-    start: jax.Array
-    cell: jax.Array
-    shape: object = eqx.field(static=True)
-    key: jax.Array
-    tol: float = eqx.field(static=True)
-    levy_area: type = eqx.field(static=True, default=diffrax.BrownianIncrement)
+    def increment(self, state, dynamics, t, y, dW, sigma):
+        """σ · :meth:`unit_increment`, in the state's dtype."""
+        g = self.unit_increment(state, dynamics, t, y, dW)
+        return jax.tree.map(lambda a: (sigma * a).astype(a.dtype), g)
 
     @property
-    def t0(self):
-        return self.start
+    def time_dependent(self) -> bool:
+        return callable(self.sigma)
 
-    @property
-    def t1(self):
-        return jnp.inf
+    def at(self, t, dtype=None):
+        """σ(t), checked (>= 0 and finite) inside jit."""
+        s = self.sigma(t) if self.time_dependent else self.sigma
+        s = jnp.asarray(s, dtype=dtype if dtype is not None else jnp.result_type(s))
+        name = type(self).__name__
+        if jnp.ndim(s) != 0:
+            raise ValueError(f"{name}.sigma(t) must be a scalar, got shape {jnp.shape(s)}")
+        if is_concrete(s):
+            v = float(s)
+            if not (np.isfinite(v) and v >= 0):
+                raise ValueError(f"{name}.sigma must be finite and >= 0, got sigma(t={float(t):.6g}) = {v}"
+                                 if is_concrete(t) else f"{name}.sigma must be finite and >= 0, got {v}")
+            return s
+        return eqx.error_if(s, ~(jnp.isfinite(s) & (s >= 0)),
+                            f"{name}.sigma(t) must be finite and >= 0 (got a negative or non-finite value)")
 
-    def evaluate(self, t0, t1=None, left=True, use_levy=False):
-        del left
-        if t1 is None:
-            t0, t1 = self.start, t0
-        t0, t1 = (jax.lax.stop_gradient(jnp.asarray(t, self.cell.dtype)) for t in (t0, t1))
-        c0, f0 = self._locate(t0)
-        c1, f1 = self._locate(t1)
-        k_cells, k_bridge = jax.random.split(self.key)
-        leaves, treedef = jax.tree.flatten(self.shape)
-        out = []
-        for i, leaf in enumerate(leaves):
-            kc, kb = jax.random.fold_in(k_cells, i), jax.random.fold_in(k_bridge, i)
-            draw = lambda k, kc=kc, leaf=leaf: jax.random.normal(jax.random.fold_in(kc, k), leaf.shape, leaf.dtype)  # noqa: E731
-            # whole cells c0 .. c1 − 1 (one draw each), then the partial cells at both ends
-            whole = jax.lax.fori_loop(c0, c1, lambda k, acc, draw=draw: acc + draw(k),
-                                      jnp.zeros(leaf.shape, leaf.dtype))
-            part = lambda c, f, draw=draw, kb=kb, leaf=leaf: self._partial(draw, kb, leaf, c, f)  # noqa: E731
-            w = whole + part(c1, f1) - part(c0, f0)
-            out.append(jax.lax.stop_gradient(jnp.sqrt(self.cell).astype(leaf.dtype) * w))
-        w = jax.tree.unflatten(treedef, out)
-        if use_levy:
-            return diffrax.BrownianIncrement(dt=t1 - t0, W=w)
-        return w
+    def check(self, state, dynamics, t0, dtype) -> None:
+        """ValueError if the state cannot take this noise or σ(t0) is negative or non-finite
+        (concrete values; jit checks the run)."""
+        self.check_state(state, dynamics)
+        self.at(t0, dtype)
 
-    def _locate(self, t):
-        """(cell index, fraction in [0, 1)) of t; a time within rounding of a grid point is on it."""
-        u = (t - self.start) / self.cell
-        k = jnp.round(u)
-        on = jnp.abs(u - k) <= 64 * jnp.finfo(u.dtype).eps * jnp.maximum(1.0, jnp.abs(u))
-        c = jnp.where(on, k, jnp.floor(u))
-        f = jnp.where(on, 0.0, u - jnp.floor(u))
-        return c.astype(jnp.int32), f
-
-    def _partial(self, draw, kb, leaf, c, f):
-        """(W(T0 + (c + f)δ) − W(T0 + cδ))/√δ = f Z_c + V_c(f) − f V_c(1) (zero on the grid)."""
-        def bridge(f):
-            tree = diffrax.VirtualBrownianTree(0.0, 1.0, tol=self.tol, shape=leaf,
-                                               key=jax.random.fold_in(kb, c))
-            return f * draw(c) + tree.evaluate(f) - f * tree.evaluate(jnp.ones_like(f))
-        return jax.lax.cond(f > 0, bridge, lambda f: jnp.zeros(leaf.shape, leaf.dtype), f)
+    def path_for(self, adaptive: bool, levy_area) -> AbstractBrownian:
+        """The path of a run: the given one, else :class:`BrownianGrid` for constant steps and
+        increments-only solvers, :class:`BrownianTree` for adaptive steps or Lévy area."""
+        if self.path is not None:
+            return self.path
+        if adaptive or levy_area is not diffrax.BrownianIncrement:
+            return BrownianTree()
+        return BrownianGrid()
 
 
-class BrownianIncrements(AbstractBrownian):
-    """One independent draw per step (``diffrax.UnsafeBrownianPath``, keyed by the step's times):
-    the cheapest path (one normal per token and step), for constant steps only. Reproducible for
-    a fixed key and step grid, but a run with another step (or cut into chunks) sees another
-    Brownian motion: use :class:`BrownianTree` for strong errors and chunked runs. diffrax cannot
-    reverse-differentiate through it (the solve's default adjoint is then ``DirectAdjoint``, for
-    forward runs and ``jax.jvp``): use :class:`BrownianTree` for ``jax.grad``."""
-
-    def default_adjoint(self):
-        return diffrax.DirectAdjoint()
-
-    def path(self, t0, t1, dt0, adaptive, shape, key, levy_area):
-        return diffrax.UnsafeBrownianPath(shape=shape, key=key, levy_area=levy_area)
-
-    def check(self, adaptive):
-        if adaptive:
-            raise ValueError("BrownianIncrements draws one increment per step and cannot serve "
-                             "adaptive steps; use tp.BrownianTree() (the default)")
+def _checked_sigma(sigma, owner):
+    if callable(sigma):
+        return sigma
+    sigma = check_scalar(sigma, f"{owner}.sigma", nonnegative=True)
+    return sigma if isinstance(sigma, jax.Array) else jnp.asarray(sigma, dtype=float)
 
 
-class Noise(eqx.Module):
+def _checked_path(path, owner):
+    if path is not None and not isinstance(path, AbstractBrownian):
+        raise ValueError(f"{owner}.path must be tp.BrownianGrid(...), tp.BrownianTree(...) or "
+                         f"tp.BrownianIncrements(), got {path!r}")
+    return path
+
+
+class Noise(AbstractNoise):
     r"""Independent noise of strength σ on every token: dX_i = Γ dt + σ(t) dB_i
     (docs: math/noise.md#independent-noise).
 
@@ -235,47 +165,172 @@ class Noise(eqx.Module):
     path: AbstractBrownian | None
 
     def __init__(self, sigma, *, path: AbstractBrownian | None = None):
-        if callable(sigma):
-            self.sigma = sigma
-        else:
-            sigma = check_scalar(sigma, "Noise.sigma", nonnegative=True)
-            self.sigma = sigma if isinstance(sigma, jax.Array) else jnp.asarray(sigma, dtype=float)
-        if path is not None and not isinstance(path, AbstractBrownian):
-            raise ValueError(f"Noise.path must be tp.BrownianGrid(...), tp.BrownianTree(...) or "
-                             f"tp.BrownianIncrements(), got {path!r}")
-        self.path = path
+        self.sigma = _checked_sigma(sigma, "Noise")
+        self.path = _checked_path(path, "Noise")
 
-    def path_for(self, adaptive: bool, levy_area) -> AbstractBrownian:
-        """The path of a run: the given one, else :class:`BrownianGrid` for constant steps and
-        increments-only solvers, :class:`BrownianTree` for adaptive steps or Lévy area."""
-        if self.path is not None:
-            return self.path
-        if adaptive or levy_area is not diffrax.BrownianIncrement:
-            return BrownianTree()
-        return BrownianGrid()
+    def check_state(self, state, dynamics):
+        if not isinstance(state, AbstractNoisyState):
+            raise ValueError(f"{type(state).__name__} cannot take noise: independent noise moves tokens "
+                             "(tp.Particles, tp.Tracers, tp.Coupled of them) or a Gaussian's moments "
+                             "(tp.Gaussian); a plain ODE state has no tokens to move")
+        state.check_noise(dynamics)
 
-    @property
-    def time_dependent(self) -> bool:
-        return callable(self.sigma)
+    def brownian_shape(self, state, dynamics):
+        return state.noise_shape(dynamics)
 
-    def at(self, t, dtype=None):
-        """σ(t), checked (>= 0 and finite) inside jit."""
-        s = self.sigma(t) if self.time_dependent else self.sigma
-        s = jnp.asarray(s, dtype=dtype if dtype is not None else jnp.result_type(s))
-        if jnp.ndim(s) != 0:
-            raise ValueError(f"Noise.sigma(t) must be a scalar, got shape {jnp.shape(s)}")
-        if is_concrete(s):
-            v = float(s)
-            if not (np.isfinite(v) and v >= 0):
-                raise ValueError(f"Noise.sigma must be finite and >= 0, got sigma(t={float(t):.6g}) = {v}"
-                                 if is_concrete(t) else f"Noise.sigma must be finite and >= 0, got {v}")
-            return s
-        return eqx.error_if(s, ~(jnp.isfinite(s) & (s >= 0)),
-                            "Noise.sigma(t) must be finite and >= 0 (got a negative or non-finite value)")
+    def additive(self, state, dynamics):
+        return state.additive_noise(dynamics)
 
-    def check(self, t0, dtype) -> None:
-        """ValueError if σ(t0) is negative or non-finite (concrete values; jit checks the run)."""
-        self.at(t0, dtype)
+    def unit_increment(self, state, dynamics, t, y, dW):
+        return dW if y is None else state.diffusion(dynamics, t, y, dW)
+
+    def drift(self, state, dynamics, t, y, sigma):
+        return state.noise_drift(dynamics, t, y, sigma)
+
+
+class CommonNoise(AbstractNoise):
+    r"""Common noise: one Brownian motion W shared by every token (docs: math/noise.md#common-noise),
+
+    dX_i = Γ dt + σ(t) g(X)_i dW + a(X)_i dt,
+
+    with g and a the model's :class:`~transformer_pde.models.AbstractCommonDiffusion` (random
+    heads: :class:`~transformer_pde.CommonNoiseSDE`, the diffusive limit of the random Transformer).
+    Unlike independent noise it does not average out as n → ∞: the mean field is a stochastic PDE.
+
+    Args:
+        diffusion: the model's g (and a).
+        sigma: σ >= 0 (default 1), a float or a function ``t ↦ σ(t)``.
+        path: as :class:`Noise` (default ``BrownianGrid()`` for constant steps, ``BrownianTree()``
+            for adaptive ones).
+
+    ``tp.solve(dynamics, x0, t1=..., dt0=..., noise=tp.CommonNoise(g), key=key)`` on
+    :class:`~transformer_pde.Particles` (an ``(n, d)`` array); the diffusion is not additive
+    (it depends on the tokens), so the additive-noise solvers are refused.
+    """
+
+    diffusion: AbstractCommonDiffusion
+    sigma: jax.Array | Callable
+    path: AbstractBrownian | None
+
+    def __init__(self, diffusion: AbstractCommonDiffusion, sigma=1.0, *, path: AbstractBrownian | None = None):
+        if not isinstance(diffusion, AbstractCommonDiffusion):
+            raise ValueError(f"CommonNoise.diffusion must be a tp.AbstractCommonDiffusion such as "
+                             f"tp.CommonNoiseSDE(heads, W, Wp), got {type(diffusion).__name__}")
+        self.diffusion = diffusion
+        self.sigma = _checked_sigma(sigma, "CommonNoise")
+        self.path = _checked_path(path, "CommonNoise")
+
+    def check_state(self, state, dynamics):
+        if not isinstance(state, Particles):
+            raise ValueError(f"{type(state).__name__} cannot take common noise: it moves the tokens of "
+                             "one system (tp.Particles, an (n, d) array)")
+
+    def brownian_shape(self, state, dynamics):
+        return self.diffusion.brownian_shape(state.x)
+
+    def additive(self, state, dynamics):
+        return False
+
+    def unit_increment(self, state, dynamics, t, y, dW):
+        return self.diffusion.diffusion(y, dW, t).astype(y.dtype)
+
+    def drift(self, state, dynamics, t, y, sigma):
+        a = self.diffusion.drift(y, t)
+        return None if a is None else a.astype(y.dtype)
+
+
+def check_key(key) -> None:
+    """ValueError unless ``key`` is a JAX PRNG key (a noisy run's, required)."""
+    if key is None:
+        raise ValueError("noise needs a PRNG key: pass key=jax.random.key(seed) (one key per run; "
+                         "the same key gives the same Brownian path)")
+    if not (isinstance(key, jax.Array) and (jax.dtypes.issubdtype(key.dtype, jax.dtypes.prng_key) or (
+            key.dtype == jnp.uint32 and key.shape == (2,)))):
+        raise ValueError(f"key must be a JAX PRNG key such as jax.random.key(0), got {key!r}")
+
+
+def brownian_spec(noise, key, interval, state, dynamics, solver, controller, t0, t1, dt0, dtype):
+    """What the Brownian path of a noisy run is built from (:meth:`Noise.path_for`), or None where the
+    noise acts deterministically (a Gaussian's moments); checks the key, σ and the solver."""
+    noise.check(state, dynamics, t0, dtype)
+    shape = noise.brownian_shape(state, dynamics)
+    if not jax.tree_util.tree_leaves(shape):
+        return None
+    check_key(key)
+    adaptive = isinstance(controller, diffrax.AbstractAdaptiveStepSizeController)
+    check_sde_solver(solver, noise.additive(state, dynamics), adaptive)
+    T0, T1 = (t0, t1) if interval is None else interval
+    check_scalar(T0, "brownian_interval[0]")
+    check_scalar(T1, "brownian_interval[1]")
+    if all(is_concrete(v) for v in (T0, T1, t0, t1)) and not (float(T0) <= float(t0) < float(t1) <= float(T1)):
+        raise ValueError(f"brownian_interval = ({float(T0)}, {float(T1)}) must contain [t0, t1] = "
+                         f"[{float(t0)}, {float(t1)}]")
+    levy_area = brownian_levy_area(solver)
+    path = noise.path_for(adaptive, levy_area)
+    path.check(adaptive)
+    T0, T1 = (jnp.asarray(v, dtype) for v in (T0, T1))
+    dt = None if dt0 is None else jnp.asarray(dt0, dtype)
+    return _BrownianSpec(path, T0, T1, dt, adaptive, shape, key, levy_area)
+
+
+class _BrownianSpec(eqx.Module):
+    """What the Brownian path of a run is built from (the path itself is built inside jit)."""
+
+    kind: object
+    t0: jax.Array
+    t1: jax.Array
+    dt0: jax.Array | None
+    adaptive: bool = eqx.field(static=True)
+    shape: object = eqx.field(static=True)
+    key: jax.Array
+    levy_area: type = eqx.field(static=True)
+
+    def tree(self):
+        return self.kind.path(self.t0, self.t1, self.dt0, self.adaptive, self.shape, self.key, self.levy_area)
+
+
+def noisy_terms(dynamics, state, noise, brownian):
+    """drift + σ(t)·diffusion ∘ dW: an ODE term (a Gaussian's Σ' += σ²I) or diffrax's SDE terms."""
+    def drift(t, y, args):
+        v = state.vector_field(dynamics, t, y)
+        extra = noise.drift(state, dynamics, t, y, noise.at(t, state.dtype))
+        return v if extra is None else jax.tree.map(jnp.add, v, extra)
+
+    if brownian is None:
+        return diffrax.ODETerm(drift)
+    diffusion = _NoiseTerm(brownian.tree(), noise, state, dynamics, noise.additive(state, dynamics))
+    return diffrax.MultiTerm(diffrax.ODETerm(drift), diffusion)
+
+
+class _Diffusion(eqx.Module):
+    """The diffusion coefficient at (t, y) as data (diffrax's SRK solvers vmap and combine it
+    linearly): σ(t), and the point where the noise acts (None for additive noise)."""
+
+    sigma: jax.Array
+    y: object
+    t: jax.Array
+
+
+class _NoiseTerm(diffrax.AbstractTerm):
+    """σ(t)·g(t, y)∘dW with g the noise's :meth:`~AbstractNoise.unit_increment`: the ``ControlTerm``
+    of an SDE whose vector field is applied to the increment by the noise, not by a matrix."""
+
+    control: diffrax.AbstractBrownianPath
+    noise: AbstractNoise
+    state: object
+    dynamics: object
+    additive: bool = eqx.field(static=True)
+
+    def vf(self, t, y, args):
+        sigma = self.noise.at(t, self.state.dtype)
+        return _Diffusion(sigma, None if self.additive else y, jnp.asarray(t, self.state.dtype))
+
+    def contr(self, t0, t1, **kwargs):
+        return self.control.evaluate(t0, t1, **kwargs)
+
+    def prod(self, vf, control):
+        # additive: y is None and the increment is σ(t) dW itself (independent of y, as ShARK needs)
+        return self.noise.increment(self.state, self.dynamics, vf.t, vf.y, control, vf.sigma)
 
 
 def check_sde_solver(solver, additive: bool, adaptive: bool) -> None:
@@ -303,14 +358,3 @@ def check_sde_solver(solver, additive: bool, adaptive: bool) -> None:
 
 def _additive_only(solver) -> bool:
     return isinstance(solver, diffrax.AbstractSRK) and bool(solver.tableau.is_additive_noise())
-
-
-def brownian_levy_area(solver):
-    """The Lévy area the solver's Brownian path must carry (space-time for the SRK solvers)."""
-    if isinstance(solver, diffrax.AbstractSRK):
-        needed = solver.minimal_levy_area
-        if issubclass(needed, diffrax.AbstractSpaceTimeTimeLevyArea):
-            return diffrax.SpaceTimeTimeLevyArea
-        if issubclass(needed, diffrax.AbstractSpaceTimeLevyArea):
-            return diffrax.SpaceTimeLevyArea
-    return diffrax.BrownianIncrement

@@ -1,20 +1,22 @@
 r"""Runs of the random Transformer (docs: math/random_heads.md#the-random-transformer-chain): the chain of layers
-with fresh random heads, and one path of its common-noise SDE limit, both through :mod:`transformer_pde.solve`.
+with fresh random heads (``tp.layers``), and one path of its common-noise SDE limit (``tp.solve`` with
+``tp.CommonNoise``).
 """
 
 from __future__ import annotations
 
 import diffrax
-import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .._checks import check_scalar
-from ..models.random_heads import CommonNoiseSDE, GaussianHeads, RandomHeadsField
-from ..models.sphere import PostLN, UnitSphere, unchecked_normalize
+from .._checks import check_count, check_scalar
+from ..models.random_heads import CommonNoiseSDE, GaussianHeads, RandomHeadsField, RandomHeadsMeanField
+from ..models.sphere import PostLN
+from .brownian import BrownianTree
 from .layers import layers
-from .retracted import Retracted
+from .noise import CommonNoise
+from .solve import solve
 
 __all__ = ["chain", "diffusive_chain", "sde"]
 
@@ -45,11 +47,12 @@ def diffusive_chain(key, heads: GaussianHeads, x0, s1, num_layers: int, num_head
 
 
 def sde(key, heads: GaussianHeads, x0, s1, dt, *, num_nodes: int = 32, saveat=None):
-    r"""One path of the diffusive limit (case (G)) with diffrax and a VirtualBrownianTree.
+    r"""One path of the diffusive limit (case (G)): ``tp.solve`` with common noise.
 
-    Itô SDE in the diffusive clock s (module docstring), Euler–Maruyama with retraction onto
-    the sphere after each step. The noise is common to all tokens: one d×d matrix Brownian
-    motion per quadrature node A_q (``num_nodes`` nodes, drawn once per path from ρ*_A).
+    Itô SDE in the diffusive clock s (:class:`~transformer_pde.CommonNoiseSDE`), Euler–Maruyama
+    with retraction onto the sphere after each step (``tp.PostLN``). The noise is common to all
+    tokens: one d×d matrix Brownian motion per quadrature node A_q (``num_nodes`` nodes, drawn
+    once per path from ρ*_A), from a virtual Brownian tree of resolution dt/2.
     ``saveat``: times in [0, s1] (default ``[s1]``). Returns states ``(T, n, d)``.
     """
     if heads.v_mean != 0:
@@ -57,21 +60,11 @@ def sde(key, heads: GaussianHeads, x0, s1, dt, *, num_nodes: int = 32, saveat=No
                          f"drift), got v_mean={heads.v_mean}")
     check_scalar(s1, "s1", positive=True)
     check_scalar(dt, "dt", positive=True)
-    ts = jnp.asarray([s1] if saveat is None else saveat, dtype=jnp.asarray(x0).dtype)
-    return _sde(key, heads, jnp.asarray(x0), jnp.asarray(s1, ts.dtype), jnp.asarray(dt, ts.dtype),
-                int(num_nodes), ts, int(np.ceil(float(s1) / float(dt))) + 1)
-
-
-@eqx.filter_jit
-def _sde(key, heads, x0, s1, dt, num_nodes, ts, max_steps):
+    num_nodes = check_count(num_nodes, "num_nodes", minimum=1)
+    x0 = jnp.asarray(x0)
+    ts = jnp.asarray([s1] if saveat is None else saveat, dtype=x0.dtype)
     kn, kb = jax.random.split(key)
     _, W, Wp = heads.sample(kn, (num_nodes,), x0.dtype)
-    sde = CommonNoiseSDE(heads, W, Wp)
-    bm = diffrax.VirtualBrownianTree(0.0, s1, tol=dt / 2, shape=(num_nodes, heads.d, heads.d), key=kb)
-    terms = diffrax.MultiTerm(diffrax.ODETerm(sde.drift), diffrax.ControlTerm(sde.diffusion, bm))
-    sol = diffrax.diffeqsolve(terms, Retracted(diffrax.Euler(), UnitSphere()), 0.0, s1, dt, x0,
-                              saveat=diffrax.SaveAt(ts=ts, fn=lambda s, y, args: unchecked_normalize(y)),
-                              adjoint=diffrax.RecursiveCheckpointAdjoint(), max_steps=max_steps)
-    return sol.ys
-
-
+    noise = CommonNoise(CommonNoiseSDE(heads, W, Wp), path=BrownianTree())
+    return solve(PostLN(RandomHeadsMeanField(heads, W, Wp)), x0, t1=s1, dt0=dt, saveat=ts,
+                 solver=diffrax.Euler(), noise=noise, key=kb).xs

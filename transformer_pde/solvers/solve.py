@@ -18,14 +18,14 @@ import jax.numpy as jnp
 import numpy as np
 
 from .._checks import NonFiniteStateError, check_int, check_scalar, cover_finiteness, is_concrete
-from ..models.base import AbstractRetractedDynamics, AbstractRetraction
+from ..models.base import AbstractRetraction
 from ..models.switched import AbstractSwitched
-from ..params import PiecewiseConstant
 from .events import AbstractBlowUp, BlowUp
-from .noise import Noise, brownian_levy_area, check_sde_solver
+from .noise import AbstractNoise, brownian_spec, noisy_terms
 from .retracted import Retracted
 from .solution import GaussianSolution, Solution
 from .states import AbstractState, as_state
+from .switches import jump_at_switches
 
 MAX_STEPS = 2**31 - 1
 """diffrax counts steps in int32: no solve can ask for more."""
@@ -51,7 +51,7 @@ def solve(
     event: AbstractBlowUp | None = _BLOW_UP,
     progress_meter: diffrax.AbstractProgressMeter | None = None,
     throw: bool = True,
-    noise: Noise | None = None,
+    noise: AbstractNoise | None = None,
     key: jax.Array | None = None,
     brownian_interval: tuple | None = None,
 ) -> Solution | GaussianSolution:
@@ -101,7 +101,10 @@ def solve(
             docs: math/noise.md#independent-noise, :mod:`~transformer_pde.solvers.noise`). The solver must be an SDE
             solver (default then ``diffrax.Euler()``: with ``dt0 = h`` one step is the noisy residual
             layer); an ODE solver such as Tsit5 is refused. A ``tp.Gaussian`` takes noise as
-            Σ' += σ²I (an ODE: no key, default solver Tsit5); a plain ODE state refuses it.
+            Σ' += σ²I (an ODE: no key, default solver Tsit5); a state that takes no noise (not a
+            :class:`~transformer_pde.solvers.AbstractNoisyState`) is refused, named.
+            :class:`~transformer_pde.CommonNoise` ``(g)``: one Brownian motion shared by every
+            token, σ(t) g(X) dW (random heads: ``tp.CommonNoiseSDE``; particles only).
         key: the PRNG key of the run's Brownian path (required with noise): the same key gives
             the same path, and gradients follow it. Constant steps draw it on the grid of dt0
             (``tp.BrownianGrid()``, one draw per token and step), adaptive steps and the SRK
@@ -141,10 +144,12 @@ def solve(
     fn = tuple(f for _, f in saves)
     if noise is None and (key is not None or brownian_interval is not None):
         raise ValueError("key and brownian_interval are for noisy runs: pass noise=tp.Noise(sigma) too")
-    if noise is not None and not isinstance(noise, Noise):
-        raise ValueError(f"noise must be tp.Noise(sigma) or None, got {noise!r}")
+    if noise is not None and not isinstance(noise, AbstractNoise):
+        raise ValueError(f"noise must be tp.Noise(sigma), tp.CommonNoise(...) or None, got {noise!r}")
+    if noise is not None:
+        noise.check_state(state, dynamics)
     # a noisy run is an SDE where the state takes a Brownian path (a Gaussian's noise is Σ' += σ²I)
-    sde = noise is not None and bool(jax.tree_util.tree_leaves(state.noise_shape(dynamics)))
+    sde = noise is not None and bool(jax.tree_util.tree_leaves(noise.brownian_shape(state, dynamics)))
     solver = (diffrax.Euler() if sde else state.default_solver()) if solver is None else solver
     if not isinstance(solver, diffrax.AbstractSolver):
         raise ValueError(f"solver must be a diffrax solver such as diffrax.Tsit5(), got {solver!r}")
@@ -152,7 +157,7 @@ def solve(
         stepsize_controller = state.default_controller()
     brownian = None
     if noise is not None:
-        brownian = _brownian(noise, key, brownian_interval, state, dynamics, solver, stepsize_controller,
+        brownian = brownian_spec(noise, key, brownian_interval, state, dynamics, solver, stepsize_controller,
                              t0, t1, dt0, dtype)
     if dt0 is None and isinstance(stepsize_controller, diffrax.ConstantStepSize):
         raise ValueError("dt0 is required with constant step sizes (pass dt0=..., or an adaptive "
@@ -190,7 +195,7 @@ def _solve(dynamics, state, t0, t1, dt0, ts, fn, solver, controller, adjoint, ma
            watch, criterion, noise, brownian, several):
     term = state.term(dynamics)
     if noise is not None:
-        term = _noisy_terms(dynamics, state, noise, brownian)
+        term = noisy_terms(dynamics, state, noise, brownian)
     if state.retracts(dynamics):
         if isinstance(adjoint, diffrax.DirectAdjoint):
             solver = _bounded_stages(solver)
@@ -261,97 +266,6 @@ def inf_from(stop_time, times, saved):
         return jnp.where(after, jnp.asarray(jnp.inf, a.dtype), a)
 
     return jax.tree.map(mask, saved)
-
-
-def _brownian(noise, key, interval, state, dynamics, solver, controller, t0, t1, dt0, dtype):
-    """What the Brownian path of a noisy run is built from (:meth:`Noise.path_for`), or None where the
-    noise acts deterministically (a Gaussian's moments); checks the key, σ and the solver."""
-    noise.check(t0, dtype)
-    shape = state.noise_shape(dynamics)
-    if not jax.tree_util.tree_leaves(shape):
-        return None
-    if key is None:
-        raise ValueError("noise needs a PRNG key: pass key=jax.random.key(seed) (one key per run; "
-                         "the same key gives the same Brownian path)")
-    if not (isinstance(key, jax.Array) and (jax.dtypes.issubdtype(key.dtype, jax.dtypes.prng_key) or (
-            key.dtype == jnp.uint32 and key.shape == (2,)))):
-        raise ValueError(f"key must be a JAX PRNG key such as jax.random.key(0), got {key!r}")
-    adaptive = isinstance(controller, diffrax.AbstractAdaptiveStepSizeController)
-    check_sde_solver(solver, state.additive_noise(dynamics), adaptive)
-    T0, T1 = (t0, t1) if interval is None else interval
-    check_scalar(T0, "brownian_interval[0]")
-    check_scalar(T1, "brownian_interval[1]")
-    if all(is_concrete(v) for v in (T0, T1, t0, t1)) and not (float(T0) <= float(t0) < float(t1) <= float(T1)):
-        raise ValueError(f"brownian_interval = ({float(T0)}, {float(T1)}) must contain [t0, t1] = "
-                         f"[{float(t0)}, {float(t1)}]")
-    levy_area = brownian_levy_area(solver)
-    path = noise.path_for(adaptive, levy_area)
-    path.check(adaptive)
-    T0, T1 = (jnp.asarray(v, dtype) for v in (T0, T1))
-    dt = None if dt0 is None else jnp.asarray(dt0, dtype)
-    return _BrownianSpec(path, T0, T1, dt, adaptive, shape, key, levy_area)
-
-
-class _BrownianSpec(eqx.Module):
-    """What the Brownian path of a run is built from (the path itself is built inside jit)."""
-
-    kind: object
-    t0: jax.Array
-    t1: jax.Array
-    dt0: jax.Array | None
-    adaptive: bool = eqx.field(static=True)
-    shape: object = eqx.field(static=True)
-    key: jax.Array
-    levy_area: type = eqx.field(static=True)
-
-    def tree(self):
-        return self.kind.path(self.t0, self.t1, self.dt0, self.adaptive, self.shape, self.key, self.levy_area)
-
-
-def _noisy_terms(dynamics, state, noise, brownian):
-    """drift + σ(t)·diffusion ∘ dW: an ODE term (a Gaussian's Σ' += σ²I) or diffrax's SDE terms."""
-    def drift(t, y, args):
-        v = state.vector_field(dynamics, t, y)
-        extra = state.noise_drift(dynamics, t, y, noise.at(t, state.dtype))
-        return v if extra is None else jax.tree.map(jnp.add, v, extra)
-
-    if brownian is None:
-        return diffrax.ODETerm(drift)
-    diffusion = _NoiseTerm(brownian.tree(), noise, state, dynamics, state.additive_noise(dynamics))
-    return diffrax.MultiTerm(diffrax.ODETerm(drift), diffusion)
-
-
-class _Diffusion(eqx.Module):
-    """The diffusion coefficient at (t, y) as data (diffrax's SRK solvers vmap and combine it
-    linearly): σ(t), and the point where the noise acts (None for additive noise)."""
-
-    sigma: jax.Array
-    y: object
-    t: jax.Array
-
-
-class _NoiseTerm(diffrax.AbstractTerm):
-    """σ(t)·g(t, y)∘dW with g the state's (and the dynamics') :meth:`diffusion`: the ``ControlTerm``
-    of an SDE whose vector field is applied to the increment by the state, not by a matrix."""
-
-    control: diffrax.AbstractBrownianPath
-    noise: Noise
-    state: object
-    dynamics: object
-    additive: bool = eqx.field(static=True)
-
-    def vf(self, t, y, args):
-        sigma = self.noise.at(t, self.state.dtype)
-        return _Diffusion(sigma, None if self.additive else y, jnp.asarray(t, self.state.dtype))
-
-    def contr(self, t0, t1, **kwargs):
-        return self.control.evaluate(t0, t1, **kwargs)
-
-    def prod(self, vf, control):
-        if self.additive:  # g = σ(t)·I: the increment itself (independent of y, as ShARK needs)
-            return jax.tree.map(lambda dw: (vf.sigma * dw).astype(dw.dtype), control)
-        g = self.state.diffusion(self.dynamics, vf.t, vf.y, control)
-        return jax.tree.map(lambda a: (vf.sigma * a).astype(a.dtype), g)
 
 
 def saved_array(value, owner: str = "SaveAt fn"):
@@ -501,97 +415,6 @@ def default_max_steps(t0, t1, dt0, controller):
         # round up to a power of two: a new horizon reuses the compiled program
         return min(MAX_STEPS, max(16, 1 << (steps - 1).bit_length()))
     return 100_000
-
-
-def parameter_switch_times(dynamics, dtype) -> tuple[float, ...]:
-    """The layer boundaries of every :class:`~transformer_pde.PiecewiseConstant` in the dynamics
-    (with concrete t0, dt), as the floats of ``dtype`` at which the parameter changes."""
-    pcs = [p for p in jax.tree.leaves(dynamics, is_leaf=lambda v: isinstance(v, PiecewiseConstant))
-           if isinstance(p, PiecewiseConstant) and p.exact_boundaries]
-    return tuple(sorted({float(b) for p in pcs for b in p.boundaries(dtype)}))
-
-
-class _JumpingStepTo(diffrax.StepTo):
-    """``StepTo`` whose grid holds pairs (τ⁻, τ⁺), the floats around a switch τ: a step ends at
-    τ⁻ and the next starts at τ⁺ (a jump, as ``ClipStepSizeController(jump_ts=...)`` makes; FSAL
-    solvers re-evaluate there), so no step, not even one of 2 ulp, straddles τ.
-    ``jumps[k]``: ``ts[k]`` is a τ⁻."""
-
-    jumps: jax.Array = eqx.field(converter=jnp.asarray)
-
-    def wrap(self, direction):
-        ts = eqx.error_if(self.ts * direction, self.ts[1:] * direction <= self.ts[:-1] * direction,
-                          "the step grid must be strictly increasing")
-        return type(self)(ts=ts, jumps=self.jumps)
-
-    def adapt_step_size(self, t0, t1, y0, y1_candidate, args, y_error, error_order, controller_state):
-        k = controller_state  # t1 == ts[k - 1]
-        last = self.ts.shape[0] - 1
-        jump = self.jumps[k - 1]
-        next_t0 = jnp.where(jump, self.ts[jnp.minimum(k, last)], t1)
-        next_t1 = jnp.where(jump, self.ts[jnp.minimum(k + 1, last)], self.ts[jnp.minimum(k, last)])
-        return True, next_t0, next_t1, jump, k + jnp.where(jump, 2, 1), diffrax.RESULTS.successful
-
-
-def jump_at_switches(dynamics, controller, t0, t1, dt0, dtype):
-    """A step-size controller that steps to just before each switch in (t0, t1) and on from just
-    after it, so no solver stage of a step evaluates the field on the other side: the dynamics'
-    ``switch_times`` (:mod:`transformer_pde.models.switched`) and the layer boundaries of its
-    :class:`~transformer_pde.PiecewiseConstant` parameters. Adaptive controllers get diffrax's
-    ``jump_ts``; constant steps become the grid t0 + k·dt0 given exactly with each switch τ
-    replaced by the floats τ⁻ < τ < τ⁺ around it and a jump from τ⁻ to τ⁺ (a dynamics' switch
-    must lie on the grid; a layer boundary off it is added to it)."""
-    structural = dynamics.switch_times if isinstance(dynamics, AbstractRetractedDynamics) else ()
-    params = parameter_switch_times(dynamics, dtype)
-    if not structural and not params:
-        return controller, dt0
-    if isinstance(controller, diffrax.AbstractAdaptiveStepSizeController) and not (
-            is_concrete(t0) and is_concrete(t1)):  # diffrax ignores the jumps outside (t0, t1)
-        jumps = jnp.asarray(sorted({float(np.asarray(s, dtype)) for s in (*structural, *params)}), dtype)
-        return diffrax.ClipStepSizeController(controller, jump_ts=jumps), dt0
-    if not (is_concrete(t0) and is_concrete(t1)):
-        raise ValueError(f"{type(dynamics).__name__} changes at t = {sorted({*structural, *params})}: "
-                         "solve it over concrete t0, t1 (the steps must stop at the switches)")
-    lo, hi = float(t0), float(t1)
-    structural = [s for s in structural if lo < s < hi]
-    params = [s for s in params if lo < s < hi]
-    if not structural and not params:
-        return controller, dt0
-    inside = sorted({float(np.asarray(s, dtype)) for s in (*structural, *params)})
-    if isinstance(controller, diffrax.AbstractAdaptiveStepSizeController):
-        return diffrax.ClipStepSizeController(controller, jump_ts=jnp.asarray(inside, dtype)), dt0
-    name = type(dynamics).__name__
-    if not isinstance(controller, diffrax.ConstantStepSize) or not all(
-            is_concrete(v) for v in (t0, t1, dt0)):
-        raise ValueError(f"{name} changes at t = {inside}: solve it with constant steps (concrete "
-                         f"t0, t1, dt0) or an adaptive stepsize_controller, got {type(controller).__name__}")
-    t0, t1, dt0 = float(t0), float(t1), float(dt0)
-    # a switch within round-off of an end (a chunk starting at the switch) is no switch inside
-    inside = [s for s in inside if min(abs(s - t0), abs(s - t1)) > 1e-9 * dt0]
-    structural = [s for s in structural if min(abs(s - t0), abs(s - t1)) > 1e-9 * dt0]
-    if not inside:
-        return controller, dt0
-    num = max(int(np.ceil((t1 - t0) / dt0 - 1e-9)), 1)
-    grid = [float(v) for v in np.asarray(t0 + dt0 * np.arange(num + 1), dtype)]
-    grid[-1] = float(np.asarray(t1, dtype))
-    for s in structural:
-        k = int(np.rint((s - t0) / dt0))
-        if abs(t0 + k * dt0 - s) > 1e-9 * max(1.0, abs(s)):
-            raise ValueError(f"{name} switches at t = {s:g}, which is not on the step grid t0 + k·dt0 "
-                             f"(t0 = {t0:g}, dt0 = {dt0:g}); choose dt0 dividing {s - t0:g}, or an "
-                             "adaptive stepsize_controller")
-    # a grid point within 1e-9 dt0 of a switch is the switch; other switches are added
-    grid = [g for g in grid if all(abs(g - s) > 1e-9 * dt0 for s in inside) or g in (grid[0], grid[-1])]
-    ts, jumps = [], []
-    for g in sorted(set(grid) | set(inside)):
-        if g in inside:
-            tau = np.asarray(g, dtype)
-            ts += [float(np.nextafter(tau, -np.inf)), float(np.nextafter(tau, np.inf))]
-            jumps += [True, False]
-        else:
-            ts.append(g)
-            jumps.append(False)
-    return _JumpingStepTo(ts=np.asarray(ts, dtype), jumps=np.asarray(jumps)), None
 
 
 __all__ = ["MAX_STEPS", "solve"]

@@ -94,28 +94,6 @@ class AbstractState(eqx.Module):
         """Whether every step ends with the dynamics' retraction."""
         return False
 
-    # --- independent noise (docs: math/noise.md#independent-noise; :class:`~.noise.Noise`) ---------
-    def noise_shape(self, dynamics) -> Any:
-        """The Brownian motion this state needs under noise: a pytree of ``jax.ShapeDtypeStruct``
-        (None where the noise acts deterministically, as on a Gaussian's moments). States that
-        cannot take noise raise a ValueError naming themselves."""
-        raise ValueError(f"{type(self).__name__} cannot take noise: independent noise moves tokens "
-                         "(tp.Particles, tp.Tracers, tp.Coupled of them) or a Gaussian's moments "
-                         "(tp.Gaussian); a plain ODE state has no tokens to move")
-
-    def diffusion(self, dynamics, t, y, dB) -> Any:
-        """The increment of y for a Brownian increment dB (unit σ; linear in dB)."""
-        raise NotImplementedError
-
-    def noise_drift(self, dynamics, t, y, sigma) -> Any:
-        """What noise of strength σ adds to dy/dt deterministically (None: nothing)."""
-        return None
-
-    def additive_noise(self, dynamics) -> bool:
-        """Whether the noise is additive, the increment being σ dB itself (solvers for additive
-        noise, such as ``diffrax.ShARK``, then apply)."""
-        return False
-
     def retract_step(self, dynamics, y, t0, t1):
         return y
 
@@ -146,11 +124,38 @@ class AbstractState(eqx.Module):
                         weights=None, num_steps=num_steps, result=result, nonfinite_time=stop_time)
 
 
+class AbstractNoisyState(AbstractState):
+    """A state that takes independent noise (docs: math/noise.md#independent-noise; ``tp.Noise``):
+    it says which Brownian motion it needs and how an increment moves it. ``tp.solve`` refuses
+    noise on any other state, naming it."""
+
+    @abc.abstractmethod
+    def noise_shape(self, dynamics) -> Any:
+        """The Brownian motion this state needs: a pytree of ``jax.ShapeDtypeStruct`` (None where
+        the noise acts deterministically, as on a Gaussian's moments)."""
+
+    @abc.abstractmethod
+    def diffusion(self, dynamics, t, y, dB) -> Any:
+        """The increment of y for a Brownian increment dB (unit σ; linear in dB)."""
+
+    @abc.abstractmethod
+    def additive_noise(self, dynamics) -> bool:
+        """Whether the increment is σ dB itself (solvers for additive noise, such as
+        ``diffrax.ShARK``, then apply)."""
+
+    def noise_drift(self, dynamics, t, y, sigma) -> Any:
+        """What noise of strength σ adds to dy/dt deterministically (None: nothing)."""
+        return None
+
+    def check_noise(self, dynamics) -> None:
+        """ValueError if a part of this state cannot take noise (naming it)."""
+
+
 def _dynamics_name(dynamics) -> str:
     return type(dynamics).__name__
 
 
-class Particles(AbstractState):
+class Particles(AbstractNoisyState):
     """Tokens with weights, μ = Σ_j w_j δ_{x_j} (docs: math/attention.md#conventions): the state of every particle
     dynamics. The weights are fixed in time (masses of a quadrature rule, a weighted sample).
 
@@ -260,7 +265,7 @@ def default_blowup_factor(dtype) -> float:
     return float(min(1e10, 1e-3 / float(jnp.finfo(dtype).eps)))
 
 
-class Gaussian(AbstractState):
+class Gaussian(AbstractNoisyState):
     """A Gaussian measure N(mean, cov) (docs: math/gaussian.md#moment-equations): under an attention with a Gaussian
     closure (:class:`~transformer_pde.models.AbstractGaussianClosure`) it stays Gaussian, and
     ``tp.solve`` integrates the moment ODEs α' = Jα + c, Σ' = JΣ + ΣJᵀ.
@@ -417,7 +422,7 @@ class Gaussian(AbstractState):
                                 threshold=threshold, num_steps=num_steps, result=result)
 
 
-class Tracers(AbstractState):
+class Tracers(AbstractNoisyState):
     """Test particles z moved by the field of a carrier state without acting on it:
     dz_i/dt = Γ_{μ_t}(z_i), with μ_t the carrier (:class:`Particles` or :class:`Gaussian`)
     evolving under the same dynamics. Started at i.i.d. samples of μ_0, the z_i(t) are i.i.d.
@@ -590,7 +595,7 @@ class WithLogDensity(AbstractState):
         return self.tokens.solution(ts, saved, statistics, stop_time, final, num_steps, result, criterion)
 
 
-class Coupled(AbstractState):
+class Coupled(AbstractNoisyState):
     """Several states evolved side by side by one dynamics, on one step sequence (e.g. a
     particle system and a large reference system with its tracers). Saves see the tuple of the
     parts' values."""
@@ -627,6 +632,13 @@ class Coupled(AbstractState):
 
     def resolve(self, event):
         return tuple(p.resolve(event) for p in self.parts)
+
+    def check_noise(self, dynamics):
+        for i, p in enumerate(self.parts):
+            if not isinstance(p, AbstractNoisyState):
+                raise ValueError(f"Coupled part {i} ({type(p).__name__}) cannot take noise: independent "
+                                 "noise moves tokens (tp.Particles, tp.Tracers) or a Gaussian's moments")
+            p.check_noise(dynamics)
 
     def noise_shape(self, dynamics):
         """Each part its own independent noise."""
@@ -681,5 +693,5 @@ def as_state(dynamics, state0) -> AbstractState:
     return Particles(check_points(state0, "x0"))
 
 
-__all__ = ["AbstractODE", "AbstractState", "Coupled", "Gaussian", "ODEState", "Particles", "Tracers",
-           "WithLogDensity", "as_state", "default_blowup_factor"]
+__all__ = ["AbstractNoisyState", "AbstractODE", "AbstractState", "Coupled", "Gaussian", "ODEState", "Particles",
+           "Tracers", "WithLogDensity", "as_state", "default_blowup_factor"]
