@@ -166,3 +166,39 @@ def test_a_state_that_takes_no_noise_is_refused_by_type():
                  noise=tp.Noise(0.1), key=jax.random.key(0))
     with pytest.raises(ValueError, match="key must be a JAX PRNG key"):
         tp.layers(attn, x0, 3, 0.1, noise=tp.Noise(0.1), key=7)
+
+
+@pytest.mark.parametrize("sigma, message", [
+    (lambda: 1.0, "Noise.sigma must be a function of the time alone"),
+    (lambda t, u: 1.0, "Noise.sigma must be a function of the time alone"),
+    (lambda t: 1j + t, "Noise.sigma\\(t\\) must be a real scalar"),
+    (lambda t: "a", "Noise.sigma\\(t\\) must be a real scalar"),
+    (lambda t: 1.0 if float(t) < 1 else 2.0, "Noise.sigma\\(t\\) must be traceable"),
+])
+def test_a_bad_sigma_function_is_named(sigma, message):
+    attn = tp.Sphere(tp.SoftmaxAttention.identity(3, 1.0))
+    x0 = tp.uniform_sphere(jax.random.key(0), 4, 3)
+    with pytest.raises(ValueError, match=message):
+        tp.solve(attn, x0, t1=0.2, dt0=0.1, noise=tp.Noise(sigma), key=jax.random.key(0))
+    with pytest.raises(ValueError, match=message):
+        tp.layers(attn, x0, 2, 0.1, noise=tp.Noise(sigma), key=jax.random.key(0))
+
+
+def test_a_tree_finer_than_the_dtype_resolves_is_refused():
+    # float32 times on [0, 0.2] resolve ~1e-7: a tree of tol 1e-30 drew increments of 2.7e8
+    attn = tp.Sphere(tp.SoftmaxAttention.identity(3, 1.0))
+    x0 = tp.uniform_sphere(jax.random.key(0), 4, 3, dtype=jnp.float32)
+    with pytest.raises(ValueError, match="BrownianTree.tol=1e-30 is below what float32 times resolve"):
+        tp.solve(attn, x0, t1=0.2, dt0=0.1, noise=tp.Noise(0.5, path=tp.BrownianTree(tol=1e-30)),
+                 key=jax.random.key(0))
+    x64 = x0.astype(jnp.float64)  # float64 resolves it (the tree is merely deep)
+    sol = tp.solve(attn, x64, t1=0.2, dt0=0.1, noise=tp.Noise(0.5, path=tp.BrownianTree(tol=1e-12)),
+                   key=jax.random.key(0))
+    assert bool(jnp.all(jnp.isfinite(sol.xs)))
+
+
+def test_the_nonfinite_report_of_a_noisy_run_names_the_noise():
+    attn = tp.Sphere(tp.SoftmaxAttention.identity(3, 1.0))
+    x0 = tp.uniform_sphere(jax.random.key(0), 4, 3)
+    with pytest.raises(tp.NonFiniteStateError, match="the noise σ"):
+        tp.solve(attn, x0, t1=0.2, dt0=0.1, noise=tp.Noise(1e300), key=jax.random.key(0))

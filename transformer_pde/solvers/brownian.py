@@ -12,7 +12,7 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 
-from .._checks import check_scalar
+from .._checks import check_scalar, is_concrete
 
 __all__ = ["AbstractBrownian", "BrownianGrid", "BrownianIncrements", "BrownianTree", "brownian_levy_area"]
 
@@ -26,6 +26,9 @@ class AbstractBrownian(eqx.Module):
 
     def check(self, adaptive: bool) -> None:
         """ValueError if this path cannot serve the step-size control."""
+
+    def check_interval(self, t0, t1) -> None:
+        """ValueError if this path cannot be drawn on [t0, t1] in the times' dtype."""
 
     def default_adjoint(self):
         """The adjoint of ``tp.solve`` when none is given."""
@@ -51,6 +54,10 @@ class BrownianTree(AbstractBrownian):
         if self.tol is not None:
             check_scalar(self.tol, "BrownianTree.tol", positive=True)
 
+    def check_interval(self, t0, t1):
+        if self.tol is not None:
+            _check_resolution(self.tol, t0, t1, "BrownianTree.tol")
+
     def path(self, t0, t1, dt0, adaptive, shape, key, levy_area):
         if self.tol is not None:
             tol = jnp.asarray(self.tol, t0.dtype)
@@ -59,6 +66,19 @@ class BrownianTree(AbstractBrownian):
         else:
             tol = (t1 - t0) * 2.0**-20
         return diffrax.VirtualBrownianTree(t0, t1, tol=tol, shape=shape, key=key, levy_area=levy_area)
+
+
+def _check_resolution(tol, t0, t1, name):
+    """ValueError if the tree would halve [t0, t1] below what the time's dtype resolves: its
+    bridges then divide by intervals that round to zero (float32: tol = 1e-30 drew increments of
+    2.7e8 and NaN tokens)."""
+    if not all(is_concrete(v) for v in (t0, t1)):
+        return
+    eps = float(jnp.finfo(t0.dtype).eps)
+    floor = 4 * eps * max(abs(float(t0)), abs(float(t1)), float(t1) - float(t0))
+    if float(tol) < floor:
+        raise ValueError(f"{name}={float(tol):.3g} is below what {jnp.dtype(t0.dtype).name} times resolve on "
+                         f"[{float(t0):.6g}, {float(t1):.6g}] (need >= {floor:.3g}); use a larger tol or float64")
 
 
 class BrownianGrid(AbstractBrownian):

@@ -95,9 +95,12 @@ class AbstractNoise(eqx.Module):
 
     def at(self, t, dtype=None):
         """σ(t), checked (>= 0 and finite) inside jit."""
-        s = self.sigma(t) if self.time_dependent else self.sigma
-        s = jnp.asarray(s, dtype=dtype if dtype is not None else jnp.result_type(s))
         name = type(self).__name__
+        s = self._sigma_of(t, name) if self.time_dependent else self.sigma
+        if not isinstance(s, (int, float, np.ndarray, np.generic, jax.Array)) or jnp.iscomplexobj(s) or not (
+                jnp.issubdtype(jnp.result_type(s), jnp.number) or jnp.result_type(s) == bool):
+            raise ValueError(f"{name}.sigma(t) must be a real scalar, got {s!r}"[:300])
+        s = jnp.asarray(s, dtype=dtype if dtype is not None else jnp.result_type(s))
         if jnp.ndim(s) != 0:
             raise ValueError(f"{name}.sigma(t) must be a scalar, got shape {jnp.shape(s)}")
         if is_concrete(s):
@@ -108,6 +111,17 @@ class AbstractNoise(eqx.Module):
             return s
         return eqx.error_if(s, ~(jnp.isfinite(s) & (s >= 0)),
                             f"{name}.sigma(t) must be finite and >= 0 (got a negative or non-finite value)")
+
+    def _sigma_of(self, t, name):
+        """σ(t) from the user's function, whose failures are named as σ's."""
+        try:
+            return self.sigma(t)
+        except jax.errors.ConcretizationTypeError:
+            raise ValueError(f"{name}.sigma(t) must be traceable (JAX operations on a scalar time t, no "
+                             "float(t) or Python branches on t): it is evaluated inside jit") from None
+        except TypeError as e:
+            raise ValueError(f"{name}.sigma must be a function of the time alone, t ↦ σ(t); calling it "
+                             f"with t failed: {e}") from None
 
     def check(self, state, dynamics, t0, dtype) -> None:
         """ValueError if the state cannot take this noise or σ(t0) is negative or non-finite
@@ -269,6 +283,7 @@ def brownian_spec(noise, key, interval, state, dynamics, solver, controller, t0,
     path = noise.path_for(adaptive, levy_area)
     path.check(adaptive)
     T0, T1 = (jnp.asarray(v, dtype) for v in (T0, T1))
+    path.check_interval(T0, T1)
     dt = None if dt0 is None else jnp.asarray(dt0, dtype)
     return _BrownianSpec(path, T0, T1, dt, adaptive, shape, key, levy_area)
 

@@ -186,7 +186,7 @@ def solve(
                  adjoint, int(max_steps), progress_meter or diffrax.NoProgressMeter(), bool(throw),
                  event, criterion, noise, brownian, several)
     if throw and event is not None and isinstance(sol, Solution):
-        sol = _raise_if_nonfinite(sol, event)
+        sol = _raise_if_nonfinite(sol, event, noise is not None)
     return sol
 
 
@@ -296,7 +296,7 @@ class _StateRetraction(AbstractRetraction):
         return self.state.retract_step(self.dynamics, y, t0, t1)
 
 
-def _raise_if_nonfinite(sol: Solution, watch: AbstractBlowUp) -> Solution:
+def _raise_if_nonfinite(sol: Solution, watch: AbstractBlowUp, noisy: bool = False) -> Solution:
     """Report a non-finite state with its time: an error naming it when concrete,
     ``eqx.error_if`` under an outer ``jit``/``vmap`` (where the time cannot be formatted)."""
     bad_t = sol.nonfinite_time
@@ -307,7 +307,7 @@ def _raise_if_nonfinite(sol: Solution, watch: AbstractBlowUp) -> Solution:
                 f"solve: the state became non-finite (NaN or inf) at t = {float(t):.6g} ({watch.time_found()}). "
                 "Typical causes: "
                 "finite-time blow-up of the dynamics, or a step dt0 too large for the parameters "
-                "(beta, token norms). Pass throw=False to get the partial Solution "
+                f"(beta, token norms{', the noise σ' if noisy else ''}). Pass throw=False to get the partial Solution "
                 "(Solution.nonfinite_time, saves after it are inf).")
         return sol
     # one check threaded through every output (states, statistics, times), so a jit that keeps
