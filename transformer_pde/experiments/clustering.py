@@ -142,7 +142,8 @@ def compute(cfg: ClusteringConfig, progress: bool = False, checkpoint=None) -> R
     dynamics = {model: model_dynamics(model, cfg.d, cfg.beta, cfg.scheme, backend) for model in cfg.models}
     for model, dyn in dynamics.items():
         sol = tp.runs.solve_checkpointed(
-            dyn, x0, t1=cfg.t1, dt0=cfg.step_of(model), saveat=saveat, progress=progress, solver=solver,
+            dyn, x0, t1=cfg.t1, dt0=cfg.step_of(model), saveat=saveat, solver=solver,
+            progress_meter=diffrax.TqdmProgressMeter() if progress else None,
             checkpoint=None if checkpoint is None else checkpoint.stage(f"trajectory_{model}"))
         xs = sol.xs if sol.xs is not None else sol.stats
         out[f"xs_{model}"] = np.asarray(xs)

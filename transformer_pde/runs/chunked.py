@@ -2,7 +2,9 @@
 
 A long run is cut at its save times ``ts``: chunk ``j`` integrates from the last save of
 chunk ``j-1`` (``t0`` for the first chunk) to the last of its ``every`` save times, one
-:func:`transformer_pde.solve` call each, and the state at that time starts chunk ``j+1``.
+:func:`transformer_pde.solve` call each, and the state at that time starts chunk ``j+1``
+(:meth:`~transformer_pde.solvers.AbstractState.restart`: any state resumes, particles, a Gaussian,
+tracers, coupled systems, log-densities, a density on the circle, a plain ODE).
 After each chunk its outputs and end state are written (:class:`~.checkpoint.Checkpoint`),
 so resuming recomputes only the missing chunks. This is a host loop: ``tp.solve`` itself
 writes nothing.
@@ -16,19 +18,20 @@ unchunked ``tp.solve``, whose constant-step grid runs across save times.)
 from __future__ import annotations
 
 import diffrax
+import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .._checks import check_weights
-from ..models.base import AbstractDynamics, retract_at
-from ..solvers import Particles, Solution, solve
+from ..solvers import AbstractState, BlowUp, Particles, solve
 from ..solvers.solve import check_times, parse_saveat
+from ..solvers.states import as_state
 from .checkpoint import DEFAULT_EVERY, Checkpoint, check_every
 from .fingerprint import run_fingerprint
 
-_FORMAT = 3  # 3: fingerprints over code and closures, chunks carry the run and their index
-# (2: chunks are tp.solve calls with their own step cap; 1: one cap for all chunks)
+_FORMAT = 4  # 4: any state (the run's identity is its start state); 3: fingerprints over code
+# and closures, chunks carry the run and their index (2: chunks are tp.solve calls with their own
+# step cap; 1: one cap for all chunks)
 
 
 def _save_times(saveat, t0: float, t1: float, dtype) -> tuple[np.ndarray, object]:
@@ -50,8 +53,8 @@ def _chunks(num_saves: int, every: int) -> list[range]:
 
 
 def solve_checkpointed(
-    dynamics: AbstractDynamics,
-    x0,
+    dynamics,
+    state0,
     *,
     t1,
     saveat,
@@ -60,35 +63,43 @@ def solve_checkpointed(
     weights=None,
     checkpoint: Checkpoint | None = None,
     every: int | None = None,
-    progress: bool = False,
+    progress_meter: diffrax.AbstractProgressMeter | None = None,
     throw: bool = True,
     **solve_kwargs,
-) -> Solution:
+):
     """:func:`~transformer_pde.solve` in fixed chunks of ``every`` save intervals, resumable.
 
-    Same arguments and result as ``solve`` for particles (save times are required: the chunks
-    are cut at them). With a ``checkpoint``, every finished chunk is written to
-    ``checkpoint.stage_dir(checkpoint.name)`` and a rerun with the same inputs resumes after
-    the last complete chunk; ``every`` then comes from the checkpoint. Without one the run is
-    chunked identically (``every`` or :data:`DEFAULT_EVERY`), so results agree bitwise either
-    way. ``progress`` draws a bar of chunks.
+    Same arguments and result as ``solve`` (save times are required: the chunks are cut at
+    them), for any state: ``tp.Particles`` (an ``(n, d)`` array, with ``weights=`` if not
+    uniform), ``tp.Gaussian`` (a :class:`~transformer_pde.GaussianSolution`), ``tp.Tracers``,
+    ``tp.Coupled``, ``tp.WithLogDensity``, ``tp.CircleDensity``, a plain ODE's pytree. With a
+    ``checkpoint``, every finished chunk is written to ``checkpoint.stage_dir(checkpoint.name)``
+    and a rerun with the same inputs resumes after the last complete chunk; ``every`` then comes
+    from the checkpoint. Without one the run is chunked identically (``every`` or
+    :data:`DEFAULT_EVERY`), so results agree bitwise either way. ``progress_meter`` (a diffrax
+    progress meter, e.g. ``diffrax.TqdmProgressMeter()``) is advanced after every chunk.
 
-    Solver options (``solver``, ``stepsize_controller``, ``max_steps``, ``noise`` and ``key``, ...)
-    pass through to ``solve`` for each chunk; a noisy run's Brownian tree spans [t0, t1] in every
-    chunk, so the chunks follow one Brownian path (the unchunked run's, to rounding of the step
-    grid). A chunk that stops on a non-finite state (``throw=False``) ends
-    the run: later saves are ``inf`` and ``Solution.nonfinite_time`` says when. A checkpoint
-    of another run (other dynamics, x0, weights, solver options, dt0 or save times: see
+    Solver options (``solver``, ``stepsize_controller``, ``max_steps``, ``noise`` and ``key``,
+    ``event``, ...) pass through to ``solve`` for each chunk; a noisy run's Brownian path spans
+    [t0, t1] in every chunk, so the chunks follow one Brownian path (the unchunked run's, to
+    rounding of the step grid). A Gaussian's blow-up threshold is the whole run's (from Σ at t0),
+    not each chunk's. A chunk that stops on a non-finite state (``throw=False``) ends the run:
+    later saves are ``inf`` and ``Solution.nonfinite_time`` (``GaussianSolution.blowup_time``)
+    says when (a chunked Gaussian's ``final_*`` are then its last save's). A checkpoint of another
+    run (other dynamics, start state, solver options, dt0 or save times: see
     :func:`run_fingerprint`) is refused, never mixed in.
     """
-    if not isinstance(dynamics, AbstractDynamics):
-        raise ValueError(f"dynamics must be an attention or tp.Sphere(attention), got "
-                         f"{type(dynamics).__name__}")
     if checkpoint is not None and not isinstance(checkpoint, Checkpoint):
         raise ValueError(f"checkpoint must be a tp.runs.Checkpoint or None, got {type(checkpoint).__name__}")
     if "adjoint" in solve_kwargs:
         raise ValueError("solve_checkpointed writes files between chunks and does not support "
                          "gradients; use tp.solve for differentiable runs")
+    if "progress" in solve_kwargs:
+        raise ValueError("solve_checkpointed takes progress_meter=diffrax.TqdmProgressMeter() (advanced "
+                         "after every chunk), not progress=")
+    if progress_meter is not None and not isinstance(progress_meter, diffrax.AbstractProgressMeter):
+        raise ValueError(f"progress_meter must be a diffrax progress meter such as "
+                         f"diffrax.TqdmProgressMeter(), got {progress_meter!r}")
     if checkpoint is not None:
         if every is not None and check_every(every) != checkpoint.every:
             raise ValueError(f"every={every} differs from the checkpoint's every={checkpoint.every}")
@@ -96,40 +107,51 @@ def solve_checkpointed(
     every = DEFAULT_EVERY if every is None else check_every(every)
     name = "solve" if checkpoint is None else checkpoint.name
 
-    x0 = dynamics.check_state(x0, "x0")
-    dtype = x0.dtype
-    w = check_weights(weights, x0.shape[0], dtype)
+    if weights is not None:
+        if isinstance(state0, AbstractState):
+            raise ValueError(f"weights are for an (n, d) array of tokens; {type(state0).__name__} carries "
+                             "its own (tp.Particles(x, weights))")
+        state0 = Particles(state0, weights)
+    state = as_state(dynamics, state0).prepare(dynamics)
+    dtype = state.dtype
     t0f = float(t0)
     ts, stats = _save_times(saveat, t0f, float(t1), dtype)
+    if stats is not None:
+        state.check_statistics()
     if solve_kwargs.get("noise") is not None and solve_kwargs.get("brownian_interval") is None:
-        # one Brownian tree over [t0, t1] for all chunks: the chunked run follows the same path
+        # one Brownian path over [t0, t1] for all chunks: the chunked run follows the same path
         # as tp.solve(..., t0=t0, t1=t1, noise=..., key=...)
         solve_kwargs["brownian_interval"] = (t0f, float(t1))
+    event = solve_kwargs.get("event", BlowUp())
+    criterion = None if event is None else state.resolve(event)
+    if event is not None and event.threshold is None and len(jax.tree_util.tree_leaves(criterion)) == 1:
+        # a Gaussian's default threshold is relative to Σ at the start: the run's, not each chunk's
+        solve_kwargs["event"] = eqx.tree_at(lambda e: e.threshold, event, jax.tree_util.tree_leaves(criterion)[0],
+                                            is_leaf=lambda v: v is None)
     chunks = _chunks(len(ts), every)
     width = len(chunks[0])
 
-    if stats is None:
-        out_struct = jax.ShapeDtypeStruct(x0.shape, dtype)
-    else:
-        out_struct = jax.eval_shape(stats, jnp.zeros((), dtype), x0, None)
+    value0 = state.value(dynamics, state.y, jnp.asarray(t0f, dtype))
+    out_struct = value0 if stats is None else jax.eval_shape(stats, jnp.zeros((), dtype), value0, None)
     leaves_struct, treedef = jax.tree_util.tree_flatten(out_struct)
+    value_leaves, value_def = jax.tree_util.tree_flatten(value0)
     chunk_fn = None if stats is None else (lambda t, x, args: (stats(t, x, args), x))
 
     # identity of the run: resuming with different inputs must fail loudly, not mix runs. The
     # fingerprint hashes everything that determines the run: the dynamics (parameters and static
-    # configuration), x0 and weights to the bit, the solver options, dt0 and the save times.
+    # configuration), the start state to the bit, the solver options, dt0 and the save times (the
+    # progress meter only draws).
+    options = {k: v for k, v in solve_kwargs.items() if k != "progress_meter"}
     signature = {
         "format": _FORMAT, "every": every, "num_chunks": len(chunks),
-        "ts": [float(t) for t in ts], "t0": t0f, "x0_shape": list(x0.shape), "dtype": str(dtype),
-        "x0_sum": float(np.sum(np.asarray(x0, np.float64))),
-        "run": run_fingerprint(dynamics=dynamics, x0=x0, weights=w, dt0=dt0, saveat_fn=stats,
-                               solve_options=solve_kwargs),
+        "ts": [float(t) for t in ts], "t0": t0f, "state": type(state).__name__,
+        "shapes": [list(np.shape(v)) for v in value_leaves], "dtype": str(dtype),
+        "run": run_fingerprint(dynamics=dynamics, state0=state, dt0=dt0, saveat_fn=stats, solve_options=options),
     }
 
     start = 0
     outputs: list[list[np.ndarray]] = []
     num_steps = 0
-    x = x0
     if checkpoint is not None:
         man = checkpoint.manifest(name)
         if man is not None:
@@ -142,16 +164,17 @@ def solve_checkpointed(
                 data = checkpoint.read_chunk(name, j, signature["run"])
                 outputs.append([data[f"out_{i}"] for i in range(len(leaves_struct))])
                 num_steps += int(data["num_steps"])
-            if start:
-                x = jnp.asarray(data["state"], dtype)  # the end state of the last chunk
+            if start:  # the end state of the last chunk
+                end = [jnp.asarray(data[_state_key(i)], v.dtype) for i, v in enumerate(value_leaves)]
+                state = state.restart(jax.tree_util.tree_unflatten(value_def, end))
 
-    bar = None
-    if progress and start < len(chunks):
-        from tqdm.auto import tqdm
-
-        bar = tqdm(total=len(chunks), initial=start, desc=f"{name} (chunks)", unit="chunk")
+    meter = None if progress_meter is None or start >= len(chunks) else progress_meter
+    meter_state = None
+    if meter is not None:
+        meter_state = meter.step(meter.init(), jnp.asarray(start / len(chunks)))
     nonfinite_time = np.inf
     result = diffrax.RESULTS.successful
+    end_value = value0
     try:
         for j in range(start, len(chunks)):
             idx = chunks[j]
@@ -162,23 +185,21 @@ def solve_checkpointed(
                 # a short last chunk repeats its final time, keeping one shape (one compile)
                 padded = jnp.concatenate([save, jnp.full((width - len(idx),), b, dtype)])
                 chunk_saveat = padded if stats is None else diffrax.SaveAt(ts=padded, fn=chunk_fn)
-                sol = solve(dynamics, Particles(x, w), t0=a, t1=b, dt0=dt0, saveat=chunk_saveat,
-                            throw=throw, **solve_kwargs)
-                if stats is None:
-                    out, x_end = sol.xs, sol.xs[-1]
-                else:
-                    out, xs_chunk = sol.stats
-                    x_end = xs_chunk[-1]
+                sol = solve(dynamics, state, t0=a, t1=b, dt0=dt0, saveat=chunk_saveat, throw=throw,
+                            **solve_kwargs)
+                out, values = (state.saved_values(sol),) * 2 if stats is None else sol.stats
                 out = jax.tree_util.tree_map(lambda o: o[: len(idx)], out)
+                end_value = jax.tree_util.tree_map(lambda v: v[len(idx) - 1], values)
                 steps = int(sol.num_steps)
-                nf = float(sol.nonfinite_time) if sol.nonfinite_time is not None else np.inf
+                nf = _stop_time(sol)
                 if not sol.succeeded and sol.result != diffrax.RESULTS.event_occurred:
                     result = sol.result
             else:  # every save time of this chunk equals its start: nothing to integrate
-                xr = retract_at(dynamics, x, save[0])
-                out = (jnp.broadcast_to(xr, (len(idx),) + xr.shape) if stats is None else
-                       jax.tree_util.tree_map(lambda *l: jnp.stack(l), *[stats(t, xr, None) for t in save]))
-                x_end, steps, nf = xr, 0, np.inf
+                end_value = state.value(dynamics, state.y, save[0])
+                out = (jax.tree_util.tree_map(lambda v: jnp.broadcast_to(v, (len(idx),) + v.shape), end_value)
+                       if stats is None else
+                       jax.tree_util.tree_map(lambda *l: jnp.stack(l), *[stats(t, end_value, None) for t in save]))
+                steps, nf = 0, np.inf
             leaves = [np.asarray(v) for v in jax.tree_util.tree_leaves(out)]
             outputs.append(leaves)
             num_steps += steps
@@ -189,17 +210,17 @@ def solve_checkpointed(
                 break  # a failed chunk is not checkpointed: a resume retries it
             if checkpoint is not None:
                 arrays = {f"out_{i}": v for i, v in enumerate(leaves)}
-                arrays["state"] = np.asarray(x_end)
+                arrays.update({_state_key(i): np.asarray(v) for i, v in enumerate(jax.tree_util.tree_leaves(end_value))})
                 arrays["num_steps"] = np.asarray(steps)
                 checkpoint.write_chunk(name, j, arrays, signature)
                 if checkpoint.safe_point is not None:
                     checkpoint.safe_point()
-            x = x_end
-            if bar is not None:
-                bar.update(1)
+            state = state.restart(end_value)
+            if meter is not None:
+                meter_state = meter.step(meter_state, jnp.asarray((j + 1) / len(chunks)))
     finally:
-        if bar is not None:
-            bar.close()
+        if meter is not None:
+            meter.close(meter_state)
 
     # pad the saves after a stopped run with inf, as diffrax does
     done = sum(len(chunks[j]) for j in range(len(outputs)))
@@ -207,12 +228,22 @@ def solve_checkpointed(
     if done < len(ts):
         cat = [np.concatenate([c, np.full((len(ts) - done,) + c.shape[1:], np.inf, c.dtype)])
                for c in cat]
-    out = jax.tree_util.tree_unflatten(treedef, [jnp.asarray(c) for c in cat])
-    return Solution(
-        ts=jnp.asarray(ts, dtype), xs=out if stats is None else None,
-        stats=None if stats is None else out, weights=w, num_steps=jnp.asarray(num_steps),
-        result=result, nonfinite_time=jnp.asarray(nonfinite_time, dtype),
-    )
+    saved = jax.tree_util.tree_unflatten(treedef, [jnp.asarray(c) for c in cat])
+    times = jnp.asarray(ts, dtype)
+    final_time = times[done - 1] if done else jnp.asarray(t0f, dtype)
+    return state.solution(times, saved, stats is not None, jnp.asarray(nonfinite_time, dtype),
+                          (final_time, end_value), jnp.asarray(num_steps), result, criterion)
+
+
+def _state_key(i: int) -> str:
+    """The chunk file's name of leaf i of the end state: ``state`` (particles' one leaf, what the
+    run directory checks a chunk for), then ``state_1``, ``state_2``, ..."""
+    return "state" if i == 0 else f"state_{i}"
+
+
+def _stop_time(sol) -> float:
+    """When a chunk stopped on a blow-up (inf: it did not)."""
+    return np.inf if sol.stop_time is None else float(sol.stop_time)
 
 
 __all__ = ["run_fingerprint", "solve_checkpointed"]

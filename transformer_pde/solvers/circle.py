@@ -167,6 +167,9 @@ class CircleDensity(AbstractState):
     def modes(self) -> int:
         return self.values.shape[0] // 2
 
+    def restart(self, value):
+        return eqx.tree_at(lambda s: s.values, self, value)
+
     def prepare(self, dynamics):
         _circle_attention(dynamics)
         return self

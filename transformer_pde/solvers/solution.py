@@ -51,6 +51,11 @@ class Solution(eqx.Module):
     def succeeded(self):
         return self.result == diffrax.RESULTS.successful
 
+    @property
+    def stop_time(self):
+        """When the run stopped on a blow-up: ``nonfinite_time`` (inf, or None unwatched, if not)."""
+        return self.nonfinite_time
+
 
 class GaussianSolution(eqx.Module):
     """Result of :func:`~transformer_pde.solve` for a Gaussian initial state N(mean, cov).
@@ -81,6 +86,11 @@ class GaussianSolution(eqx.Module):
     threshold: jax.Array
     num_steps: jax.Array
     result: diffrax.RESULTS
+
+    @property
+    def stop_time(self):
+        """When the run stopped on a blow-up: ``blowup_time`` (inf if it did not)."""
+        return self.blowup_time
 
     @property
     def blew_up(self):

@@ -94,6 +94,15 @@ class AbstractState(eqx.Module):
         """Whether every step ends with the dynamics' retraction."""
         return False
 
+    @abc.abstractmethod
+    def restart(self, value) -> "AbstractState":
+        """This state started again from ``value``, what a save of it saw (the start of the next
+        chunk of a resumable run, :func:`transformer_pde.runs.solve_checkpointed`)."""
+
+    def saved_values(self, solution) -> Any:
+        """What the saves of a solution of this state hold, one entry per save time."""
+        return solution.xs
+
     def retract_step(self, dynamics, y, t0, t1):
         return y
 
@@ -188,6 +197,9 @@ class Particles(AbstractNoisyState):
     @property
     def y(self):
         return self.x
+
+    def restart(self, value):
+        return eqx.tree_at(lambda p: p.x, self, value)
 
     def vector_field(self, dynamics, t, y):
         # the state's dtype sets the precision of the run: float32 tokens with float64
@@ -346,6 +358,12 @@ class Gaussian(AbstractNoisyState):
     def y(self):
         return self.mean, self.cov
 
+    def restart(self, value):
+        return eqx.tree_at(lambda g: (g.mean, g.cov), self, tuple(value))
+
+    def saved_values(self, solution):
+        return solution.means, solution.covs
+
     def vector_field(self, dynamics, t, y):
         m, c = y
         dm, dc = dynamics.gaussian_velocity(m, c, t)
@@ -450,6 +468,10 @@ class Tracers(AbstractNoisyState):
     @property
     def y(self):
         return self.carrier.y, self.z
+
+    def restart(self, value):
+        vc, z = value
+        return eqx.tree_at(lambda s: (s.carrier, s.z), self, (self.carrier.restart(vc), z))
 
     def vector_field(self, dynamics, t, y):
         yc, z = y
@@ -568,6 +590,10 @@ class WithLogDensity(AbstractState):
     def y(self):
         return self.tokens.y, self.log_rho0
 
+    def restart(self, value):
+        vt, log_rho = value
+        return eqx.tree_at(lambda s: (s.tokens, s.log_rho0), self, (self.tokens.restart(vt), log_rho))
+
     def vector_field(self, dynamics, t, y):
         yt, log_rho = y
         div = self.tokens.tracked_divergence(dynamics, t, yt)
@@ -617,6 +643,9 @@ class Coupled(AbstractNoisyState):
     @property
     def y(self):
         return tuple(p.y for p in self.parts)
+
+    def restart(self, value):
+        return eqx.tree_at(lambda s: s.parts, self, tuple(p.restart(v) for p, v in zip(self.parts, value)))
 
     def vector_field(self, dynamics, t, y):
         return tuple(p.vector_field(dynamics, t, yp) for p, yp in zip(self.parts, y))
@@ -678,6 +707,9 @@ class ODEState(AbstractState):
     @property
     def y(self):
         return self.y0
+
+    def restart(self, value):
+        return ODEState(value)
 
     def vector_field(self, dynamics, t, y):
         return jax.tree.map(lambda d, a: jnp.asarray(d).astype(a.dtype), dynamics.rhs(t, y), y)
