@@ -12,10 +12,11 @@ PKG = Path(__file__).resolve().parents[1] / "transformer_pde"
 
 # rooms, lowest first; a module may import its own room and rooms listed before it
 LAYERS = [
-    {"_types", "_checks", "_io", "_lazy", "_linalg", "params", "measures"},
+    {"_types", "_checks", "_io", "_lazy", "_linalg", "params"},
     {"kernels"},
     {"models"},
     {"solvers"},
+    {"measures", "stationary"},
     {"diagnostics", "theory"},
     {"sweeps", "fitting", "convergence", "statistics", "plot"},
     {"runs"},
@@ -155,7 +156,7 @@ def test_module_names_are_not_shadowed():
     import transformer_pde as tp
 
     for name in ("solvers", "sweeps", "fitting", "convergence", "statistics", "diagnostics", "theory",
-                 "models", "kernels"):
+                 "models", "kernels", "measures", "stationary"):
         assert type(getattr(tp, name)).__name__ == "module", name
     assert callable(tp.sweeps.first_time) and callable(tp.solvers.layers)
 

@@ -26,6 +26,7 @@ PACKAGE = ROOT / "transformer_pde"
 
 #: the public subpackages (``tp.params`` is private: only ``tp.PiecewiseConstant`` is exported)
 PUBLIC = ("transformer_pde", "transformer_pde.models", "transformer_pde.kernels", "transformer_pde.solvers",
+          "transformer_pde.measures", "transformer_pde.stationary",
           "transformer_pde.diagnostics", "transformer_pde.theory", "transformer_pde.convergence",
           "transformer_pde.runs", "transformer_pde.sweeps", "transformer_pde.statistics", "transformer_pde.fitting",
           "transformer_pde.plot", "transformer_pde.experiments")

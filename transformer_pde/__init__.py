@@ -5,6 +5,7 @@ follows the continuity equation ∂_t μ + div(μ Γ_μ) = 0 (docs: math/index.m
 
 The house, by role (``docs/architecture.md``): :mod:`.kernels` (pair reductions) →
 :mod:`.models` (every dynamics) → :mod:`.solvers` (the one place that integrates) →
+:mod:`.measures` (quadrature rules) and :mod:`.stationary` (stationary states, continuation) →
 :mod:`.diagnostics` and :mod:`.theory` (functions of states; closed forms) →
 :mod:`.sweeps`, :mod:`.fitting`, :mod:`.convergence`, :mod:`.statistics` → :mod:`.runs` (run directories,
 resumable solves) → :mod:`.experiments` → :mod:`.cli`.
@@ -21,8 +22,8 @@ from typing import TYPE_CHECKING
 
 __version__ = "0.1.0"
 
-_SUBMODULES = ("convergence", "diagnostics", "fitting", "kernels", "models", "params", "plot", "runs",
-               "solvers", "statistics", "sweeps", "theory")
+_SUBMODULES = ("convergence", "diagnostics", "fitting", "kernels", "measures", "models", "params", "plot", "runs",
+               "solvers", "stationary", "statistics", "sweeps", "theory")
 
 # exported name -> the module that defines it (the models' names are listed by models.__all__;
 # tests/test_architecture.py checks the two lists agree)
@@ -33,7 +34,7 @@ _NAMES = {
     "Result": ".runs",
     "BlowUp": ".solvers", "BlowUpAtSaves": ".solvers", "BrownianGrid": ".solvers", "BrownianIncrements": ".solvers", "BrownianTree": ".solvers", "CircleDensity": ".solvers", "Coupled": ".solvers", "Gaussian": ".solvers", "GaussianSolution": ".solvers",
     "AbstractNoise": ".solvers", "CommonNoise": ".solvers", "Noise": ".solvers",
-    "Particles": ".solvers", "CircleRule": ".solvers", "SphereRule": ".solvers", "GaussHermiteRule": ".solvers", "Retracted": ".solvers", "Solution": ".solvers", "Tracers": ".solvers",
+    "Particles": ".solvers", "CircleRule": ".measures", "SphereRule": ".measures", "GaussHermiteRule": ".measures", "Retracted": ".solvers", "Solution": ".solvers", "Tracers": ".solvers",
     "WithLogDensity": ".solvers",
     "layers": ".solvers", "solve": ".solvers", "solve_density": ".solvers",
     "heatmap": ".sweeps", "sweep": ".sweeps",
@@ -62,17 +63,20 @@ if TYPE_CHECKING:  # what static tools see: the same names, imported eagerly
         diagnostics,
         fitting,
         kernels,
+        measures,
         models,
         params,
         plot,
         runs,
         solvers,
+        stationary,
         statistics,
         sweeps,
         theory,
     )
     from ._checks import NonFiniteStateError  # noqa: F401
     from .fitting import FitResult, checkpointed_adjoint, fit  # noqa: F401
+    from .measures import CircleRule, GaussHermiteRule, SphereRule  # noqa: F401
     from .models import *  # noqa: F403
     from .params import PiecewiseConstant  # noqa: F401
     from .runs import Result  # noqa: F401
@@ -84,17 +88,14 @@ if TYPE_CHECKING:  # what static tools see: the same names, imported eagerly
         BrownianIncrements,
         BrownianTree,
         CircleDensity,
-        CircleRule,
         CommonNoise,
         Coupled,
         Gaussian,
-        GaussHermiteRule,
         GaussianSolution,
         Noise,
         Particles,
         Retracted,
         Solution,
-        SphereRule,
         Tracers,
         WithLogDensity,
         layers,

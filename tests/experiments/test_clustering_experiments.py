@@ -235,7 +235,8 @@ def test_metastability_caps_and_staircase(runs):
 
 @pytest.mark.slow
 def test_energy_flow_extremal_measures(runs):
-    from transformer_pde.experiments.energy_flow import classify, ngon_energy
+    from transformer_pde.experiments.energy_flow import classify
+    from transformer_pde.theory.interaction_energy import ngon_energy
 
     data, cfg, d = runs("energy-flow")
     beta, n = cfg.beta, cfg.n

@@ -34,8 +34,16 @@ import numpy as np
 import optax
 
 import transformer_pde as tp
-from transformer_pde import convergence, diagnostics, kernels, statistics, sweeps
-from transformer_pde.theory import causal, equiangular, gaussian, logistic_overlap, noisy_sphere
+from transformer_pde import convergence, diagnostics, kernels, measures, stationary, statistics, sweeps
+from transformer_pde.theory import (
+    causal,
+    equiangular,
+    gaussian,
+    interaction_energy,
+    logistic_overlap,
+    metastability,
+    noisy_sphere,
+)
 
 # ----------------------------------------------------------------------------- the value kinds
 
@@ -454,14 +462,33 @@ REGISTRY: list[Entry] = [
           lambda: dict(cov0=np.eye(D), A=0.5 * np.eye(D)), (Param("cov0", bad=("nan", "inf", "neg", "shape")),)),
     Entry("theory.logistic_overlap.logistic", logistic_overlap.logistic, lambda: dict(u0=0.5, s=1.0),
           (Param("u0", bad=("nan", "inf", "str")), Param("s", bad=("nan", "inf", "str")))),
+    Entry("theory.interaction_energy.candidate_energies", interaction_energy.candidate_energies,
+          lambda: dict(D=np.diag([1.0, 3.0]), beta=1.0), (Param("D", bad=("nan", "inf", "shape", "dtype")), Param("beta", bad=POS))),
+    Entry("theory.interaction_energy.ngon_energy", interaction_energy.ngon_energy, lambda: dict(n=5, beta=1.0),
+          (Param("n", bad=INT_GE1), Param("beta", bad=POS))),
+    Entry("theory.interaction_energy.four_particle_root", interaction_energy.four_particle_root,
+          lambda: dict(d1=1.0, d2=2.0, beta=1.0, tol=1e-12),
+          (Param("d1", bad=POS), Param("d2", bad=POS), Param("beta", bad=POS), Param("tol", bad=POS))),
+    Entry("theory.metastability.cap_alpha", metastability.cap_alpha, lambda: dict(eps=0.05, angle=1.5),
+          (Param("eps", bad=("nan", "inf", "neg", "big", "str"), big=2.0), Param("angle", bad=FINITE))),
+    Entry("theory.metastability.predicted_exit_time", metastability.predicted_exit_time,
+          lambda: dict(betas=np.array([2.0, 4.0]), angle=1.5),
+          (Param("betas", bad=("nan", "inf", "neg", "zero")), Param("angle", bad=("nan", "inf", "neg", "zero", "str")))),
     # --- convergence, statistics, sweeps, fitting
     Entry("convergence.convergence_study", convergence.convergence_study,
-          lambda: dict(dynamics=ATTN, law=tp.Gaussian(np.zeros(D), np.eye(D)), ns=[4, 8], t1=0.1, dt0=0.05, seeds=(0, 1)),
+          lambda: dict(dynamics=ATTN, law=tp.Gaussian(np.zeros(D), np.eye(D)), ns=[4, 8], t1=0.1, dt0=0.05, seeds=(0, 1),
+                       ts=np.array([0.0, 0.1]), w2_max_n=8),
           (Param("ns", bad=("nan", "inf", "neg", "zero", "frac", "huge", "shape")),
            Param("t1", bad=("nan", "inf", "neg", "zero", "str")), Param("dt0", bad=("nan", "inf", "neg", "zero", "str")),
            Param("seeds", bad=("nan", "neg", "frac", "str")), Param("n_ref", bad=INT_GE1 + ("huge",)),
-           Param("w2_epsilon", bad=POS), Param("w2_max_iterations", bad=INT_GE1), Param("w2_threshold", bad=POS)),
+           Param("w2_epsilon", bad=POS), Param("w2_max_iterations", bad=INT_GE1), Param("w2_threshold", bad=POS),
+           Param("ts", bad=("nan", "inf", "neg", "shape", "str")), Param("dtype", bad=("str",)),
+           Param("w2_max_n", bad=("neg", "frac", "nan", "inf", "str"))),
           covers=("convergence.ConvergenceResult",)),
+    Entry("convergence.GaussianLaw", convergence.GaussianLaw, lambda: dict(law=tp.Gaussian(np.zeros(D), np.eye(D))),
+          (Param("law", bad=OBJECT),)),
+    Entry("convergence.SampledLaw", convergence.SampledLaw, lambda: dict(sample=tp.Gaussian(np.zeros(D), np.eye(D)).sample),
+          (Param("sample", bad=OBJECT),)),
     Entry("convergence.gaussian_affine_field", convergence.gaussian_affine_field,
           lambda: dict(dynamics=ATTN, mean=np.zeros(D), cov=np.eye(D), t=0.0),
           (Param("mean", bad=ARRAY, traced=True), Param("cov", bad=ARRAY + ("neg",), traced=True),
@@ -486,10 +513,25 @@ REGISTRY: list[Entry] = [
           (Param("order", bad=INT_GE1), Param("law", bad=("str", "none")))),
     Entry("convergence.SinkhornDistance", convergence.SinkhornDistance,
           lambda: dict(epsilon=0.01, max_iterations=100, threshold=1e-4),
-          (Param("epsilon", bad=POS), Param("max_iterations", bad=INT_GE1), Param("threshold", bad=POS))),
+          (Param("epsilon", bad=POS), Param("max_iterations", bad=INT_GE1), Param("threshold", bad=POS)),
+          covers=("diagnostics.SinkhornDistance",)),
     Entry("convergence.mean_field_reference", convergence.mean_field_reference,
           lambda: dict(dynamics=ATTN, law=tp.Gaussian(np.zeros(D), np.eye(D)), n_ref=16, dtype=jnp.float64),
           (Param("n_ref", bad=INT_GE1 + ("huge",)),)),
+    # --- measures, stationary states
+    Entry("measures.refinement_orders", measures.refinement_orders, lambda: dict(order=8, rule=tp.CircleRule()),
+          (Param("order", bad=INT_GE1),)),
+    Entry("stationary.branch_from_uniform", stationary.branch_from_uniform,
+          lambda: dict(dynamics=tp.Sphere(tp.UnnormalizedAttention.identity(2, 1.0)), sigma=1.0, modes=8, K_max=2.0,
+                       max_points=3),
+          (Param("sigma", bad=POS), Param("modes", bad=INT_GE1), Param("K_max", bad=POS),
+           Param("K_min", bad=FINITE + ("big",), big=3.0), Param("ds", bad=POS + ("big",), big=1.0),
+           Param("ds_min", bad=POS + ("big",), big=1.0), Param("ds_max", bad=POS), Param("tol", bad=POS),
+           Param("max_points", bad=INT_GE1), Param("order_max", bad=PROB + ("zero",), big=2.0))),
+    Entry("stationary.spectrum", stationary.spectrum,
+          lambda: dict(dynamics=tp.Sphere(tp.UnnormalizedAttention.identity(2, 1.0)), density=tp.CircleDensity(np.ones(8), 1.0),
+                       K=1.0),
+          (Param("K", bad=FINITE + ("vector",)), Param("density", bad=OBJECT))),
     Entry("statistics.fit_rate", statistics.fit_rate,
           lambda: dict(ns=np.array([4.0, 8.0, 16.0]), errors=np.array([[0.5, 0.4], [0.35, 0.3], [0.25, 0.2]]),
                        level=0.9, num_bootstrap=20),
@@ -545,28 +587,33 @@ def _exempt(reason: str, *names: str) -> None:
 _exempt("abstract base: users subclass it; its concrete classes are registered",
         *[n for n in tp._NAMES if n.startswith("Abstract")],
         "diagnostics.AbstractClusterMetric", "kernels.AbstractBackend", "kernels.AbstractLayout",
-        "solvers.AbstractBlowUp", "solvers.AbstractBrownian", "solvers.AbstractNoisyState", "solvers.AbstractODE", "solvers.AbstractRule", "solvers.AbstractState",
-        "convergence.AbstractMeanFieldReference", "convergence.AbstractStudyDistance",
+        "solvers.AbstractBlowUp", "solvers.AbstractBrownian", "solvers.AbstractNoisyState", "solvers.AbstractODE", "measures.AbstractRule", "solvers.AbstractState",
+        "convergence.AbstractMeanFieldReference", "convergence.AbstractStudyDistance", "diagnostics.AbstractStudyDistance",
+        "convergence.AbstractLaw",
         "theory.equiangular.AbstractReducedODE", "theory.noisy_sphere.AbstractNoisyAttention")
 _exempt("a module (its public names are registered one by one)",
         "sharding", "kernels.backends", "kernels.binding", "kernels.fast", "kernels.exact", "kernels.platforms",
         "kernels.point_clouds", "kernels.random_partition", "kernels.reduction", "solvers.circle",
-        "solvers.circle_branches", "solvers.quadrature", "solvers.random_transformer", "theory.causal",
-        "theory.equiangular", "theory.gaussian", "theory.logistic_overlap", "theory.noisy_sphere")
+        "stationary.circle", "solvers.random_transformer", "theory.causal",
+        "theory.equiangular", "theory.gaussian", "theory.interaction_energy", "theory.logistic_overlap",
+        "theory.metastability", "theory.noisy_sphere")
 _exempt("a constant", "kernels.PLAN_MEMORY_BUDGET", "kernels.DENSE_MAX_PAIRS", "runs.DEFAULT_EVERY")
 _exempt("an exception the library raises", "NonFiniteStateError", "kernels.PlanTooLarge", "solvers.UnderResolvedError",
+        "stationary.ContinuationError",
         "runs.FailedRun", "runs.InterruptedRun", "runs.SignalReceived")
 _exempt("a result the library builds (users read it, never construct it)",
         "Solution", "GaussianSolution", "solvers.DensitySolution", "FitResult", "Result", "kernels.KernelReport",
         "SinkhornPotentials", "convergence.ConvergenceResult", "convergence.QuadratureReference",
         "convergence.StationaryReference", "convergence.GaussianClosureReference", "convergence.ParticleReference",
-        "statistics.RateFit", "kernels.ScoreBox", "kernels.SoftmaxReduction", "solvers.ODEState", "RandomHeadsField")
+        "statistics.RateFit", "stationary.Branch", "kernels.ScoreBox", "kernels.SoftmaxReduction", "solvers.ODEState", "RandomHeadsField")
 _exempt("takes no parameter (nothing to fuzz)", "BrownianIncrements", "SphereRule", "ReLU", "Softplus", "UnitSphere",
         "PostLN", "diagnostics.Cosine", "diagnostics.Euclidean", "kernels.Dense", "kernels.automatic",
-        "kernels.fast_platforms", "convergence.ExactCircle", "convergence.ExactLine")
+        "kernels.fast_platforms", "convergence.ExactCircle", "convergence.ExactLine", "diagnostics.ExactCircle",
+        "diagnostics.ExactLine")
 _exempt("run-directory machinery: driven by the CLI fuzz (tests/fuzz/test_fuzz_cli.py) and tests/runs/",
         "runs.grid", "runs.load_run", "runs.redraw", "runs.run_experiment", "runs.run_fingerprint", "runs.run_info",
         "runs.stop_on_signals", "runs.solve_checkpointed")
+_exempt("how a study runs, built by convergence_study from its checked arguments", "convergence.StudySpec")
 _exempt("plotting of a finished sweep (draws, validates through xarray)", "heatmap")
 
 
@@ -577,7 +624,8 @@ def public_names() -> set[str]:
     import types
 
     out = set(tp._NAMES)
-    for sub in ("diagnostics", "kernels", "solvers", "runs", "convergence", "sweeps", "statistics", "theory"):
+    for sub in ("diagnostics", "kernels", "solvers", "measures", "stationary", "runs", "convergence", "sweeps",
+                "statistics", "theory"):
         mod = importlib.import_module(f"transformer_pde.{sub}")
         for n in mod.__all__:
             obj = getattr(mod, n)

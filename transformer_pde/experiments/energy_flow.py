@@ -89,30 +89,6 @@ def classify(x, threshold=0.9999) -> str:
     return f"{len(reps)} clusters"
 
 
-def candidate_energies(D, beta) -> dict:
-    """E of the candidate extremizers (uniform weights): Dirac at the top eigenvector
-    e^{βλ_max}/2β, antipodal pair on the bottom eigenvector (e^{βλ_min}+e^{−βλ_min})/4β."""
-    lam = np.linalg.eigvalsh(np.asarray(D))
-    return {"dirac_top": np.exp(beta * lam[-1]) / (2 * beta),
-            "pair_bottom": np.cosh(beta * lam[0]) / (2 * beta)}
-
-
-def ngon_energy(n: int, beta) -> float:
-    """E of the regular n-gon on S^1 with D = I: (1/2βn) Σ_k e^{β cos(2πk/n)}."""
-    k = np.arange(n)
-    return float(np.mean(np.exp(beta * np.cos(2 * np.pi * k / n))) / (2 * beta))
-
-
-def four_particle_root(d1, d2, beta, tol=1e-14) -> float:
-    """x₁² solving d₁ tanh(βd₁x₁²) = d₂ tanh(βd₂(1 − x₁²)) (increasing in x₁²: bisection)."""
-    f = lambda s: d1 * np.tanh(beta * d1 * s) - d2 * np.tanh(beta * d2 * (1 - s))  # noqa: E731
-    lo, hi = 0.0, 1.0
-    while hi - lo > tol:
-        mid = 0.5 * (lo + hi)
-        lo, hi = (mid, hi) if f(mid) < 0 else (lo, mid)
-    return 0.5 * (lo + hi)
-
-
 def _run(dyn, x0, cfg, ts):
     return tp.solve(dyn, x0, t1=cfg.t1, dt0=1e-2, saveat=ts, stepsize_controller=pid(cfg.rtol, x0.dtype))
 
@@ -142,7 +118,7 @@ def compute(cfg: EnergyFlowConfig, progress: bool = False) -> Result:
     x0 = jnp.asarray([[a0, b0], [-a0, b0], [a0, -b0], [-a0, -b0]])
     D4 = np.diag([d1, d2])
     sol = _run(energy_flow(D4, cfg.beta, -1), x0, cfg, ts)
-    root = four_particle_root(d1, d2, cfg.beta)
+    root = tp.theory.interaction_energy.four_particle_root(d1, d2, cfg.beta)
     out["four_xs"] = np.asarray(sol.xs)
     out["four_x1_sq"] = np.asarray(sol.xs[:, 0, 0] ** 2)
     out["four_root_x1_sq"] = np.asarray(root)

@@ -94,11 +94,6 @@ def _circle(theta):
     return jnp.stack([jnp.cos(theta), jnp.sin(theta)], axis=-1)
 
 
-def cap_alpha(eps, angle):
-    """α(ε) = max ⟨x, y⟩ over the 2ε-caps of two centers ``angle`` apart (docs: math/sphere.md#metastability)."""
-    return float(np.cos(angle - 2 * np.arccos(1 - 2 * eps)))
-
-
 # ----------------------------------------------------------------------------- part 1
 def cap_start(cfg: MetastabilityConfig):
     """Tokens symmetric about each cap center, spread over the whole ε-cap; their caps."""
@@ -190,24 +185,19 @@ def collapse_times(taus, phi, level=0.999):
 
 
 def predicted_exit_time(betas, cfg: MetastabilityConfig):
-    """T ≈ e^{β(1 − cos θ0)} / (2β sin² θ0) for two caps [derived for the library].
-
-    After the caps collapse, two point clusters of equal mass at angle θ obey
-    dθ/dt = −2 e^{−β(1 − cos θ)} sin θ (SA); the time to close any fixed gap is dominated by
-    the start, ∫ e^{β(1−cos θ)}/(2 sin θ) dθ ≈ e^{β(1−cos θ0)}/(2β sin²θ0) as β → ∞.
+    """The closed form of the exit time for two caps (:func:`transformer_pde.theory.metastability.predicted_exit_time`);
     NaN for more than two caps."""
     b = np.asarray(betas, dtype=float)
     if cfg.num_caps != 2:
         return np.full(b.shape, np.nan)
-    th = cfg.cap_angle
-    return np.exp(b * (1 - np.cos(th))) / (2 * b * np.sin(th) ** 2)
+    return tp.theory.metastability.predicted_exit_time(b, cfg.cap_angle)
 
 
 def compute(cfg: MetastabilityConfig, progress: bool = False) -> Result:
     exits, t1s = exit_times(cfg)
     betas = np.asarray(cfg.cap_betas)
     n_cap = cfg.num_caps * cfg.per_cap
-    alpha = cap_alpha(cfg.eps, cfg.cap_angle)
+    alpha = tp.theory.metastability.cap_alpha(cfg.eps, cfg.cap_angle)
     ok = np.isfinite(exits)
     # log(β T) is linear in β with slope 1 − cos θ0 (see predicted_exit_time)
     slope = np.polyfit(betas[ok], np.log(betas[ok] * exits[ok]), 1)[0] if ok.sum() >= 2 else np.nan

@@ -6,7 +6,7 @@ is linearly stable iff K < K_#(β) = σ²β/(2I_1(β)); the transition is contin
 I_2/I_1 = 1/2, β_* = 2.447) and discontinuous beyond: the clustered branch leaves K_# backwards and
 turns at a fold K_c < K_#, so on [K_c, K_#] the uniform and the clustered state are both stable.
 Here the branches are computed, not guessed: Newton continuation of the stationary Fokker–Planck
-equation (:mod:`transformer_pde.solvers.circle_branches`), each point with the spectrum of its
+equation (:mod:`transformer_pde.stationary.circle`), each point with the spectrum of its
 linearization. Left: the order parameter m = |∫x dρ| against K for each β, stable solid, unstable
 dashed, K_# of the theory and the folds marked. Right: the phase diagram over (β, K): K_#(β) and
 the computed fold K_c(β).
@@ -132,7 +132,7 @@ def particle_sweeps(cfg, d, betas, Ks, key):
 
 def compute(cfg: NoisyTransitionConfig, progress: bool = False) -> Result:
     with jax.enable_x64(True):  # the solvers and Newton tolerances are float64 ones
-        cb = tp.solvers.circle_branches
+        cb = tp.stationary.circle
         branches = []
         for beta in cfg.betas:
             Ks = _theory(cfg, beta).critical_coupling()

@@ -2,21 +2,20 @@
 
 :func:`solve` is one thin ``diffrax.diffeqsolve`` (:mod:`.solve`, the only call to it); the states it
 evolves own their equations (:mod:`.states`: particles, the Gaussian closure, tracers, coupled
-systems, plain ODEs; a density on the circle: :mod:`.circle`, its stationary branches:
-:mod:`.circle_branches`); noise is a family of values (:mod:`.noise`: independent, common) drawing
-Brownian paths (:mod:`.brownian`); steps stop at a dynamics' switches (:mod:`.switches`); stop
-conditions are values (:mod:`.events`). :func:`layers` is the residual map, Euler step by step with
-the same noise increment. Nothing here writes a
-file: chunked, resumable runs are the runs layer's (:mod:`transformer_pde.runs`).
+systems, plain ODEs; a density on the circle: :mod:`.circle`; its stationary branches are
+:mod:`transformer_pde.stationary`'s); noise is a family of values (:mod:`.noise`: independent,
+common) drawing Brownian paths (:mod:`.brownian`); steps stop at a dynamics' switches
+(:mod:`.switches`); stop conditions are values (:mod:`.events`). :func:`layers` is the residual
+map, Euler step by step with the same noise increment. Nothing here writes a file: chunked,
+resumable runs are the runs layer's (:mod:`transformer_pde.runs`).
 """
 
-from . import circle, circle_branches, quadrature, random_transformer
+from . import circle, random_transformer
 from .brownian import AbstractBrownian, BrownianGrid, BrownianIncrements, BrownianTree
 from .circle import CircleDensity, DensitySolution, UnderResolvedError, solve_density
 from .events import AbstractBlowUp, BlowUp, BlowUpAtSaves
 from .layers import layers
 from .noise import AbstractNoise, CommonNoise, Noise
-from .quadrature import AbstractRule, CircleRule, GaussHermiteRule, SphereRule
 from .retracted import Retracted
 from .solution import GaussianSolution, Solution
 from .solve import solve
@@ -32,9 +31,9 @@ from .states import (
     WithLogDensity,
 )
 
-__all__ = ["AbstractBlowUp", "AbstractBrownian", "AbstractNoise", "AbstractNoisyState", "AbstractODE", "AbstractRule",
+__all__ = ["AbstractBlowUp", "AbstractBrownian", "AbstractNoise", "AbstractNoisyState", "AbstractODE",
            "AbstractState", "BlowUp", "BlowUpAtSaves", "BrownianGrid", "BrownianIncrements", "BrownianTree",
-           "CircleDensity", "CircleRule", "CommonNoise", "Coupled", "DensitySolution", "GaussHermiteRule",
+           "CircleDensity", "CommonNoise", "Coupled", "DensitySolution",
            "Gaussian", "GaussianSolution", "Noise", "ODEState", "Particles", "Retracted", "Solution",
-           "SphereRule", "Tracers", "UnderResolvedError", "WithLogDensity", "circle", "circle_branches",
-           "layers", "quadrature", "random_transformer", "solve", "solve_density"]
+           "Tracers", "UnderResolvedError", "WithLogDensity", "circle",
+           "layers", "random_transformer", "solve", "solve_density"]

@@ -4,12 +4,17 @@
 - :mod:`.causal`: lost in the middle (Volterra, Bessel profile, Rényi parking, the LitM mean
   field) (docs: math/causal.md).
 - :mod:`.equiangular`: the reduced ODE of equiangular starts (docs: math/sphere.md#equiangular-starts).
+- :mod:`.interaction_energy`: the interaction energy's extremizers, the n-gon, the four-particle
+  stationary state (docs: math/sphere.md#gradient-flows-of-the-interaction-energy).
+- :mod:`.metastability`: cap overlaps and the merging time of two clusters
+  (docs: math/sphere.md#metastability).
 - :mod:`.logistic_overlap`: the logistic law of random-heads overlaps
   (docs: math/random_heads.md#overlaps-and-the-logistic-law).
 - :mod:`.noisy_sphere`: noisy SA/USA at the uniform law on S^{d−1}: growth rates, K_#, β_*
   (docs: math/noise.md#phase-transition).
 """
 
-from . import causal, equiangular, gaussian, logistic_overlap, noisy_sphere
+from . import causal, equiangular, gaussian, interaction_energy, logistic_overlap, metastability, noisy_sphere
 
-__all__ = ["causal", "equiangular", "gaussian", "logistic_overlap", "noisy_sphere"]
+__all__ = ["causal", "equiangular", "gaussian", "interaction_energy", "logistic_overlap", "metastability",
+           "noisy_sphere"]

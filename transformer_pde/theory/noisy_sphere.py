@@ -33,7 +33,7 @@ L < 0 means a fold at some K_c < K_# and hysteresis.
 
 Checked numerically on S¹ (the rest is derived, not checked): L against stationary states
 solved on a grid with scipy (tests/theory/test_noisy_sphere.py; USA and SA, β = 1, 5, to 2 %)
-and against the branches of the Newton continuation (tests/solvers/test_circle_branches.py:
+and against the branches of the Newton continuation (tests/stationary/test_circle_branches.py:
 the bifurcation sits at K_# to 1e-10, the slope matches L to 1–2 %, USA at β = 4 > β_* folds
 at K_c = 0.1935 < K_# = 0.2049); λ_k, k = 1..6, against the spectral PDE solver (SA and USA,
 σ = 0 and 0.8, to 1e-3; the `instability` experiment: 1.5e-5) and weighted deterministic

@@ -1,7 +1,7 @@
 r"""Stationary densities on S¹ by Newton continuation, with their linear stability
 (docs: math/noise.md#stationary-branches).
 
-The stationary Fokker–Planck equation of :mod:`.circle` with the value matrix scaled by K,
+The stationary Fokker–Planck equation of :mod:`transformer_pde.solvers.circle` with the value matrix scaled by K,
 
     F(ρ, K) = −K ∂_θ(ρ v₁[ρ]) + (σ²/2)∂²_θρ = 0,   ∫ρ dθ/2π = 1,
 
@@ -33,8 +33,8 @@ import jax.numpy as jnp
 import numpy as np
 import optimistix as optx
 
-from .._checks import check_int, check_scalar, is_concrete
-from .circle import CircleDensity, _circle_attention, grid
+from .._checks import check_in_range, check_int, check_scalar, is_concrete
+from ..solvers.circle import CircleDensity, _circle_attention, grid
 
 
 class ContinuationError(ValueError):
@@ -45,7 +45,9 @@ class Branch(eqx.Module):
     """A branch of stationary densities.
 
     Attributes:
-        K: the coupling at each point ``(P,)``; densities ``(P, N)`` on the grid of ``modes``.
+        K: the coupling at each point ``(P,)``; densities ``(P, N)`` on the grid of ``modes``
+            (a truncated cosine series: where the density is near 0 it may dip below 0 by its
+            truncation error, bounded by the resolution stop).
         order: m = |∫e^{iθ}ρ dθ/2π| ``(P,)``.
         growth: the largest real part of the linearization's spectrum at each point (rotations
             removed) ``(P,)``; stable: growth < 0.
@@ -124,12 +126,23 @@ def spectrum(dynamics, density: CircleDensity, K, drop_rotation: bool = True):
     """Eigenvalues of the linearization of ρ ↦ −K∂_θ(ρv₁[ρ]) + (σ²/2)∂²_θρ at ``density`` on
     mean-zero perturbations (cos kθ, sin kθ, 1 <= k < N/2), sorted by decreasing real part; with
     ``drop_rotation`` the eigenvalue nearest 0 (ρ', the rotation of a non-uniform state) is removed."""
-    rho = density.values
+    if not isinstance(density, CircleDensity):
+        raise ValueError(f"density must be a tp.CircleDensity, got {type(density).__name__}")
+    check_scalar(K, "K")
+    return _spectrum(dynamics, density, density.values, K, drop_rotation)
+
+
+def _spectrum(dynamics, operator: CircleDensity, rho, K, drop_rotation: bool):
+    """:func:`spectrum` at the grid values ``rho`` (mean 1), the operator's σ from ``operator``.
+    A point of a branch is a truncated cosine series: where the density is near 0 its grid values
+    carry truncation error and round-off of either sign (down to -5e-9 before the resolution stop),
+    which :class:`CircleDensity` rightly refuses as input, so the branch's points are not made
+    densities."""
     n = rho.shape[0]
     th = np.asarray(grid(n // 2))
     ks = np.arange(1, n // 2)
     B = np.concatenate([np.cos(np.outer(th, ks)), np.sin(np.outer(th, ks))], 1)
-    J = np.asarray(_full_jacobian(dynamics, density, rho, jnp.asarray(K, rho.dtype)))
+    J = np.asarray(_full_jacobian(dynamics, operator, rho, jnp.asarray(K, rho.dtype)))
     lam = np.linalg.eigvals((B.T * (2 / n)) @ J @ B)
     lam = lam[np.argsort(-lam.real)]
     if drop_rotation:
@@ -150,15 +163,27 @@ def branch_from_uniform(dynamics, sigma, *, modes: int = 32, K_max: float, K_min
         modes: Fourier modes of the densities (a_k for k < modes).
         K_max, K_min: stop when the branch leaves [K_min, K_max].
         ds, ds_min, ds_max: arclength step in (a, K): initial, smallest before
-            :class:`ContinuationError`, largest.
-        max_points: stop after this many points.
-        order_max: stop once the order parameter exceeds it (the density is then too peaked for
+            :class:`ContinuationError`, largest (0 < ds_min <= ds <= ds_max).
+        max_points: stop after this many points (>= 2).
+        order_max: in (0, 1]; stop once the order parameter exceeds it (the density is then too peaked for
             the modes; the last coefficient is also watched: |a_{M−1}| > 1e-8 stops the branch).
-        tol: the Newton tolerance (absolute, on the cosine coefficients of F).
+        tol: the Newton tolerance (absolute, on the cosine coefficients of F), > 0.
     """
     check_scalar(sigma, "sigma", positive=True)
     check_int(modes, "modes", minimum=4)
     check_scalar(K_max, "K_max", positive=True)
+    check_scalar(K_min, "K_min")
+    if not K_min < K_max:
+        raise ValueError(f"K_min must be < K_max, got K_min={K_min}, K_max={K_max}")
+    # the step halves on a failed corrector until below ds_min: ds_min > 0 ends that loop
+    for name, value in (("ds_min", ds_min), ("ds", ds), ("ds_max", ds_max), ("tol", tol)):
+        check_scalar(value, name, positive=True)
+    if not ds_min <= ds <= ds_max:
+        raise ValueError(f"the arclength steps must satisfy ds_min <= ds <= ds_max, got ds_min={ds_min:g}, "
+                         f"ds={ds:g}, ds_max={ds_max:g} (a ds_max below ds_min cannot leave the bifurcation)")
+    check_int(max_points, "max_points", minimum=2)
+    check_in_range(order_max, "order_max", low=0.0, high=1.0, low_open=True,
+                   meaning="the order parameter of a density is in [0, 1]")
     attn, _ = _circle_attention(dynamics)
     J2 = np.array([[0.0, -1.0], [1.0, 0.0]])
     if is_concrete(attn.V) and is_concrete(attn.Q) and is_concrete(attn.K):
@@ -197,7 +222,7 @@ def branch_from_uniform(dynamics, sigma, *, modes: int = 32, K_max: float, K_min
             if step < ds_min:
                 raise ContinuationError(
                     f"the continuation lost the branch at K = {u[-1]:.6g} (order {abs(u[0]) / 2:.4g}): the "
-                    f"Newton corrector fails at step {step * 2:.3g} < ds_min = {ds_min:g}")
+                    f"Newton corrector (tol = {tol:g}) fails at step {step * 2:.3g} < ds_min = {ds_min:g}")
             continue
         J = np.asarray(_jacobian_u(dynamics, density, jnp.asarray(u_new)))
         t = _tangent(J, t)
@@ -225,7 +250,9 @@ def branch_from_uniform(dynamics, sigma, *, modes: int = 32, K_max: float, K_min
     densities = np.stack([np.asarray(_full(jnp.asarray(p[:-1]), 2 * modes)) for p in U])
     growth = []
     for k, (p, rho) in enumerate(zip(U, densities)):
-        lam = spectrum(dynamics, CircleDensity(rho, sigma), p[-1], drop_rotation=k > 0)
+        rho = jnp.asarray(rho)
+        # normalized as CircleDensity would (the grid mean is 1 up to round-off)
+        lam = _spectrum(dynamics, density, rho / jnp.mean(rho), p[-1], drop_rotation=k > 0)
         growth.append(float(lam[0].real))
     growth = np.array(growth)
     return Branch(K=U[:, -1], densities=densities, order=np.abs(U[:, 0]) / 2, growth=growth,

@@ -1,4 +1,4 @@
-r"""Quadrature rules as initial measures: deterministic mean-field references
+r"""Measures given by quadrature rules: deterministic initial measures and mean-field references
 (docs: math/mean_field.md#quadrature-references).
 
 The mean-field flow carries a quadrature rule: μ_0 ≈ Σ_j w_j δ_{y_j} evolved as weighted tokens
@@ -27,8 +27,8 @@ import equinox as eqx
 import jax.numpy as jnp
 import numpy as np
 
-from .._checks import check_count, check_scalar
-from .states import Gaussian, Particles
+from ._checks import check_count, check_scalar
+from .solvers.states import Gaussian, Particles
 
 
 def _order(order, name="order") -> int:
