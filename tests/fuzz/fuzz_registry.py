@@ -606,7 +606,7 @@ _exempt("a result the library builds (users read it, never construct it)",
         "SinkhornPotentials", "convergence.ConvergenceResult", "convergence.QuadratureReference",
         "convergence.StationaryReference", "convergence.GaussianClosureReference", "convergence.ParticleReference",
         "statistics.RateFit", "stationary.Branch", "kernels.ScoreBox", "kernels.SoftmaxReduction", "solvers.ODEState", "RandomHeadsField")
-_exempt("takes no parameter (nothing to fuzz)", "BrownianIncrements", "SphereRule", "ReLU", "Softplus", "UnitSphere",
+_exempt("takes no parameter (nothing to fuzz)", "BrownianIncrements", "ResidualLayer", "SphereRule", "ReLU", "Softplus", "UnitSphere",
         "PostLN", "diagnostics.Cosine", "diagnostics.Euclidean", "kernels.Dense", "kernels.automatic",
         "kernels.fast_platforms", "convergence.ExactCircle", "convergence.ExactLine", "diagnostics.ExactCircle",
         "diagnostics.ExactLine")

@@ -150,9 +150,11 @@ def test_common_noise_refuses_states_and_solvers_it_cannot_serve():
 
 
 @pytest.mark.package_errors
-def test_common_noise_names_a_diffusion_of_the_wrong_type():
+def test_common_noise_names_a_diffusion_of_the_wrong_type_and_layers_a_bad_key():
     with pytest.raises(ValueError, match="CommonNoise.diffusion must be a tp.AbstractCommonDiffusion"):
         tp.CommonNoise(tp.Noise(0.1))
+    with pytest.raises(ValueError, match="key must be a JAX PRNG key"):
+        tp.layers(tp.SoftmaxAttention.identity(2, 1.0), jnp.ones((3, 2)), 3, 0.1, noise=tp.Noise(0.1), key=7)
 
 
 def test_a_state_that_takes_no_noise_is_refused_by_type():
@@ -164,8 +166,6 @@ def test_a_state_that_takes_no_noise_is_refused_by_type():
     with pytest.raises(ValueError, match="Coupled part 1 \\(WithLogDensity\\) cannot take noise"):
         tp.solve(attn, tp.Coupled(tp.Particles(x0), tp.WithLogDensity(x0, jnp.zeros(4))), t1=1.0, dt0=0.1,
                  noise=tp.Noise(0.1), key=jax.random.key(0))
-    with pytest.raises(ValueError, match="key must be a JAX PRNG key"):
-        tp.layers(attn, x0, 3, 0.1, noise=tp.Noise(0.1), key=7)
 
 
 @pytest.mark.parametrize("sigma, message", [

@@ -16,6 +16,7 @@ from .circle import CircleDensity, DensitySolution, UnderResolvedError, solve_de
 from .events import AbstractBlowUp, BlowUp, BlowUpAtSaves
 from .layers import layers
 from .noise import AbstractNoise, CommonNoise, Noise
+from .residual import ResidualLayer
 from .retracted import Retracted
 from .solution import GaussianSolution, Solution
 from .solve import solve
@@ -34,6 +35,6 @@ from .states import (
 __all__ = ["AbstractBlowUp", "AbstractBrownian", "AbstractNoise", "AbstractNoisyState", "AbstractODE",
            "AbstractState", "BlowUp", "BlowUpAtSaves", "BrownianGrid", "BrownianIncrements", "BrownianTree",
            "CircleDensity", "CommonNoise", "Coupled", "DensitySolution",
-           "Gaussian", "GaussianSolution", "Noise", "ODEState", "Particles", "Retracted", "Solution",
+           "Gaussian", "GaussianSolution", "Noise", "ODEState", "Particles", "ResidualLayer", "Retracted", "Solution",
            "Tracers", "UnderResolvedError", "WithLogDensity", "circle",
            "layers", "random_transformer", "solve", "solve_density"]

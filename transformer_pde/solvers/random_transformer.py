@@ -25,7 +25,7 @@ def chain(key, heads: GaussianHeads, x0, num_layers: int, eta, num_heads: int = 
     r"""The random Transformer x ← N(x + (η/H) Σ_h B_{θ_h}(x)), fresh θ_h each layer.
 
     Returns the states after every ``save_every`` layers (default: only the last), with the
-    input first, shape ``(num_saves, n, d)``.
+    input first, shape ``(num_saves, n, d)``. ``eta`` is a concrete number (the layer step).
     """
     num_layers, num_heads = int(num_layers), int(num_heads)
     save_every = num_layers if save_every is None else int(save_every)
@@ -33,9 +33,10 @@ def chain(key, heads: GaussianHeads, x0, num_layers: int, eta, num_heads: int = 
         raise ValueError(f"need num_layers >= 1, num_heads >= 1 and save_every | num_layers; got "
                          f"{num_layers}, {num_heads}, {save_every}")
     x0 = jnp.asarray(x0)
-    eta = jnp.asarray(eta, x0.dtype)
-    field = RandomHeadsField(heads, jax.random.split(key, num_layers), eta, jnp.zeros((), x0.dtype),
-                             num_heads)
+    check_scalar(eta, "eta", positive=True)
+    field = RandomHeadsField(heads, jax.random.split(key, num_layers), jnp.asarray(eta, x0.dtype),
+                             jnp.zeros((), x0.dtype), num_heads)
+    # the step as given (a number): layers counts its layers before the run, even under lax.map
     return layers(PostLN(field), x0, num_layers, eta, save_every=save_every).xs
 
 

@@ -22,7 +22,9 @@ from ..models.base import AbstractRetraction
 from ..models.switched import AbstractSwitched
 from .events import AbstractBlowUp, BlowUp
 from .noise import AbstractNoise, brownian_spec, noisy_terms
+from .residual import ResidualLayer
 from .retracted import Retracted
+from .saves import as_time, check_times, inf_from, parse_saveat, saved_array, several_saves
 from .solution import GaussianSolution, Solution
 from .states import AbstractState, as_state
 from .switches import jump_at_switches
@@ -44,7 +46,7 @@ def solve(
     t0=0.0,
     dt0=None,
     saveat: diffrax.SaveAt | jax.typing.ArrayLike | None = None,
-    solver: diffrax.AbstractSolver | None = None,
+    solver: diffrax.AbstractSolver | ResidualLayer | None = None,
     stepsize_controller: diffrax.AbstractStepSizeController | None = None,
     adjoint: diffrax.AbstractAdjoint | None = None,
     max_steps: int | None = None,
@@ -78,7 +80,9 @@ def solve(
             no ``fn``: the states); ``Solution.ts`` and ``Solution.stats`` are then tuples with
             one entry per sub, in order (one run, one compiled program; not for a Gaussian).
         solver: any diffrax solver (default ``diffrax.Tsit5()``; the state's own where it has a
-            stiff part: a ``tp.CircleDensity`` takes an IMEX ``KenCarp4``).
+            stiff part: a ``tp.CircleDensity`` takes an IMEX ``KenCarp4``), or
+            :class:`~transformer_pde.ResidualLayer` ``()``: the residual layer, Euler with the
+            dynamics' retraction in a scan of layers of step dt0 (particles; what ``tp.layers`` runs).
         stepsize_controller: default constant steps (a ``tp.CircleDensity``: adaptive); pass
             ``diffrax.PIDController(rtol, atol)`` for adaptive steps.
         adjoint: diffrax adjoint for gradients: ``diffrax.RecursiveCheckpointAdjoint()`` (the
@@ -130,6 +134,12 @@ def solve(
                          f"diffrax.TqdmProgressMeter(), got {progress_meter!r}")
     check_scalar(t0, "t0")
     check_scalar(t1, "t1")
+    if isinstance(solver, ResidualLayer):  # the residual layer steps in a scan of its own
+        return solver.run(dynamics, state0, t0=t0, t1=t1, dt0=dt0, saves=parse_saveat(saveat),
+                          several=several_saves(saveat), noise=noise, key=key, throw=throw,
+                          diffrax_options=dict(stepsize_controller=stepsize_controller, adjoint=adjoint,
+                                               max_steps=max_steps, progress_meter=progress_meter,
+                                               brownian_interval=brownian_interval))
     if isinstance(dynamics, AbstractSwitched):
         # the part that holds on [t0, t1] checks the state: a run that starts after the switch
         # (a resumed chunk) starts from the second part's states, not the first's
@@ -137,7 +147,7 @@ def solve(
     state = as_state(dynamics, state0).prepare(dynamics)
     dtype = state.dtype
     saves = parse_saveat(saveat)
-    several = _several(saveat)
+    several = several_saves(saveat)
     if several or saves[0][1] is not None:
         state.check_statistics()
     ts = tuple(check_times(t0, t1, dt0, save_ts, dtype) for save_ts, _ in saves)
@@ -256,28 +266,6 @@ def _final_saver(state, check):
     return lambda t, y, args: (t, state.final_value(y), *(() if check is None else (check(y),)))
 
 
-def inf_from(stop_time, times, saved):
-    """``saved`` with every floating entry at a time ≥ ``stop_time`` set to inf (as diffrax pads
-    the saves after an event)."""
-    def mask(a):
-        if not jnp.issubdtype(a.dtype, jnp.inexact):
-            return a
-        after = (times >= stop_time).reshape(times.shape + (1,) * (a.ndim - 1))
-        return jnp.where(after, jnp.asarray(jnp.inf, a.dtype), a)
-
-    return jax.tree.map(mask, saved)
-
-
-def saved_array(value, owner: str = "SaveAt fn"):
-    """A leaf of a statistic (``SaveAt(fn=...)``'s, or ``owner``'s) as an array (a Python number
-    becomes one)."""
-    if isinstance(value, (bool, int, float, np.ndarray, np.generic, jax.Array)) and not (
-            isinstance(value, (np.ndarray, np.generic)) and value.dtype == object):
-        return jnp.asarray(value)
-    raise ValueError(f"{owner} must return arrays (or a pytree of them), got a "
-                     f"{type(value).__name__}: {value!r}"[:300])
-
-
 def _bounded_stages(solver):
     """A Runge–Kutta solver's stages as a bounded loop, as ``DirectAdjoint`` sets them itself on a
     bare solver: it cannot set them through :class:`Retracted`, which reads its solver's."""
@@ -318,86 +306,6 @@ def _raise_if_nonfinite(sol: Solution, watch: AbstractBlowUp, noisy: bool = Fals
            "throw=False and read Solution.nonfinite_time for the time it appeared")
     guarded = eqx.error_if((sol.ts, sol.xs, sol.stats), bad, msg)
     return eqx.tree_at(lambda s: (s.ts, s.xs, s.stats), sol, guarded, is_leaf=lambda v: v is None)
-
-
-# ----------------------------------------------------------------------------- time arguments
-
-
-def as_time(value, name, dtype):
-    """A finite time as a scalar array (traced: the check through eqx.error_if)."""
-    return jnp.asarray(check_scalar(value, name), dtype=dtype)
-
-
-def check_times(t0, t1, dt0, ts, dtype):
-    """Check (t0, t1, dt0) and the save times ``ts`` (None: ``[t1]``); returns ``ts`` as an array."""
-    check_scalar(t0, "t0")
-    check_scalar(t1, "t1")
-    if is_concrete(t0) and is_concrete(t1) and not float(t1) > float(t0):
-        raise ValueError(f"Must have t1 > t0, got t0={float(t0)} and t1={float(t1)}")
-    if dt0 is not None:
-        check_scalar(dt0, "dt0", positive=True)
-    if ts is None:
-        return jnp.asarray([t1], dtype=dtype)
-    try:
-        kind = ts.dtype if isinstance(ts, (np.ndarray, jax.Array)) else jnp.asarray(ts).dtype
-    except (TypeError, ValueError):
-        raise ValueError(f"saveat must be an array of real times, got {ts!r}"[:300]) from None
-    if kind == bool or not (jnp.issubdtype(kind, jnp.floating) or jnp.issubdtype(kind, jnp.integer)):
-        raise ValueError(f"saveat times must be real numbers, got dtype {kind}: {ts!r}"[:300])
-    ts = jnp.asarray(ts, dtype=dtype)
-    if ts.ndim != 1 or ts.shape[0] < 1:
-        raise ValueError(f"saveat must be a non-empty 1-D array of times, got shape {ts.shape}")
-    if is_concrete(ts) and is_concrete(t0) and is_concrete(t1):
-        a = np.asarray(ts)
-        if not np.isfinite(a).all():
-            raise ValueError(f"saveat must be finite, got {a}")
-        if np.any(np.diff(a) < 0):
-            raise ValueError(f"saveat times must be non-decreasing, got {a}")
-        slack = 1e-6 * max(1.0, abs(float(t1)))
-        if a[0] < float(t0) - slack or a[-1] > float(t1) + slack:
-            raise ValueError(f"saveat times must lie in [t0, t1] = [{float(t0)}, {float(t1)}], "
-                             f"got [{a[0]}, {a[-1]}]")
-        ts = jnp.clip(ts, t0, t1)
-    return ts
-
-
-_SAVE_Y = diffrax.SaveAt(t1=True).subs.fn
-
-
-def _several(saveat) -> bool:
-    """Whether ``saveat`` holds several saves (``SaveAt(subs=[...])``): tuples in the Solution."""
-    return isinstance(saveat, diffrax.SaveAt) and not isinstance(saveat.subs, diffrax.SubSaveAt)
-
-
-def parse_saveat(saveat) -> tuple:
-    """The saves of ``saveat``, a tuple of ``(ts or None, fn or None)``: None (save at t1), an
-    array of times, a ``diffrax.SaveAt(ts=..., fn=...)`` / ``diffrax.SaveAt(t1=True, fn=...)``
-    (one save), or ``diffrax.SaveAt(subs=[SubSaveAt(...), ...])`` (one save per sub).
-
-    ``fn(t, y, args)`` is diffrax's statistic signature; None means the states themselves.
-    """
-    if saveat is None:
-        return ((None, None),)
-    if not isinstance(saveat, diffrax.SaveAt):
-        return ((saveat, None),)
-    subs = saveat.subs if _several(saveat) else [saveat.subs]
-    if saveat.dense or not isinstance(subs, (list, tuple)) or not subs:
-        raise ValueError(f"{_SAVES}, got {saveat}")
-    return tuple(_parse_sub(sub, saveat) for sub in subs)
-
-
-_SAVES = ("solve takes diffrax.SaveAt(ts=..., fn=...), diffrax.SaveAt(t1=True, fn=...) or several of "
-          "them as diffrax.SaveAt(subs=[diffrax.SubSaveAt(ts=..., fn=...), ...]) (each one of ts, t1; no "
-          "t0, steps or dense)")
-
-
-def _parse_sub(sub, saveat):
-    if not isinstance(sub, diffrax.SubSaveAt) or sub.t0 or sub.steps or (
-            sub.ts is None) == (not sub.t1) or (sub.ts is not None and sub.t1):
-        raise ValueError(f"{_SAVES}, got {saveat}")
-    if not callable(sub.fn):
-        raise ValueError(f"SaveAt fn must be a callable fn(t, y, args), got {sub.fn!r}")
-    return sub.ts, None if sub.fn is _SAVE_Y else sub.fn
 
 
 def default_max_steps(t0, t1, dt0, controller):
