@@ -35,7 +35,14 @@ import optax
 
 import transformer_pde as tp
 from transformer_pde import convergence, diagnostics, kernels, statistics, sweeps
-from transformer_pde.theory import causal, equiangular, gaussian, logistic_overlap, noisy_sphere
+from transformer_pde.theory import (
+    causal_clustering,
+    equiangular,
+    gaussian,
+    logistic_overlap,
+    lost_in_the_middle,
+    noisy_sphere,
+)
 
 # ----------------------------------------------------------------------------- the value kinds
 
@@ -198,17 +205,11 @@ REGISTRY: list[Entry] = [
            Param("max_iterations", bad=INT_GE1 + ("huge",)))),
     Entry("MultiHeadAttention", tp.MultiHeadAttention, _mha,
           (BETA, Param("W", bad=("nan", "inf", "shape", "dtype"), traced=True))),
-    Entry("CausalSoftmaxAttention", tp.CausalSoftmaxAttention, _qkv(alibi=0.0),
-          (BETA, Param("alibi", bad=FINITE + ("neg",), traced=True))),
-    Entry("CausalL2Attention", tp.CausalL2Attention, _qkv(), (BETA,)),
-    Entry("CausalUnnormalizedAttention", tp.CausalUnnormalizedAttention, _qkv(shift=0.0),
-          (BETA, Param("shift", bad=FINITE, traced=True))),
-    Entry("CausalSigmoidAttention", tp.CausalSigmoidAttention, _qkv(bias=0.0),
-          (BETA, Param("bias", bad=FINITE, traced=True))),
-    Entry("CausalMultiHeadAttention", tp.CausalMultiHeadAttention, _mha, (BETA,)),
+    Entry("Causal", tp.Causal, lambda: dict(attention=ATTN, alibi=0.0),
+          (Param("attention", bad=OBJECT + ("shape",)), Param("alibi", bad=FINITE + ("neg",), traced=True))),
     Entry("MeanShift", tp.MeanShift, lambda: dict(beta=1.0),
           (Param("beta", bad=("nan", "inf", "str", "vector"), traced=True),)),
-    Entry("LitMCircle", tp.LitMCircle, lambda: dict(beta=1.0, lam=1.0),
+    Entry("LostInTheMiddle", tp.LostInTheMiddle, lambda: dict(beta=1.0, lam=1.0),
           (Param("beta", bad=FINITE, traced=True), Param("lam", bad=FINITE, traced=True))),
     Entry("PerceptronBlock", tp.PerceptronBlock, lambda: dict(beta=2.0, a=np.array([[1.0, 0.0]]), omega=np.array([0.5])),
           (Param("beta", bad=FINITE), Param("a", bad=FINITE), Param("omega", bad=FINITE))),
@@ -393,37 +394,37 @@ REGISTRY: list[Entry] = [
           (Param("beta", bad=FINITE), Param("d", bad=INT_GE1), Param("sigma", bad=("neg", "nan", "inf", "str"), ok=("zero",)))),
     Entry("theory.noisy_sphere.NoisyUSA", noisy_sphere.NoisyUSA, lambda: dict(beta=1.0, d=2, sigma=1.0),
           (Param("beta", bad=FINITE), Param("d", bad=INT_GE1), Param("sigma", bad=("neg", "nan", "inf", "str"), ok=("zero",)))),
-    Entry("theory.causal.bessel_i", causal.bessel_i, lambda: dict(n=1, beta=1.0),
+    Entry("theory.lost_in_the_middle.bessel_i", lost_in_the_middle.bessel_i, lambda: dict(n=1, beta=1.0),
           (Param("beta", bad=FINITE), Param("num_nodes", bad=INT_GE1))),
-    Entry("theory.causal.cap_measure", causal.cap_measure, lambda: dict(delta=0.5, d=3),
+    Entry("theory.causal_clustering.cap_measure", causal_clustering.cap_measure, lambda: dict(delta=0.5, d=3),
           (Param("delta", bad=("nan", "inf", "neg", "str")), Param("d", bad=INT_GE1))),
-    Entry("theory.causal.expected_renyi_centers", causal.expected_renyi_centers, lambda: dict(n=10, d=3, delta=0.5),
+    Entry("theory.causal_clustering.expected_renyi_centers", causal_clustering.expected_renyi_centers, lambda: dict(n=10, d=3, delta=0.5),
           (Param("n", bad=INT_GE1), Param("d", bad=INT_GE1), Param("delta", bad=("nan", "inf", "neg", "str")))),
-    Entry("theory.causal.retrieval_weights", causal.retrieval_weights, lambda: dict(M=4, n_max=8),
+    Entry("theory.lost_in_the_middle.retrieval_weights", lost_in_the_middle.retrieval_weights, lambda: dict(M=4, n_max=8),
           (Param("M", bad=INT_GE1), Param("n_max", bad=INT_GE1))),
-    Entry("theory.causal.litm_kernel", causal.litm_kernel, lambda: dict(sigma=0.3, sigma_p=0.2, lam=1.0),
+    Entry("theory.lost_in_the_middle.litm_kernel", lost_in_the_middle.litm_kernel, lambda: dict(sigma=0.3, sigma_p=0.2, lam=1.0),
           (Param("lam", bad=FINITE),)),
-    Entry("theory.causal.LitMMeanField", causal.LitMMeanField, lambda: dict(beta=1.0, lam=1.0, num_sigma=8, num_theta=8),
+    Entry("theory.lost_in_the_middle.LostInTheMiddleMeanField", lost_in_the_middle.LostInTheMiddleMeanField, lambda: dict(beta=1.0, lam=1.0, num_sigma=8, num_theta=8),
           (Param("beta", bad=FINITE), Param("lam", bad=FINITE), Param("num_sigma", bad=INT_GE1), Param("num_theta", bad=INT_GE1))),
-    Entry("theory.causal.volterra_closed_form", causal.volterra_closed_form,
+    Entry("theory.lost_in_the_middle.volterra_closed_form", lost_in_the_middle.volterra_closed_form,
           lambda: dict(a=1.0, t=1.0, sigma=np.array([0.5, 0.9]), sigma0=0.2, lam=1.0),
           (Param("a", bad=FINITE), Param("t", bad=NONNEG), Param("lam", bad=NONNEG),
            Param("sigma", bad=("nan", "inf", "neg", "zero", "dtype")), Param("sigma0", bad=POS))),
-    Entry("theory.causal.volterra_numerical", causal.volterra_numerical,
+    Entry("theory.lost_in_the_middle.volterra_numerical", lost_in_the_middle.volterra_numerical,
           lambda: dict(a=1.0, t=1.0, sigma0=0.2, lam=1.0, num_points=11),
           (Param("a", bad=FINITE), Param("t", bad=FINITE), Param("lam", bad=NONNEG),
            Param("sigma0", bad=POS + ("big",), big=2.0), Param("num_points", bad=INT_GE1 + ("huge",)))),
-    Entry("theory.causal.retrieval_profile", causal.retrieval_profile,
+    Entry("theory.lost_in_the_middle.retrieval_profile", lost_in_the_middle.retrieval_profile,
           lambda: dict(t=1.0, sigma0=np.array([0.2, 0.5, 0.8]), beta=1.0, lam=1.0, M=4, n_max=5),
           (Param("t", bad=NONNEG), Param("sigma0", bad=("nan", "inf", "neg", "zero", "dtype")),
            Param("beta", bad=NONNEG), Param("lam", bad=NONNEG), Param("M", bad=INT_GE1), Param("n_max", bad=INT_GE1))),
-    Entry("theory.causal.retrieval_discrete", causal.retrieval_discrete,
+    Entry("theory.lost_in_the_middle.retrieval_discrete", lost_in_the_middle.retrieval_discrete,
           lambda: dict(t=1.0, n=4, beta=1.0, lam=1.0, M=4, n_max=5),
           (Param("t", bad=NONNEG), Param("n", bad=INT_GE1), Param("beta", bad=FINITE), Param("lam", bad=FINITE),
            Param("M", bad=INT_GE1), Param("n_max", bad=INT_GE1))),
-    Entry("theory.causal.smallness_holds", causal.smallness_holds, lambda: dict(t=0.1, beta=1.0, lam=1.0, n_max=8),
+    Entry("theory.lost_in_the_middle.smallness_holds", lost_in_the_middle.smallness_holds, lambda: dict(t=0.1, beta=1.0, lam=1.0, n_max=8),
           (Param("t", bad=NONNEG), Param("beta", bad=FINITE), Param("lam", bad=NONNEG), Param("n_max", bad=INT_GE1))),
-    Entry("theory.causal.u_shape", causal.u_shape, lambda: dict(profile=np.array([3.0, 1.0, 2.0])),
+    Entry("theory.lost_in_the_middle.u_shape", lost_in_the_middle.u_shape, lambda: dict(profile=np.array([3.0, 1.0, 2.0])),
           (Param("profile", bad=("nan", "inf", "shape", "dtype", "none")),)),
     Entry("theory.equiangular.reduced_gap", equiangular.reduced_gap,
           lambda: dict(ode=equiangular.SAReducedODE(4, 1.0), rho0=0.2, ts=np.array([0.0, 0.5, 1.0]),
@@ -543,8 +544,8 @@ _exempt("abstract base: users subclass it; its concrete classes are registered",
 _exempt("a module (its public names are registered one by one)",
         "sharding", "kernels.backends", "kernels.binding", "kernels.fast", "kernels.exact", "kernels.platforms",
         "kernels.point_clouds", "kernels.random_partition", "kernels.reduction", "solvers.circle",
-        "solvers.circle_branches", "solvers.quadrature", "solvers.random_transformer", "theory.causal",
-        "theory.equiangular", "theory.gaussian", "theory.logistic_overlap", "theory.noisy_sphere")
+        "solvers.circle_branches", "solvers.quadrature", "solvers.random_transformer", "theory.causal_clustering",
+        "theory.equiangular", "theory.lost_in_the_middle", "theory.gaussian", "theory.logistic_overlap", "theory.noisy_sphere")
 _exempt("a constant", "kernels.PLAN_MEMORY_BUDGET", "kernels.DENSE_MAX_PAIRS", "runs.DEFAULT_EVERY")
 _exempt("an exception the library raises", "NonFiniteStateError", "kernels.PlanTooLarge", "solvers.UnderResolvedError",
         "runs.FailedRun", "runs.InterruptedRun", "runs.SignalReceived")
@@ -564,7 +565,7 @@ _exempt("plotting of a finished sweep (draws, validates through xarray)", "heatm
 
 def public_names() -> set[str]:
     """Every public name: the package's ``_NAMES`` (top level) and each subpackage's ``__all__``
-    (``diagnostics.cluster_count``; a theory module's names as ``theory.causal.bessel_i``)."""
+    (``diagnostics.cluster_count``; a theory module's names as ``theory.lost_in_the_middle.bessel_i``)."""
     import importlib
     import types
 
