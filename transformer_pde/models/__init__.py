@@ -14,7 +14,7 @@
   :mod:`.rescaled`: the models of single papers; :mod:`.sharding`: any attention split over devices.
 """
 
-from .._lazy import attach_stub
+from .._lazy import attach_stub as _attach_stub
 
 # the names, and the modules that define them, are listed once, in the stub __init__.pyi
-__getattr__, __dir__, __all__ = attach_stub(__name__, __file__)
+__getattr__, __dir__, __all__ = _attach_stub(__name__, __file__)
