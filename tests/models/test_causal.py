@@ -88,3 +88,28 @@ def test_float32_paths():
     v = tp.Causal(tp.SoftmaxAttention(eye, eye, eye, 2.0), alibi=0.5).velocity(x)
     assert v.dtype == jnp.float32 and bool(jnp.all(jnp.isfinite(v)))
 
+
+
+def test_alibi_is_a_reweighting_of_the_keys_in_every_normalized_attention():
+    """In a normalized attention e^{−λ(i−j)/N} loses its row factor e^{−λi/N}: ALiBi equals the
+    causal attention of the keys reweighted w_j e^{λj/N} (renormalized), for softmax, ℓ² and
+    multi-head alike; and the key bias of causal_field multiplies a key's mass in every
+    maskable attention (sigmoid and USA, whose sums are linear in the masses, included)."""
+    rng = np.random.default_rng(4)
+    n, d, lam = 11, 3, 1.3
+    x = jnp.asarray(rng.normal(size=(n, d)))
+    w = jnp.asarray(rng.dirichlet(np.ones(n)))
+    Q, K, V = (rng.normal(size=(d, d)) / 2 for _ in range(3))
+    tilted = w * np.exp(lam * np.arange(n) / n)
+    tilted = tilted / tilted.sum()
+    for attn in (tp.SoftmaxAttention(Q, K, V, 0.9), tp.L2Attention(Q, K, V, 0.4),
+                 tp.MultiHeadAttention.split(Q, K, V, 1, 0.9), tp.MultiHeadAttention(
+                     np.stack([Q, K]), np.stack([K, V]), V, np.eye(d) / 2, 0.9)):
+        for include_self in (True, False):
+            np.testing.assert_allclose(tp.Causal(attn, alibi=lam, include_self=include_self).velocity(x, w),
+                                       tp.Causal(attn, include_self=include_self).velocity(x, tilted),
+                                       rtol=1e-11, atol=1e-14)
+    bias = jnp.asarray(rng.normal(size=n))
+    for attn in (tp.SigmoidAttention(Q, K, V, 0.9, bias=-0.3), tp.UnnormalizedAttention(Q, K, V, 0.9, shift=0.2)):
+        np.testing.assert_allclose(attn.causal_field(x, x, w, 0.0, 0, bias),
+                                   attn.causal_field(x, x, w * jnp.exp(bias), 0.0, 0), rtol=1e-11, atol=1e-14)
