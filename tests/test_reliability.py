@@ -127,7 +127,7 @@ def test_fingerprint_sees_bits_and_static_configuration():
     a = run_fingerprint(SA, X0)
     assert a == run_fingerprint(tp.SoftmaxAttention.identity(3, 1.0), jnp.array(X0))
     assert a != run_fingerprint(SA, X0.at[3, 1].set(np.nextafter(X0[3, 1], 2.0)))  # one ulp
-    assert a != run_fingerprint(tp.CausalSoftmaxAttention.identity(3, 1.0), X0)
+    assert a != run_fingerprint(tp.Causal(tp.SoftmaxAttention.identity(3, 1.0)), X0)
     assert a != run_fingerprint(SA, X0.astype(jnp.float32))
 
 

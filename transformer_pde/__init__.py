@@ -10,23 +10,25 @@ The house, by role (``docs/architecture.md``): :mod:`.kernels` (pair reductions)
 :mod:`.sweeps`, :mod:`.fitting`, :mod:`.convergence`, :mod:`.statistics` → :mod:`.runs` (run directories,
 resumable solves) → :mod:`.experiments` → :mod:`.cli`.
 
-Importing the package imports nothing else (PEP 562): a submodule, or a name it exports
-(``tp.solve``, ``tp.SoftmaxAttention``), is imported on first access, so the command line can
-print text without loading JAX. Importing the package never imports the experiments.
+Importing the package imports nothing but its lazy loader (PEP 562): a submodule, or a name it
+exports (``tp.solve``, ``tp.SoftmaxAttention``), is imported on first access, so the command line
+can print text without loading JAX. Importing the package never imports the experiments.
 """
 
 from __future__ import annotations
 
 import importlib
+import os
 from typing import TYPE_CHECKING
+
+from ._lazy import stub_exports as _stub_exports
 
 __version__ = "0.1.0"
 
 _SUBMODULES = ("convergence", "diagnostics", "fitting", "kernels", "measures", "models", "params", "plot", "runs",
                "solvers", "stationary", "statistics", "sweeps", "theory")
 
-# exported name -> the module that defines it (the models' names are listed by models.__all__;
-# tests/test_architecture.py checks the two lists agree)
+# exported name -> the module that defines it (the models' names below)
 _NAMES = {
     "NonFiniteStateError": "._checks",
     "FitResult": ".fitting", "checkpointed_adjoint": ".fitting", "fit": ".fitting",
@@ -39,21 +41,8 @@ _NAMES = {
     "layers": ".solvers", "solve": ".solvers", "solve_density": ".solvers",
     "heatmap": ".sweeps", "sweep": ".sweeps",
 }
-_MODEL_NAMES = (
-    "AbstractActivation", "AbstractCommonDiffusion", "AbstractKernelAttention", "AbstractAttention", "AbstractBilinearAttention",
-    "AbstractCausalAttention", "AbstractDynamics", "AbstractFieldAttention", "AbstractFieldDynamics", "AbstractGaussianClosure",
-    "AbstractManifoldDynamics", "AbstractNormalizationScheme", "AbstractNormalizedAttention",
-    "AbstractPotentialActivation", "AbstractRetractedDynamics", "AbstractRetraction",
-    "AbstractSwitched", "AttentionPerceptron", "Block", "CausalL2Attention", "CausalMultiHeadAttention",
-    "CausalSigmoidAttention", "CausalSoftmaxAttention", "CausalUnnormalizedAttention", "CommonNoiseSDE",
-    "GaussianHeads", "L2Attention", "LNScaling", "LitMCircle", "MLP", "MeanShift", "MixLN",
-    "MultiHeadAttention", "NGPT", "Norm", "PerceptronBlock", "PeriLN", "PostLN", "PreLN", "RandomBatch",
-    "RandomHeadsField", "RandomHeadsMeanField", "ReLU", "RescaledSoftmax", "Sharded", "SigmoidAttention", "SinkhornAttention",
-    "SinkhornPotentials", "SoftmaxAttention", "Softplus", "Sphere", "SphereBlock", "Switched",
-    "UnitSphere", "UnnormalizedAttention", "cap_sample", "normalize", "num_post_layers", "polar",
-    "polar_velocity", "sharding", "tangent_projection", "uniform_sphere",
-)
-_NAMES.update(dict.fromkeys(_MODEL_NAMES, ".models"))
+# the models' names: listed once, in the stub models/__init__.pyi, read here without importing them
+_NAMES.update(dict.fromkeys(_stub_exports(os.path.join(os.path.dirname(__file__), "models", "__init__.py")), ".models"))
 
 __all__ = sorted(_NAMES) + [m for m in _SUBMODULES if m != "params"]
 
@@ -110,7 +99,7 @@ def __getattr__(name: str):
     if name in _SUBMODULES:
         value = importlib.import_module(f".{name}", __name__)
     elif name in _NAMES:
-        value = vars(importlib.import_module(_NAMES[name], __name__))[name]
+        value = getattr(importlib.import_module(_NAMES[name], __name__), name)
     else:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
     globals()[name] = value  # later accesses skip this function

@@ -6,11 +6,19 @@ top (the experiments: their configs are read to print ``--help``) can be importe
 After the first read the stand-in holds the module's attributes itself, so later reads cost
 what a plain module's do. Nothing is put in ``sys.modules``: ``import jax`` elsewhere is
 unaffected, and ``"jax" in sys.modules`` still says whether JAX was loaded.
+
+A package's public names may be one stub file, ``__init__.pyi`` (lines ``from .mod import Name as
+Name``): :func:`attach_stub` makes the package import ``mod`` when ``Name`` is first read, and
+:func:`stub_exports` reads the names without importing anything (``transformer_pde`` re-exports the
+models' names so).
 """
 
 from __future__ import annotations
 
+import ast
 import importlib
+import os
+import sys
 import types
 
 
@@ -32,4 +40,43 @@ diffrax = LazyModule("diffrax")
 eqx = LazyModule("equinox")
 optax = LazyModule("optax")
 
-__all__ = ["LazyModule", "diffrax", "eqx", "jax", "jnp", "optax"]
+
+
+def stub_exports(init_file: str) -> dict[str, tuple[str, str | None]]:
+    """The names the stub ``__init__.pyi`` beside ``init_file`` exports: name -> (the module that
+    defines it, relative to the package, and its attribute there; None: the name is that
+    submodule). Read without importing anything."""
+    with open(os.path.splitext(init_file)[0] + ".pyi", encoding="utf-8") as f:
+        tree = ast.parse(f.read())
+    out = {}
+    for node in tree.body:
+        if not (isinstance(node, ast.ImportFrom) and node.level == 1):
+            continue
+        for alias in node.names:
+            name = alias.asname or alias.name
+            out[name] = (f".{node.module}", alias.name) if node.module else (f".{alias.name}", None)
+    return out
+
+
+def attach_stub(package: str, init_file: str):
+    """``(__getattr__, __dir__, __all__)`` for the package ``package`` (its ``__init__.py`` is
+    ``init_file``): every name of its stub (:func:`stub_exports`) imported on first access (PEP 562)."""
+    exports = stub_exports(init_file)
+
+    def __getattr__(name: str):
+        if name not in exports:
+            raise AttributeError(f"module {package!r} has no attribute {name!r}")
+        module, attr = exports[name]
+        value = importlib.import_module(module, package)
+        if attr is not None:
+            value = getattr(value, attr)
+        setattr(sys.modules[package], name, value)  # later reads skip this function
+        return value
+
+    def __dir__():
+        return sorted(set(vars(sys.modules[package])) | set(exports))
+
+    return __getattr__, __dir__, sorted(exports)
+
+
+__all__ = ["LazyModule", "attach_stub", "diffrax", "eqx", "jax", "jnp", "optax", "stub_exports"]

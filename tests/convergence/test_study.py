@@ -51,7 +51,7 @@ def test_affine_field_matches_particle_field(name):
 
 
 def test_no_closure_is_a_clear_error():
-    attn = tp.CausalSoftmaxAttention.identity(2, 1.0)
+    attn = tp.Causal(tp.SoftmaxAttention.identity(2, 1.0))
     with pytest.raises(ValueError, match="no Gaussian closure"):
         cv.gaussian_affine_field(attn, jnp.zeros(2), jnp.eye(2))
     with pytest.raises(ValueError, match="law must be"):

@@ -48,7 +48,7 @@ def test_on_the_sphere_fast_above_the_crossover_exact_below(scheme):
     assert dyn.kernel_choice(10**6, 10**6, jnp.float32).path == "exact"
     wide = scheme(tp.SoftmaxAttention.identity(4, 1.0)).dynamics
     assert wide.kernel_choice(10**6, 10**6, jnp.float64).path == "exact"
-    causal = scheme(tp.CausalSoftmaxAttention.identity(3, 1.0)).dynamics
+    causal = scheme(tp.Causal(tp.SoftmaxAttention.identity(3, 1.0))).dynamics
     assert causal.kernel_choice(10**6, 10**6, jnp.float64).path == "exact"
 
 

@@ -190,7 +190,7 @@ def _attention_family(d, rng, layout):
     kw = {"backend": Exact(layout)}
     return {
         "softmax": tp.SoftmaxAttention(Q, K, V, 2.0, **kw),
-        "causal": tp.CausalSoftmaxAttention(Q, K, V, 2.0, **kw),
+        "causal": tp.Causal(tp.SoftmaxAttention(Q, K, V, 2.0, **kw)),
         "multihead": tp.MultiHeadAttention.split(Q, K, V, 2, 1.5, **kw),
         "l2": tp.L2Attention(Q, K, V, 0.7, **kw),
         "unnormalized": tp.UnnormalizedAttention(Q, K, V, 1.2, shift=0.5, **kw),

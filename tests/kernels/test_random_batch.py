@@ -64,7 +64,7 @@ def test_softmax_rbm_bias_shrinks_with_batch_size():
 
 @pytest.mark.slow
 def test_causal_rbm_keeps_the_first_token_still():
-    attn = tp.CausalSoftmaxAttention.identity(D, 1.0)
+    attn = tp.Causal(tp.SoftmaxAttention.identity(D, 1.0))
     rbm = tp.Sphere(tp.RandomBatch(attn, batch_size=4, step=0.1, key=jax.random.key(2)))
     sol = tp.solve(rbm, X0, t1=2.0, dt0=0.1, solver=EULER)
     np.testing.assert_allclose(sol.final[0], X0[0], atol=1e-14)  # token 1 sees only itself
@@ -74,7 +74,7 @@ def test_causal_rbm_keeps_the_first_token_still():
 @pytest.mark.parametrize("make, match", [
     (lambda: tp.RandomBatch(tp.Sphere(tp.SoftmaxAttention.identity(D)), batch_size=2, step=0.1,
                             key=jax.random.key(0)), "RandomBatch wraps an attention"),
-    (lambda: tp.RandomBatch(tp.CausalSoftmaxAttention.identity(D, alibi=1.0), batch_size=2,
+    (lambda: tp.RandomBatch(tp.Causal(tp.SoftmaxAttention.identity(D), alibi=1.0), batch_size=2,
                             step=0.1, key=jax.random.key(0)), "ALiBi"),
     (lambda: tp.RandomBatch(tp.SoftmaxAttention.identity(D), batch_size=0, step=0.1,
                             key=jax.random.key(0)), "batch_size must be >= 1"),

@@ -40,19 +40,19 @@ def variants(d, rng):
         "multihead": tp.MultiHeadAttention.split(Q, K, V, 2, 1.5),
         # V and W shared by the heads: the heads' weights summed, their keys gathered per head
         "multihead_shared": tp.MultiHeadAttention(np.stack([Q, K]), np.stack([K, V]), V, np.eye(d) / 2, 1.5),
-        "causal_multihead_shared": tp.CausalMultiHeadAttention(np.stack([Q, K]), np.stack([K, V]), V,
-                                                               np.eye(d) / 2, 1.5),
+        "causal_multihead_shared": tp.Causal(tp.MultiHeadAttention(np.stack([Q, K]), np.stack([K, V]), V,
+                                                                          np.eye(d) / 2, 1.5)),
         "l2": tp.L2Attention(Q, K, V, 0.7),
         "unnormalized": tp.UnnormalizedAttention(Q, K, V, 1.2),
         "sigmoid": tp.SigmoidAttention(Q, K, V, 1.0, bias=-0.5),
         "sinkhorn": tp.SinkhornAttention(Q, K, V, 1.0, epsilon=1.0, threshold=1e-12),
         # each shard's queries are tokens r n/D ... : the mask must use global positions
-        "causal": tp.CausalSoftmaxAttention(Q, K, V, 2.0),
-        "causal_streaming": tp.CausalSoftmaxAttention(Q, K, V, 2.0, backend=Exact(Streaming(8))),
+        "causal": tp.Causal(tp.SoftmaxAttention(Q, K, V, 2.0)),
+        "causal_streaming": tp.Causal(tp.SoftmaxAttention(Q, K, V, 2.0, backend=Exact(Streaming(8)))),
         # ALiBi positions j/N over the n tokens, not the padded count (n = 70 on 4 devices)
-        "causal_alibi": tp.CausalSoftmaxAttention(Q, K, V, 2.0, alibi=0.7, include_self=False),
-        "causal_sigmoid_streaming": tp.CausalSigmoidAttention(Q, K, V, 1.0, bias=-0.5,
-                                                              layout=Streaming(8)),
+        "causal_alibi": tp.Causal(tp.SoftmaxAttention(Q, K, V, 2.0), alibi=0.7, include_self=False),
+        "causal_sigmoid_streaming": tp.Causal(tp.SigmoidAttention(Q, K, V, 1.0, bias=-0.5,
+                                                                         layout=Streaming(8))),
     }
 
 

@@ -93,23 +93,31 @@ def test_causal_attention_has_only_what_it_can_do(data):
     """Capabilities are types: a causal attention is a token velocity, with no field at arbitrary
     points and no Gaussian closure; its position-free counterpart has both where it can."""
     x, w, Q, K, V, _ = data
-    pairs = [(tp.SoftmaxAttention(Q, K, V), tp.CausalSoftmaxAttention(Q, K, V)),
-             (tp.L2Attention(Q, K, V), tp.CausalL2Attention(Q, K, V)),
-             (tp.UnnormalizedAttention(Q, K, V), tp.CausalUnnormalizedAttention(Q, K, V)),
-             (tp.SigmoidAttention(Q, K, V), tp.CausalSigmoidAttention(Q, K, V)),
-             (tp.MultiHeadAttention.split(np.eye(D), np.eye(D), np.eye(D), 1),
-              tp.CausalMultiHeadAttention.split(np.eye(D), np.eye(D), np.eye(D), 1))]
-    for free, causal in pairs:
-        assert isinstance(free, tp.AbstractFieldAttention) and not isinstance(free, tp.AbstractCausalAttention)
-        assert isinstance(causal, tp.AbstractCausalAttention)
+    frees = [tp.SoftmaxAttention(Q, K, V), tp.L2Attention(Q, K, V), tp.UnnormalizedAttention(Q, K, V),
+             tp.SigmoidAttention(Q, K, V), tp.MultiHeadAttention.split(np.eye(D), np.eye(D), np.eye(D), 1)]
+    for free in frees:
+        causal = tp.Causal(free)
+        assert isinstance(free, tp.AbstractFieldAttention) and isinstance(free, tp.AbstractMaskableAttention)
+        assert isinstance(causal, tp.AbstractAttention)
         assert not isinstance(causal, (tp.AbstractFieldAttention, tp.AbstractGaussianClosure))
         assert not hasattr(causal, "field") and not hasattr(causal, "affine_field")
         assert isinstance(free, tp.AbstractGaussianClosure) == hasattr(free, "affine_field")
         # the last token sees every token: its causal velocity is the position-free one
         np.testing.assert_allclose(causal.velocity(x, w)[-1], free.velocity(x, w)[-1], rtol=1e-12)
-    # the backend is bound knowing the attention masks: Fast refuses a causal one when built
+    # Causal asks the backend whether it can mask: Fast refuses when the wrapper is built
     with pytest.raises(ValueError, match="non-causal"):
-        tp.CausalL2Attention(np.eye(D), np.eye(D), np.eye(D), backend=tp.kernels.Fast())
+        tp.Causal(tp.L2Attention(np.eye(D), np.eye(D), np.eye(D), backend=tp.kernels.Fast()))
+    # what cannot be causal is named: Sinkhorn (doubly stochastic), a wrapper, a causal one again
+    for bad, name in ((tp.SinkhornAttention(Q, K, V, epsilon=1.0), "SinkhornAttention"),
+                      (tp.Sphere(tp.SoftmaxAttention(Q, K, V)), "Sphere"),
+                      (tp.Causal(tp.SoftmaxAttention(Q, K, V)), "Causal"), (np.eye(D), "ndarray")):
+        with pytest.raises(ValueError, match=f"Causal wraps an attention .* got {name}"):
+            tp.Causal(bad)
+    # ALiBi is a key bias where the row factor cancels: normalized attention only
+    with pytest.raises(ValueError, match="alibi.*normalized"):
+        tp.Causal(tp.SigmoidAttention(Q, K, V), alibi=1.0)
+    with pytest.raises(ValueError, match="alibi"):
+        tp.Causal(tp.SoftmaxAttention(Q, K, V), alibi=-1.0)
 
 
 @pytest.mark.parametrize("name", ["softmax", "l2", "sigmoid", "unnormalized", "multihead"])
@@ -120,14 +128,14 @@ def test_causal_matches_numpy(data, name):
         rng = np.random.default_rng(3)
         Qs, Ks, Vs = (rng.normal(size=(2, KDIM, D)) for _ in range(3))
         Ws = rng.normal(size=(2, D, KDIM))
-        attn = tp.CausalMultiHeadAttention(Qs, Ks, Vs, Ws, beta)
+        attn = tp.Causal(tp.MultiHeadAttention(Qs, Ks, Vs, Ws, beta))
         expected = sum(ref.softmax_field(x, x, w, Qs[h], Ks[h], Vs[h], beta, causal=True) @ Ws[h].T
                        for h in range(2))
         np.testing.assert_allclose(attn.velocity(x, weights=w), expected, rtol=1e-10, atol=1e-12)
         return
-    cls = {"softmax": tp.CausalSoftmaxAttention, "l2": tp.CausalL2Attention,
-           "sigmoid": tp.CausalSigmoidAttention, "unnormalized": tp.CausalUnnormalizedAttention}[name]
-    attn = cls(Q, K, V, beta)
+    cls = {"softmax": tp.SoftmaxAttention, "l2": tp.L2Attention,
+           "sigmoid": tp.SigmoidAttention, "unnormalized": tp.UnnormalizedAttention}[name]
+    attn = tp.Causal(cls(Q, K, V, beta))
     if name == "softmax":
         expected = ref.softmax_field(x, x, w, Q, K, V, beta, causal=True)
     elif name == "sigmoid":
@@ -180,8 +188,8 @@ def _shared_heads(kdim, causal=False, **kwargs):
     rng = np.random.default_rng(5)
     Qs, Ks = rng.normal(size=(3, kdim, D)), rng.normal(size=(3, kdim, D))
     V, W = rng.normal(size=(2, D)), rng.normal(size=(D, 2))
-    cls = tp.CausalMultiHeadAttention if causal else tp.MultiHeadAttention
-    return cls(Qs, Ks, V, W, 0.8, **kwargs), (Qs, Ks, V, W)
+    heads = tp.MultiHeadAttention(Qs, Ks, V, W, 0.8, **kwargs)
+    return (tp.Causal(heads) if causal else heads), (Qs, Ks, V, W)
 
 
 @pytest.mark.parametrize("causal", [False, True])

@@ -1,95 +1,24 @@
-"""Causal attention, LitM closed forms, Rényi parking (sphere.md §4)."""
+"""Causal attention (tp.Causal), its clustering to the first token, Rényi parking (docs: math/causal.md)."""
 
 import diffrax
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-import scipy.special
 from _runs import tiny_run
 
 import transformer_pde as tp
-from transformer_pde.theory import causal
-
-
-def test_bessel_matches_scipy():
-    n = np.arange(0, 8)
-    for beta in (0.3, 1.0, 5.0):
-        np.testing.assert_allclose(np.asarray(causal.bessel_i(jnp.asarray(n), jnp.asarray(beta))),
-                                   scipy.special.iv(n, beta), rtol=1e-10, atol=1e-14)
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize("lam", [0.0, 1.0, 3.0])
-def test_volterra_closed_form_solves_the_equation(lam):
-    # direct solve (quadrature + matrix exponential, no Bessel function) vs the Bessel form
-    a, t, s0 = 0.7, 1.8, 0.15
-    s, g_num = causal.volterra_numerical(a, t, s0, lam, num_points=101)
-    g_cf = np.asarray(causal.volterra_closed_form(a, t, s[1:], s0, lam))
-    np.testing.assert_allclose(g_num[1:], g_cf, rtol=2e-4)  # trapezoid, h = 0.0085
-    # right limit at σ0: at·k_λ(σ0, σ0)
-    np.testing.assert_allclose(g_num[0], a * t * (lam / -np.expm1(-lam * s0) if lam else 1 / s0))
-    # second order in the grid: halving h divides the error by ~4
-    s2, g2 = causal.volterra_numerical(a, t, s0, lam, num_points=201)
-    e1 = np.abs(g_num[1:] - g_cf).max()
-    e2 = np.abs(g2[1:] - np.asarray(causal.volterra_closed_form(a, t, s2[1:], s0, lam))).max()
-    assert 3.0 < e1 / e2 < 5.0
-
-
-def test_kernel_integrates_to_one():
-    sp = np.linspace(0, 0.7, 20001)
-    for lam in (0.0, 2.0):
-        k = np.asarray(causal.litm_kernel(0.7, sp, lam))
-        np.testing.assert_allclose(np.trapezoid(k[:-1], sp[:-1]) if lam == 0 else np.trapezoid(k, sp), 1.0,
-                                   rtol=1e-3)
-
-
-@pytest.mark.slow
-def test_finite_n_linearization_converges_to_closed_form():
-    errs = []
-    for n in (48, 192):  # n_max = 5: a_n < 1e-3 beyond, and both sides use the same truncation
-        s, Sd = causal.retrieval_discrete(1.0, n, 1.0, 1.0, n_max=5)
-        Sc = np.asarray(causal.retrieval_profile(1.0, s, 1.0, 1.0, n_max=5))
-        mid = s >= 0.25
-        errs.append(np.abs(Sd[mid] / Sc[mid] - 1).max())
-    assert errs[1] < 0.02 and errs[0] / errs[1] > 3  # O(1/N)
-
-
-@pytest.mark.slow
-def test_u_shape_under_smallness():
-    t, beta, lam = 2.0, 1.0, 1.0
-    assert causal.smallness_holds(t, beta, lam)
-    assert not causal.smallness_holds(3.0, beta, lam)
-    s = np.linspace(0.002, 0.998, 500)
-    S = np.asarray(causal.retrieval_profile(t, s, beta, lam))
-    shape = causal.u_shape(S)
-    assert shape["primacy"] and shape["recency"] and shape["unique_min"]
-    # primacy: S → ∞ as σ0 → 0
-    assert float(causal.retrieval_profile(t, 1e-6, beta, lam)) > 3 * S.min()
-
-
-def test_litm_velocity_matches_numpy_loop():
-    rng = np.random.default_rng(0)
-    th = rng.uniform(0, 2 * np.pi, 9)
-    beta, lam = 1.3, 0.7
-    v = np.asarray(tp.LitMCircle(beta, lam).velocity(th[:, None]))[:, 0]
-    N = len(th)
-    ref = np.zeros(N)
-    for j in range(N):
-        w = np.array([np.exp(-lam * (j - k) / N) for k in range(j)])
-        f = np.array([-beta * np.sin(th[j] - th[k]) * np.exp(beta * np.cos(th[j] - th[k])) for k in range(j)])
-        ref[j] = (w @ f) / w.sum() if j else 0.0
-    np.testing.assert_allclose(v, ref, rtol=1e-12, atol=1e-14)
+from transformer_pde.theory import causal_clustering
 
 
 def test_causal_attention_matches_masked_softmax_and_alibi_reference():
     x = tp.uniform_sphere(jax.random.key(0), 7, 3)
-    ca = tp.CausalSoftmaxAttention.identity(3, 2.0, alibi=0.0)
-    sm = tp.CausalSoftmaxAttention.identity(3, 2.0)
+    ca = tp.Causal(tp.SoftmaxAttention.identity(3, 2.0), alibi=0.0)
+    sm = tp.Causal(tp.SoftmaxAttention.identity(3, 2.0))
     np.testing.assert_allclose(ca.velocity(x), sm.velocity(x), rtol=1e-12)
     lam, beta = 1.5, 2.0
     xv = np.asarray(x)
-    v = np.asarray(tp.CausalSoftmaxAttention.identity(3, beta, alibi=lam, include_self=False).velocity(x))
+    v = np.asarray(tp.Causal(tp.SoftmaxAttention.identity(3, beta), alibi=lam, include_self=False).velocity(x))
     for k in range(7):
         if k == 0:
             np.testing.assert_array_equal(v[0], 0.0)
@@ -97,7 +26,7 @@ def test_causal_attention_matches_masked_softmax_and_alibi_reference():
         w = np.array([np.exp(beta * xv[k] @ xv[j] - lam * (k - j) / 7) for j in range(k)])
         np.testing.assert_allclose(v[k], (w / w.sum()) @ xv[:k], rtol=1e-12)
     with pytest.raises(ValueError, match="alibi"):
-        tp.CausalSoftmaxAttention.identity(3, 1.0, alibi=-1.0)
+        tp.Causal(tp.SoftmaxAttention.identity(3, 1.0), alibi=-1.0)
 
 
 @pytest.mark.slow
@@ -105,7 +34,7 @@ def test_causal_attention_matches_masked_softmax_and_alibi_reference():
 def test_all_tokens_go_to_the_first_token(d):
     # sphere.md §4 Thm 1 with Q = K = V = I (the case the spec marks as checked)
     x0 = tp.uniform_sphere(jax.random.key(d), 10, d)
-    dyn = tp.Sphere(tp.CausalSoftmaxAttention.identity(d, 1.0))
+    dyn = tp.Sphere(tp.Causal(tp.SoftmaxAttention.identity(d, 1.0)))
     sol = tp.solve(dyn, x0, t1=60.0, dt0=0.2, solver=diffrax.Tsit5())
     np.testing.assert_allclose(sol.final[0], x0[0], atol=1e-12)  # x_1 never moves
     assert float(jnp.max(jnp.linalg.norm(sol.final - x0[0][None, :], axis=-1))) < 1e-4
@@ -117,13 +46,13 @@ def test_renyi_expected_count(d):
     delta, n, reps = 0.5, 40, 400
     keys = jax.random.split(jax.random.key(1), reps)
     counts = jax.vmap(lambda k: tp.diagnostics.renyi_centers(tp.uniform_sphere(k, n, d), delta).sum())(keys)
-    expected = causal.expected_renyi_centers(n, d, delta)
+    expected = causal_clustering.expected_renyi_centers(n, d, delta)
     se = float(np.std(counts)) / np.sqrt(reps)
     assert abs(float(np.mean(counts)) - expected) < 4 * se
     # the cap measure against Monte Carlo (and the general-d formula against d = 3)
     y = tp.uniform_sphere(jax.random.key(2), 100000, d)
     frac = float(jnp.mean(jnp.arccos(jnp.clip(y[:, 0], -1, 1)) <= delta))
-    assert abs(frac - causal.cap_measure(delta, d)) < 4 * np.sqrt(frac / 100000)
+    assert abs(frac - causal_clustering.cap_measure(delta, d)) < 4 * np.sqrt(frac / 100000)
 
 
 @pytest.mark.parametrize("d", [4, 5, 8])
@@ -135,10 +64,10 @@ def test_cap_measure_general_d_against_monte_carlo(d):
     angle = np.arccos(np.clip(z[:, 0] / np.linalg.norm(z, axis=1), -1, 1))
     for delta in (0.3, 1.2, np.pi / 2, 2.0, 2.9):
         frac = np.mean(angle <= delta)
-        p = causal.cap_measure(delta, d)
+        p = causal_clustering.cap_measure(delta, d)
         assert abs(frac - p) < 5 * np.sqrt(max(p * (1 - p), 1 / m) / m), (d, delta, frac, p)
-    assert causal.cap_measure(np.pi, d) == pytest.approx(1.0, abs=1e-12)
-    assert causal.cap_measure(0.0, d) == 0.0
+    assert causal_clustering.cap_measure(np.pi, d) == pytest.approx(1.0, abs=1e-12)
+    assert causal_clustering.cap_measure(0.0, d) == 0.0
 
 
 @pytest.mark.slow
@@ -153,52 +82,34 @@ def test_experiment_causal_clustering_tiny(tmp_path_factory):
 
 
 @pytest.mark.slow
-def test_experiment_lost_in_the_middle_tiny(tmp_path_factory):
-    res, cfg, _ = tiny_run("lost-in-the-middle", tmp_path_factory)
-    assert res["smallness"] and res["primacy"] and res["recency"] and res["unique_min"]
-    # the published particle demo (sphere.md §10.6), reproduced exactly
-    np.testing.assert_array_equal(res["demo_counts"], [39, 29, 22, 14, 1])
-    assert float(res["demo_final_spread"]) < 0.01
-    # Monte Carlo agrees with the finite-N linearization and the closed form (z-scores);
-    # the closed form differs from the finite-N one by O(1/N), added to the tolerance
-    assert np.all(np.abs(res["z_discrete"]) < 4)
-    gap = np.abs(res["discrete_bin"] - res["closed_bin"])
-    assert np.all(np.abs(res["mc_bin"] - res["closed_bin"]) < 4 * res["mc_bin_se"] + gap)
-    # the finite-N linearization (matrix exponential, independent of the Bessel form) is
-    # U-shaped too
-    d = causal.u_shape(res["discrete"])
-    assert d["primacy"] and d["recency"] and d["unique_min"]
-
-
-@pytest.mark.slow
-def test_litm_mean_field_linear_response_and_invariants():
-    S, M, beta, lam = 16, 32, 1.0, 1.0
-    mf = causal.LitMMeanField(beta, lam, S, M)
-    uniform = jnp.full((S, M), 1 / (2 * jnp.pi))
-    np.testing.assert_allclose(mf.rhs(0.0, uniform), 0.0, atol=1e-13)  # uniform is stationary
-    # a small cos(nθ) bump in cell i0 propagates to later cells by expm(a_n t K) (Volterra)
-    eps, i0, n, t = 1e-6, 3, 2, 1.0
-    th = np.asarray(mf.theta)
-    f0 = np.full((S, M), 1 / (2 * np.pi))
-    f0[i0] += eps * np.cos(n * th) / np.pi
-    f = np.asarray(mf.solve(jnp.asarray(f0), t)[-1])
-    np.testing.assert_allclose(np.trapezoid(np.c_[f, f[:, :1]], np.r_[th, 2 * np.pi], axis=1), 1.0,
-                               rtol=1e-10)  # mass per cell
-    coef = (f - 1 / (2 * np.pi)) @ np.cos(n * th) * (2 / M) * np.pi / eps  # cos coefficient / initial
-    import scipy.linalg
-
-    K = np.asarray(tp.LitMCircle(beta, lam).position_weights(S))
-    a_n = n**2 * scipy.special.iv(n, beta)
-    ref = scipy.linalg.expm(a_n * t * K)[:, i0]
-    np.testing.assert_allclose(coef, ref, rtol=1e-4, atol=1e-6)
-
-
-@pytest.mark.slow
 def test_float32_paths():
     x = tp.uniform_sphere(jax.random.key(0), 6, 3, dtype=jnp.float32)
     eye = jnp.eye(3, dtype=jnp.float32)
-    v = tp.CausalSoftmaxAttention(eye, eye, eye, 2.0, alibi=0.5).velocity(x)
+    v = tp.Causal(tp.SoftmaxAttention(eye, eye, eye, 2.0), alibi=0.5).velocity(x)
     assert v.dtype == jnp.float32 and bool(jnp.all(jnp.isfinite(v)))
-    th = jnp.linspace(0, 6, 8, dtype=jnp.float32)[:, None]
-    w = tp.LitMCircle(1.0, 1.0).velocity(th)
-    assert w.dtype == jnp.float32 and float(w[0, 0]) == 0.0
+
+
+
+def test_alibi_is_a_reweighting_of_the_keys_in_every_normalized_attention():
+    """In a normalized attention e^{−λ(i−j)/N} loses its row factor e^{−λi/N}: ALiBi equals the
+    causal attention of the keys reweighted w_j e^{λj/N} (renormalized), for softmax, ℓ² and
+    multi-head alike; and the key bias of causal_field multiplies a key's mass in every
+    maskable attention (sigmoid and USA, whose sums are linear in the masses, included)."""
+    rng = np.random.default_rng(4)
+    n, d, lam = 11, 3, 1.3
+    x = jnp.asarray(rng.normal(size=(n, d)))
+    w = jnp.asarray(rng.dirichlet(np.ones(n)))
+    Q, K, V = (rng.normal(size=(d, d)) / 2 for _ in range(3))
+    tilted = w * np.exp(lam * np.arange(n) / n)
+    tilted = tilted / tilted.sum()
+    for attn in (tp.SoftmaxAttention(Q, K, V, 0.9), tp.L2Attention(Q, K, V, 0.4),
+                 tp.MultiHeadAttention.split(Q, K, V, 1, 0.9), tp.MultiHeadAttention(
+                     np.stack([Q, K]), np.stack([K, V]), V, np.eye(d) / 2, 0.9)):
+        for include_self in (True, False):
+            np.testing.assert_allclose(tp.Causal(attn, alibi=lam, include_self=include_self).velocity(x, w),
+                                       tp.Causal(attn, include_self=include_self).velocity(x, tilted),
+                                       rtol=1e-11, atol=1e-14)
+    bias = jnp.asarray(rng.normal(size=n))
+    for attn in (tp.SigmoidAttention(Q, K, V, 0.9, bias=-0.3), tp.UnnormalizedAttention(Q, K, V, 0.9, shift=0.2)):
+        np.testing.assert_allclose(attn.causal_field(x, x, w, 0.0, 0, bias),
+                                   attn.causal_field(x, x, w * jnp.exp(bias), 0.0, 0), rtol=1e-11, atol=1e-14)

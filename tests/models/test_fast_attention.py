@@ -258,7 +258,7 @@ def test_auto_choice_and_reason():
     assert big.plan.eta <= 1e-8 / (2 * big.mass_ratio)
     assert small.path == "exact" and "below min_speedup" in small.reason
     # causal, k > 3, traced beta without a window
-    causal = tp.CausalSoftmaxAttention.identity(3, 1.0, backend=Auto())
+    causal = tp.Causal(tp.SoftmaxAttention.identity(3, 1.0, backend=Auto()))
     assert "causal" in causal.kernel_choice(10**6, 10**6, jnp.float64).reason
     wide = tp.SoftmaxAttention.identity(4, 1.0, backend=Auto())
     assert "R^4" in wide.kernel_choice(10**6, 10**6, jnp.float64).reason
@@ -275,7 +275,7 @@ def test_auto_choice_and_reason():
     with pytest.raises(ValueError, match="k <= 3"):
         tp.SoftmaxAttention.identity(4, 1.0, backend=Fast())
     with pytest.raises(ValueError, match="non-causal"):
-        tp.CausalSoftmaxAttention.identity(3, 1.0, backend=Fast())
+        tp.Causal(tp.SoftmaxAttention.identity(3, 1.0, backend=Fast()))
 
 
 def unreliable_cloud():

@@ -282,9 +282,9 @@ def test_no_closure_raises_with_reason():
     cases = [
         (tp.SigmoidAttention(Q, K, V), "not affine"),
         (tp.UnnormalizedAttention(Q, K, V), "not affine"),
-        (tp.CausalSoftmaxAttention(Q, K, V), "no Gaussian closure"),
-        (tp.CausalL2Attention(Q, K, V), "no Gaussian closure"),
-        (tp.CausalMultiHeadAttention.split(Q, K, V, 2), "no Gaussian closure"),
+        (tp.Causal(tp.SoftmaxAttention(Q, K, V)), "no Gaussian closure"),
+        (tp.Causal(tp.L2Attention(Q, K, V)), "no Gaussian closure"),
+        (tp.Causal(tp.MultiHeadAttention.split(Q, K, V, 2)), "no Gaussian closure"),
         (tp.Sphere(tp.SoftmaxAttention(Q, K, V)), "sphere"),
     ]
     for dyn, why in cases:

@@ -182,7 +182,7 @@ def test_with_log_density_errors():
         tp.solve(att, tp.WithLogDensity(x, jnp.zeros(3)), t1=0.1, dt0=0.05)
     with pytest.raises(ValueError, match=r"log_rho0\[1\] = -inf"):
         tp.solve(att, tp.WithLogDensity(x, jnp.array([0.0, -jnp.inf, 0.0, 0.0])), t1=0.1, dt0=0.05)
-    causal = tp.CausalSoftmaxAttention(jnp.eye(2), jnp.eye(2), jnp.eye(2))
+    causal = tp.Causal(tp.SoftmaxAttention(jnp.eye(2), jnp.eye(2), jnp.eye(2)))
     with pytest.raises(ValueError, match="no field with a divergence"):
         tp.solve(causal, tp.WithLogDensity(x, jnp.zeros(4)), t1=0.1, dt0=0.05)
     xs = tp.normalize(x)

@@ -186,7 +186,7 @@ def renyi_centers(x, delta):
 
     Geodesic distance on the sphere (arccos of the inner product). Returns a boolean mask. Their
     expected number for uniform tokens (Rényi parking, docs: math/causal.md#metastability-and-renyi-parking) is
-    :func:`transformer_pde.theory.causal.expected_renyi_centers`.
+    :func:`transformer_pde.theory.causal_clustering.expected_renyi_centers`.
     """
     x = check_points(x, "x")
     delta = check_scalar(delta, "delta", nonnegative=True)

@@ -55,20 +55,20 @@ def compute(cfg: CausalClusteringConfig, progress: bool = False) -> Result:
     renyi_low = np.zeros_like(counts)
     renyi_high = np.zeros_like(counts)
     for a, beta in enumerate(betas):
-        dyn = tp.Sphere(tp.CausalSoftmaxAttention.identity(cfg.d, float(beta)))
+        dyn = tp.Sphere(tp.Causal(tp.SoftmaxAttention.identity(cfg.d, float(beta))))
         for s, x0 in enumerate(x0s):
             sol = tp.solve(dyn, x0, t1=cfg.t1, dt0=cfg.dt, solver=diffrax.Euler())
             counts[a, s] = int(tp.diagnostics.cluster_count(sol.final, cfg.threshold))
             renyi_low[a, s] = int(tp.diagnostics.renyi_centers(x0, cfg.c_high / np.sqrt(beta)).sum())
             renyi_high[a, s] = int(tp.diagnostics.renyi_centers(x0, cfg.c_low / np.sqrt(beta)).sum())
-    expected_low = np.array([tp.theory.causal.expected_renyi_centers(cfg.n, cfg.d, cfg.c_high / np.sqrt(b))
+    expected_low = np.array([tp.theory.causal_clustering.expected_renyi_centers(cfg.n, cfg.d, cfg.c_high / np.sqrt(b))
                              for b in betas])
-    expected_high = np.array([tp.theory.causal.expected_renyi_centers(cfg.n, cfg.d, cfg.c_low / np.sqrt(b))
+    expected_high = np.array([tp.theory.causal_clustering.expected_renyi_centers(cfg.n, cfg.d, cfg.c_low / np.sqrt(b))
                               for b in betas])
     mean = counts.mean(1)
     slope = np.polyfit(np.log(betas), np.log(mean), 1)[0] if len(betas) > 1 else np.nan
     # the long run: all tokens to x_1(0)
-    dyn = tp.Sphere(tp.CausalSoftmaxAttention.identity(cfg.d, cfg.beta_long))
+    dyn = tp.Sphere(tp.Causal(tp.SoftmaxAttention.identity(cfg.d, cfg.beta_long)))
     dist = []
     for x0 in x0s:
         sol = tp.solve(dyn, x0, t1=cfg.t_long, dt0=cfg.dt, solver=diffrax.Tsit5(),

@@ -2,7 +2,7 @@
 attention.
 
 Tokens i.i.d. uniform on the circle follow the LitM model (causal USA with ALiBi weights,
-:class:`~transformer_pde.models.LitMCircle`). The source token sits at position σ0 and the
+:class:`~transformer_pde.LostInTheMiddle`). The source token sits at position σ0 and the
 answer is read off the last token at depth t. The soft accuracy is
 A_N = √(π/2)/M + √(2π)/(MN) S_t(σ0) + o(1/N), and the profile S_t(σ0) is computed three ways:
 
@@ -37,7 +37,7 @@ from ._options import Options
 
 
 @dataclasses.dataclass(frozen=True)
-class LitMConfig(Options):
+class LostInTheMiddleConfig(Options):
     n: Annotated[int, Ge(4)] = 64
     beta: Annotated[float, Ge(0)] = 1.0
     lam: Annotated[float, Ge(0)] = 1.0
@@ -72,7 +72,7 @@ def _bin(values, bins):
     return np.array([values[g].mean() for g in groups]), groups
 
 
-def _litm_deltas(key, dyn, n, t, dt, num_runs, chunk):
+def _deltas(key, dyn, n, t, dt, num_runs, chunk):
     """For num_runs i.i.d. uniform starts: θ_N(t) − θ_i(0) and θ_N(0) − θ_i(0), i = 1..N−1."""
     def one(k):
         th0 = jax.random.uniform(k, (n, 1), minval=0.0, maxval=2 * jnp.pi)
@@ -98,9 +98,9 @@ def retrieval_monte_carlo(key, t, n: int, beta, lam, M: int = 8, n_max: int = 20
     """
     if num_runs % chunk:
         raise ValueError(f"num_runs={num_runs} must be a multiple of chunk={chunk}")
-    dyn = tp.LitMCircle(beta, lam)
-    d_t, d_0 = _litm_deltas(key, dyn, n, float(t), float(dt), num_runs, chunk)
-    om = jnp.asarray(tp.theory.causal.retrieval_weights(M, n_max))
+    dyn = tp.LostInTheMiddle(beta, lam)
+    d_t, d_0 = _deltas(key, dyn, n, float(t), float(dt), num_runs, chunk)
+    om = jnp.asarray(tp.theory.lost_in_the_middle.retrieval_weights(M, n_max))
     ns = jnp.arange(1, n_max + 1)
 
     def stat(dt_, d0_):
@@ -119,7 +119,7 @@ def alibi_demo(dt: float = 0.01):
     centers = np.linspace(0.1, 1.9, 4) * np.pi
     th0 = np.mod(centers[labels] + rng.normal(0.0, 0.075, size=64), 2 * np.pi)
     ts = jnp.array([0.0, 1.0, 2.0, 5.0, 10.0])
-    sol = tp.solve(tp.LitMCircle(1.0, 1.0), th0[:, None], t1=10.0, dt0=dt, saveat=ts,
+    sol = tp.solve(tp.LostInTheMiddle(1.0, 1.0), th0[:, None], t1=10.0, dt0=dt, saveat=ts,
                 solver=diffrax.Tsit5())
     th = np.asarray(sol.xs)[..., 0]
     counts = np.array([int(tp.diagnostics.cluster_count(jnp.asarray(np.stack([np.cos(a), np.sin(a)], 1)),
@@ -127,16 +127,17 @@ def alibi_demo(dt: float = 0.01):
     return np.asarray(ts), th, counts
 
 
-def compute(cfg: LitMConfig, progress: bool = False) -> Result:
+def compute(cfg: LostInTheMiddleConfig, progress: bool = False) -> Result:
+    theory = tp.theory.lost_in_the_middle
     sigma_fine = np.linspace(0.005, 0.995, 199)
     times = np.array([0.5, 1.0, 1.5, 2.0, 2.2, cfg.t])
-    closed_fine = np.stack([np.asarray(tp.theory.causal.retrieval_profile(s, sigma_fine, cfg.beta, cfg.lam,
-                                                                cfg.M, cfg.n_max)) for s in times])
+    closed_fine = np.stack([np.asarray(theory.retrieval_profile(s, sigma_fine, cfg.beta, cfg.lam, cfg.M, cfg.n_max))
+                            for s in times])
     sigma0, mc, mc_se_pt = retrieval_monte_carlo(
         jax.random.key(cfg.seed), cfg.t, cfg.n, cfg.beta, cfg.lam, cfg.M, cfg.n_max,
         num_runs=cfg.num_runs, dt=cfg.dt, chunk=cfg.chunk)
-    _, discrete = tp.theory.causal.retrieval_discrete(cfg.t, cfg.n, cfg.beta, cfg.lam, cfg.M, cfg.n_max)
-    closed = np.asarray(tp.theory.causal.retrieval_profile(cfg.t, sigma0, cfg.beta, cfg.lam, cfg.M, cfg.n_max))
+    _, discrete = theory.retrieval_discrete(cfg.t, cfg.n, cfg.beta, cfg.lam, cfg.M, cfg.n_max)
+    closed = np.asarray(theory.retrieval_profile(cfg.t, sigma0, cfg.beta, cfg.lam, cfg.M, cfg.n_max))
     mc_bin, groups = _bin(mc, cfg.bins)
     # bins average independent-ish source positions; stderr from the per-point errors (upper
     # bound: positive correlation between neighbouring sources would only shrink it less)
@@ -144,7 +145,7 @@ def compute(cfg: LitMConfig, progress: bool = False) -> Result:
     closed_bin = np.array([closed[g].mean() for g in groups])
     discrete_bin = np.array([discrete[g].mean() for g in groups])
     sigma_bin = np.array([sigma0[g].mean() for g in groups])
-    shape = tp.theory.causal.u_shape(closed_fine[-1])
+    shape = theory.u_shape(closed_fine[-1])
     demo_ts, demo_theta, demo_counts = alibi_demo()
     spread = np.abs(np.angle(np.exp(1j * (demo_theta[-1] - demo_theta[0, 0])))).max()
     return Result({
@@ -155,14 +156,14 @@ def compute(cfg: LitMConfig, progress: bool = False) -> Result:
         "sigma_bin": sigma_bin, "mc_bin": mc_bin, "mc_bin_se": se_bin, "closed_bin": closed_bin,
         "discrete_bin": discrete_bin,
         "z_closed": (mc_bin - closed_bin) / se_bin, "z_discrete": (mc_bin - discrete_bin) / se_bin,
-        "smallness": np.asarray(tp.theory.causal.smallness_holds(cfg.t, cfg.beta, cfg.lam)),
+        "smallness": np.asarray(theory.smallness_holds(cfg.t, cfg.beta, cfg.lam)),
         "primacy": np.asarray(shape["primacy"]), "recency": np.asarray(shape["recency"]),
         "unique_min": np.asarray(shape["unique_min"]),
         "argmin_sigma": np.asarray(sigma_fine[shape["argmin"]]),
     })
 
 
-def figures(res: Result, cfg: LitMConfig, out_dir) -> list:
+def figures(res: Result, cfg: LostInTheMiddleConfig, out_dir) -> list:
     import matplotlib.pyplot as plt
 
     fig, axes = plt.subplots(1, 3, figsize=(16, 4))
@@ -202,4 +203,4 @@ def figures(res: Result, cfg: LitMConfig, out_dir) -> list:
 
 register(Experiment(
     "lost-in-the-middle", "LitM retrieval profile: Monte Carlo vs closed form S_t(σ0) (Bessel), U shape",
-    LitMConfig, compute, figures, tiny=dict(n=24, num_runs=1024, chunk=512, bins=6, dt=0.2)))
+    LostInTheMiddleConfig, compute, figures, tiny=dict(n=24, num_runs=1024, chunk=512, bins=6, dt=0.2)))

@@ -180,15 +180,15 @@ def draws(cfg: NormalizationConfig):
 def attention(Q, K, beta, causal: bool):
     """H heads averaged: V = I and W = I/H shared by the heads (the authors' ``M2 += A_head /
     n_heads``), so the heads' weights are summed before they meet the tokens; the causal mask
-    (token i attends to j <= i) is :class:`CausalMultiHeadAttention`."""
+    (token i attends to j <= i) is :class:`~transformer_pde.Causal` of it."""
     from .._checks import cover_finiteness
 
     H, d = Q.shape[0], Q.shape[-1]
     eye = jnp.eye(d, dtype=Q.dtype)
-    heads = tp.CausalMultiHeadAttention if causal else tp.MultiHeadAttention
     V, W = eye, eye / H
     cover_finiteness([V, W])  # finite by construction: no runtime check under jit
-    return heads(Q, K, V, W, beta)
+    heads = tp.MultiHeadAttention(Q, K, V, W, beta)
+    return tp.Causal(heads) if causal else heads
 
 
 STATISTICS_BATCH = 8

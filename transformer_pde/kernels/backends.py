@@ -182,11 +182,14 @@ class AbstractBackend(eqx.Module):
     def choose(self, *, m: int, n: int, e: int, dtype, causal: bool) -> KernelReport:
         """The kernel for an m-query, n-key reduction with e value columns (static)."""
 
-    def bind(self, owner: str, *, Q, K, beta, gamma_factor=1.0, causal: bool = False) -> AbstractBackend:
+    def bind(self, owner: str, *, Q, K, beta, gamma_factor=1.0) -> AbstractBackend:
         """This backend as the attention ``owner`` uses it (called when the attention is built):
-        scores a = Qx, b = Kx with γ = ``gamma_factor`` · β (see :func:`~.binding.score_box`);
-        ``causal``: the attention masks."""
+        scores a = Qx, b = Kx with γ = ``gamma_factor`` · β (see :func:`~.binding.score_box`)."""
         return self
+
+    def check_causal(self, owner: str) -> None:
+        """A ValueError naming ``owner`` if this backend cannot compute reductions masked by
+        position (called when ``tp.Causal`` wraps the attention); every backend but ``Fast`` can."""
 
     @abc.abstractmethod
     def lse_average(self, reduction: SoftmaxReduction, *, axis_name=None):
@@ -343,12 +346,12 @@ class _AbstractGaussianBackend(AbstractBackend):
         if self.mass_ratio is not None and not self.mass_ratio >= 1:
             raise ValueError(f"{name}.mass_ratio must be None or >= 1, got {self.mass_ratio!r}")
 
-    def bind(self, owner, *, Q, K, beta, gamma_factor=1.0, causal=False):
+    def bind(self, owner, *, Q, K, beta, gamma_factor=1.0):
         box = score_box(self, owner, Q=Q, K=K, beta=beta, gamma_factor=gamma_factor)
-        self._check_box(box, causal, owner)
+        self._check_box(box, owner)
         return dataclasses.replace(self, box=box)
 
-    def _check_box(self, box: ScoreBox, causal: bool, owner: str):
+    def _check_box(self, box: ScoreBox, owner: str):
         """Refuse, when the attention is built, what this backend cannot plan (Fast)."""
 
     def with_token_radius(self, r, who):
@@ -497,10 +500,11 @@ class Fast(_AbstractGaussianBackend):
         self._check_platform()
         return super().plan_for(dtype, points, e)
 
-    def _check_box(self, box, causal, owner):
-        if causal:
-            raise ValueError(f"{owner}: backend=Fast needs a non-causal attention (a causal mask is "
-                             "not a convolution); use Exact, or Auto (which takes the exact kernel)")
+    def check_causal(self, owner):
+        raise ValueError(f"{owner}: backend=Fast needs a non-causal attention (a causal mask is "
+                         "not a convolution); use Exact, or Auto (which takes the exact kernel)")
+
+    def _check_box(self, box, owner):
         if box.k > _MAX_K:
             raise ValueError(f"{owner}: backend=Fast needs scores in R^k with k <= 3 (Q, K of shape "
                              f"(k, d)), got k={box.k}; use Exact, or Auto")
@@ -694,8 +698,7 @@ def automatic() -> Auto:
     return Auto(radius=None)
 
 
-def bind_backend(backend, owner: str, *, Q, K, beta, gamma_factor=1.0,
-                 causal: bool = False) -> AbstractBackend:
+def bind_backend(backend, owner: str, *, Q, K, beta, gamma_factor=1.0) -> AbstractBackend:
     """The attention ``owner``'s backend, bound to it (:meth:`AbstractBackend.bind`; ``None`` is
     :func:`automatic`, ``Auto(radius=None)``)."""
     if backend is None:
@@ -703,7 +706,7 @@ def bind_backend(backend, owner: str, *, Q, K, beta, gamma_factor=1.0,
     if not isinstance(backend, AbstractBackend):
         raise ValueError(f"{owner}.backend must be a kernel backend such as tp.kernels.Exact(), "
                          f"tp.kernels.Fast(tol=1e-8) or tp.kernels.Auto(), got {backend!r}")
-    return backend.bind(owner, Q=Q, K=K, beta=beta, gamma_factor=gamma_factor, causal=causal)
+    return backend.bind(owner, Q=Q, K=K, beta=beta, gamma_factor=gamma_factor)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -14,10 +14,10 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 
-from .._checks import check_in_range, check_int, check_key, check_scalar
+from .._checks import check_in_range, check_int, check_key
 from ..kernels.random_partition import random_batch_field
 from .attention.base import AbstractAttention
-from .attention.softmax import CausalSoftmaxAttention
+from .attention.causal import Causal
 from .base import AbstractDynamics
 
 __all__ = ["RandomBatch"]
@@ -45,8 +45,8 @@ class RandomBatch(AbstractDynamics):
         if not isinstance(attention, AbstractAttention):
             raise ValueError(f"RandomBatch wraps an attention (field at its own tokens), got "
                              f"{type(attention).__name__}")
-        if isinstance(attention, CausalSoftmaxAttention) and not (
-                isinstance(attention.alibi, jax.core.Tracer) or float(attention.alibi) == 0.0):
+        if isinstance(attention, Causal) and not (attention.alibi is None or isinstance(
+                attention.alibi, jax.core.Tracer) or float(attention.alibi) == 0.0):
             raise ValueError("RandomBatch does not support ALiBi position weights (alibi != 0): "
                              "their positions are global, a batch's are not")
         check_key(key, "RandomBatch.key")

@@ -1,8 +1,10 @@
 """Closed forms and reduced ODEs: the references the simulations are checked against.
 
 - :mod:`.gaussian`: the Gaussian closure's closed forms (docs: math/gaussian.md).
-- :mod:`.causal`: lost in the middle (Volterra, Bessel profile, Rényi parking, the LitM mean
-  field) (docs: math/causal.md).
+- :mod:`.lost_in_the_middle`: lost in the middle (Volterra, Bessel profile, the mean field)
+  (docs: math/causal.md#lost-in-the-middle).
+- :mod:`.causal_clustering`: Rényi parking, the count of metastable centers
+  (docs: math/causal.md#metastability-and-renyi-parking).
 - :mod:`.equiangular`: the reduced ODE of equiangular starts (docs: math/sphere.md#equiangular-starts).
 - :mod:`.interaction_energy`: the interaction energy's extremizers, the n-gon, the four-particle
   stationary state (docs: math/sphere.md#gradient-flows-of-the-interaction-energy).
@@ -14,7 +16,16 @@
   (docs: math/noise.md#phase-transition).
 """
 
-from . import causal, equiangular, gaussian, interaction_energy, logistic_overlap, metastability, noisy_sphere
+from . import (
+    causal_clustering,
+    equiangular,
+    gaussian,
+    interaction_energy,
+    logistic_overlap,
+    lost_in_the_middle,
+    metastability,
+    noisy_sphere,
+)
 
-__all__ = ["causal", "equiangular", "gaussian", "interaction_energy", "logistic_overlap", "metastability",
-           "noisy_sphere"]
+__all__ = ["causal_clustering", "equiangular", "gaussian", "interaction_energy", "logistic_overlap",
+           "lost_in_the_middle", "metastability", "noisy_sphere"]

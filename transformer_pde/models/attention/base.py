@@ -3,8 +3,9 @@
 - :class:`AbstractAttention`: the velocity of every token, built from the measure of the tokens.
 - :class:`AbstractFieldAttention`: Γ_μ is a vector field on R^d determined by μ alone, evaluated
   at arbitrary queries (``field``): the mean-field object of a position-free attention.
-- :class:`AbstractCausalAttention`: token i attends to tokens j <= i (docs: math/causal.md#causal-attention); its
-  field depends on positions, so it has neither ``field`` at arbitrary queries nor a Gaussian closure.
+- :class:`AbstractMaskableAttention`: a field attention that can be made causal
+  (:class:`~transformer_pde.Causal`, token i attends to tokens j <= i; docs: math/causal.md#causal-attention):
+  it gives its field with the keys masked by position (:meth:`AbstractMaskableAttention.causal_field`).
 - :class:`AbstractNormalizedAttention`: Γ_μ(x) is a weighted average of V y (softmax, ℓ²,
   Sinkhorn, multi-head), so the support grows at most like exp(∫‖V‖)
   (docs: math/attention.md#support-and-stability-bounds).
@@ -38,8 +39,8 @@ class AbstractAttention(AbstractDynamics):
     """Self-attention on R^d: the velocity of token i is Γ_μ at x_i, μ = Σ_j w_j δ_{x_j}.
 
     Every subclass implements :meth:`query_field`; the token velocity is the field at the tokens
-    themselves. A position-free attention is an :class:`AbstractFieldAttention`, a causal one an
-    :class:`AbstractCausalAttention`.
+    themselves. A position-free attention is an :class:`AbstractFieldAttention`, a causal one a
+    :class:`~transformer_pde.Causal` wrapping an :class:`AbstractMaskableAttention`.
     """
 
     @abc.abstractmethod
@@ -125,8 +126,9 @@ class AbstractKernelAttention(AbstractAttention):
     backend: eqx.AbstractVar[AbstractBackend]
 
     @abc.abstractmethod
-    def _reductions(self, queries, x, weights, t) -> list[SoftmaxReduction]:
-        """The attention's reductions at ``queries`` (unchecked), one per head."""
+    def _reductions(self, queries, x, weights, t, causal: bool = False) -> list[SoftmaxReduction]:
+        """The attention's reductions at ``queries`` (unchecked), one per head; ``causal``: masked
+        (query i sees keys j <= i), for reports."""
 
     @abc.abstractmethod
     def _value_width(self) -> int:
@@ -140,26 +142,23 @@ class AbstractKernelAttention(AbstractAttention):
         object.__setattr__(new, "backend", backend)
         return new
 
-    def kernel_choice(self, m: int, n: int, dtype) -> KernelReport:
+    def kernel_choice(self, m: int, n: int, dtype, *, causal: bool = False) -> KernelReport:
         """The kernel the backend takes for m queries and n keys of ``dtype``, and why (static:
-        no data)."""
-        return self.backend.choose(m=int(m), n=int(n), e=self._value_width(), dtype=dtype,
-                                   causal=isinstance(self, AbstractCausalAttention))
+        no data); ``causal``: with the keys masked by position, as in :class:`~transformer_pde.Causal`."""
+        return self.backend.choose(m=int(m), n=int(n), e=self._value_width(), dtype=dtype, causal=causal)
 
     def kernel_report(self, x: PointsLike, weights: WeightsLike | None = None, t=0.0,
-                      queries: QueriesLike | None = None) -> KernelReport:
+                      queries: QueriesLike | None = None, *, causal: bool = False) -> KernelReport:
         """The kernel the backend takes on these tokens, and why; on the fast kernel also the
         a-posteriori bounds of every reduction on them (largest per-query bounds, and the number
         of queries whose bound misses the backend's ``tol``: recomputed exactly by ``Auto``).
-        ``queries`` default to the tokens."""
+        ``queries`` default to the tokens; ``causal`` as in :meth:`kernel_choice`."""
         x = check_points(x, "x", self.dim)
         queries = x if queries is None else check_points(queries, "queries", x.shape[1])
         w = check_weights(weights, x.shape[0], x.dtype)
-        return self.backend.report(self._reductions(queries, x, w, jnp.asarray(t, x.dtype)))
+        return self.backend.report(self._reductions(queries, x, w, jnp.asarray(t, x.dtype), causal=causal))
 
     def shard_field(self, x, weights, t, axis_name, num_tokens):
-        if isinstance(self, AbstractCausalAttention):  # positions are global: gather the tokens
-            return super().shard_field(x, weights, t, axis_name, num_tokens)
         # the backend reduces over every device's keys from this device's (the zero-weight
         # padding adds nothing): Exact gathers the keys' projections, the fast kernel sums its
         # Fourier modes across devices
@@ -175,24 +174,33 @@ class AbstractNormalizedAttention(AbstractAttention):
         """The constant of |Γ_μ(x)| <= value_norm · max_j |y_j|: ‖V(t)‖ (Σ_h‖W_hV_h‖ multi-head)."""
 
 
-class AbstractCausalAttention(AbstractAttention):
-    """Token i attends to tokens j <= i in their given order (docs: math/causal.md#causal-attention): query i of
-    :meth:`query_field` is token ``query_offset + i``, and the queries must be tokens.
+class AbstractMaskableAttention(AbstractFieldAttention):
+    """A field attention that can be made causal (:class:`~transformer_pde.Causal`; docs:
+    math/causal.md#causal-attention): it gives its field with the keys masked by position,
+    :meth:`causal_field`, each reduction computed by the same kernel as the field's with the
+    exact kernel's causal mask.
 
-    The field depends on the positions (Γ_μ(s, x) on [0, 1] x R^d), so there is no ``field`` at
-    arbitrary points, and no Gaussian closure: the field of token s averages over the tokens
-    before s, and for Gaussian data with a position-dependent law that restriction is a Gaussian
-    mixture, not affine (docs: math/gaussian.md#moment-equations). When features are independent of position,
-    μ0 = Unif[0,1] ⊗ N(α, Σ), the causal dynamics equal the non-causal ones: use the non-causal
-    attention. Sharded, every device's tokens are gathered (positions are global).
+    The causal field depends on the positions (Γ_μ(s, x) on [0, 1] x R^d), so ``Causal`` has no
+    ``field`` at arbitrary points and no Gaussian closure: the field of token s averages over the
+    tokens before s, and for Gaussian data with a position-dependent law that restriction is a
+    Gaussian mixture, not affine (docs: math/gaussian.md#moment-equations). When features are
+    independent of position, μ0 = Unif[0,1] ⊗ N(α, Σ), the causal dynamics equal the non-causal
+    ones: use the attention itself.
     """
+
+    @abc.abstractmethod
+    def causal_field(self, queries: Queries, x: Points, weights: Weights, t, query_offset,
+                     key_bias: jax.Array | None = None) -> Queries:
+        """Γ at ``queries`` (unchecked) where query i, token ``query_offset + i``, sees the keys
+        j <= ``query_offset + i`` only, each key's mass w_j multiplied by e^{key_bias_j}
+        (``key_bias`` of shape ``(n,)``, or None: none)."""
 
 
 class AbstractGaussianClosure(AbstractFieldAttention):
     """The field of a Gaussian μ = N(α, Σ) is affine, Γ_μ(x) = Jx + c (docs: math/gaussian.md#moment-equations).
 
     Subclasses give :meth:`affine_field`; the moment ODEs are written once, in
-    :meth:`gaussian_velocity`. Causal attention has no closure (:class:`AbstractCausalAttention`).
+    :meth:`gaussian_velocity`. Causal attention has no closure (:class:`AbstractMaskableAttention`).
     """
 
     @abc.abstractmethod

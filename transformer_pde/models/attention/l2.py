@@ -1,4 +1,4 @@
-"""ℓ² attention (Kim, Papamakarios, Mnih 2021; docs: math/attention.md#l2-attention), and its causal variant."""
+"""ℓ² attention (Kim, Papamakarios, Mnih 2021; docs: math/attention.md#l2-attention)."""
 
 from __future__ import annotations
 
@@ -13,32 +13,15 @@ from ...kernels.reduction import SoftmaxReduction
 from ...params import bilinear_params, evaluate
 from .base import (
     AbstractBilinearAttention,
-    AbstractCausalAttention,
     AbstractGaussianClosure,
     AbstractKernelAttention,
+    AbstractMaskableAttention,
     AbstractNormalizedAttention,
 )
 
 
-class _AbstractL2(AbstractBilinearAttention, AbstractKernelAttention, AbstractNormalizedAttention):
-    """What :class:`L2Attention` and :class:`CausalL2Attention` share: one softmax reduction with
-    logits β(2⟨Q q_i, K x_j⟩ − |K x_j|²)."""
-
-    def _value_width(self):
-        return self.dim
-
-    def _reduction(self, queries, x, weights, t, **mask):
-        Q, K = evaluate(self.Q, t), evaluate(self.K, t)
-        kx = x @ K.T
-        bias = unchecked_log_weights(weights) - self.beta * jnp.sum(kx * kx, axis=-1)
-        return SoftmaxReduction(queries @ Q.T, kx, x, bias, 2.0 * self.beta, x.dtype, **mask)
-
-    def _average(self, reduction, t, axis_name=None):
-        avg, _ = self.backend.lse_average(reduction, axis_name=axis_name)
-        return avg @ evaluate(self.V, t).T
-
-
-class L2Attention(_AbstractL2, AbstractGaussianClosure):
+class L2Attention(AbstractBilinearAttention, AbstractKernelAttention, AbstractNormalizedAttention,
+                  AbstractGaussianClosure, AbstractMaskableAttention):
     r"""ℓ² attention, kernel $e^{-\beta|Qx-Ky|^2}$ (docs: math/attention.md#l2-attention):
 
     $$\Gamma_\mu(x)=\frac{\int e^{-\beta|Qx-Ky|^2}\,Vy\,d\mu(y)}{\int e^{-\beta|Qx-Ky|^2}\,d\mu(y)}.$$
@@ -48,8 +31,8 @@ class L2Attention(_AbstractL2, AbstractGaussianClosure):
     not tied: the normalization fixed by the authors' Gaussian right-hand side.
 
     ``backend`` as in :class:`SoftmaxAttention`; on the fast kernel the kernel is the Gaussian
-    $e^{-\beta|a-b|^2}$ itself (γ = 2β), with no weight range to widen the bound. The causal
-    variant is :class:`CausalL2Attention`.
+    $e^{-\beta|a-b|^2}$ itself (γ = 2β), with no weight range to widen the bound. Causal:
+    ``tp.Causal(L2Attention(...))``.
     """
 
     Q: Param
@@ -64,11 +47,31 @@ class L2Attention(_AbstractL2, AbstractGaussianClosure):
         self.backend = bind_backend(backend, name, Q=self.Q, K=self.K, beta=self.beta,
                                     gamma_factor=2.0)
 
-    def _reductions(self, queries, x, weights, t):
-        return [self._reduction(queries, x, weights, t)]
+    def _value_width(self):
+        return self.dim
+
+    def _reduction(self, queries, x, weights, t, key_bias=None, **mask):
+        """One softmax reduction with logits β(2⟨Q q_i, K x_j⟩ − |K x_j|²) (+ ``key_bias``)."""
+        Q, K = evaluate(self.Q, t), evaluate(self.K, t)
+        kx = x @ K.T
+        bias = unchecked_log_weights(weights) - self.beta * jnp.sum(kx * kx, axis=-1)
+        if key_bias is not None:
+            bias = bias + key_bias
+        return SoftmaxReduction(queries @ Q.T, kx, x, bias, 2.0 * self.beta, x.dtype, **mask)
+
+    def _average(self, reduction, t, axis_name=None):
+        avg, _ = self.backend.lse_average(reduction, axis_name=axis_name)
+        return avg @ evaluate(self.V, t).T
+
+    def _reductions(self, queries, x, weights, t, causal=False):
+        return [self._reduction(queries, x, weights, t, causal=causal)]
 
     def query_field(self, queries, x, weights, t, query_offset=0, axis_name=None):
         return self._average(self._reduction(queries, x, weights, t), t, axis_name)
+
+    def causal_field(self, queries, x, weights, t, query_offset, key_bias=None):
+        red = self._reduction(queries, x, weights, t, key_bias, causal=True, query_offset=query_offset)
+        return self._average(red, t)
 
     def affine_field(self, mean, cov, t=0.0):
         r"""ℓ² attention (docs: math/gaussian.md#moment-equations) with kernel e^{-β|Qx-Ky|²}. The key law tilted by
@@ -83,27 +86,3 @@ class L2Attention(_AbstractL2, AbstractGaussianClosure):
         # one factorization for both right-hand sides
         sol = jnp.linalg.solve(M, jnp.concatenate([2.0 * self.beta * cov @ (K.T @ Q), mean[:, None]], 1))
         return V @ sol[:, :d], V @ sol[:, d]
-
-
-class CausalL2Attention(AbstractCausalAttention, _AbstractL2):
-    """Causal ℓ² attention (docs: math/causal.md#causal-attention): :class:`L2Attention` with token i attending to
-    tokens j <= i. ``backend``: ``tp.kernels.Exact()`` or ``Auto`` (the default; exact here)."""
-
-    Q: Param
-    K: Param
-    V: Param
-    beta: jax.Array
-    backend: AbstractBackend = eqx.field(static=True)
-
-    def __init__(self, Q, K, V, beta=1.0, *, backend: AbstractBackend | None = None):
-        name = type(self).__name__
-        self.Q, self.K, self.V, self.beta = bilinear_params(name, Q, K, V, beta)
-        self.backend = bind_backend(backend, name, Q=self.Q, K=self.K, beta=self.beta,
-                                    gamma_factor=2.0, causal=True)
-
-    def _reductions(self, queries, x, weights, t):
-        return [self._reduction(queries, x, weights, t, causal=True)]
-
-    def query_field(self, queries, x, weights, t, query_offset=0):
-        red = self._reduction(queries, x, weights, t, causal=True, query_offset=query_offset)
-        return self._average(red, t)

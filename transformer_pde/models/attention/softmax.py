@@ -1,5 +1,6 @@
-"""Softmax and multi-head attention, and their causal variants (docs: math/attention.md#softmax-attention,
-math/attention.md#multi-head-attention; math/causal.md#causal-attention)."""
+"""Softmax and multi-head attention (docs: math/attention.md#softmax-attention,
+math/attention.md#multi-head-attention); both can be made causal by :class:`~transformer_pde.Causal`
+(math/causal.md#causal-attention)."""
 
 from __future__ import annotations
 
@@ -15,35 +16,15 @@ from ...kernels.reduction import SoftmaxReduction, keys_over_devices
 from ...params import as_param, bilinear_params, evaluate, param_shape, scalar_param
 from .base import (
     AbstractBilinearAttention,
-    AbstractCausalAttention,
     AbstractGaussianClosure,
     AbstractKernelAttention,
+    AbstractMaskableAttention,
     AbstractNormalizedAttention,
 )
 
 
-class _AbstractSoftmax(AbstractBilinearAttention, AbstractKernelAttention, AbstractNormalizedAttention):
-    """What :class:`SoftmaxAttention` and :class:`CausalSoftmaxAttention` share: one softmax
-    reduction of the scores β⟨Q q_i, K x_j⟩, averaging the tokens (V applied after)."""
-
-    def _value_width(self):
-        return self.dim
-
-    def _reduction(self, queries, x, bias, t, **mask):
-        Q, K = evaluate(self.Q, t), evaluate(self.K, t)
-        # With Q, K of full rank (k >= d) the exact kernel folds them: β⟨Q q_i, K x_j⟩ =
-        # ⟨q_i, β QᵀK x_j⟩, so only one (n, d) projection is held next to the output.
-        folded = (queries, self.beta * (x @ (K.T @ Q))) if Q.shape[0] >= Q.shape[1] else None
-        return SoftmaxReduction(queries @ Q.T, x @ K.T, x, bias, self.beta, x.dtype,
-                                exact_scores=folded, **mask)
-
-    def _average(self, reduction, t, axis_name=None):
-        # average the tokens and apply V after: Σ p_ij V x_j = V Σ p_ij x_j
-        avg, _ = self.backend.lse_average(reduction, axis_name=axis_name)
-        return avg @ evaluate(self.V, t).T
-
-
-class SoftmaxAttention(_AbstractSoftmax, AbstractGaussianClosure):
+class SoftmaxAttention(AbstractBilinearAttention, AbstractKernelAttention, AbstractNormalizedAttention,
+                       AbstractGaussianClosure, AbstractMaskableAttention):
     r"""Softmax self-attention (docs: math/attention.md#softmax-attention):
 
     $$\Gamma_\mu(x)=\frac{\int e^{\beta\langle Qx,Ky\rangle}\,Vy\,d\mu(y)}
@@ -61,7 +42,8 @@ class SoftmaxAttention(_AbstractSoftmax, AbstractGaussianClosure):
             predicted cheaper (n in the thousands).
 
     Many papers use A = KᵀQ/√d: pass ``Q / sqrt(d)`` (docs: math/attention.md#conventions). Token i attending to
-    tokens j <= i only is :class:`CausalSoftmaxAttention`.
+    tokens j <= i only, with ALiBi position weights, is ``tp.Causal(SoftmaxAttention(...), alibi=λ)``
+    (the CSA model; :class:`~transformer_pde.Causal`).
     """
 
     Q: Param
@@ -75,11 +57,33 @@ class SoftmaxAttention(_AbstractSoftmax, AbstractGaussianClosure):
         self.Q, self.K, self.V, self.beta = bilinear_params(name, Q, K, V, beta)
         self.backend = bind_backend(backend, name, Q=self.Q, K=self.K, beta=self.beta)
 
-    def _reductions(self, queries, x, weights, t):
-        return [self._reduction(queries, x, unchecked_log_weights(weights), t)]
+    def _value_width(self):
+        return self.dim
+
+    def _reduction(self, queries, x, bias, t, **mask):
+        Q, K = evaluate(self.Q, t), evaluate(self.K, t)
+        # With Q, K of full rank (k >= d) the exact kernel folds them: β⟨Q q_i, K x_j⟩ =
+        # ⟨q_i, β QᵀK x_j⟩, so only one (n, d) projection is held next to the output.
+        folded = (queries, self.beta * (x @ (K.T @ Q))) if Q.shape[0] >= Q.shape[1] else None
+        return SoftmaxReduction(queries @ Q.T, x @ K.T, x, bias, self.beta, x.dtype,
+                                exact_scores=folded, **mask)
+
+    def _average(self, reduction, t, axis_name=None):
+        # average the tokens and apply V after: Σ p_ij V x_j = V Σ p_ij x_j
+        avg, _ = self.backend.lse_average(reduction, axis_name=axis_name)
+        return avg @ evaluate(self.V, t).T
+
+    def _reductions(self, queries, x, weights, t, causal=False):
+        return [self._reduction(queries, x, unchecked_log_weights(weights), t, causal=causal)]
 
     def query_field(self, queries, x, weights, t, query_offset=0, axis_name=None):
         return self._average(self._reduction(queries, x, unchecked_log_weights(weights), t), t, axis_name)
+
+    def causal_field(self, queries, x, weights, t, query_offset, key_bias=None):
+        bias = unchecked_log_weights(weights)
+        if key_bias is not None:  # ALiBi (tp.Causal): e^{−λ(i−j)/N} ∝ e^{λj/N} in the softmax
+            bias = bias + key_bias
+        return self._average(self._reduction(queries, x, bias, t, causal=True, query_offset=query_offset), t)
 
     def divergence(self, queries, x, weights, t):
         r"""Closed form (docs: math/mean_field.md#densities-along-characteristics): with p_j(q) ∝ w_j
@@ -114,68 +118,57 @@ class SoftmaxAttention(_AbstractSoftmax, AbstractGaussianClosure):
         return V @ cov @ self.score_matrix(t), V @ mean
 
 
-class CausalSoftmaxAttention(AbstractCausalAttention, _AbstractSoftmax):
-    r"""Causal softmax attention (the CSA model; docs: math/causal.md#causal-attention): token i
-    attends to tokens j <= i in their given order,
+def _multihead_params(name: str, Q, K, V, W, beta):
+    """The checked (Q, K, V, W, beta) of a multi-head attention."""
+    Q, K, V, W = (as_param(p, f"{name}.{n}") for p, n in ((Q, "Q"), (K, "K"), (V, "V"), (W, "W")))
+    sq, sk, sv, sw = (param_shape(p) for p in (Q, K, V, W))
+    if len(sq) != 3 or sq != sk:
+        raise ValueError(f"{name}: Q and K must both have shape (H, k, d), got Q {sq} and K {sk}")
+    H, _, d = sq
+    if not ((len(sv) == 3 and sv[0] == H) or len(sv) == 2) or sv[-1] != d:
+        raise ValueError(f"{name}: V must have shape (H, k_v, d) = ({H}, k_v, {d}), or (k_v, {d}) for "
+                         f"one map shared by the heads, got {sv}")
+    k_v = sv[-2]
+    if sw not in ((H, d, k_v), (d, k_v)):
+        raise ValueError(f"{name}: W must have shape (H, d, k_v) = ({H}, {d}, {k_v}), or ({d}, {k_v}) for "
+                         f"one map shared by the heads, got {sw}")
+    beta = check_scalar(beta, f"{name}.beta")
+    return Q, K, V, W, scalar_param(beta)
 
-    $$\dot x_i=\frac{\sum_{j\le i}w_je^{\beta\langle Qx_i,Kx_j\rangle-\lambda(i-j)/N}\,Vx_j}
-    {\sum_{j\le i}w_je^{\beta\langle Qx_i,Kx_j\rangle-\lambda(i-j)/N}}.$$
+
+class MultiHeadAttention(AbstractKernelAttention, AbstractNormalizedAttention, AbstractGaussianClosure,
+                         AbstractMaskableAttention):
+    r"""Multi-head attention (docs: math/attention.md#multi-head-attention):
+
+    $$\Gamma_\mu(x)=\sum_{h=1}^H W_h\,\frac{\int e^{\beta\langle Q_hx,K_hy\rangle}\,V_hy\,d\mu(y)}
+    {\int e^{\beta\langle Q_hx,K_hy\rangle}\,d\mu(y)}.$$
 
     Args:
-        Q, K, V, beta: as in :class:`SoftmaxAttention`.
-        alibi: λ >= 0, ALiBi-type position weights e^{−λ(i−j)/N} (docs: math/causal.md#causal-attention, CSA): after
-            the per-row constant −λi/N cancels in the softmax, a per-key bias +λj/N, so the model
-            streams and shards like any causal attention.
-        include_self: False masks j < i (the LitM model): the first token then sees no key and
-            does not move.
-        backend: ``tp.kernels.Exact()`` or ``Auto`` (the default; it takes the exact kernel: a
-            causal mask is not a convolution).
+        Q, K: shape ``(H, k, d)``.
+        V: shape ``(H, k_v, d)`` (head values V_h: R^d -> R^{k_v}), or ``(k_v, d)``: one V for
+            every head.
+        W: shape ``(H, d, k_v)`` (output maps W_h: R^{k_v} -> R^d), or ``(d, k_v)``: one W for
+            every head. With V and W both shared, Γ(x) = Σ_h ∫ P_h(x, y) WVy dμ(y) (P_h the heads'
+            softmax weights): the exact kernel sums the weights first and applies them once
+            (docs: math/attention.md#multi-head-attention).
+        beta: inverse temperature.
+        backend: as in :class:`SoftmaxAttention`; the fast kernel runs per head (scores in R^k,
+            k <= 3), with one plan for every head (R over all heads' rows).
 
-    Token weights are the masses of the causal measure (uniform: the authors' CSA). It has no
-    field at arbitrary points and no Gaussian closure (:class:`AbstractCausalAttention`).
+    Causal (token i attends to tokens j <= i): ``tp.Causal(MultiHeadAttention(...))``.
     """
 
     Q: Param
     K: Param
     V: Param
+    W: Param
     beta: jax.Array
-    alibi: jax.Array
-    include_self: bool = eqx.field(static=True)
     backend: AbstractBackend = eqx.field(static=True)
 
-    def __init__(self, Q, K, V, beta=1.0, *, alibi=0.0, include_self: bool = True,
-                 backend: AbstractBackend | None = None):
+    def __init__(self, Q, K, V, W, beta=1.0, *, backend: AbstractBackend | None = None):
         name = type(self).__name__
-        self.Q, self.K, self.V, self.beta = bilinear_params(name, Q, K, V, beta)
-        self.backend = bind_backend(backend, name, Q=self.Q, K=self.K, beta=self.beta, causal=True)
-        alibi = check_scalar(alibi, f"{name}.alibi", nonnegative=True)
-        self.alibi = scalar_param(alibi)
-        self.include_self = bool(include_self)
-
-    def _causal_reduction(self, queries, x, weights, t, query_offset):
-        # ALiBi: e^{−λ(i−j)/N} = e^{−λi/N} e^{λj/N}; the first factor cancels in the softmax
-        bias = unchecked_log_weights(weights) + self.alibi * jnp.arange(x.shape[0], dtype=x.dtype) / x.shape[0]
-        # without itself, query i sees keys j <= i - 1
-        offset = query_offset if self.include_self else query_offset - 1
-        return self._reduction(queries, x, bias, t, causal=True, query_offset=offset)
-
-    def _reductions(self, queries, x, weights, t):
-        return [self._causal_reduction(queries, x, weights, t, 0)]
-
-    def query_field(self, queries, x, weights, t, query_offset=0):
-        return self._average(self._causal_reduction(queries, x, weights, t, query_offset), t)
-
-
-class _AbstractMultiHead(AbstractKernelAttention, AbstractNormalizedAttention):
-    """What :class:`MultiHeadAttention` and :class:`CausalMultiHeadAttention` share: the heads'
-    parameters, their checks, and one softmax reduction per head."""
-
-    Q: eqx.AbstractVar[Param]
-    K: eqx.AbstractVar[Param]
-    V: eqx.AbstractVar[Param]
-    W: eqx.AbstractVar[Param]
-    beta: eqx.AbstractVar[jax.Array]
-    backend: eqx.AbstractVar[AbstractBackend]
+        self.Q, self.K, self.V, self.W, self.beta = _multihead_params(name, Q, K, V, W, beta)
+        self.backend = bind_backend(backend, name, Q=self.Q, K=self.K, beta=self.beta)
 
     @classmethod
     def split(cls, Q, K, V, num_heads: int, beta=1.0, **kwargs):
@@ -251,8 +244,8 @@ class _AbstractMultiHead(AbstractKernelAttention, AbstractNormalizedAttention):
         return [SoftmaxReduction(a[h], b[h], v[h], logw, self.beta, x.dtype, **mask)
                 for h in range(self.num_heads)]
 
-    def _heads_field(self, queries, x, weights, t, axis_name=None, **mask):
-        logw = unchecked_log_weights(weights)
+    def _heads_field(self, queries, x, logw, t, axis_name=None, **mask):
+        """Γ at ``queries`` for key biases ``logw`` (log w_j, plus any position bias)."""
         if self._shared_values():
             # Σ_h W P_h (xVᵀ) = (Σ_h P_h)(x(WV)ᵀ): the backend sums the heads' weights where it can;
             # the values mapped first (a map after the sum cost a fifth of the field's time at
@@ -275,63 +268,17 @@ class _AbstractMultiHead(AbstractKernelAttention, AbstractNormalizedAttention):
         # the heads' outputs W_h avg_h summed by one matmul
         return jnp.einsum("hme,hde->md", self.backend.over_heads(head, a, b, v, **sizes), self._stacked(self.W, t))
 
-
-def _multihead_params(name: str, Q, K, V, W, beta):
-    """The checked (Q, K, V, W, beta) of a multi-head attention."""
-    Q, K, V, W = (as_param(p, f"{name}.{n}") for p, n in ((Q, "Q"), (K, "K"), (V, "V"), (W, "W")))
-    sq, sk, sv, sw = (param_shape(p) for p in (Q, K, V, W))
-    if len(sq) != 3 or sq != sk:
-        raise ValueError(f"{name}: Q and K must both have shape (H, k, d), got Q {sq} and K {sk}")
-    H, _, d = sq
-    if not ((len(sv) == 3 and sv[0] == H) or len(sv) == 2) or sv[-1] != d:
-        raise ValueError(f"{name}: V must have shape (H, k_v, d) = ({H}, k_v, {d}), or (k_v, {d}) for "
-                         f"one map shared by the heads, got {sv}")
-    k_v = sv[-2]
-    if sw not in ((H, d, k_v), (d, k_v)):
-        raise ValueError(f"{name}: W must have shape (H, d, k_v) = ({H}, {d}, {k_v}), or ({d}, {k_v}) for "
-                         f"one map shared by the heads, got {sw}")
-    beta = check_scalar(beta, f"{name}.beta")
-    return Q, K, V, W, scalar_param(beta)
-
-
-class MultiHeadAttention(_AbstractMultiHead, AbstractGaussianClosure):
-    r"""Multi-head attention (docs: math/attention.md#multi-head-attention):
-
-    $$\Gamma_\mu(x)=\sum_{h=1}^H W_h\,\frac{\int e^{\beta\langle Q_hx,K_hy\rangle}\,V_hy\,d\mu(y)}
-    {\int e^{\beta\langle Q_hx,K_hy\rangle}\,d\mu(y)}.$$
-
-    Args:
-        Q, K: shape ``(H, k, d)``.
-        V: shape ``(H, k_v, d)`` (head values V_h: R^d -> R^{k_v}), or ``(k_v, d)``: one V for
-            every head.
-        W: shape ``(H, d, k_v)`` (output maps W_h: R^{k_v} -> R^d), or ``(d, k_v)``: one W for
-            every head. With V and W both shared, Γ(x) = Σ_h ∫ P_h(x, y) WVy dμ(y) (P_h the heads'
-            softmax weights): the exact kernel sums the weights first and applies them once
-            (docs: math/attention.md#multi-head-attention).
-        beta: inverse temperature.
-        backend: as in :class:`SoftmaxAttention`; the fast kernel runs per head (scores in R^k,
-            k <= 3), with one plan for every head (R over all heads' rows).
-
-    The causal variant is :class:`CausalMultiHeadAttention`.
-    """
-
-    Q: Param
-    K: Param
-    V: Param
-    W: Param
-    beta: jax.Array
-    backend: AbstractBackend = eqx.field(static=True)
-
-    def __init__(self, Q, K, V, W, beta=1.0, *, backend: AbstractBackend | None = None):
-        name = type(self).__name__
-        self.Q, self.K, self.V, self.W, self.beta = _multihead_params(name, Q, K, V, W, beta)
-        self.backend = bind_backend(backend, name, Q=self.Q, K=self.K, beta=self.beta)
-
-    def _reductions(self, queries, x, weights, t):
-        return self._head_reductions(queries, x, weights, t)
+    def _reductions(self, queries, x, weights, t, causal=False):
+        return self._head_reductions(queries, x, weights, t, causal=causal)
 
     def query_field(self, queries, x, weights, t, query_offset=0, axis_name=None):
-        return self._heads_field(queries, x, weights, t, axis_name)
+        return self._heads_field(queries, x, unchecked_log_weights(weights), t, axis_name)
+
+    def causal_field(self, queries, x, weights, t, query_offset, key_bias=None):
+        logw = unchecked_log_weights(weights)
+        if key_bias is not None:  # ALiBi (tp.Causal): a key bias, as in SoftmaxAttention
+            logw = logw + key_bias
+        return self._heads_field(queries, x, logw, t, causal=True, query_offset=query_offset)
 
     def affine_field(self, mean, cov, t=0.0):
         r"""Multi-head (docs: math/gaussian.md#moment-equations): Γ(x) = Σ_h W_hV_h(α + ΣA_hx), so
@@ -339,31 +286,3 @@ class MultiHeadAttention(_AbstractMultiHead, AbstractGaussianClosure):
         WV = self._value_maps(t)
         return (jnp.einsum("hde,ef,hfg->dg", WV, cov, self.score_matrix(t)),
                 jnp.einsum("hde,e->d", WV, mean))
-
-
-class CausalMultiHeadAttention(AbstractCausalAttention, _AbstractMultiHead):
-    """Causal multi-head attention (docs: math/causal.md#causal-attention): every head of
-    :class:`MultiHeadAttention` with token i attending to tokens j <= i.
-
-    Args:
-        Q, K, V, W, beta: as in :class:`MultiHeadAttention`.
-        backend: ``tp.kernels.Exact()`` or ``Auto`` (the default; it takes the exact kernel).
-    """
-
-    Q: Param
-    K: Param
-    V: Param
-    W: Param
-    beta: jax.Array
-    backend: AbstractBackend = eqx.field(static=True)
-
-    def __init__(self, Q, K, V, W, beta=1.0, *, backend: AbstractBackend | None = None):
-        name = type(self).__name__
-        self.Q, self.K, self.V, self.W, self.beta = _multihead_params(name, Q, K, V, W, beta)
-        self.backend = bind_backend(backend, name, Q=self.Q, K=self.K, beta=self.beta, causal=True)
-
-    def _reductions(self, queries, x, weights, t):
-        return self._head_reductions(queries, x, weights, t, causal=True)
-
-    def query_field(self, queries, x, weights, t, query_offset=0):
-        return self._heads_field(queries, x, weights, t, causal=True, query_offset=query_offset)

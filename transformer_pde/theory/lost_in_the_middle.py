@@ -1,22 +1,17 @@
-r"""Causal (decoder) attention and the lost-in-the-middle retrieval profile
+r"""Lost in the middle (LitM, Duerinckx–Geshkovski–Rossi): the closed forms of the retrieval profile
 (docs: math/causal.md#lost-in-the-middle).
 
-Two particle models with token order (position) mattering:
+The particle model is :class:`~transformer_pde.LostInTheMiddle` (causal USA with ALiBi weights
+over k < j, self excluded, on the torus, in angles),
 
-* ``CausalSoftmaxAttention(..., alibi=λ)``, the CSA model of the Causal paper with
-  ALiBi-type position weights (:mod:`transformer_pde.models.attention.softmax`);
-* :class:`~transformer_pde.models.LitMCircle`, the model of Duerinckx–Geshkovski–Rossi (LitM) on the torus: causal
-  USA with ALiBi weights over k < j (self excluded), in angles,
+$$\theta_j'=\mathcal Z_{N,j}^{-1}\sum_{k<j}e^{-\lambda(j-k)/N}w_\beta'(\theta_j-\theta_k),\qquad
+w_\beta(\theta)=e^{\beta\cos\theta},\quad \mathcal Z_{N,j}=\sum_{k<j}e^{-\lambda(j-k)/N};$$
 
-  $$\theta_j'=\mathcal Z_{N,j}^{-1}\sum_{k<j}e^{-\lambda(j-k)/N}w_\beta'(\theta_j-\theta_k),\qquad
-  w_\beta(\theta)=e^{\beta\cos\theta},\quad \mathcal Z_{N,j}=\sum_{k<j}e^{-\lambda(j-k)/N}.$$
+here its mean field over (σ, θ) (cursor σ ∈ (0, 1]; :class:`LostInTheMiddleMeanField`, a
+pseudo-spectral solver) and its closed forms: the Volterra kernel ``k_λ``, the solution ``g_a`` of
+the linearized (Volterra–Hardy) equation and the retrieval profile ``S_t(σ0)``.
 
-and the mean field over (σ, θ) (cursor σ ∈ (0, 1]; :class:`LitMMeanField`, a pseudo-spectral
-solver) with its closed forms: the Volterra kernel ``k_λ``, the solution ``g_a`` of the
-linearized (Volterra–Hardy) equation, the retrieval profile ``S_t(σ0)``, and the Rényi-parking
-count of metastable centers.
-
-Derivation of the retrieval profile [derived, checked in tests/models/test_causal.py]. Expand
+Derivation of the retrieval profile [derived, checked in tests/models/test_lost_in_the_middle.py]. Expand
 w_β(θ) = Σ_n I_n(β) e^{inθ}. For i.i.d. uniform tokens, u_j = E e^{in(θ_j(t) − θ_{i*}(0))} is
 O(1/N) for j > i*, and to first order only the m = −n Fourier mode of w_β' couples it back:
 u_j' = a_n Σ_{k<j} K_{jk} u_k with a_n = n² I_n(β), K_{jk} the ALiBi weights and u_{i*} ≈ 1.
@@ -35,15 +30,13 @@ import jax.numpy as jnp
 import numpy as np
 
 from .._checks import check_count, check_in_range, check_int, check_real, check_scalar, is_concrete
-from ..models.litm import LitMCircle
+from ..models.lost_in_the_middle import LostInTheMiddle
 from ..params import scalar_param
 from ..solvers import AbstractODE, solve
 
 __all__ = [
-    "LitMMeanField",
+    "LostInTheMiddleMeanField",
     "bessel_i",
-    "cap_measure",
-    "expected_renyi_centers",
     "litm_kernel",
     "retrieval_discrete",
     "retrieval_profile",
@@ -248,7 +241,7 @@ def retrieval_discrete(t, n: int, beta, lam, M: int = 8, n_max: int = 20):
     n = check_count(n, "n", minimum=2)
     M, n_max = check_count(M, "M", minimum=1), check_count(n_max, "n_max", minimum=1)
     check_scalar(t, "t", nonnegative=True)
-    K = np.asarray(LitMCircle(beta, lam).position_weights(n))
+    K = np.asarray(LostInTheMiddle(beta, lam).position_weights(n))
     ns = np.arange(1, n_max + 1)
     a = ns**2 * np.asarray(bessel_i(jnp.asarray(ns), jnp.asarray(float(beta))))
     om = retrieval_weights(M, n_max)
@@ -263,39 +256,10 @@ def retrieval_discrete(t, n: int, beta, lam, M: int = 8, n_max: int = 20):
 
 
 # ---------------------------------------------------------------------------------------------
-# Rényi parking (docs: math/causal.md#lost-in-the-middle, metastability)
+# Mean field over (σ, θ) (docs: math/causal.md#lost-in-the-middle)
 
 
-def cap_measure(delta, d: int):
-    r"""σ(B_δ): normalized surface measure of a geodesic ball of radius δ on S^{d-1}.
-
-    δ/π on S^1, (1 − cos δ)/2 on S^2; in general the regularized incomplete beta function
-    I_{sin²δ}((d−1)/2, 1/2)/2 for δ <= π/2.
-    """
-    check_int(d, "d", minimum=2)
-    delta = float(check_scalar(delta, "delta", nonnegative=True))
-    if d == 2:
-        return min(delta / np.pi, 1.0)
-    if d == 3:
-        return (1 - np.cos(min(delta, np.pi))) / 2
-    half = float(jax.scipy.special.betainc((d - 1) / 2, 0.5, np.sin(min(delta, np.pi / 2)) ** 2)) / 2
-    return half if delta <= np.pi / 2 else 1 - cap_measure(np.pi - delta, d)
-
-
-def expected_renyi_centers(n: int, d: int, delta) -> float:
-    r"""E #strong centers (:func:`transformer_pde.diagnostics.renyi_centers`) among n i.i.d. uniform
-    tokens: Σ_{s=1}^n (1−p)^{s−1} = (1 − (1−p)^n)/p,
-    p = σ(B_δ) (→ 1/σ(B_δ) as n → ∞; Θ(β^{(d−1)/2}) at δ = cβ^{−1/2})."""
-    n = check_count(n, "n", minimum=1)
-    p = cap_measure(delta, d)
-    return float(n) if p == 0 else float((1 - (1 - p) ** n) / p)
-
-
-# ---------------------------------------------------------------------------------------------
-# Mean field over (σ, θ) (docs: math/causal.md#lost-in-the-middle, LitM)
-
-
-class LitMMeanField(AbstractODE):
+class LostInTheMiddleMeanField(AbstractODE):
     r"""The LitM mean field on (0, 1] × T, discretized in σ and pseudo-spectral in θ:
 
     $$\partial_tf=-\partial_\theta(fV[f]),\qquad V[f](\sigma,\theta)=\int_0^\sigma k_\lambda(\sigma,\sigma')
@@ -341,7 +305,7 @@ class LitMMeanField(AbstractODE):
         In = bessel_i(jnp.abs(n), self.beta, num_nodes=max(128, 2 * M))
         fhat = jnp.fft.fft(f, axis=1) / M  # (1/2π)∫ f e^{-inθ} dθ
         conv = jnp.real(jnp.fft.ifft(2 * jnp.pi * 1j * (n * In)[None, :] * fhat, axis=1) * M)
-        K = LitMCircle(self.beta, self.lam).position_weights(self.num_sigma, f.dtype)
+        K = LostInTheMiddle(self.beta, self.lam).position_weights(self.num_sigma, f.dtype)
         flux = f * (K @ conv)
         return -jnp.real(jnp.fft.ifft(1j * n[None, :] * jnp.fft.fft(flux, axis=1), axis=1))
 

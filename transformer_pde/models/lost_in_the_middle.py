@@ -7,8 +7,8 @@ $$\theta_j'=\mathcal Z_{N,j}^{-1}\sum_{k<j}e^{-\lambda(j-k)/N}w_\beta'(\theta_j-
 w_\beta(\theta)=e^{\beta\cos\theta},\quad \mathcal Z_{N,j}=\sum_{k<j}e^{-\lambda(j-k)/N}.$$
 
 Causal softmax attention with ALiBi weights on R^d or the sphere (the CSA model) is
-``CausalSoftmaxAttention(..., alibi=λ)``. The mean field, the Volterra closed forms and
-the retrieval profile are in :mod:`transformer_pde.theory.causal`.
+``tp.Causal(SoftmaxAttention(...), alibi=λ)``. The mean field, the Volterra closed forms and
+the retrieval profile are in :mod:`transformer_pde.theory.lost_in_the_middle`.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from .._checks import check_scalar
 from ..params import scalar_param
 from .base import AbstractDynamics
 
-__all__ = ["LitMCircle", "alibi_logits"]
+__all__ = ["LostInTheMiddle", "alibi_logits"]
 
 
 def alibi_logits(n: int, lam, dtype, include_self: bool = True):
@@ -32,7 +32,7 @@ def alibi_logits(n: int, lam, dtype, include_self: bool = True):
     return jnp.where(allowed, bias, -jnp.inf)
 
 
-class LitMCircle(AbstractDynamics):
+class LostInTheMiddle(AbstractDynamics):
     r"""The LitM particle model on the torus, state = angles of shape ``(N, 1)``
     (docs: math/causal.md#lost-in-the-middle):
 
@@ -47,8 +47,8 @@ class LitMCircle(AbstractDynamics):
     lam: jax.Array
 
     def __init__(self, beta=1.0, lam=1.0):
-        beta = check_scalar(beta, "LitMCircle.beta", nonnegative=True)
-        lam = check_scalar(lam, "LitMCircle.lam", nonnegative=True)
+        beta = check_scalar(beta, "LostInTheMiddle.beta", nonnegative=True)
+        lam = check_scalar(lam, "LostInTheMiddle.lam", nonnegative=True)
         self.beta = scalar_param(beta)
         self.lam = scalar_param(lam)
 

@@ -1,0 +1,64 @@
+"""The public names of :mod:`transformer_pde.models` (and so of ``transformer_pde``), one line each: the
+only list of them. At run time ``models/__init__.py`` reads this stub (``_lazy.attach_stub``) and
+imports a name's module on first access; static tools read it as the package's interface. A new
+model is its module plus one line here."""
+
+from . import sharding as sharding
+from .attention.attention_perceptron import AttentionPerceptron as AttentionPerceptron
+from .attention.base import AbstractAttention as AbstractAttention
+from .attention.base import AbstractBilinearAttention as AbstractBilinearAttention
+from .attention.base import AbstractFieldAttention as AbstractFieldAttention
+from .attention.base import AbstractGaussianClosure as AbstractGaussianClosure
+from .attention.base import AbstractKernelAttention as AbstractKernelAttention
+from .attention.base import AbstractMaskableAttention as AbstractMaskableAttention
+from .attention.base import AbstractNormalizedAttention as AbstractNormalizedAttention
+from .attention.causal import Causal as Causal
+from .attention.l2 import L2Attention as L2Attention
+from .attention.sinkhorn import SinkhornAttention as SinkhornAttention
+from .attention.sinkhorn import SinkhornPotentials as SinkhornPotentials
+from .attention.softmax import MultiHeadAttention as MultiHeadAttention
+from .attention.softmax import SoftmaxAttention as SoftmaxAttention
+from .attention.unnormalized import SigmoidAttention as SigmoidAttention
+from .attention.unnormalized import UnnormalizedAttention as UnnormalizedAttention
+from .base import AbstractCommonDiffusion as AbstractCommonDiffusion
+from .base import AbstractDynamics as AbstractDynamics
+from .base import AbstractFieldDynamics as AbstractFieldDynamics
+from .base import AbstractManifoldDynamics as AbstractManifoldDynamics
+from .base import AbstractRetractedDynamics as AbstractRetractedDynamics
+from .base import AbstractRetraction as AbstractRetraction
+from .lost_in_the_middle import LostInTheMiddle as LostInTheMiddle
+from .mean_shift import MeanShift as MeanShift
+from .mlp import MLP as MLP
+from .mlp import Block as Block
+from .mlp import SphereBlock as SphereBlock
+from .normalization import NGPT as NGPT
+from .normalization import AbstractNormalizationScheme as AbstractNormalizationScheme
+from .normalization import LNScaling as LNScaling
+from .normalization import MixLN as MixLN
+from .normalization import Norm as Norm
+from .normalization import PeriLN as PeriLN
+from .normalization import PreLN as PreLN
+from .normalization import num_post_layers as num_post_layers
+from .normalization import polar as polar
+from .normalization import polar_velocity as polar_velocity
+from .perceptron import AbstractActivation as AbstractActivation
+from .perceptron import AbstractPotentialActivation as AbstractPotentialActivation
+from .perceptron import PerceptronBlock as PerceptronBlock
+from .perceptron import ReLU as ReLU
+from .perceptron import Softplus as Softplus
+from .random_batch import RandomBatch as RandomBatch
+from .random_heads import CommonNoiseSDE as CommonNoiseSDE
+from .random_heads import GaussianHeads as GaussianHeads
+from .random_heads import RandomHeadsField as RandomHeadsField
+from .random_heads import RandomHeadsMeanField as RandomHeadsMeanField
+from .rescaled import RescaledSoftmax as RescaledSoftmax
+from .sharding import Sharded as Sharded
+from .sphere import PostLN as PostLN
+from .sphere import Sphere as Sphere
+from .sphere import UnitSphere as UnitSphere
+from .sphere import cap_sample as cap_sample
+from .sphere import normalize as normalize
+from .sphere import tangent_projection as tangent_projection
+from .sphere import uniform_sphere as uniform_sphere
+from .switched import AbstractSwitched as AbstractSwitched
+from .switched import Switched as Switched
