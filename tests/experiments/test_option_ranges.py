@@ -39,3 +39,39 @@ def test_every_default_and_tiny_config_is_valid():
         exp.config()
         if exp.tiny:
             exp.config(**exp.tiny)
+
+
+@pytest.mark.parametrize("argv, message", [
+    # sizes whose arrays could not be held: refused from the footprint the config declares
+    (["run", "phase-diagram", "--batch", "2000000000"],
+     r"attention scores of num_betas × batch × n × n = 25 × 2000000000 × 32 × 32 .* lower num_betas or batch or n"),
+    (["run", "normalization", "--heads", "100000000"], r"seeds × heads × n × n = 32 × 100000000 × 64 × 64"),
+    (["run", "sweep-phase", "--num-betas", "100000000"], r"num_betas × seeds × n × n"),
+    (["run", "sweep-phase", "--chunk-size", "3000000"], r"chunk_size × n × n"),
+    # floats checked in the dtype the runs use: finite in float64, inf or zero in float32
+    (["run", "phase-diagram", "--beta-max", "1e39"], r"option beta_max must be 0 or of magnitude in .*float32"),
+    (["run", "sweep-phase", "--beta-max", "3.5e38"], r"option beta_max .*float32"),
+    (["run", "clustering", "--dt", "1e-40"], r"option dt .*float32"),
+])
+def test_sizes_beyond_the_budget_are_refused_before_the_run(argv, message, tmp_path, capsys):
+    out = tmp_path / "run"
+    with pytest.raises(SystemExit) as e:
+        cli.main([*argv, "--out", str(out), "--no-progress"])
+    assert e.value.code == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1, err
+    assert re.search(message, err), err
+    assert not out.exists()
+
+
+def test_footprint_budget_edge():
+    """An array of exactly the budget is allowed, one more element refused (the check counts
+    in Python integers: no overflow)."""
+    from transformer_pde.experiments._options import ELEMENT_BUDGET
+    from transformer_pde.experiments.phase_diagram import PhaseDiagramConfig
+
+    n = 32
+    at_budget = ELEMENT_BUDGET // (n * n)  # num_betas * batch with scores of exactly the budget
+    PhaseDiagramConfig(num_betas=1, batch=at_budget, n=n)
+    with pytest.raises(ValueError, match="above the budget"):
+        PhaseDiagramConfig(num_betas=1, batch=at_budget + 1, n=n)
