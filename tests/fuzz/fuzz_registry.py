@@ -188,6 +188,8 @@ REGISTRY: list[Entry] = [
           (Param("d", bad=INT_GE1), BETA)),
     Entry("SoftmaxAttention.velocity", _velocity(ATTN), lambda: dict(x=X.copy(), weights=W.copy()), (X_P, W_P),
           covers=("AbstractAttention", "AbstractDynamics")),
+    Entry("SoftmaxAttention.gaussian_velocity", ATTN.gaussian_velocity, lambda: dict(mean=np.zeros(D), cov=np.eye(D)),
+          (Param("mean", bad=ARRAY, traced=True), Param("cov", bad=ARRAY + ("neg",), traced=True))),
     Entry("L2Attention", tp.L2Attention, _qkv(), (BETA, *QKV)),
     Entry("UnnormalizedAttention", tp.UnnormalizedAttention, _qkv(shift=0.0),
           (BETA, Param("shift", bad=FINITE, ok=("neg",), traced=True))),
