@@ -493,7 +493,7 @@ REGISTRY: list[Entry] = [
           covers=("statistics.RateFit",)),
     Entry("sweep", tp.sweep, lambda: dict(fn=_sweep_fn, axes={"beta": [0.5, 1.0]}),
           (Param("axes", bad=("nan", "inf", "str", "none", "shape")), Param("chunk_size", bad=INT_GE1),
-           Param("max_memory", bad=INT_GE1))),
+           Param("max_memory", bad=INT_GE1), Param("static", bad=("str", "huge", "vector")))),
     Entry("sweeps.first_time", sweeps.first_time, lambda: dict(ts=np.array([0.0, 0.5, 1.0]), condition=np.array([False, True, True])),
           (Param("ts", bad=("nan", "inf", "shape")),)),
     Entry("fit", tp.fit, lambda: dict(model=ATTN, loss=_loss, optimizer=optax.sgd(0.1), steps=2),
