@@ -226,6 +226,11 @@ REGISTRY: list[Entry] = [
     Entry("LNScaling", tp.LNScaling, lambda: dict(dynamics=ATTN, depth_scale=1.0),
           (Param("depth_scale", bad=("nan", "inf", "str"), traced=True),)),
     Entry("PreLN", tp.PreLN, lambda: dict(dynamics=ATTN), (Param("dynamics", bad=("str", "none")),)),
+    Entry("PreLN.velocity", _velocity(tp.PreLN(ATTN)), lambda: dict(x=X.copy(), weights=W.copy()),
+          (Param("x", bad=X_P.bad + ("zero",), traced=True),)),  # zero: no direction x/|x|
+    Entry("LNScaling.velocity", lambda x, t: tp.LNScaling(ATTN, 1e-4).velocity(x, None, t),
+          lambda: dict(x=X.copy(), t=0.5),  # h0 = 1e-4: every negative t drawn is before the first layer
+          (Param("t", bad=FINITE + ("neg",), ok=("zero",), traced=True),)),
     Entry("PeriLN", tp.PeriLN, lambda: dict(dynamics=ATTN), (Param("dynamics", bad=("str", "none")),)),
     Entry("Sphere", tp.Sphere, lambda: dict(dynamics=ATTN), (Param("dynamics", bad=("str", "none", "shape")),)),
     Entry("RandomBatch", tp.RandomBatch, lambda: dict(attention=ATTN, batch_size=2, step=0.1, key=KEY),

@@ -60,6 +60,7 @@ def layers(dynamics, x0, num_layers: int, step, *, t0=0.0, save_every: int = 1, 
     x0, w = state.x, state.weights
     h = jnp.asarray(step, x0.dtype)
     t0 = as_time(t0, "t0", x0.dtype)
+    dynamics.check_time(t0, "t0")  # a field defined from some time on (LNScaling) names its start
     if noise is None and key is not None:
         raise ValueError("key is for noisy layers: pass noise=tp.Noise(sigma) too")
     if noise is not None:

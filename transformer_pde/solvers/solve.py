@@ -132,6 +132,7 @@ def solve(
         # (a resumed chunk) starts from the second part's states, not the first's
         dynamics = dynamics.part_on(t0, t1)
     state = as_state(dynamics, state0).prepare(dynamics)
+    dynamics.check_time(t0, "t0")  # a field defined from some time on (LNScaling) names its start
     dtype = state.dtype
     saves = parse_saveat(saveat)
     several = _several(saveat)
