@@ -524,7 +524,7 @@ REGISTRY: list[Entry] = [
     Entry("kernels.log_weights", kernels.log_weights, lambda: dict(weights=W.copy()), (W_P,)),
     # --- runs
     Entry("runs.Checkpoint", tp.runs.Checkpoint, lambda: dict(directory="/nonexistent-fuzz", every=2),
-          (Param("every", bad=INT_GE1),)),
+          (Param("every", bad=INT_GE1), Param("directory", bad=("none", "huge")))),
     Entry("runs.lower_program", tp.runs.lower_program,
           lambda: dict(fn=_program_to_lower, static=(2.0,), args=(X.copy(),)),
           (Param("fn", bad=OBJECT), Param("static", bad=OBJECT), Param("args", bad=OBJECT + ("shape",)),
