@@ -336,7 +336,7 @@ REGISTRY: list[Entry] = [
           lambda: dict(x=X.copy(), y=X[::-1] + 0.1, a=W.copy(), p=2.0),
           (Param("p", bad=("nan", "inf", "neg", "zero", "str")), Param("a", bad=("nan", "inf", "neg", "shape", "huge")), X_CONCRETE)),
     *[Entry(f"diagnostics.{f.__name__}", f, _sinkhorn_args,
-            (Param("epsilon", bad=POS), Param("p", bad=("nan", "inf", "neg", "zero", "str")),
+            (Param("epsilon", bad=POS, traced=True), Param("p", bad=("nan", "inf", "neg", "zero", "str")),
              Param("threshold", bad=POS), Param("max_iterations", bad=INT_GE1),
              Param("a", bad=("nan", "inf", "neg", "shape", "huge")), X_P))
       for f in (diagnostics.sinkhorn_divergence, diagnostics.sinkhorn_wasserstein,
