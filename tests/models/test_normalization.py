@@ -537,3 +537,12 @@ def test_runs_starting_before_the_first_layer_are_refused():
         tp.layers(tp.LNScaling(A, 1.0), x, 3, 0.1, t0=-2.0)
     with pytest.raises(ValueError, match=r"t0 = -3 is before the first layer"):
         tp.solve(tp.LNScaling(A, 1.0), x, t0=-3.0, t1=0.0, dt0=0.1)
+
+
+def test_solve_of_a_plain_ode_has_no_time_domain_to_check():
+    """tp.solve of an ODE that is not a token dynamics (a reduced ODE) runs as before: only token
+    dynamics declare the times they are defined at."""
+    from transformer_pde.theory.equiangular import SAReducedODE
+
+    sol = tp.solve(SAReducedODE(4, jnp.asarray(1.0)), jnp.asarray([0.2]), t1=0.2, dt0=0.1)
+    assert np.all(np.isfinite(np.asarray(sol.xs)))

@@ -9,7 +9,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from .._checks import NonFiniteStateError, check_int, check_scalar, cover_finiteness, is_concrete
-from ..models.base import retract_step, step_velocity
+from ..models.base import AbstractDynamics, retract_step, step_velocity
 from .noise import Noise
 from .solution import Solution
 from .solve import as_time, inf_from, saved_array
@@ -60,7 +60,8 @@ def layers(dynamics, x0, num_layers: int, step, *, t0=0.0, save_every: int = 1, 
     x0, w = state.x, state.weights
     h = jnp.asarray(step, x0.dtype)
     t0 = as_time(t0, "t0", x0.dtype)
-    dynamics.check_time(t0, "t0")  # a field defined from some time on (LNScaling) names its start
+    if isinstance(dynamics, AbstractDynamics):  # a field defined from some time on (LNScaling) names its start
+        dynamics.check_time(t0, "t0")
     if noise is None and key is not None:
         raise ValueError("key is for noisy layers: pass noise=tp.Noise(sigma) too")
     if noise is not None:

@@ -18,7 +18,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from .._checks import NonFiniteStateError, check_int, check_scalar, cover_finiteness, is_concrete
-from ..models.base import AbstractRetractedDynamics, AbstractRetraction
+from ..models.base import AbstractDynamics, AbstractRetractedDynamics, AbstractRetraction
 from ..models.switched import AbstractSwitched
 from ..params import PiecewiseConstant
 from .events import AbstractBlowUp, BlowUp
@@ -132,7 +132,8 @@ def solve(
         # (a resumed chunk) starts from the second part's states, not the first's
         dynamics = dynamics.part_on(t0, t1)
     state = as_state(dynamics, state0).prepare(dynamics)
-    dynamics.check_time(t0, "t0")  # a field defined from some time on (LNScaling) names its start
+    if isinstance(dynamics, AbstractDynamics):  # a field defined from some time on (LNScaling) names its start
+        dynamics.check_time(t0, "t0")
     dtype = state.dtype
     saves = parse_saveat(saveat)
     several = _several(saveat)
