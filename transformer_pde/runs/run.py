@@ -215,9 +215,12 @@ def _compute_and_save(exp, config, out_dir, progress, checkpoint, meta, meta_pat
         meta["grids"] = str(out_dir / GRIDS_FILE)
         meta["grid_names"] = list(results.grids)
     with signals_deferred():  # the run is done: a signal now must not leave it half-marked
-        save_json(meta_path, meta)
         if ckpt_dir.exists():
-            shutil.rmtree(ckpt_dir)  # the data file now holds everything the checkpoints did
+            # the data file now holds everything the checkpoints did; removed before the status,
+            # which is the run's last write (a kill in between leaves a run that is not marked
+            # complete, which --resume computes again)
+            shutil.rmtree(ckpt_dir)
+        save_json(meta_path, meta)
     return {"data": data_path, "metadata": meta_path, "figures": figures, "results": results,
             "grids": meta.get("grids"), "continued": continued}
 
