@@ -348,9 +348,14 @@ REGISTRY: list[Entry] = [
     Entry("diagnostics.wasserstein_circle", diagnostics.wasserstein_circle,
           lambda: dict(x=np.array([0.1, 1.0, 2.0]), y=np.array([0.3, 1.5, 4.0]), period=2 * np.pi),
           (Param("period", bad=POS), Param("x", bad=("nan", "inf", "shape")))),
+    Entry("diagnostics.wasserstein_circle.tokens", diagnostics.wasserstein_circle,  # tokens on S^1, (n, 2)
+          lambda: dict(x=X.copy(), y=np.array([[0.0, 1.0], [-1.0, 0.0], [0.8, -0.6]]), period=2 * np.pi),
+          (Param("x", bad=("nan", "inf", "zero"), traced=True),  # zero: no angle (arctan2 said 0)
+           Param("period", bad=POS + ("huge",), traced=True))),  # huge: not 2π
     Entry("diagnostics.wasserstein_line", diagnostics.wasserstein_line,
           lambda: dict(x=np.array([0.1, 1.0, 2.0]), y=np.array([0.3, 1.5, 4.0]), p=1.0),
-          (Param("p", bad=("nan", "inf", "neg", "zero", "str")), Param("x", bad=("nan", "inf", "shape")))),
+          (Param("p", bad=("nan", "inf", "neg", "zero", "str"), ok=("huge",)),  # huge p: |gap|^p overflowed
+           Param("x", bad=("nan", "inf", "shape")))),
     Entry("diagnostics.attention_matrix", diagnostics.attention_matrix, lambda: dict(x=X.copy(), beta=1.0, weights=W.copy()),
           (Param("beta", bad=FINITE, ok=("neg", "zero"), traced=True), W_P, X_P)),
     *[Entry(f"diagnostics.{f.__name__}", f, lambda: dict(x=X.copy(), beta=1.0, weights=W.copy()),
