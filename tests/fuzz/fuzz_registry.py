@@ -375,7 +375,7 @@ REGISTRY: list[Entry] = [
            Param("tol", bad=POS))),
     Entry("diagnostics.relative_entropy", diagnostics.relative_entropy,
           lambda: dict(x=X.copy(), log_rho=np.zeros(3), log_target=lambda z: -jnp.sum(z ** 2, -1), weights=W.copy()),
-          (W_P, Param("log_rho", bad=("nan", "shape")))),
+          (W_P, Param("log_rho", bad=("nan", "shape", "dtype")), Param("x", bad=("nan", "inf", "shape", "dtype"), traced=True))),
     Entry("diagnostics.kde_critical_points", diagnostics.kde_critical_points,
           lambda: dict(samples=np.array([0.1, 0.2, 2.0]), beta=4.0, resolution=0.1),
           (Param("beta", bad=POS), Param("resolution", bad=POS), Param("block", bad=INT_GE1),
