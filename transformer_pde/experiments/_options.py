@@ -29,6 +29,7 @@ import dataclasses
 import functools
 import inspect
 import math
+import re
 import textwrap
 import typing
 from typing import Annotated, Literal
@@ -368,7 +369,9 @@ def _check_footprint(cfg) -> None:
         if elements > ELEMENT_BUDGET:
             names = " × ".join(label for label, _ in axes)
             values = " × ".join(str(n) for _, n in axes)
-            options = list(dict.fromkeys(label for label, _ in axes if label in fields))
+            # the options named in the labels ("min(n, max_tokens_saved)" names two)
+            options = list(dict.fromkeys(w for label, _ in axes for w in re.findall(r"[A-Za-z_]\w*", label)
+                                         if w in fields))
             lower = f"; lower {' or '.join(options)}" if options else ""
             raise ValueError(f"the run would hold {what} of {names} = {values} = {elements:.3g} elements, "
                              f"above the budget of 2**31 elements (8 GiB in float32){lower}")

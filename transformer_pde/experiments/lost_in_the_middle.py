@@ -33,7 +33,7 @@ import transformer_pde as tp
 from .._lazy import diffrax, jax, jnp
 from ..runs.result import Result
 from ._base import Experiment, register
-from ._options import Options
+from ._options import Options, sizes
 
 
 @dataclasses.dataclass(frozen=True)
@@ -58,6 +58,10 @@ class LitMConfig(Options):
     bins: Annotated[int, Ge(2)] = 16
     """Source positions are averaged into this many bins for the Monte Carlo profile (at most n - 1)."""
     seed: int = 0
+
+    def footprint(self):
+        return {"attention scores of a chunk": sizes(self, "chunk", "n", "n"),
+                "Monte Carlo profiles": sizes(self, "num_runs", "n")}
 
     def validate(self):
         if self.bins > self.n - 1:

@@ -23,7 +23,7 @@ import transformer_pde as tp
 from .._lazy import jax
 from ..runs.result import Result, grid
 from ._base import Experiment, register
-from ._options import Options
+from ._options import Options, sizes
 from ._progress import progress_bar
 
 
@@ -65,6 +65,13 @@ class RandomHeadsConfig(Options):
     def validate(self):
         if self.logistic_layers % 10:
             raise ValueError(f"logistic_layers must be a multiple of 10, got {self.logistic_layers}")
+
+    def footprint(self):
+        return {"chain states": sizes(self, "chain_paths", "n", "d"),
+                "chain head draws": sizes(self, "chain_paths", "num_heads", "d", "d"),
+                "SDE states and noise": sizes(self, "sde_paths", "sde_nodes", "n", "d"),
+                "drift head draws": sizes(self, "drift_samples", "d", "d"),
+                "logistic chains": sizes(self, "logistic_paths", "logistic_n", ("max(logistic_dims)", max(self.logistic_dims)))}
 
 
 def compute(cfg: RandomHeadsConfig, progress: bool = False) -> Result:
