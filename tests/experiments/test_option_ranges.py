@@ -4,6 +4,7 @@ directory is made (exit status 2, one line naming the option)."""
 
 from __future__ import annotations
 
+import math
 import re
 
 
@@ -79,3 +80,16 @@ def test_footprint_budget_edge():
     PhaseDiagramConfig(num_betas=1, batch=at_budget, n=n)
     with pytest.raises(ValueError, match="above the budget"):
         PhaseDiagramConfig(num_betas=1, batch=at_budget + 1, n=n)
+
+
+def test_every_experiment_declares_its_footprint():
+    """Every experiment's sizes are bounded before its run: its config declares its largest
+    arrays (Options.footprint), each an axis of options, nonempty, within the budget at the
+    defaults."""
+    from transformer_pde.experiments._options import ELEMENT_BUDGET, Options
+
+    for exp in REGISTRY.values():
+        assert exp.config.footprint is not Options.footprint, f"{exp.name} declares no footprint"
+        fp = exp.config().footprint()
+        assert fp and all(axes for axes in fp.values()), exp.name
+        assert all(math.prod(n for _, n in axes) <= ELEMENT_BUDGET for axes in fp.values()), exp.name

@@ -18,7 +18,9 @@ Configs derive from :class:`Options`: constructing one checks every field agains
 (so a config built in Python is checked like one from the command line), then against the range
 declared with it in the annotated-types vocabulary (``n: Annotated[int, Ge(2)]``; ``Gt``, ``Le``,
 ``Lt``, ``Interval(gt=0, le=1)``), then runs its ``validate()``, which keeps the checks between
-options. The help text of an option is the docstring under its field (PEP 257 attribute
+options, then bounds its sizes: ``footprint()`` declares the run's largest arrays by the options
+that size them, and one above :data:`ELEMENT_BUDGET` elements is refused, naming them. Floats must
+be normal float32 numbers (the dtype of the runs): 1e39 and 1e-40 are refused. The help text of an option is the docstring under its field (PEP 257 attribute
 docstrings, :func:`option_docs`).
 """
 

@@ -23,7 +23,7 @@ import transformer_pde as tp
 from .._lazy import diffrax, jnp
 from ..runs.result import Result
 from ._base import Experiment, register
-from ._options import Options, format_value
+from ._options import Options, format_value, sizes
 
 
 @dataclasses.dataclass(frozen=True)
@@ -46,6 +46,10 @@ class PerceptronConfig(Options):
         if len(self.angles) != len(self.omegas):
             raise ValueError(f"angles and omegas must have the same length, got {self.angles} and "
                              f"{self.omegas}")
+
+    def footprint(self):
+        n = ("max(ns)", max(self.ns))
+        return {"pair statistics of the saves": sizes(self, "num_saves", n, n)}
 
 
 def _uniform_circle(n):
