@@ -40,7 +40,7 @@ class PerceptronConfig(Options):
     rtol: Annotated[float, Interval(gt=0, lt=1)] = 1e-6
     atom_threshold: Annotated[float, Interval(ge=-1, lt=1)] = 0.9999
     """Tokens whose cosine exceeds this form one atom."""
-    num_saves: int = 101
+    num_saves: Annotated[int, Ge(2)] = 101
 
     def validate(self):
         if len(self.angles) != len(self.omegas):
