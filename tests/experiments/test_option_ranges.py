@@ -45,14 +45,16 @@ def test_every_default_and_tiny_config_is_valid():
 @pytest.mark.parametrize("argv, message", [
     # sizes whose arrays could not be held: refused from the footprint the config declares
     (["run", "phase-diagram", "--batch", "2000000000"],
-     r"attention scores of num_betas × batch × n × n = 25 × 2000000000 × 32 × 32 .* lower num_betas or batch or n"),
+     r"attention scores of num_betas × batch × n × n = 25 × 2000000000 × 32 × 32 "
+     r".* lower num_betas or batch or n"),
     (["run", "normalization", "--heads", "100000000"], r"seeds × heads × n × n = 32 × 100000000 × 64 × 64"),
     (["run", "sweep-phase", "--num-betas", "100000000"], r"num_betas × seeds × n × n"),
     (["run", "sweep-phase", "--chunk-size", "3000000"], r"chunk_size × n × n"),
     (["run", "random-heads", "--chain-paths", "2000000000"], r"chain states of chain_paths × n × d"),
     (["run", "causal-clustering", "--n", "100000"], r"attention scores of n × n = 100000 × 100000"),
     (["run", "clustering", "--n", "100000", "--max-tokens-saved", "100000"],
-     r"num_saves × min\(n, max_tokens_saved\) × min\(n, max_tokens_saved\) .* lower num_saves or n or max_tokens_saved"),
+     r"num_saves × min\(n, max_tokens_saved\) × min\(n, max_tokens_saved\) "
+     r".* lower num_saves or n or max_tokens_saved"),
     # floats checked in the dtype the runs use: finite in float64, inf or zero in float32
     (["run", "phase-diagram", "--beta-max", "1e39"], r"option beta_max must be 0 or of magnitude in .*float32"),
     (["run", "sweep-phase", "--beta-max", "3.5e38"], r"option beta_max .*float32"),

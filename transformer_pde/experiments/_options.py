@@ -20,8 +20,8 @@ declared with it in the annotated-types vocabulary (``n: Annotated[int, Ge(2)]``
 ``Lt``, ``Interval(gt=0, le=1)``), then runs its ``validate()``, which keeps the checks between
 options, then bounds its sizes: ``footprint()`` declares the run's largest arrays by the options
 that size them, and one above :data:`ELEMENT_BUDGET` elements is refused, naming them. Floats must
-be normal float32 numbers (the dtype of the runs): 1e39 and 1e-40 are refused. The help text of an option is the docstring under its field (PEP 257 attribute
-docstrings, :func:`option_docs`).
+be normal float32 numbers (the dtype of the runs): 1e39 and 1e-40 are refused. The help text of an
+option is the docstring under its field (PEP 257 attribute docstrings, :func:`option_docs`).
 """
 
 from __future__ import annotations
@@ -315,7 +315,8 @@ class Options:
 
     On construction every field is checked against its annotation (:func:`coerce_option`;
     ints become floats for float fields, lists become tuples), then against its declared range
-    (``Annotated[int, Ge(2)]``, annotated-types), then :meth:`validate` runs.
+    (``Annotated[int, Ge(2)]``, annotated-types), then :meth:`validate` runs, then the sizes of
+    :meth:`footprint` are checked against :data:`ELEMENT_BUDGET`.
     """
 
     def __post_init__(self):
@@ -326,7 +327,6 @@ class Options:
             object.__setattr__(self, name, values[name])
         _check_bounds(values, option_bounds(type(self)))
         self.validate()
-
         _check_footprint(self)
 
     def validate(self) -> None:
@@ -388,5 +388,6 @@ def require_at_least(cfg, **bounds) -> None:
     _check_bounds(dataclasses.asdict(cfg), {k: (at.Ge(b),) for k, b in bounds.items()})
 
 
-__all__ = ["COMMON_HELP", "ELEMENT_BUDGET", "FLOAT32_MAX", "FLOAT32_TINY", "Options", "coerce_option", "describe_range", "format_value", "list_item_type",
-           "option_bounds", "option_docs", "parse_option_text", "require_at_least", "sizes", "type_name"]
+__all__ = ["COMMON_HELP", "ELEMENT_BUDGET", "FLOAT32_MAX", "FLOAT32_TINY", "Options", "coerce_option",
+           "describe_range", "format_value", "list_item_type", "option_bounds", "option_docs", "parse_option_text",
+           "require_at_least", "sizes", "type_name"]

@@ -71,7 +71,8 @@ class RandomHeadsConfig(Options):
                 "chain head draws": sizes(self, "chain_paths", "num_heads", "d", "d"),
                 "SDE states and noise": sizes(self, "sde_paths", "sde_nodes", "n", "d"),
                 "drift head draws": sizes(self, "drift_samples", "d", "d"),
-                "logistic chains": sizes(self, "logistic_paths", "logistic_n", ("max(logistic_dims)", max(self.logistic_dims)))}
+                "logistic chains": sizes(self, "logistic_paths", "logistic_n",
+                                         ("max(logistic_dims)", max(self.logistic_dims)))}
 
 
 def compute(cfg: RandomHeadsConfig, progress: bool = False) -> Result:

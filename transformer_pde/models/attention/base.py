@@ -25,8 +25,8 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 
-from ..._checks import (as_float_array, check_count, check_covariance, check_finite, check_points, check_scalar, check_weights,
-                        cover_finiteness)
+from ..._checks import (as_float_array, check_count, check_covariance, check_finite, check_points, check_scalar,
+                        check_weights, cover_finiteness)
 from ..._linalg import symmetrize
 from ..._types import Param, Points, PointsLike, Queries, QueriesLike, Weights, WeightsLike
 from ...kernels.backends import AbstractBackend, KernelReport
