@@ -388,11 +388,11 @@ REGISTRY: list[Entry] = [
     Entry("diagnostics.lipschitz_rate", diagnostics.lipschitz_rate, lambda: dict(attn=ATTN, R=1.0),
           (Param("R", bad=("nan", "inf", "neg", "str")),)),
     Entry("diagnostics.stability_bound", diagnostics.stability_bound, lambda: dict(attn=ATTN, R0=1.0, ts=np.array([0.0, 0.5])),
-          (Param("R0", bad=("nan", "inf", "neg", "str")), Param("ts", bad=("nan", "inf", "shape")),
+          (Param("R0", bad=("nan", "inf", "neg", "str"), traced=True), Param("ts", bad=("nan", "inf", "shape")),
            Param("substeps", bad=INT_GE1))),
     Entry("diagnostics.support_radius_bound", diagnostics.support_radius_bound,
           lambda: dict(attn=ATTN, R0=1.0, ts=np.array([0.0, 0.5])),
-          (Param("R0", bad=("nan", "inf", "neg", "str")), Param("ts", bad=("nan", "inf", "shape")))),
+          (Param("R0", bad=("nan", "inf", "neg", "str"), traced=True), Param("ts", bad=("nan", "inf", "shape")))),
     Entry("diagnostics.value_norm_integral", diagnostics.value_norm_integral, lambda: dict(attn=ATTN, ts=np.array([0.0, 0.5])),
           (Param("ts", bad=("nan", "inf", "shape")), Param("substeps", bad=INT_GE1))),
     # --- theory
