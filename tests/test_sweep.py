@@ -154,3 +154,17 @@ def test_sweep_phase_experiment_tiny(tmp_path_factory):
     d3 = list(res["dims"]).index(3)
     assert frac[d3, 0] == 1.0
     assert frac[:, : B // 4].mean() > frac[:, -B // 4 :].mean()
+
+
+@pytest.mark.parametrize("static, message", [
+    ({"d": 3}, r"static axis 'd' must be a list of values .*static=\{'d': \[3\]\}"),
+    ({"d": "abc"}, r"static axis 'd' must be a list of values"),
+    ("d", r"static"),  # a TypeError from the type checks on in tests, else this ValueError
+])
+def test_sweep_static_must_list_values(static, message):
+    """A bare static value (d=3) is named with the fix (it ended in "object of type 'int' has
+    no len()"); a range is a list of values."""
+    with pytest.raises((ValueError, TypeError), match=message):
+        tp.sweep(lambda beta, d: beta * d, {"beta": [0.5, 1.0]}, static=static)
+    out = tp.sweep(lambda beta, d: beta * d, {"beta": [0.5, 1.0]}, static={"d": range(2, 4)})
+    np.testing.assert_allclose(out.values, [[1.0, 2.0], [1.5, 3.0]])

@@ -683,3 +683,24 @@ def test_the_suite_checks_types_at_run_time():
         attn.velocity(x, jnp.full((4,), 0.25))
     with pytest.raises(ValueError, match="rank_promotion"):
         jnp.ones(3) + jnp.ones((2, 3))
+
+
+def test_half_precision_weight_tolerance():
+    """Weights off by 10% are no probability measure in float16 either (4√eps was 0.125 there);
+    weights rounded to float16 or normalized in it pass (issue 37 part 9)."""
+    from transformer_pde._checks import check_weights, weight_tolerance
+
+    assert weight_tolerance(jnp.float64) == pytest.approx(4 * np.sqrt(np.finfo(np.float64).eps))  # unchanged
+    assert weight_tolerance(jnp.float32) == pytest.approx(4 * np.sqrt(np.finfo(np.float32).eps))
+    assert weight_tolerance(jnp.float16) == pytest.approx(4 * 2.0**-10)
+    off = np.array([0.4, 0.4, 0.3], np.float16)  # sums to 1.0999
+    with pytest.raises(ValueError, match=r"weights must sum to 1 .* 1\.09"):
+        check_weights(off, 3, jnp.float16)
+    with pytest.raises(Exception, match="weights must sum to 1"):
+        jax.block_until_ready(eqx.filter_jit(lambda w: check_weights(w, 3, jnp.float16))(jnp.asarray(off)))
+    n = 1000
+    w = np.random.default_rng(0).random(n).astype(np.float16)
+    check_weights((w / w.sum()).astype(np.float16), n, jnp.float16)  # normalized in float16
+    check_weights(np.full(n, 1 / n), n, jnp.float16)  # 1/n rounded to float16 (all down or up)
+    wb = jnp.asarray(np.random.default_rng(1).random(n), jnp.bfloat16)
+    jax.block_until_ready(eqx.filter_jit(lambda w: check_weights(w, n, jnp.bfloat16))(wb / jnp.sum(wb)))

@@ -6,6 +6,7 @@ Three layers (see STYLE.md): a ``ValueError`` naming the bad value when it is co
 
 from __future__ import annotations
 
+import math
 import weakref
 
 import numpy as np
@@ -144,8 +145,17 @@ def unit_tolerance(dtype) -> float:
     return 1e-6 if eps < 1e-10 else max(1e-3, 8 * eps)
 
 
-def weight_tolerance(dtype) -> float:
-    return float(np.sqrt(np.finfo(np.dtype(dtype)).eps)) * 4
+def weight_tolerance(dtype, n: int = 1) -> float:
+    """How far from 1 the sum of ``n`` weights stored in ``dtype`` may be (and the relative
+    rounding :func:`check_covariance` allows): 4√eps in float32 and float64, room for weights
+    normalized in float32 and long sums. In half precision 4√eps would be 0.125 (float16) and
+    0.35 (bfloat16), so weights off by 12% passed; there it is eps·(4 + log2 n): each stored
+    weight rounds by eps/2 and a normalization w/Σw in that dtype adds a pairwise sum's error
+    (float16: 3.9e-3 for one weight, 1.3e-2 for a thousand)."""
+    eps = float(jnp.finfo(dtype).eps)  # jnp: NumPy's finfo knows no bfloat16
+    if eps <= 2.0**-20:
+        return float(np.sqrt(eps)) * 4
+    return eps * (4 + math.log2(max(int(n), 1)))
 
 
 def check_covariance(cov, name: str, *, definite: bool = False):
@@ -157,7 +167,7 @@ def check_covariance(cov, name: str, *, definite: bool = False):
     d = cov.shape[-1]
     if d == 0:
         return cov
-    eps, tol = float(np.finfo(np.dtype(cov.dtype)).eps), weight_tolerance(cov.dtype)
+    eps, tol = float(np.finfo(np.dtype(cov.dtype)).eps), weight_tolerance(cov.dtype, d)
     kind = "positive definite" if definite else "positive semi-definite"
     xp = np if is_concrete(cov) else jnp
     a = np.asarray(cov, np.float64) if xp is np else cov
@@ -192,7 +202,7 @@ def check_weights(weights, n: int, dtype, name: str = "weights", tolerance_dtype
     w = as_float_array(weights, name).astype(dtype)
     if w.shape != (n,):
         raise ValueError(f"{name} must have shape ({n},) to match {n} tokens, got shape {w.shape}")
-    tol = weight_tolerance(dtype if tolerance_dtype is None else tolerance_dtype)
+    tol = weight_tolerance(dtype if tolerance_dtype is None else tolerance_dtype, n)
     if is_concrete(w):
         wn = np.asarray(w)
         if not np.isfinite(wn).all():
@@ -201,20 +211,21 @@ def check_weights(weights, n: int, dtype, name: str = "weights", tolerance_dtype
         if (wn < 0).any():
             i = _first_bad(wn < 0)
             raise ValueError(f"{name} must be non-negative, but {name}[{i[0]}] = {wn[i]}")
-        s = float(wn.sum())
+        s = float(wn.sum(dtype=np.float64))  # the stored weights' sum, not a half-precision one
         if abs(s - 1.0) > tol:
             raise ValueError(f"{name} must sum to 1 (a probability measure), but they sum to {s!r}")
         return w
     w = eqx.error_if(w, jnp.any(w < 0) | ~jnp.all(jnp.isfinite(w)),
                      f"{name} must be finite and non-negative")
-    return eqx.error_if(w, jnp.abs(jnp.sum(w) - 1.0) > tol, f"{name} must sum to 1")
+    total = jnp.sum(w, dtype=jnp.promote_types(w.dtype, jnp.float32))  # not summed in half precision
+    return eqx.error_if(w, jnp.abs(total - 1.0) > tol, f"{name} must sum to 1")
 
 
 def check_weights_of(weights, x_dtype, n: int, name: str = "weights"):
     """:func:`check_weights` for weights used in their own dtype (not cast to the tokens'): the
     sum is checked to the looser tolerance of the two dtypes."""
     w = as_float_array(weights, name)
-    loose = max((np.dtype(w.dtype), np.dtype(x_dtype)), key=weight_tolerance)
+    loose = max((np.dtype(w.dtype), np.dtype(x_dtype)), key=lambda t: weight_tolerance(t, n))
     return check_weights(w, n, w.dtype, name, tolerance_dtype=loose)
 
 

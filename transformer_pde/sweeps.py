@@ -112,11 +112,18 @@ def sweep(
                          f"{type(axes).__name__} {axes!r}"[:300])
     if not axes:
         raise ValueError("axes must hold at least one vmapped axis (sweep needs one), got {}")
+    if static is not None and not isinstance(static, Mapping):
+        raise ValueError(f"static must be a dict name -> list of values (e.g. {{'d': [2, 3]}}), got "
+                         f"{type(static).__name__} {static!r}"[:300])
     static = dict(static or {})
     clash = set(static) & set(axes)
     if clash:
         raise ValueError(f"axes {sorted(clash)} are both static and vmapped")
     for k, v in static.items():
+        # a static axis lists its values, one call each: a bare value (d=3) is an axis of one
+        if not (isinstance(v, (list, tuple, range)) or (isinstance(v, (np.ndarray, jax.Array)) and v.ndim == 1)):
+            raise ValueError(f"static axis '{k}' must be a list of values (one call per value), got "
+                             f"{type(v).__name__} {v!r}; write static={{{k!r}: [{v!r}]}} for one value"[:300])
         if len(v) < 1:
             raise ValueError(f"static axis '{k}' is empty")
     if chunk_size is not None:

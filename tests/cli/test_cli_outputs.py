@@ -23,7 +23,10 @@ class _Config(Options):
 
 
 def _compute(cfg, progress):
-    return Result({"y": np.full(5, cfg.x), "seed": np.asarray(cfg.seed)})
+    y = np.full(5, cfg.x)
+    if cfg.seed == 1:
+        y[0] = np.nan  # a value the run means to be undefined (drawn as a gap)
+    return Result({"y": y, "seed": np.asarray(cfg.seed)})
 
 
 def _figures(res, cfg, out):
@@ -58,10 +61,39 @@ def test_nan_data_is_not_drawn_as_an_empty_figure(plotter, tmp_path, capsys):
     (out / "y.png").unlink()
     with pytest.raises(SystemExit) as e:
         cli.main(["plot", str(out)])
-    assert e.value.code != 0
+    assert e.value.code == 2
     err = capsys.readouterr().err
-    assert "figure y.png: every series it draws is NaN or inf" in err
+    assert "its saved data hold NaN or inf values the run did not save, in y (5 of 5)" in err
     assert not (out / "y.png").exists()
+
+
+def test_plot_names_the_nonfinite_arrays(plotter, tmp_path, capsys):
+    """The NaN a run saved are drawn (a gap); more NaN than the run recorded are refused naming
+    the array, exit 2; a run saved without the record is refused by its figure, naming the array
+    too (issue 37 part 10: a plot of NaN data drew empty figures and exited 0)."""
+    import json
+
+    out = tmp_path / "run"
+    assert cli.main(["run", "plotter-exp", "--out", str(out), "--seed", "1"]) == 0
+    meta = json.loads((out / "metadata.json").read_text())
+    assert meta["nonfinite_values"] == {"y": 1}
+    assert cli.main(["plot", str(out)]) == 0  # the run's own NaN: drawn
+    y = np.load(out / "data.npz")["y"]
+    y[1:3] = np.inf
+    np.savez(out / "data.npz", y=y, seed=np.asarray(1))
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as e:
+        cli.main(["plot", str(out)])
+    assert e.value.code == 2
+    assert "values the run did not save, in y (3 of 5) (the run recorded 1 such values)" in capsys.readouterr().err
+    del meta["nonfinite_values"]  # a run saved before the record: its figures decide
+    (out / "metadata.json").write_text(json.dumps(meta))
+    np.savez(out / "data.npz", y=np.full(5, np.nan), seed=np.asarray(1))
+    with pytest.raises(SystemExit) as e:
+        cli.main(["plot", str(out)])
+    assert e.value.code == 2
+    err = capsys.readouterr().err
+    assert "its saved data hold NaN or inf in y (5 of 5)" in err and "every series it draws" in err
 
 
 def test_a_figure_with_some_finite_data_is_drawn(tmp_path):

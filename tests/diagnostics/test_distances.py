@@ -131,6 +131,19 @@ def test_sinkhorn_wasserstein_rejects_bad_input():
         dg.sinkhorn_wasserstein(x, x, epsilon=0.0)
     with pytest.raises(ValueError, match="dimension"):
         dg.sinkhorn_wasserstein(x, jnp.zeros((4, 3)), epsilon=1.0)
+
+
+@pytest.mark.parametrize("epsilon", [0.0, -1.0, float("nan")])
+def test_sinkhorn_divergence_names_a_traced_epsilon(epsilon):
+    """Under jit a zero epsilon is named (it ran and said "did not converge")."""
+    import equinox as eqx
+
+    x = jnp.array([[1.0, 0.0], [0.0, 1.0], [0.6, 0.8]])
+    f = eqx.filter_jit(lambda e: dg.sinkhorn_divergence(x, x + 0.1, epsilon=e))
+    with pytest.raises(Exception, match=r"epsilon must be finite and > 0") as e:
+        jax.block_until_ready(f(jnp.asarray(epsilon)))
+    assert "did not converge" not in str(e.value)
+    np.testing.assert_allclose(f(jnp.asarray(1.0)), 0.02, rtol=1e-6)  # a translation by c: |c|² exactly
     with pytest.raises(ValueError, match="p must be >= 1"):
         dg.exact_wasserstein(x, x, p=0.5)
 

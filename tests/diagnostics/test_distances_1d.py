@@ -3,6 +3,7 @@ linear program (circle)."""
 
 import math
 
+import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -105,3 +106,39 @@ def test_bad_input_is_a_clear_error():
         dg.wasserstein_line(np.zeros((3, 2)), [1.0])
     with pytest.raises(ValueError, match="angles"):
         dg.wasserstein_circle(np.zeros((3, 3)), [1.0])
+
+
+def test_circle_tokens_need_a_direction_and_period_two_pi():
+    """Tokens on S^1 have angles of period 2π (another period was silently used) and a zero
+    token has no angle (arctan2 gave it 0) (issue 37 part 9)."""
+    t = np.array([[1.0, 0.0], [0.0, 1.0], [-1.0, 0.0]])
+    s = np.array([[0.6, 0.8], [0.0, -1.0], [1.0, 0.0]])
+    angles = lambda z: np.arctan2(z[:, 1], z[:, 0])  # noqa: E731
+    np.testing.assert_allclose(dg.wasserstein_circle(t, s), dg.wasserstein_circle(angles(t), angles(s)), rtol=1e-12)
+    with pytest.raises(ValueError, match=r"period must be 2π when x and y are tokens on S\^1"):
+        dg.wasserstein_circle(t, s, period=1.0)
+    with pytest.raises(ValueError, match=r"period must be 2π when y is tokens"):
+        dg.wasserstein_circle(angles(t), s, period=3.0)
+    with pytest.raises(ValueError, match=r"x\[1\] is the zero vector: a token on S\^1 needs a direction"):
+        dg.wasserstein_circle(np.array([[1.0, 0.0], [0.0, 0.0], [1.0, 1.0]]), s)
+    f = eqx.filter_jit(lambda z: dg.wasserstein_circle(z, s))
+    with pytest.raises(Exception, match="x holds a zero vector"):
+        jax.block_until_ready(f(jnp.array([[1.0, 0.0], [0.0, 0.0], [1.0, 1.0]])))
+    # a traced period: refused by the type checks on in tests, else by eqx.error_if (the fuzz)
+    with pytest.raises(Exception, match="period"):
+        jax.block_until_ready(eqx.filter_jit(lambda pr: dg.wasserstein_circle(t, s, period=pr))(jnp.asarray(3.0)))
+
+
+@pytest.mark.parametrize("p", [400.0, 2000.0, 1e300])
+def test_wasserstein_line_at_large_p(p):
+    """W_p -> the largest gap of the quantile functions as p grows; |gap|^p overflowed (gaps > 1)
+    or underflowed (gaps < 1) to inf or 0 (issue 37 part 9). Reference: NumPy on the sorted
+    points (uniform weights, equal sizes: the quantile functions pair them in order), the mean
+    of (gap/max)^p taken with the largest gap factored out."""
+    x, y = np.array([0.1, 1.0, 2.0]), np.array([0.3, 1.5, 4.0])
+    for scale in (1.0, 1e3, 1e-3):
+        gaps = np.abs(np.sort(x) - np.sort(y)) * scale  # uniform weights, equal sizes: matched in order
+        top = gaps.max()
+        ref = top * np.mean((gaps / top) ** p) ** (1 / p)
+        got = float(dg.wasserstein_line(x * scale, y * scale, p=p))
+        assert np.isfinite(got) and got == pytest.approx(ref, rel=1e-12)

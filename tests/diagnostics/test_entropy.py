@@ -82,3 +82,17 @@ def test_check_normalized():
         D.check_normalized(lambda x: target(x) + 1.0, 2, scale=2.0)
     with pytest.raises(ValueError, match="dim 1, 2 or 3"):
         D.check_normalized(target, 4)
+
+
+@pytest.mark.parametrize("x, log_rho, message", [
+    (np.eye(3, 2).astype(complex), np.zeros(3), r"x must be a real floating array, got dtype complex128"),
+    (np.full((3, 2), "a"), np.zeros(3), r"x must be a real floating array"),
+    (np.array([[np.nan, 0.0], [0.0, 1.0], [0.6, 0.8]]), np.zeros(3), r"x must be finite, but x\[0, 0\] = nan"),
+    (np.eye(3, 2), np.zeros(3, complex), r"log_rho must be a real floating array, got dtype complex128"),
+    (np.eye(3, 2), np.full(3, "a"), r"log_rho must be a real floating array"),
+])
+def test_relative_entropy_checks_tokens_and_real_dtypes(x, log_rho, message):
+    """The tokens are checked as tokens (real, finite, (n, d)) and log ρ must be real: a complex
+    log ρ was summed as complex, string tokens failed inside JAX (issue 37 part 9)."""
+    with pytest.raises(ValueError, match=message):
+        tp.diagnostics.relative_entropy(x, log_rho, lambda z: -jnp.sum(z**2, -1))

@@ -197,6 +197,8 @@ REGISTRY: list[Entry] = [
           (Param("d", bad=INT_GE1), BETA)),
     Entry("SoftmaxAttention.velocity", _velocity(ATTN), lambda: dict(x=X.copy(), weights=W.copy()), (X_P, W_P),
           covers=("AbstractAttention", "AbstractDynamics")),
+    Entry("SoftmaxAttention.gaussian_velocity", ATTN.gaussian_velocity, lambda: dict(mean=np.zeros(D), cov=np.eye(D)),
+          (Param("mean", bad=ARRAY, traced=True), Param("cov", bad=ARRAY + ("neg",), traced=True))),
     Entry("L2Attention", tp.L2Attention, _qkv(), (BETA, *QKV)),
     Entry("UnnormalizedAttention", tp.UnnormalizedAttention, _qkv(shift=0.0),
           (BETA, Param("shift", bad=FINITE, ok=("neg",), traced=True))),
@@ -227,6 +229,11 @@ REGISTRY: list[Entry] = [
     Entry("LNScaling", tp.LNScaling, lambda: dict(dynamics=ATTN, depth_scale=1.0),
           (Param("depth_scale", bad=("nan", "inf", "str"), traced=True),)),
     Entry("PreLN", tp.PreLN, lambda: dict(dynamics=ATTN), (Param("dynamics", bad=("str", "none")),)),
+    Entry("PreLN.velocity", _velocity(tp.PreLN(ATTN)), lambda: dict(x=X.copy(), weights=W.copy()),
+          (Param("x", bad=X_P.bad + ("zero",), traced=True),)),  # zero: no direction x/|x|
+    Entry("LNScaling.velocity", lambda x, t: tp.LNScaling(ATTN, 1e-4).velocity(x, None, t),
+          lambda: dict(x=X.copy(), t=0.5),  # h0 = 1e-4: every negative t drawn is before the first layer
+          (Param("t", bad=FINITE + ("neg",), ok=("zero",), traced=True),)),
     Entry("PeriLN", tp.PeriLN, lambda: dict(dynamics=ATTN), (Param("dynamics", bad=("str", "none")),)),
     Entry("Sphere", tp.Sphere, lambda: dict(dynamics=ATTN), (Param("dynamics", bad=("str", "none", "shape")),)),
     Entry("RandomBatch", tp.RandomBatch, lambda: dict(attention=ATTN, batch_size=2, step=0.1, key=KEY),
@@ -340,7 +347,7 @@ REGISTRY: list[Entry] = [
           lambda: dict(x=X.copy(), y=X[::-1] + 0.1, a=W.copy(), p=2.0),
           (Param("p", bad=("nan", "inf", "neg", "zero", "str")), Param("a", bad=("nan", "inf", "neg", "shape", "huge")), X_CONCRETE)),
     *[Entry(f"diagnostics.{f.__name__}", f, _sinkhorn_args,
-            (Param("epsilon", bad=POS), Param("p", bad=("nan", "inf", "neg", "zero", "str")),
+            (Param("epsilon", bad=POS, traced=True), Param("p", bad=("nan", "inf", "neg", "zero", "str")),
              Param("threshold", bad=POS), Param("max_iterations", bad=INT_GE1),
              Param("a", bad=("nan", "inf", "neg", "shape", "huge")), X_P))
       for f in (diagnostics.sinkhorn_divergence, diagnostics.sinkhorn_wasserstein,
@@ -352,9 +359,14 @@ REGISTRY: list[Entry] = [
     Entry("diagnostics.wasserstein_circle", diagnostics.wasserstein_circle,
           lambda: dict(x=np.array([0.1, 1.0, 2.0]), y=np.array([0.3, 1.5, 4.0]), period=2 * np.pi),
           (Param("period", bad=POS), Param("x", bad=("nan", "inf", "shape")))),
+    Entry("diagnostics.wasserstein_circle.tokens", diagnostics.wasserstein_circle,  # tokens on S^1, (n, 2)
+          lambda: dict(x=X.copy(), y=np.array([[0.0, 1.0], [-1.0, 0.0], [0.8, -0.6]]), period=2 * np.pi),
+          (Param("x", bad=("nan", "inf", "zero"), traced=True),  # zero: no angle (arctan2 said 0)
+           Param("period", bad=POS + ("huge",), traced=True))),  # huge: not 2π
     Entry("diagnostics.wasserstein_line", diagnostics.wasserstein_line,
           lambda: dict(x=np.array([0.1, 1.0, 2.0]), y=np.array([0.3, 1.5, 4.0]), p=1.0),
-          (Param("p", bad=("nan", "inf", "neg", "zero", "str")), Param("x", bad=("nan", "inf", "shape")))),
+          (Param("p", bad=("nan", "inf", "neg", "zero", "str"), ok=("huge",)),  # huge p: |gap|^p overflowed
+           Param("x", bad=("nan", "inf", "shape")))),
     Entry("diagnostics.attention_matrix", diagnostics.attention_matrix, lambda: dict(x=X.copy(), beta=1.0, weights=W.copy()),
           (Param("beta", bad=FINITE, ok=("neg", "zero"), traced=True), W_P, X_P)),
     *[Entry(f"diagnostics.{f.__name__}", f, lambda: dict(x=X.copy(), beta=1.0, weights=W.copy()),
@@ -374,7 +386,8 @@ REGISTRY: list[Entry] = [
            Param("tol", bad=POS))),
     Entry("diagnostics.relative_entropy", diagnostics.relative_entropy,
           lambda: dict(x=X.copy(), log_rho=np.zeros(3), log_target=lambda z: -jnp.sum(z ** 2, -1), weights=W.copy()),
-          (W_P, Param("log_rho", bad=("nan", "shape")))),
+          (W_P, Param("log_rho", bad=("nan", "shape", "dtype")),
+           Param("x", bad=("nan", "inf", "shape", "dtype"), traced=True))),
     Entry("diagnostics.kde_critical_points", diagnostics.kde_critical_points,
           lambda: dict(samples=np.array([0.1, 0.2, 2.0]), beta=4.0, resolution=0.1),
           (Param("beta", bad=POS), Param("resolution", bad=POS), Param("block", bad=INT_GE1),
@@ -386,11 +399,11 @@ REGISTRY: list[Entry] = [
     Entry("diagnostics.lipschitz_rate", diagnostics.lipschitz_rate, lambda: dict(attn=ATTN, R=1.0),
           (Param("R", bad=("nan", "inf", "neg", "str")),)),
     Entry("diagnostics.stability_bound", diagnostics.stability_bound, lambda: dict(attn=ATTN, R0=1.0, ts=np.array([0.0, 0.5])),
-          (Param("R0", bad=("nan", "inf", "neg", "str")), Param("ts", bad=("nan", "inf", "shape")),
+          (Param("R0", bad=("nan", "inf", "neg", "str"), traced=True), Param("ts", bad=("nan", "inf", "shape")),
            Param("substeps", bad=INT_GE1))),
     Entry("diagnostics.support_radius_bound", diagnostics.support_radius_bound,
           lambda: dict(attn=ATTN, R0=1.0, ts=np.array([0.0, 0.5])),
-          (Param("R0", bad=("nan", "inf", "neg", "str")), Param("ts", bad=("nan", "inf", "shape")))),
+          (Param("R0", bad=("nan", "inf", "neg", "str"), traced=True), Param("ts", bad=("nan", "inf", "shape")))),
     Entry("diagnostics.value_norm_integral", diagnostics.value_norm_integral, lambda: dict(attn=ATTN, ts=np.array([0.0, 0.5])),
           (Param("ts", bad=("nan", "inf", "shape")), Param("substeps", bad=INT_GE1))),
     # --- theory
@@ -536,7 +549,7 @@ REGISTRY: list[Entry] = [
           covers=("statistics.RateFit",)),
     Entry("sweep", tp.sweep, lambda: dict(fn=_sweep_fn, axes={"beta": [0.5, 1.0]}),
           (Param("axes", bad=("nan", "inf", "str", "none", "shape")), Param("chunk_size", bad=INT_GE1),
-           Param("max_memory", bad=INT_GE1))),
+           Param("max_memory", bad=INT_GE1), Param("static", bad=("str", "huge", "vector")))),
     Entry("sweeps.first_time", sweeps.first_time, lambda: dict(ts=np.array([0.0, 0.5, 1.0]), condition=np.array([False, True, True])),
           (Param("ts", bad=("nan", "inf", "shape")),)),
     Entry("fit", tp.fit, lambda: dict(model=ATTN, loss=_loss, optimizer=optax.sgd(0.1), steps=2),
@@ -562,7 +575,7 @@ REGISTRY: list[Entry] = [
     Entry("kernels.log_weights", kernels.log_weights, lambda: dict(weights=W.copy()), (W_P,)),
     # --- runs
     Entry("runs.Checkpoint", tp.runs.Checkpoint, lambda: dict(directory="/nonexistent-fuzz", every=2),
-          (Param("every", bad=INT_GE1),)),
+          (Param("every", bad=INT_GE1), Param("directory", bad=("none", "huge")))),
     Entry("runs.lower_program", tp.runs.lower_program,
           lambda: dict(fn=_program_to_lower, static=(2.0,), args=(X.copy(),)),
           (Param("fn", bad=OBJECT), Param("static", bad=OBJECT), Param("args", bad=OBJECT + ("shape",)),

@@ -1,8 +1,9 @@
 """The command line, fuzzed (issue 25): for every experiment and every option of its Config,
-generated bad text (NaN, inf, a non-number, an empty item, a non-integer for an integer, a value
-just outside the declared ``Annotated`` range, an overflowing number, an unknown variant, a
-duplicated list item) is refused by the option parsing, in-process: exit status 2, one line on
-stderr naming the option, and no run directory made. Nothing is run: ``run_experiment`` is
+generated bad text (NaN, inf, a non-number, a number beyond a normal float32 (the runs' dtype),
+an empty item, a non-integer for an integer, a value just outside the declared ``Annotated``
+range, an overflowing number, an unknown variant, a duplicated list item) is refused by the
+option parsing, in-process: exit status 2, one line on stderr naming the option, and no run
+directory made. Nothing is run: ``run_experiment`` is
 replaced by a stub that fails the test if parsing ever lets a bad value through.
 """
 
@@ -65,7 +66,7 @@ def bad_texts(exp, name: str) -> list[str]:
         texts = ["nan", "inf", "2.5", "abc", "", "1e3", str(big), str(-(2**31) - 1)]
         texts += [_fmt(v, int) for v in _outside(bounds)]
     elif scalar is float:
-        texts = ["nan", "inf", "-inf", "abc", "", "1e400", "0x"]
+        texts = ["nan", "inf", "-inf", "abc", "", "1e400", "0x", "1e39", "1e-40"]  # the last two: not float32
         texts += [_fmt(v, float) for v in _outside(bounds)]
     else:  # free text: no bad value of its own
         return []

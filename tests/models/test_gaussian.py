@@ -1,6 +1,7 @@
 """The Gaussian closure (euclidean.md §4–5) against particles, closed forms and bounds."""
 
 import diffrax
+import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -341,3 +342,15 @@ def test_float32_closure_solve():
     assert s32.covs.dtype == jnp.float32 and s32.means.dtype == jnp.float32
     np.testing.assert_allclose(s32.covs, s64.covs, rtol=1e-5, atol=1e-6)
     np.testing.assert_allclose(s32.means, s64.means, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("jit", [False, True])
+def test_gaussian_velocity_refuses_a_negative_definite_covariance(jit):
+    """-I is symmetric and finite but no covariance: refused naming cov (it was used silently);
+    a degenerate (rank-one) covariance is a state and is accepted."""
+    attn = tp.SoftmaxAttention.identity(2, 1.0)
+    f = eqx.filter_jit(attn.gaussian_velocity) if jit else attn.gaussian_velocity
+    with pytest.raises(Exception, match=r"cov must be positive semi-definite"):
+        jax.block_until_ready(f(jnp.zeros(2), -jnp.eye(2)))
+    dm, dc = f(jnp.zeros(2), jnp.array([[1.0, 0.0], [0.0, 0.0]]))
+    assert np.all(np.isfinite(np.asarray(dc)))

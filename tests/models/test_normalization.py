@@ -9,6 +9,7 @@ values alike. Layer index l is 0-based; t_l = l h.
 import math
 
 import diffrax
+import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -508,3 +509,40 @@ def test_post_ln_integrated_by_a_high_order_solver_is_the_sphere_flow():
     post = tp.solve(tp.PostLN(attn), x0, t1=2.0, dt0=0.01, stepsize_controller=ctrl).final
     proj = tp.solve(tp.Sphere(attn), x0, t1=2.0, dt0=0.01, stepsize_controller=ctrl).final
     np.testing.assert_allclose(post, proj, atol=1e-8)
+
+
+@pytest.mark.parametrize("jit", [False, True])
+def test_causes_named_zero_token_and_time_before_the_first_layer(jit):
+    """Pre-LN's zero token and LN-scaling before its first layer name their cause (both were
+    "finite tokens gave a non-finite velocity"), concrete and under jit; a token whose squares
+    underflow float32 is a zero token too."""
+    A = tp.SoftmaxAttention.identity(2, 1.0)
+    wrap = eqx.filter_jit if jit else (lambda f: f)
+    x = jnp.array([[1.0, 0.0], [0.0, 0.0], [0.6, 0.8]])
+    with pytest.raises(Exception, match=r"zero vector .*needs its direction"):
+        jax.block_until_ready(wrap(lambda x: tp.PreLN(A).velocity(x))(x))
+    tiny = jnp.array([[1e-30, 0.0], [1.0, 0.0]], jnp.float32)
+    with pytest.raises(Exception, match=r"zero vector \(\|x\| = 0 in float32\)"):
+        jax.block_until_ready(wrap(lambda x: tp.PreLN(A).velocity(x))(tiny))
+    ln = tp.LNScaling(A, 1.0)
+    with pytest.raises(Exception, match=r"LNScaling: t .*before the first layer"):
+        jax.block_until_ready(wrap(lambda t: ln.velocity(x[::2], None, t))(jnp.asarray(-1.0)))
+    assert np.all(np.isfinite(wrap(lambda t: ln.velocity(x[::2], None, t))(jnp.asarray(-0.5))))
+
+
+def test_runs_starting_before_the_first_layer_are_refused():
+    A = tp.SoftmaxAttention.identity(2, 1.0)
+    x = np.array([[1.0, 0.0], [0.6, 0.8]])
+    with pytest.raises(ValueError, match=r"t0 = -2 is before the first layer.*t0 > -depth_scale = -1"):
+        tp.layers(tp.LNScaling(A, 1.0), x, 3, 0.1, t0=-2.0)
+    with pytest.raises(ValueError, match=r"t0 = -3 is before the first layer"):
+        tp.solve(tp.LNScaling(A, 1.0), x, t0=-3.0, t1=0.0, dt0=0.1)
+
+
+def test_solve_of_a_plain_ode_has_no_time_domain_to_check():
+    """tp.solve of an ODE that is not a token dynamics (a reduced ODE) runs as before: only token
+    dynamics declare the times they are defined at."""
+    from transformer_pde.theory.equiangular import SAReducedODE
+
+    sol = tp.solve(SAReducedODE(4, jnp.asarray(1.0)), jnp.asarray([0.2]), t1=0.2, dt0=0.1)
+    assert np.all(np.isfinite(np.asarray(sol.xs)))

@@ -68,7 +68,7 @@ def value_norm_integral(attn, ts, t0=0.0, substeps: int = 64) -> jax.Array:
 def support_radius_bound(attn, R0, ts, t0=0.0) -> jax.Array:
     r"""R(t) ≤ R₀ exp(∫_{t0}^t ‖V(τ)‖ dτ) (docs: math/attention.md#support-and-stability-bounds),
     for softmax, ℓ², Sinkhorn and multi-head attention (with Σ_h‖W_hV_h‖), at each t of ``ts``."""
-    check_scalar(R0, "R0", nonnegative=True)
+    R0 = check_scalar(R0, "R0", nonnegative=True)  # traced: its check is the value used
     return R0 * jnp.exp(value_norm_integral(attn, ts, t0))
 
 
@@ -95,7 +95,7 @@ def stability_bound(attn, R0, ts, t0=0.0, substeps: int = 64) -> jax.Array:
     The integral uses right-endpoint sums on ``substeps`` cells per interval: L(R(τ)) is
     non-decreasing in τ, so the result is an upper bound of the exact expression.
     """
-    check_scalar(R0, "R0", nonnegative=True)
+    R0 = check_scalar(R0, "R0", nonnegative=True)  # traced: its check is the value used
     substeps = check_int(substeps, "substeps", minimum=1)
     ts = _check_times(ts)
     edges = jnp.concatenate([jnp.asarray([t0], ts.dtype), ts])

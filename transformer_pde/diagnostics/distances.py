@@ -94,7 +94,7 @@ def _checked_divergence(x, y, a, b, epsilon, p, threshold, max_iterations, batch
     y = check_points(y, "y", x.shape[1])
     a = check_weights(a, x.shape[0], x.dtype, "a")
     b = check_weights(b, y.shape[0], y.dtype, "b")
-    check_scalar(epsilon, "epsilon", positive=True)
+    epsilon = check_scalar(epsilon, "epsilon", positive=True)  # traced: its check is the value used
     check_scalar(p, "p")
     if not float(p) >= 1:
         raise ValueError(f"p must be >= 1, got {p}")

@@ -17,10 +17,11 @@ from __future__ import annotations
 
 import math
 
+import equinox as eqx
 import jax
 import jax.numpy as jnp
 
-from .._checks import as_float_array, check_finite, check_scalar, check_weights
+from .._checks import as_float_array, check_finite, check_scalar, check_weights, is_concrete
 
 
 def _line_points(x, name):
@@ -74,34 +75,62 @@ def _wasserstein_line(x, y, a, b, p):
     du, gap = _quantile_steps(x, y, a, b)
     if p == 1.0:
         return jnp.sum(du * jnp.abs(gap))
-    return jnp.sum(du * jnp.abs(gap) ** p) ** (1.0 / p)
+    g = jnp.abs(gap)
+    direct = jnp.sum(du * g**p) ** (1.0 / p)
+    # |gap|^p overflows (or underflows to 0) for large p: the same sum with the largest gap
+    # factored out, M (Σ du (|gap|/M)^p)^{1/p}, wherever the direct one is not finite and positive
+    big = jnp.max(jnp.where(du > 0, g, 0.0))
+    safe = jnp.where(big > 0, big, 1.0)
+    scaled = big * jnp.sum(du * (g / safe) ** p) ** (1.0 / p)
+    return jnp.where(jnp.isfinite(direct) & ((direct > 0) | (big == 0)), direct, scaled)
 
 
 def _angles(x, name):
+    """``(angles, are_tokens)``: angles ``(n,)`` as given, or the angles of tokens ``(n, 2)``
+    (nonzero: a zero token has no angle; arctan2 gave it 0)."""
     x = as_float_array(x, name)
-    if x.ndim == 2 and x.shape[1] == 2:  # tokens on S^1: their angles
+    tokens = x.ndim == 2 and x.shape[1] == 2
+    if tokens:  # tokens on S^1: their angles
+        x = check_finite(x, name)
+        zero = jnp.all(x == 0, axis=1)
+        if is_concrete(zero):
+            if bool(jnp.any(zero)):
+                raise ValueError(f"{name}[{int(jnp.argmax(zero))}] is the zero vector: a token on S^1 "
+                                 f"needs a direction (its angle)")
+        else:
+            x = eqx.error_if(x, jnp.any(zero), f"{name} holds a zero vector: a token on S^1 needs a "
+                             f"direction (its angle)")
         x = jnp.arctan2(x[:, 1], x[:, 0])
     if x.ndim != 1 or x.shape[0] < 1:
         raise ValueError(f"{name} must hold angles, shape (n,), or points on S^1, shape (n, 2), with "
                          f"n >= 1, got shape {x.shape}")
-    return check_finite(x, name)
+    return (x if tokens else check_finite(x, name)), tokens  # finite tokens have finite angles
 
 
 def wasserstein_circle(x, y, a=None, b=None, *, period: float = 2 * math.pi) -> jax.Array:
     r"""Exact W_1(μ, ν) on the circle R/(period·Z) for the arc-length distance.
 
     ``x``, ``y``: angles ``(n,)`` (any real numbers, read modulo ``period``) or tokens on S^1,
-    ``(n, 2)`` (their angles ``arctan2``; then ``period`` must be 2π). With the masses of both
+    ``(n, 2)`` (their angles ``arctan2``: no zero token, and ``period`` must be 2π; a ValueError
+    names either, ``eqx.error_if`` under jit). With the masses of both
     measures sorted around the circle, F_μ − F_ν is a step function with steps D_k on arcs of
     lengths ℓ_k, and W_1 = Σ_k ℓ_k |D_k − c*| with c* a weighted median of the D_k (weights ℓ_k):
     the minimum over the origin-dependent constant, computed exactly.
     """
-    x = _angles(x, "x")
-    y = _angles(y, "y")
+    (x, x_tokens), (y, y_tokens) = _angles(x, "x"), _angles(y, "y")
     dtype = jnp.result_type(x.dtype, y.dtype)
     a = check_weights(a, x.shape[0], dtype, "a")
     b = check_weights(b, y.shape[0], dtype, "b")
-    check_scalar(period, "period", positive=True)
+    period = check_scalar(period, "period", positive=True)
+    if x_tokens or y_tokens:  # their angles lie on a circle of length 2π: no other period
+        which = "x and y are" if x_tokens and y_tokens else ("x is" if x_tokens else "y is")
+        why = f"{which} tokens on S^1, whose angles have period 2π"
+        if is_concrete(period):
+            if not math.isclose(float(period), 2 * math.pi, rel_tol=1e-6):
+                raise ValueError(f"period must be 2π when {why}, got {float(period)!r}")
+        else:
+            period = eqx.error_if(period, jnp.abs(period - 2 * math.pi) > 1e-6 * 2 * math.pi,
+                                  f"period must be 2π when {why}")
     return _wasserstein_circle(x.astype(dtype), y.astype(dtype), a, b, jnp.asarray(period, dtype))
 
 

@@ -22,7 +22,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .._checks import check_count, check_scalar, check_weights, is_concrete
+from .._checks import as_float_array, check_count, check_points, check_scalar, check_weights, is_concrete
 
 __all__ = ["check_normalized", "relative_entropy"]
 
@@ -44,10 +44,8 @@ def relative_entropy(x, log_rho, log_target: Callable, weights=None):
     """
     if not callable(log_target):
         raise ValueError(f"log_target must be a function x -> log ν(x), got {log_target!r}")
-    x = jnp.asarray(x)
-    if x.ndim != 2:
-        raise ValueError(f"relative_entropy: x must have shape (n, d), got {x.shape}")
-    log_rho = jnp.asarray(log_rho)
+    x = check_points(x, "x")  # a real floating (n, d) array, finite
+    log_rho = as_float_array(log_rho, "log_rho")  # real: its NaN and +inf are checked below
     if log_rho.shape != x.shape[:1]:
         raise ValueError(f"relative_entropy: log_rho must have shape ({x.shape[0]},), got {log_rho.shape}")
     w = check_weights(weights, x.shape[0], x.dtype)

@@ -18,8 +18,10 @@ Configs derive from :class:`Options`: constructing one checks every field agains
 (so a config built in Python is checked like one from the command line), then against the range
 declared with it in the annotated-types vocabulary (``n: Annotated[int, Ge(2)]``; ``Gt``, ``Le``,
 ``Lt``, ``Interval(gt=0, le=1)``), then runs its ``validate()``, which keeps the checks between
-options. The help text of an option is the docstring under its field (PEP 257 attribute
-docstrings, :func:`option_docs`).
+options, then bounds its sizes: ``footprint()`` declares the run's largest arrays by the options
+that size them, and one above :data:`ELEMENT_BUDGET` elements is refused, naming them. Floats must
+be normal float32 numbers (the dtype of the runs): 1e39 and 1e-40 are refused. The help text of an
+option is the docstring under its field (PEP 257 attribute docstrings, :func:`option_docs`).
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ import dataclasses
 import functools
 import inspect
 import math
+import re
 import textwrap
 import typing
 from typing import Annotated, Literal
@@ -74,6 +77,11 @@ def format_value(value) -> str:
 
 # ----------------------------------------------------------------------------- checking values
 
+FLOAT32_MAX = 3.4028234663852886e38
+"""The largest finite float32 (``np.finfo(np.float32).max``; this module imports no NumPy)."""
+FLOAT32_TINY = 1.1754943508222875e-38
+"""The smallest normal float32 (``np.finfo(np.float32).tiny``): XLA flushes smaller ones to zero."""
+
 
 def _coerce_scalar(where: str, typ, value):
     """One scalar (or one list item) against its type; ints are accepted for floats."""
@@ -101,6 +109,11 @@ def _coerce_scalar(where: str, typ, value):
             raise ValueError(f"{where} must not be NaN")
         if math.isinf(out):
             raise ValueError(f"{where} must be finite, got {value!r}")
+        if out != 0 and not FLOAT32_TINY <= abs(out) <= FLOAT32_MAX:
+            # checked in the dtype the runs use: 1e39 is finite here and inf in float32, 1e-40 a
+            # positive step here and zero (flushed subnormal) in XLA's float32
+            raise ValueError(f"{where} must be 0 or of magnitude in [{FLOAT32_TINY:.3g}, {FLOAT32_MAX:.3g}] "
+                             f"(a normal float32: the runs compute in float32), got {value!r}")
         return out
     if typ is str:
         if not isinstance(value, str):
@@ -302,7 +315,8 @@ class Options:
 
     On construction every field is checked against its annotation (:func:`coerce_option`;
     ints become floats for float fields, lists become tuples), then against its declared range
-    (``Annotated[int, Ge(2)]``, annotated-types), then :meth:`validate` runs.
+    (``Annotated[int, Ge(2)]``, annotated-types), then :meth:`validate` runs, then the sizes of
+    :meth:`footprint` are checked against :data:`ELEMENT_BUDGET`.
     """
 
     def __post_init__(self):
@@ -313,10 +327,56 @@ class Options:
             object.__setattr__(self, name, values[name])
         _check_bounds(values, option_bounds(type(self)))
         self.validate()
+        _check_footprint(self)
 
     def validate(self) -> None:
         """The experiment's own checks: those between options, and ranges that depend on
         another option."""
+
+    def footprint(self) -> dict[str, tuple[tuple[str, int], ...]]:
+        """The run's largest arrays, known from the options before the run: what each holds ->
+        its axes as (name, length) pairs (:func:`sizes` makes them from option names). Checked
+        against :data:`ELEMENT_BUDGET` on construction, so a run that could not be held in memory
+        is refused before its directory is made, naming the options that size it. The base
+        declares none."""
+        return {}
+
+
+# ----------------------------------------------------------------------------- size budget
+
+ELEMENT_BUDGET = 2**31
+"""The most elements one array of a run may hold: 8 GiB in float32, 16 GiB in float64 (a
+run's largest array, as :meth:`Options.footprint` declares it). A run beyond it would exhaust
+the memory of the machines the experiments are sized for, after minutes of work."""
+
+
+def sizes(cfg, *axes) -> tuple[tuple[str, int], ...]:
+    """The axes of an array for :meth:`Options.footprint`: an option name (a list option counts
+    its items; a property such as ``num_layers`` its value) or an explicit ``(label, length)``."""
+    out = []
+    for axis in axes:
+        if isinstance(axis, tuple):
+            out.append((axis[0], int(axis[1])))
+        else:
+            value = getattr(cfg, axis)
+            out.append((axis, len(value) if isinstance(value, tuple) else int(value)))
+    return tuple(out)
+
+
+def _check_footprint(cfg) -> None:
+    """Raise naming the options when an array of :meth:`Options.footprint` exceeds the budget."""
+    fields = {f.name for f in dataclasses.fields(cfg)}
+    for what, axes in cfg.footprint().items():
+        elements = math.prod(n for _, n in axes)  # a Python int: no overflow
+        if elements > ELEMENT_BUDGET:
+            names = " × ".join(label for label, _ in axes)
+            values = " × ".join(str(n) for _, n in axes)
+            # the options named in the labels ("min(n, max_tokens_saved)" names two)
+            options = list(dict.fromkeys(w for label, _ in axes for w in re.findall(r"[A-Za-z_]\w*", label)
+                                         if w in fields))
+            lower = f"; lower {' or '.join(options)}" if options else ""
+            raise ValueError(f"the run would hold {what} of {names} = {values} = {elements:.3g} elements, "
+                             f"above the budget of 2**31 elements (8 GiB in float32){lower}")
 
 
 # ----------------------------------------------------------------------------- checks in validate()
@@ -328,5 +388,6 @@ def require_at_least(cfg, **bounds) -> None:
     _check_bounds(dataclasses.asdict(cfg), {k: (at.Ge(b),) for k, b in bounds.items()})
 
 
-__all__ = ["COMMON_HELP", "Options", "coerce_option", "describe_range", "format_value", "list_item_type",
-           "option_bounds", "option_docs", "parse_option_text", "require_at_least", "type_name"]
+__all__ = ["COMMON_HELP", "ELEMENT_BUDGET", "FLOAT32_MAX", "FLOAT32_TINY", "Options", "coerce_option",
+           "describe_range", "format_value", "list_item_type", "option_bounds", "option_docs", "parse_option_text",
+           "require_at_least", "sizes", "type_name"]

@@ -23,7 +23,7 @@ import transformer_pde as tp
 from .._lazy import diffrax, jax, jnp
 from ..runs.result import Result, grid
 from ._base import Experiment, register
-from ._options import Options
+from ._options import Options, sizes
 
 
 @dataclasses.dataclass(frozen=True)
@@ -45,6 +45,9 @@ class CausalClusteringConfig(Options):
     """β of the long run (t_long) in which every token reaches x_1(0)."""
     t_long: Annotated[float, Gt(0)] = 100.0
     """a run long enough to reach the limit x_1(0) (small β)"""
+
+    def footprint(self):
+        return {"attention scores": sizes(self, "n", "n")}  # one run at a time, dense causal scores
 
 
 def compute(cfg: CausalClusteringConfig, progress: bool = False) -> Result:

@@ -46,7 +46,7 @@ from .._lazy import diffrax, jax, jnp
 from ..runs.result import Result
 from ._base import Experiment, register
 from ._common import MODELS, STAGE_RADIUS, kernel_backend, model_dynamics, rescaled_usa_step
-from ._options import Options
+from ._options import Options, sizes
 
 # GKPR kinetic.py's fixed start of the five-token circle movie (unit to 1e-8; normalized on use)
 KINETIC_Z0 = np.array([
@@ -95,6 +95,12 @@ class ClusteringConfig(Options):
     start: Literal["uniform", "kinetic"] = "uniform"
     """'uniform': i.i.d. uniform on S^{d-1} (seed); 'kinetic': GKPR kinetic.py's five tokens on
     the circle (n = 5, d = 2)."""
+
+    def footprint(self):
+        # the statistics see at most max_tokens_saved tokens, every save at once (pairs: counts)
+        m = ("min(n, max_tokens_saved)", min(self.n, self.max_tokens_saved))
+        return {"pair statistics of the saves": sizes(self, "num_saves", m, m),
+                "saved trajectory": sizes(self, "num_saves", m, "d"), "tokens": sizes(self, "n", "d")}
 
     def validate(self):
         if self.start == "kinetic" and (self.n, self.d) != (5, 2):

@@ -44,7 +44,7 @@ from .._lazy import jax, jnp
 from ..runs.result import Result, grid
 from ._base import Experiment, register
 from ._common import EUCLIDEAN_ATTENTIONS, kernel_backend
-from ._options import Options, require_at_least
+from ._options import Options, require_at_least, sizes
 from ._progress import progress_bar
 
 _LABELS = {
@@ -143,6 +143,16 @@ class ConvergenceConfig(Options):
             raise ValueError(f"the quadrature reference on R^d needs d <= 3, got d={self.d}")
         if not self.log2_n_min < self.log2_n_max:
             raise ValueError(f"need log2_n_min < log2_n_max, got {self.log2_n_min}, {self.log2_n_max}")
+
+    def footprint(self):
+        # the largest study runs 2^log2_n_max tokens per seed; Sinkhorn holds n x n costs up to 2^log2_w2_max
+        def two_to(name):
+            return (f"2^{name}", 2 ** min(max(getattr(self, name), 0), 62))  # 2^62: over any budget
+
+        w2 = ("2^min(log2_w2_max, log2_n_max)", 2 ** min(max(min(self.log2_w2_max, self.log2_n_max), 0), 62))
+        return {"tokens of the largest runs": sizes(self, "seeds", two_to("log2_n_max"), "d"),
+                "reference tokens": sizes(self, two_to("log2_n_ref"), "d"),
+                "Sinkhorn costs": sizes(self, w2, w2)}
 
 
 def setup(cfg: ConvergenceConfig):

@@ -40,7 +40,7 @@ from .._lazy import jax, jnp
 from ..runs.result import Result
 from ._base import Experiment, register
 from ._common import pid
-from ._options import Options
+from ._options import Options, sizes
 
 
 @dataclasses.dataclass(frozen=True)
@@ -67,6 +67,9 @@ class EnergyFlowConfig(Options):
         for d2 in np.asarray(self.indefinite_d2):
             out[f"indefinite_{d2:g}"] = np.diag([-1.0, d2])
         return out
+
+    def footprint(self):
+        return {"pair energies of the saves": sizes(self, "num_saves", "n", "n")}
 
 
 def energy_flow(D, beta, sign: int) -> tp.Sphere:

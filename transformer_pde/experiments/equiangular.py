@@ -29,7 +29,7 @@ from .._lazy import diffrax, jax, jnp
 from ..runs.result import Result
 from ._base import Experiment, register
 from ._common import MODELS, model_dynamics, pid
-from ._options import Options
+from ._options import Options, sizes
 from ._progress import solver_meter
 
 
@@ -56,6 +56,9 @@ class EquiangularConfig(Options):
         if not -1.0 / (self.n - 1) - 1e-12 <= self.rho0 < 1:
             raise ValueError(f"rho0 must lie in [-1/(n-1), 1) = [{-1 / (self.n - 1):.4g}, 1), "
                              f"got {self.rho0}")
+
+    def footprint(self):
+        return {"pair statistics of the saves": sizes(self, "betas", "models", "num_saves", "n", "n")}
 
 
 def _controller(cfg, dtype):

@@ -37,7 +37,7 @@ import transformer_pde as tp
 from .._lazy import diffrax, jax, jnp
 from ..runs.result import Result, grid
 from ._base import Experiment, register
-from ._options import Options
+from ._options import Options, sizes
 from ._progress import progress_bar
 
 REGIMES = ("zero", "line", "two-lines", "blowup", "mixed")
@@ -73,6 +73,9 @@ class AnisotropyConfig(Options):
     """Regimes to run: zero, line, two-lines, blowup, mixed (the module docstring says what each shows)."""
     variants: tuple[Variant, ...] = VARIANTS
     """Attention variants run in every regime: softmax, l2, multihead (H = 2), sinkhorn."""
+
+    def footprint(self):
+        return {"moment trajectories": sizes(self, "variants", "grid", "grid", "num_saves", ("d × d", 4))}
 
 
 def to_cone(covs):

@@ -31,7 +31,7 @@ from .._lazy import diffrax, jax, jnp
 from ..runs.result import Result, grid
 from ._base import Experiment, register
 from ._common import ATTENTIONS
-from ._options import Options
+from ._options import Options, sizes
 
 
 @dataclasses.dataclass(frozen=True)
@@ -77,6 +77,10 @@ class InstabilityConfig(Options):
                              f"{self.follow_n_min} (two sizes or more)")
         if not self.follow_delta < 1:
             raise ValueError(f"follow_delta = {self.follow_delta} must be < 1 (|ρ̂_k| <= 1)")
+
+    def footprint(self):
+        return {"attention scores": sizes(self, "follow_seeds", "follow_n_max", "follow_n_max"),
+                "mode amplitudes": sizes(self, "num_saves", "modes", "n")}
 
 
 def _theory(cfg, sigma):

@@ -23,7 +23,7 @@ import transformer_pde as tp
 from .._lazy import diffrax, eqx, jax, jnp, optax
 from ..runs.result import Result
 from ._base import Experiment, register
-from ._options import Options
+from ._options import Options, sizes
 
 
 @dataclasses.dataclass(frozen=True)
@@ -50,6 +50,10 @@ class InterpolationConfig(Options):
     spread: Annotated[float, Gt(0)] = 0.15
     """Spread of the caps: tokens are normalize(centre + spread · N(0, I))."""
     seed: int = 0
+
+    def footprint(self):
+        return {"attention scores": sizes(self, "num_measures", "n", "n"),
+                "layer states": sizes(self, "num_measures", "layers", "substeps", "n", "width")}
 
 
 def problem(cfg: InterpolationConfig, d: int = 3):

@@ -20,7 +20,7 @@ import transformer_pde as tp
 from .._lazy import diffrax, jnp
 from ..runs.result import Result, grid
 from ._base import Experiment, register
-from ._options import Options
+from ._options import Options, sizes
 
 
 @dataclasses.dataclass(frozen=True)
@@ -42,6 +42,9 @@ class KDEModesConfig(Options):
     cluster_gap: float = 0.1
     """points farther apart than cluster_gap·β^{-1/2} are in different clusters"""
     seed: int = 0
+
+    def footprint(self):
+        return {"samples": sizes(self, "runs", "n"), "mean-shift kernel": sizes(self, "n_dynamics", "n")}
 
 
 def kde_mode_fit(betas, counts):

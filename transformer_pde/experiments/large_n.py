@@ -26,7 +26,7 @@ from .._lazy import diffrax, jax, jnp
 from ..runs.result import Result, grid
 from ._base import Experiment, register
 from ._common import kernel_backend
-from ._options import Options
+from ._options import Options, sizes
 from ._progress import solver_meter
 
 
@@ -46,6 +46,11 @@ class LargeNConfig(Options):
     """Size of the fixed random subsample of tokens saved, drawn and counted in clusters."""
     threshold: Annotated[float, Interval(ge=-1, lt=1)] = 0.999
     seed: int = 0
+
+    def footprint(self):
+        m = ("min(n, num_plotted)", min(self.n, self.num_plotted))
+        return {"pair statistics of the saved sample": sizes(self, "num_saves", m, m),
+                "tokens": sizes(self, "n", ("d", 3))}
 
 
 def compute(cfg: LargeNConfig, progress: bool = False) -> Result:

@@ -33,7 +33,7 @@ import transformer_pde as tp
 from .._lazy import diffrax, jax, jnp
 from ..runs.result import Result
 from ._base import Experiment, register
-from ._options import Options
+from ._options import Options, sizes
 
 
 @dataclasses.dataclass(frozen=True)
@@ -46,18 +46,22 @@ class LostInTheMiddleConfig(Options):
     """depth at which the profile is read. The smallness condition allows t <= 2.23 at
     β = λ = 1, but the O(1/N) corrections grow with t (token self-decorrelation, ~ n²t²/(σ0N)):
     at t = 2 and N <= 64 Monte Carlo sits ~35% below the closed form, at t = 1 it agrees."""
-    M: int = 8
+    M: Annotated[int, Ge(1)] = 8
     """Width M of the soft retrieval accuracy (Fourier weights ω_n = e^{−π²n²/(2M²)})."""
-    n_max: int = 20
+    n_max: Annotated[int, Ge(1)] = 20
     """Fourier modes n = 1..n_max kept in the profile's sums."""
-    num_runs: int = 16384
+    num_runs: Annotated[int, Ge(1)] = 16384
     """Monte Carlo runs (i.i.d. starts) of the particle estimate (a multiple of chunk)."""
-    chunk: int = 512
+    chunk: Annotated[int, Ge(1)] = 512
     """Monte Carlo runs simulated together (vmapped) at a time."""
     dt: Annotated[float, Gt(0)] = 0.1
     bins: Annotated[int, Ge(2)] = 16
     """Source positions are averaged into this many bins for the Monte Carlo profile (at most n - 1)."""
     seed: int = 0
+
+    def footprint(self):
+        return {"attention scores of a chunk": sizes(self, "chunk", "n", "n"),
+                "Monte Carlo profiles": sizes(self, "num_runs", "n")}
 
     def validate(self):
         if self.bins > self.n - 1:

@@ -39,7 +39,7 @@ from .._lazy import diffrax, jax, jnp
 from ..runs.result import Result, grid
 from ._base import Experiment, register
 from ._common import pid
-from ._options import Options
+from ._options import Options, sizes
 
 # the authors' code rerun (docs: math/sphere.md#published-runs): plateau values and collapse times in rescaled time.
 PUBLISHED_PLATEAUS = np.array([0.28, 0.44, 0.52, 1.0])
@@ -87,6 +87,10 @@ class MetastabilityConfig(Options):
         if not (self.step > 0 and self.tau_max > self.step and self.save_every >= 1):
             raise ValueError(f"need step > 0, tau_max > step, save_every >= 1; got {self.step}, "
                              f"{self.tau_max}, {self.save_every}")
+
+    def footprint(self):
+        tokens = ("num_caps × per_cap", self.num_caps * self.per_cap)
+        return {"attention scores": sizes(self, "cap_betas", tokens, tokens)}
 
 
 

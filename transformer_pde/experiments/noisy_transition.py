@@ -41,7 +41,7 @@ from .._lazy import diffrax, jax, jnp
 from ..runs.result import Result, grid
 from ._base import Experiment, register
 from ._common import ATTENTIONS
-from ._options import Options
+from ._options import Options, sizes
 
 
 @dataclasses.dataclass(frozen=True)
@@ -85,6 +85,10 @@ class NoisyTransitionConfig(Options):
             raise ValueError(f"K_lo = {self.K_lo} must be below K_factor = {self.K_factor}")
         if self.run_time < 4 * self.dt:
             raise ValueError(f"run_time = {self.run_time} must be at least 4 steps dt = {self.dt}")
+
+    def footprint(self):
+        return {"attention scores": sizes(self, "seeds", "n", "n"),
+                "branch points": sizes(self, "phase_betas", "max_points", "modes")}
 
 
 def _dynamics(cfg, beta):

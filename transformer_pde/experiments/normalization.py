@@ -66,7 +66,7 @@ from ..runs.programs import lower_program
 from ..runs.result import Result, grid
 from ._base import Experiment, register
 from ._common import import_end_modules_meanwhile
-from ._options import Options
+from ._options import Options, sizes
 from ._progress import progress_bar
 
 Scheme = Literal["post-ln", "projected", "pre-ln", "peri-ln", "ngpt", "mix-ln", "ln-scaling"]
@@ -127,6 +127,13 @@ class NormalizationConfig(Options):
     @property
     def num_layers(self) -> int:
         return int(round(self.t1 / self.step))
+
+    def footprint(self):
+        # every draw at once (a vmap over seeds): each head's scores, the heads' weights, and
+        # the states of every layer
+        return {"attention scores": sizes(self, "seeds", "heads", "n", "n"),
+                "head weights": sizes(self, "seeds", "heads", "d", "d"),
+                "states of every layer": sizes(self, "seeds", ("num_layers + 1", self.num_layers + 1), "n", "d")}
 
 
 # ----------------------------------------------------------------------------- the schemes
@@ -235,7 +242,7 @@ def scheme_states(cfg: NormalizationConfig, index: int, causal: bool, beta, x0, 
     from .._checks import cover_finiteness, mark_unit_rows
 
     scheme = make_schemes(cfg)[index]
-    cover_finiteness([beta])  # a config's β: checked finite (Options)
+    cover_finiteness([beta])  # a config's β: checked finite in float32 (Options)
 
     def one(x, q, k):
         cover_finiteness([q, k])  # the draws: checked by compute (check_draws)

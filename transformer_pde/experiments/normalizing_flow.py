@@ -43,7 +43,7 @@ import transformer_pde as tp
 from .._lazy import diffrax, eqx, jax, jnp, optax
 from ..runs.result import Result
 from ._base import Experiment, register
-from ._options import Options
+from ._options import Options, sizes
 
 TARGET_NAMES = ("moons", "student")
 
@@ -71,6 +71,11 @@ class NormalizingFlowConfig(Options):
     learning_rate: Annotated[float, Gt(0)] = 0.03
     """Adam learning rate."""
     seed: int = 0
+
+    def footprint(self):
+        pieces = ("max(switches) + 1", max(self.switches) + 1)
+        return {"pushed samples": sizes(self, "targets", "switches", "n_eval", ("d", 2)),
+                "fit states": sizes(self, "n", pieces, "substeps", "width")}
 
 
 # ------------------------------------------------------------------------------ target densities

@@ -23,7 +23,7 @@ import transformer_pde as tp
 from .._lazy import diffrax, jnp
 from ..runs.result import Result
 from ._base import Experiment, register
-from ._options import Options, format_value
+from ._options import Options, format_value, sizes
 
 
 @dataclasses.dataclass(frozen=True)
@@ -40,12 +40,16 @@ class PerceptronConfig(Options):
     rtol: Annotated[float, Interval(gt=0, lt=1)] = 1e-6
     atom_threshold: Annotated[float, Interval(ge=-1, lt=1)] = 0.9999
     """Tokens whose cosine exceeds this form one atom."""
-    num_saves: int = 101
+    num_saves: Annotated[int, Ge(2)] = 101
 
     def validate(self):
         if len(self.angles) != len(self.omegas):
             raise ValueError(f"angles and omegas must have the same length, got {self.angles} and "
                              f"{self.omegas}")
+
+    def footprint(self):
+        n = ("max(ns)", max(self.ns))
+        return {"pair statistics of the saves": sizes(self, "num_saves", n, n)}
 
 
 def _uniform_circle(n):

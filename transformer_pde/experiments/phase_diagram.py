@@ -31,7 +31,7 @@ from ..runs.programs import lower_program
 from ..runs.result import Result, grid
 from ._base import Experiment, register
 from ._common import circle_angles, compile_importing_end_modules, model_dynamics
-from ._options import Options
+from ._options import Options, sizes
 
 # the published runs (docs: math/sphere.md#published-runs): fraction of clustered pairs, rows β,
 # columns t = 7.5 and 30.
@@ -78,6 +78,12 @@ class PhaseDiagramConfig(Options):
         """Layers of step dt up to t1 (``validate`` makes t1/dt whole)."""
         return int(round(self.t1 / self.dt))
 
+    def footprint(self):
+        # one vmap over every (β, start) pair: each holds its n x n attention scores at once
+        return {"attention scores": sizes(self, "num_betas", "batch", "n", "n"),
+                "token states": sizes(self, "num_betas", "batch", "n", "d"),
+                "saved statistics": sizes(self, "num_betas", "batch", "num_saves")}
+
 
 def _largest_divisor(n: int, at_most: int) -> int:
     """The largest divisor of ``n`` that is at most ``at_most`` (a save spacing to suggest)."""
@@ -101,7 +107,7 @@ def run_grid(cfg: PhaseDiagramConfig, betas, keys):
     batch, so one vmap: a vmap over β of a vmap over starts batches the loops twice.
 
     The program holds no runtime check (a host callback, which keeps a program out of JAX's
-    persistent compilation cache): β is a linspace of endpoints checked finite (``Options``), the
+    persistent compilation cache): β is a linspace of endpoints checked finite in float32 (``Options``), the
     starts are normalizations (``tp.uniform_sphere``), and the layers report a NaN as a value
     (``throw=False``) that ``compute`` raises on."""
 
@@ -113,7 +119,7 @@ def run_grid(cfg: PhaseDiagramConfig, betas, keys):
     from .._checks import cover_finiteness
 
     def one(beta, key):
-        cover_finiteness([beta])  # a linspace of the config's endpoints, checked finite (Options)
+        cover_finiteness([beta])  # a linspace of the config's endpoints, checked finite in float32 (Options)
         x0 = tp.uniform_sphere(key, cfg.n, cfg.d)
         sol = tp.layers(_dynamics(cfg, beta), x0, cfg.num_layers, cfg.dt,
                         save_every=cfg.num_layers // (cfg.num_saves - 1), fn=stats, throw=False)

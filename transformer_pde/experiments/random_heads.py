@@ -23,7 +23,7 @@ import transformer_pde as tp
 from .._lazy import jax
 from ..runs.result import Result, grid
 from ._base import Experiment, register
-from ._options import Options
+from ._options import Options, sizes
 from ._progress import progress_bar
 
 
@@ -38,15 +38,15 @@ class RandomHeadsConfig(Options):
     """End of the diffusive clock s = ℓη²σ²/H at which chain and SDE are compared."""
     depths: Annotated[tuple[int, ...], Ge(1)] = (1, 2, 4, 8, 16, 32)
     """Depths L of the chain at fixed s1 (the weak error decreases like 1/L)."""
-    chain_paths: int = 32768
+    chain_paths: Annotated[int, Ge(1)] = 32768
     """Paths of the chain per depth."""
-    sde_paths: int = 16384
+    sde_paths: Annotated[int, Ge(1)] = 16384
     """Paths of the common-noise SDE."""
-    sde_steps: int = 64
+    sde_steps: Annotated[int, Ge(1)] = 64
     """Euler–Maruyama steps of the SDE over [0, s1]."""
-    sde_nodes: int = 16
+    sde_nodes: Annotated[int, Ge(1)] = 16
     """Quadrature nodes A_q of the SDE's noise (one matrix Brownian motion each)."""
-    drift_samples: int = 20000
+    drift_samples: Annotated[int, Ge(1)] = 20000
     """Head draws of the Monte Carlo mean field E_θ B_θ (zero drift)."""
     logistic_n: Annotated[int, Ge(2)] = 8
     """Tokens of the logistic-overlap runs."""
@@ -56,15 +56,23 @@ class RandomHeadsConfig(Options):
     """β of the logistic-overlap runs (small β)."""
     logistic_s1: float = 4.0
     """End of the diffusive clock of the logistic-overlap runs."""
-    logistic_layers: int = 100
+    logistic_layers: Annotated[int, Ge(10)] = 100
     """Layers of the logistic-overlap chain (a multiple of 10: saved every tenth)."""
-    logistic_paths: int = 256
+    logistic_paths: Annotated[int, Ge(1)] = 256
     """Paths of the logistic-overlap chain, per dimension."""
     seed: int = 0
 
     def validate(self):
         if self.logistic_layers % 10:
             raise ValueError(f"logistic_layers must be a multiple of 10, got {self.logistic_layers}")
+
+    def footprint(self):
+        return {"chain states": sizes(self, "chain_paths", "n", "d"),
+                "chain head draws": sizes(self, "chain_paths", "num_heads", "d", "d"),
+                "SDE states and noise": sizes(self, "sde_paths", "sde_nodes", "n", "d"),
+                "drift head draws": sizes(self, "drift_samples", "d", "d"),
+                "logistic chains": sizes(self, "logistic_paths", "logistic_n",
+                                         ("max(logistic_dims)", max(self.logistic_dims)))}
 
 
 def compute(cfg: RandomHeadsConfig, progress: bool = False) -> Result:

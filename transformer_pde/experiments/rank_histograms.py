@@ -48,7 +48,7 @@ import transformer_pde as tp
 from .._lazy import diffrax, jax
 from ..runs.result import Result
 from ._base import Experiment, register
-from ._options import Options
+from ._options import Options, sizes
 from ._progress import progress_bar
 
 VARIANTS = ("softmax", "l2")
@@ -95,6 +95,10 @@ class RankConfig(Options):
         """The save times: t_long/100, t_long/10, t_long, then every decade up to t_max."""
         extra = int(np.floor(np.log10(self.t_max / self.t_long) + 1e-9))
         return self.t_long * 10.0 ** np.arange(-2, extra + 1)
+
+    def footprint(self):
+        d = ("max(dims)", max(self.dims))
+        return {"runs' matrices": sizes(self, "variants", "runs", d, d)}
 
 
 def draw(d: int, runs: int, seed: int):

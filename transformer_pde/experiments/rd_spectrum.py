@@ -35,7 +35,7 @@ from .._lazy import jax, jnp
 from ..runs.result import Result
 from ._base import Experiment, register
 from ._common import pid
-from ._options import Options
+from ._options import Options, sizes
 
 
 def convex_hull_vertices(p) -> np.ndarray:
@@ -90,6 +90,9 @@ class RdSpectrumConfig(Options):
         if self.n < 3 or self.d != 2:
             raise ValueError(f"rd-spectrum uses d = 2 (hull vertices in the plane) and n >= 3, "
                              f"got n={self.n}, d={self.d}")
+
+    def footprint(self):
+        return {"attention matrices of the saves": sizes(self, "num_saves", "n", "n")}
 
 
 def _solve(dyn, z0, t1, ts, cfg):

@@ -25,7 +25,7 @@ import transformer_pde as tp
 from .._lazy import jax, jnp
 from ..runs.result import Result, grid
 from ._base import Experiment, register
-from ._options import Options
+from ._options import Options, sizes
 from ._progress import progress_bar
 
 VARIANTS = ("softmax", "l2", "multihead", "sinkhorn")
@@ -52,6 +52,10 @@ class StabilityConfig(Options):
     def validate(self):
         if "multihead" in self.variants and self.d % 2:
             raise ValueError(f"multihead splits d into 2 heads: needs an even d, got d={self.d}")
+
+    def footprint(self):
+        return {"attention scores": sizes(self, "n", "n"),
+                "saved states": sizes(self, "variants", "deltas", "num_saves", "n", "d")}
 
 
 def make_attentions(cfg: StabilityConfig):

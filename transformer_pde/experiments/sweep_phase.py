@@ -22,7 +22,7 @@ import transformer_pde as tp
 from .._lazy import diffrax, jax, jnp
 from ..runs.result import Result, grid
 from ._base import Experiment, register
-from ._options import Options
+from ._options import Options, sizes
 from ._progress import progress_bar
 
 
@@ -48,6 +48,13 @@ class SweepPhaseConfig(Options):
     def validate(self):
         if not 0 <= self.beta_min <= self.beta_max:
             raise ValueError(f"need 0 <= beta_min <= beta_max, got {self.beta_min}, {self.beta_max}")
+
+    def footprint(self):
+        # one vmapped chunk of (β, seed) points per dimension, each with its n x n scores
+        points = ("chunk_size",) if self.chunk_size else ("num_betas", "seeds")
+        return {"attention scores": sizes(self, *points, "n", "n"),
+                "token states": sizes(self, *points, "n", ("max(dims)", max(self.dims))),
+                "saved cluster counts": sizes(self, "num_betas", "seeds", "num_saves")}
 
 
 def compute(cfg: SweepPhaseConfig, progress: bool = False) -> Result:

@@ -73,6 +73,13 @@ class AbstractDynamics(eqx.Module):
         only, such as ``diffrax.ShARK``, then apply)."""
         return True
 
+    def check_time(self, t, name: str = "t"):
+        """A time at which the field is defined: a finite scalar (ValueError naming ``name``,
+        ``eqx.error_if`` under jit). A dynamics defined on part of the line refuses the rest,
+        naming why (:class:`~transformer_pde.LNScaling`: from its first layer on). ``velocity``,
+        ``tp.solve`` and ``tp.layers`` check their start time here."""
+        return check_scalar(t, name)
+
     def velocity(self, x: PointsLike, weights: WeightsLike | None = None, t=0.0) -> Points:
         """Velocity Γ_μ(x_i) of every token for μ = Σ_j w_j δ_{x_j} (uniform when ``weights`` is None).
 
@@ -83,7 +90,7 @@ class AbstractDynamics(eqx.Module):
         """
         x = self.check_state(x)
         w = check_weights(weights, x.shape[0], x.dtype)
-        check_scalar(t, "t")
+        t = self.check_time(t)  # under jit its check is the returned value's
         return check_finite_output(self.vector_field(x, w, jnp.asarray(t, x.dtype)), self, x.dtype, x)
 
 

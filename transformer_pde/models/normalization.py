@@ -61,7 +61,8 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, Float
 
-from .._checks import as_float_array, check_count, check_finite, check_points, check_scalar, is_concrete
+from .._checks import (as_float_array, check_count, check_finite, check_points, check_scalar, cover_finiteness,
+                       has_unit_rows, is_concrete, is_covered, mark_unit_rows)
 from .._types import Points
 from ..params import scalar_param
 from .base import AbstractDynamics, AbstractManifoldDynamics, AbstractRetractedDynamics
@@ -126,15 +127,26 @@ def _check_norm(norm, owner: str, field: str, dim) -> Norm:
 
 
 def check_nonzero_points(x, name: str, dim):
-    """Tokens ``(n, d)`` with no zero row (their direction x/|x| must exist); any radius."""
+    """Tokens ``(n, d)`` with no zero row (their direction x/|x| must exist); any radius. The norm
+    is the one the schemes divide by (|x| in the tokens' dtype: a row so small that its squares
+    underflow is zero too). ValueError naming the row, ``eqx.error_if`` under jit unless the
+    tokens are a normalization's output (``mark_unit_rows``: nonzero by construction)."""
+    unit = has_unit_rows(x)
     x = check_points(x, name, dim)
+    if unit and not is_concrete(x):
+        return mark_unit_rows(x)
+    norms = jnp.linalg.norm(x, axis=-1)
+    why = "a normalization scheme needs its direction x/|x|"
     if is_concrete(x):
-        norms = np.linalg.norm(np.asarray(x), axis=-1)
+        norms = np.asarray(norms)
         if (norms == 0).any():
             i = int(np.argmin(norms))
-            raise ValueError(f"{name}[{i}] is the zero vector: a normalization scheme needs its "
-                             "direction x/|x|")
-    return x
+            raise ValueError(f"{name}[{i}] is the zero vector (|x| = 0 in {x.dtype}): {why}")
+        return x
+    out = eqx.error_if(x, jnp.any(norms == 0), f"{name} holds a zero vector (|x| = 0 in {x.dtype}): {why}")
+    if is_covered(x):  # the same values: their finiteness is still reported
+        cover_finiteness([out])
+    return out
 
 
 class AbstractNormalizationScheme(AbstractDynamics):
@@ -330,6 +342,20 @@ class LNScaling(AbstractNormalizationScheme):
         dim = dynamics.dim if isinstance(dynamics, AbstractDynamics) else None
         self.norm = _check_norm(norm, "LNScaling", "norm", dim)
 
+    def check_time(self, t, name: str = "t"):
+        """Times from the first layer on: the layer index ℓ = 1 + t/h0 must be positive (c(t) =
+        1/√ℓ is NaN or inf before it)."""
+        t = check_scalar(t, name)
+        why = f"the layer scale 1/√ℓ needs ℓ = 1 + {name}/depth_scale > 0"
+        if is_concrete(t) and is_concrete(self.depth_scale):
+            h0 = float(self.depth_scale)
+            if not 1 + float(t) / h0 > 0:
+                raise ValueError(f"LNScaling: {name} = {float(t):g} is before the first layer: {why}, i.e. "
+                                 f"{name} > -depth_scale = {-h0:g}")
+            return t
+        t = jnp.asarray(t)
+        return eqx.error_if(t, ~(1 + t / self.depth_scale > 0), f"LNScaling: {name} is before the first layer: {why}")
+
     def layer_scale(self, t):
         """c(t) = (1 + t/h0)^{-1/2} = 1/√ℓ at t = (ℓ − 1) h0."""
         return jax.lax.rsqrt(1 + t / self.depth_scale)
@@ -424,7 +450,7 @@ def polar_velocity(dynamics: AbstractDynamics, x: Points, weights=None, t=0.0):
     """
     if not isinstance(dynamics, AbstractDynamics):
         raise ValueError(f"dynamics must be a dynamics on R^d such as tp.PreLN(attn), got {type(dynamics).__name__}")
-    t = check_scalar(t, "t")
+    t = dynamics.check_time(t)
     if isinstance(dynamics, AbstractRetractedDynamics):
         raise ValueError(f"polar_velocity is for dynamics on R^d; {type(dynamics).__name__} is "
                          "retracted after its steps (its radius does not follow ẋ = F)")

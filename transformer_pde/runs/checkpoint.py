@@ -33,6 +33,24 @@ def check_every(every) -> int:
     return int(every)
 
 
+def _make_dir(directory, what: str = "checkpoint directory") -> Path:
+    """``directory`` (a non-empty path) made with its parents; ValueError naming the file in the
+    way where the path or one of its parents is a file (mkdir's bare FileExistsError or
+    NotADirectoryError named neither)."""
+    import os
+
+    if isinstance(directory, bool) or not isinstance(directory, (str, os.PathLike)) or not str(directory):
+        raise ValueError(f"{what} must be a non-empty path, got {directory!r}")
+    path = Path(directory)
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except (FileExistsError, NotADirectoryError):
+        blocker = next((p for p in (path, *path.parents) if p.exists() and not p.is_dir()), path)
+        raise ValueError(f"{what} {path}: {blocker} is a file, not a directory (move it, or choose "
+                         f"another directory)") from None
+    return path
+
+
 def _check_name(name: str) -> str:
     if not isinstance(name, str) or not name or not all(c.isalnum() or c in "-_" for c in name):
         raise ValueError(f"checkpoint stage name must be a non-empty string of letters, digits, "
@@ -64,8 +82,7 @@ class Checkpoint:
         if safe_point is not None and not callable(safe_point):
             raise ValueError(f"safe_point must be a callable or None, got {safe_point!r}")
         self.safe_point = safe_point
-        self.directory = Path(directory)
-        self.directory.mkdir(parents=True, exist_ok=True)
+        self.directory = _make_dir(directory)
 
     def __repr__(self):
         return f"Checkpoint({str(self.directory)!r}, every={self.every}, name={self.name!r})"
@@ -98,8 +115,7 @@ class Checkpoint:
     def write_chunk(self, name: str, index: int, arrays: dict, manifest: dict) -> None:
         """Write chunk ``index`` then the manifest that declares it complete (in that order).
         The chunk carries ``manifest["run"]`` (the run's fingerprint) and its index."""
-        d = self.stage_dir(name)
-        d.mkdir(parents=True, exist_ok=True)
+        d = _make_dir(self.stage_dir(name), "checkpoint stage directory")
         identity = {_RUN: np.asarray(str(manifest.get("run", ""))), _INDEX: np.asarray(index, np.int64)}
         save_npz(d / f"chunk_{index:06d}.npz", {**arrays, **identity})
         self.set_completed(name, manifest, index + 1)

@@ -209,14 +209,18 @@ def _compute_and_save(exp, config, out_dir, progress, checkpoint, meta, meta_pat
             raise
         raise FailedRun(out_dir, e) from e
     meta.update({"status": STATUS_COMPLETE, "wall_time_s": wall, "figures": figures,
-                 "data": str(data_path), "finished": time.strftime("%Y-%m-%dT%H:%M:%S%z")})
+                 "data": str(data_path), "finished": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+                 NONFINITE_KEY: nonfinite_counts(results)})
     if out_dir / GRIDS_FILE in written:
         meta["grids"] = str(out_dir / GRIDS_FILE)
         meta["grid_names"] = list(results.grids)
     with signals_deferred():  # the run is done: a signal now must not leave it half-marked
-        save_json(meta_path, meta)
         if ckpt_dir.exists():
-            shutil.rmtree(ckpt_dir)  # the data file now holds everything the checkpoints did
+            # the data file now holds everything the checkpoints did; removed before the status,
+            # which is the run's last write (a kill in between leaves a run that is not marked
+            # complete, which --resume computes again)
+            shutil.rmtree(ckpt_dir)
+        save_json(meta_path, meta)
     return {"data": data_path, "metadata": meta_path, "figures": figures, "results": results,
             "grids": meta.get("grids"), "continued": continued}
 
@@ -260,6 +264,48 @@ def load_run(run_dir: Path, find):
     return exp, config, result
 
 
+NONFINITE_KEY = "nonfinite_values"
+"""The metadata key of :func:`nonfinite_counts` of the saved result: the NaN and inf a run meant
+(a censored time, a statistic undefined at the first layer), so ``plot`` can tell them from data
+that became non-finite after the run."""
+
+
+def nonfinite_counts(result: Result) -> dict[str, int]:
+    """Per floating array of a result that holds NaN or inf, how many: ``data.npz`` arrays by
+    name, grid variables as ``grid/variable``."""
+    arrays = dict(result.arrays)
+    for grid, ds in result.grids.items():
+        arrays.update({f"{grid}/{name}": np.asarray(v.values) for name, v in ds.variables.items()})
+    counts = {name: int(np.size(a) - np.count_nonzero(np.isfinite(a))) for name, a in arrays.items()
+              if np.issubdtype(np.asarray(a).dtype, np.inexact)}
+    return {name: c for name, c in counts.items() if c}
+
+
+def _describe_nonfinite(counts: dict[str, int], result: Result, limit: int = 8) -> str:
+    def size(name):
+        grid, _, var = name.partition("/")
+        return result.arrays[name].size if not var else result.grids[grid][var].size
+
+    items = [f"{name} ({c} of {size(name)})" for name, c in counts.items()]
+    return ", ".join(items[:limit]) + (f" and {len(items) - limit} more" if len(items) > limit else "")
+
+
+def check_plottable(run_dir: Path, meta: dict, result: Result) -> None:
+    """Refuse to draw a result holding NaN or inf the run did not save: its arrays changed after
+    the run (a figure of them would be empty or partial, and ``plot`` exit 0). A run saved
+    before the count was recorded is checked by its figures alone (:func:`redraw`)."""
+    saved = meta.get(NONFINITE_KEY)
+    if not isinstance(saved, dict):
+        return
+    now = nonfinite_counts(result)
+    grown = {k: c for k, c in now.items() if c > int(saved.get(k, 0))}
+    if grown:
+        raise ValueError(f"cannot draw the figures of {str(run_dir)!r}: its saved data hold NaN or inf "
+                         f"values the run did not save, in {_describe_nonfinite(grown, result)} (the run "
+                         f"recorded {sum(int(v) for v in saved.values())} such values); its {DATA_FILE} or "
+                         f"{GRIDS_FILE} changed after the run: run it again")
+
+
 def _npz_readable(path: Path) -> bool:
     try:
         with np.load(path, allow_pickle=False) as f:
@@ -281,13 +327,19 @@ def redraw(run_dir: Path, find, out_dir: Path | None = None) -> list[str]:
 
     with rundir.locked(run_dir) if in_place else contextlib.nullcontext():
         exp, config, result = load_run(run_dir, find)
+        check_plottable(run_dir, rundir.read_metadata(run_dir) or {}, result)
         if not in_place:
             rundir.make_directory(out_dir)
         try:
             return [str(p) for p in exp.figures(result, config, out_dir)]
-        except EmptyFigureError as e:
-            raise ValueError(f"cannot draw the figures of {str(run_dir)!r}: {e}") from None
-        except (KeyError, IndexError, TypeError, ValueError) as e:
+        except (EmptyFigureError, KeyError, IndexError, TypeError, ValueError) as e:
+            nonfinite = nonfinite_counts(result)
+            if nonfinite:  # the likelier cause, named (not "does not match its metadata")
+                raise ValueError(f"cannot draw the figures of {str(run_dir)!r}: its saved data hold NaN or "
+                                 f"inf in {_describe_nonfinite(nonfinite, result)} "
+                                 f"({rundir.error_text(e)})") from None
+            if isinstance(e, EmptyFigureError):
+                raise ValueError(f"cannot draw the figures of {str(run_dir)!r}: {e}") from None
             raise ValueError(f"cannot draw the figures of {str(run_dir)!r} from its saved "
                              f"{DATA_FILE} ({rundir.error_text(e)}): it does not match the run's "
                              f"{METADATA_FILE}") from None

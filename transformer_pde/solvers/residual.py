@@ -10,7 +10,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from .._checks import NonFiniteStateError, check_scalar, cover_finiteness, is_concrete
-from ..models.base import retract_step, step_velocity
+from ..models.base import AbstractDynamics, retract_step, step_velocity
 from .noise import AbstractNoise, check_key
 from .saves import as_time, inf_from, saved_array
 from .solution import Solution
@@ -79,6 +79,8 @@ def _run(dynamics, x0, num_layers, step, t0, save_every, fn, noise, key, throw) 
     x0, w = state.x, state.weights
     h = jnp.asarray(step, x0.dtype)
     t0 = as_time(t0, "t0", x0.dtype)
+    if isinstance(dynamics, AbstractDynamics):  # a field defined from some time on (LNScaling) names its start
+        dynamics.check_time(t0, "t0")
     if noise is None and key is not None:
         raise ValueError("key is for noisy layers: pass noise=tp.Noise(sigma) too")
     if noise is not None:

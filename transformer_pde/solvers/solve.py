@@ -18,7 +18,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from .._checks import NonFiniteStateError, check_int, check_scalar, cover_finiteness, is_concrete
-from ..models.base import AbstractRetraction
+from ..models.base import AbstractDynamics, AbstractRetraction
 from ..models.switched import AbstractSwitched
 from .events import AbstractBlowUp, BlowUp
 from .noise import AbstractNoise, brownian_spec, noisy_terms
@@ -145,6 +145,8 @@ def solve(
         # (a resumed chunk) starts from the second part's states, not the first's
         dynamics = dynamics.part_on(t0, t1)
     state = as_state(dynamics, state0).prepare(dynamics)
+    if isinstance(dynamics, AbstractDynamics):  # a field defined from some time on (LNScaling) names its start
+        dynamics.check_time(t0, "t0")
     dtype = state.dtype
     saves = parse_saveat(saveat)
     several = several_saves(saveat)

@@ -351,7 +351,7 @@ class Gaussian(AbstractNoisyState):
                 "needs an affine field)")
         if dynamics.dim is not None and self.dim != dynamics.dim:
             raise ValueError(f"Gaussian has dimension {self.dim} but the dynamics act on d={dynamics.dim}")
-        jax.eval_shape(dynamics.gaussian_velocity, self.mean, self.cov, jnp.zeros((), self.dtype))
+        jax.eval_shape(dynamics.moment_velocity, self.mean, self.cov, jnp.zeros((), self.dtype))
         return self
 
     @property
@@ -366,7 +366,7 @@ class Gaussian(AbstractNoisyState):
 
     def vector_field(self, dynamics, t, y):
         m, c = y
-        dm, dc = dynamics.gaussian_velocity(m, c, t)
+        dm, dc = dynamics.moment_velocity(m, c, t)
         # the state's dtype rules (float32 moments with float64 parameters stay float32)
         return dm.astype(m.dtype), dc.astype(c.dtype)
 

@@ -26,7 +26,8 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 
-from ..._checks import check_count, check_points, check_scalar, check_weights, cover_finiteness
+from ..._checks import (as_float_array, check_count, check_covariance, check_finite, check_points, check_scalar,
+                        check_weights, cover_finiteness)
 from ..._linalg import symmetrize
 from ..._types import Param, Points, PointsLike, Queries, QueriesLike, Weights, WeightsLike
 from ...kernels.backends import AbstractBackend, KernelReport
@@ -213,7 +214,22 @@ class AbstractGaussianClosure(AbstractFieldAttention):
         $$\dot\alpha = J\alpha + c,\qquad \dot\Sigma = J\Sigma + \Sigma J^\top,$$
 
         with dΣ/dt exactly symmetric, so every Runge–Kutta combination keeps Σ symmetric.
+        ``mean`` ``(d,)`` finite, ``cov`` ``(d, d)`` a covariance (symmetric positive
+        semi-definite: a degenerate Gaussian is a state); a ValueError naming the bad one
+        (``eqx.error_if`` under jit). :meth:`moment_velocity` is the same without the checks.
         """
+        mean, cov = as_float_array(mean, "mean"), as_float_array(cov, "cov")
+        d = mean.shape[-1] if mean.ndim == 1 else None
+        if mean.ndim != 1 or cov.shape != (d, d):
+            raise ValueError(f"need mean of shape (d,) and cov of shape (d, d), got {mean.shape} and {cov.shape}")
+        mean = check_finite(mean, "mean")
+        cov = check_covariance(cov, "cov")
+        return self.moment_velocity(mean, cov, t)
+
+    def moment_velocity(self, mean, cov, t=0.0):
+        """:meth:`gaussian_velocity` without input checks: the vector field of a Gaussian state in
+        ``tp.solve``, whose covariance was checked once when the :class:`~transformer_pde.Gaussian`
+        was made (a check at every step would cost an eigen-decomposition each)."""
         J, c = self.affine_field(mean, cov, t)
         JS = J @ cov
         return J @ mean + c, symmetrize(JS + JS.T)
