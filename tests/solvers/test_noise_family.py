@@ -14,21 +14,10 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from test_noise import Still
+
 import transformer_pde as tp
 from transformer_pde.solvers.brownian import AbstractBrownian
-
-
-class Still(tp.models.AbstractDynamics):
-    """Γ = 0: the tokens move by their noise alone."""
-
-    d: int = eqx.field(static=True)
-
-    @property
-    def dim(self):
-        return self.d
-
-    def vector_field(self, x, weights, t):
-        return jnp.zeros_like(x)
 
 
 class GeometricNoise(tp.AbstractNoise):

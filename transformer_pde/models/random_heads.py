@@ -167,7 +167,7 @@ class CommonNoiseSDE(AbstractCommonDiffusion):
         return self.W.shape[0]
 
     def averages(self, x):  # (K, n, d)
-        return jax.vmap(lambda w, wp: _attn_average(x, w, wp, self.heads.beta))(self.W, self.Wp)
+        return _node_averages(x, self.W, self.Wp, self.heads.beta)
 
     def brownian_shape(self, x):
         return jax.ShapeDtypeStruct((self.num_nodes, self.heads.d, self.heads.d), x.dtype)
@@ -202,8 +202,12 @@ class RandomHeadsMeanField(AbstractDynamics):
     def vector_field(self, x, weights, t):
         if self.heads.v_mean == 0:  # case (G): nothing to compute
             return jnp.zeros_like(x)
-        m = jax.vmap(lambda w, wp: _attn_average(x, w, wp, self.heads.beta))(self.W, self.Wp)
-        return self.heads.v_mean * m.mean(0)
+        return self.heads.v_mean * _node_averages(x, self.W, self.Wp, self.heads.beta).mean(0)
+
+
+def _node_averages(x, W, Wp, beta):
+    """m_{A_q}(x_i) at every node A_q = W_q W'_qᵀ, shape (K, n, d)."""
+    return jax.vmap(lambda w, wp: _attn_average(x, w, wp, beta))(W, Wp)
 
 
 def _checked_nodes(owner, heads, W, Wp):
