@@ -301,6 +301,8 @@ REGISTRY: list[Entry] = [
            Param("tokens", bad=("nan", "inf", "shape", "str", "none"), names=("x",)))),
     Entry("CircleRule", _circle_rule, lambda: dict(offset=0.5, order=8),
           (Param("offset", bad=FINITE + ("vector",)), Param("order", bad=INT_GE1 + ("huge",)))),
+    Entry("SphereRule", lambda order: tp.SphereRule()(None, order), lambda: dict(order=4),
+          (Param("order", bad=INT_GE1 + ("huge",)),)),
     Entry("GaussHermiteRule", _gauss_hermite_rule, lambda: dict(mean=np.zeros(D), cov=np.eye(D), order=4),
           (Param("mean", bad=ARRAY), Param("cov", bad=ARRAY + ("neg",)), Param("order", bad=INT_GE1 + ("huge",)))),
     Entry("Retracted", tp.Retracted, lambda: dict(solver=diffrax.Heun(), retraction=tp.UnitSphere()),
@@ -597,7 +599,7 @@ _exempt("a module (its public names are registered one by one)",
         "stationary.circle", "solvers.random_transformer", "theory.causal",
         "theory.equiangular", "theory.gaussian", "theory.interaction_energy", "theory.logistic_overlap",
         "theory.metastability", "theory.noisy_sphere")
-_exempt("a constant", "kernels.PLAN_MEMORY_BUDGET", "kernels.DENSE_MAX_PAIRS", "runs.DEFAULT_EVERY")
+_exempt("a constant", "measures.MAX_NODES", "kernels.PLAN_MEMORY_BUDGET", "kernels.DENSE_MAX_PAIRS", "runs.DEFAULT_EVERY")
 _exempt("an exception the library raises", "NonFiniteStateError", "kernels.PlanTooLarge", "solvers.UnderResolvedError",
         "stationary.ContinuationError",
         "runs.FailedRun", "runs.InterruptedRun", "runs.SignalReceived")
@@ -606,7 +608,7 @@ _exempt("a result the library builds (users read it, never construct it)",
         "SinkhornPotentials", "convergence.ConvergenceResult", "convergence.QuadratureReference",
         "convergence.StationaryReference", "convergence.GaussianClosureReference", "convergence.ParticleReference",
         "statistics.RateFit", "stationary.Branch", "kernels.ScoreBox", "kernels.SoftmaxReduction", "solvers.ODEState", "RandomHeadsField")
-_exempt("takes no parameter (nothing to fuzz)", "BrownianIncrements", "SphereRule", "ReLU", "Softplus", "UnitSphere",
+_exempt("takes no parameter (nothing to fuzz)", "BrownianIncrements", "ReLU", "Softplus", "UnitSphere",
         "PostLN", "diagnostics.Cosine", "diagnostics.Euclidean", "kernels.Dense", "kernels.automatic",
         "kernels.fast_platforms", "convergence.ExactCircle", "convergence.ExactLine", "diagnostics.ExactCircle",
         "diagnostics.ExactLine")

@@ -329,7 +329,11 @@ class Gaussian(AbstractNoisyState):
         if int(order) ** self.dim > 10**7:
             raise ValueError(f"order**d = {int(order)}**{self.dim} points is too many for a tensor "
                              "grid; lower the order")
-        z, w = np.polynomial.hermite_e.hermegauss(int(order))  # weight e^{-z^2/2}
+        with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
+            z, w = np.polynomial.hermite_e.hermegauss(int(order))  # weight e^{-z^2/2}
+        if not np.isfinite(w).all():  # NumPy's weights overflow past order ~365
+            raise ValueError(f"Gauss–Hermite order={order} is beyond what NumPy's hermegauss computes (its "
+                             "weights overflow); lower the order")
         w = w / w.sum()
         grids = np.meshgrid(*([z] * self.dim), indexing="ij")
         pts = np.stack([g.ravel() for g in grids], axis=-1)
