@@ -30,7 +30,6 @@ import numpy as np
 from ._checks import check_count, check_scalar
 from .solvers.states import Gaussian, Particles
 
-
 MAX_NODES = 10**7
 """The most nodes a rule allocates (every rule checks ``num_nodes(order)`` against it first)."""
 
