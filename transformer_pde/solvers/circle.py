@@ -135,6 +135,15 @@ class CircleDensity(AbstractState):
     L = 64, hours to t = 100, against the circle's < 10 s. Axisymmetric (zonal) densities need no
     spherical-harmonic library: they are a 1-D Legendre problem in cos θ (Gauss–Legendre nodes);
     that solver is the cheap route and is not written yet.
+
+    Example:
+        ```python
+        import numpy as np, transformer_pde as tp
+
+        rho0 = tp.CircleDensity(lambda th: 1 + 0.2 * np.cos(th), sigma=0.5, modes=16)   # ρ against dθ/2π
+        sol = tp.solve(tp.Sphere(tp.SoftmaxAttention.identity(2, 1.0)), rho0, t1=1.0, saveat=np.array([0.0, 1.0]))
+        sol.xs.shape                                            # (2, 32): the grid values at the saves
+        ```
     """
 
     values: jax.Array
