@@ -188,3 +188,18 @@ def test_gauss_hermite_density_vanishing_where_one_over_phi_overflows():
 def test_gauss_hermite_orders_numpy_cannot_compute_are_refused():
     with pytest.raises(ValueError, match="order=400"):
         tp.Gaussian(jnp.zeros(1), jnp.eye(1)).gauss_hermite(400)
+
+
+def test_quadrature_laws_check_the_node_budget_when_built():
+    """A law's rule is built later (by a convergence study); its order is checked at once."""
+    from transformer_pde import convergence
+
+    with pytest.raises(ValueError, match=r"SphereRule: order=3000 gives 18000000 nodes"):
+        convergence.vmf_cap_law(np.array([1.0, 0.0, 0.0]), 2.0, order=3000)
+    with pytest.raises(ValueError, match=r"GaussHermiteRule: order=4000 gives 16000000 nodes"):
+        convergence.gaussian_quadrature_law(tp.Gaussian(np.zeros(2), np.eye(2)), order=4000)
+    with pytest.raises(ValueError, match=r"64·order = 12800000 points"):
+        convergence.perturbed_circle_law(0.1, 1, order=200_000)
+    with pytest.raises(ValueError, match=r"resolution = 20000000 points"):
+        convergence.perturbed_circle_law(0.1, 1, order=16, resolution=20_000_000)
+    assert convergence.perturbed_circle_law(0.1, 1, order=16).order == 16

@@ -89,15 +89,20 @@ class AbstractRule(eqx.Module):
     def _points(self, order: int) -> tuple[np.ndarray, np.ndarray]:
         """The nodes of a checked ``order`` (see :meth:`nodes`)."""
 
+    def check_order(self, order, name: str = "order") -> int:
+        """``order`` as an int, refused naming ``name`` unless >= 1 and its rule has at most
+        :data:`MAX_NODES` nodes (checked before anything is allocated)."""
+        m = _order(order, name)
+        n = self.num_nodes(m)
+        if n > MAX_NODES:
+            raise ValueError(f"{type(self).__name__}: {name}={order!r} gives {n} nodes, more than the "
+                             f"{MAX_NODES} a rule allocates; lower the {name}")
+        return m
+
     def nodes(self, order: int) -> tuple[np.ndarray, np.ndarray]:
         """``(points (m, dim), base weights (m,))``, float64, weights summing to 1; an order whose
         rule has more than :data:`MAX_NODES` nodes is refused naming it."""
-        m = _order(order)
-        n = self.num_nodes(m)
-        if n > MAX_NODES:
-            raise ValueError(f"{type(self).__name__}: order={order!r} gives {n} nodes, more than the "
-                             f"{MAX_NODES} a rule allocates; lower the order")
-        return self._points(m)
+        return self._points(self.check_order(order))
 
     def density_weights(self, density: Callable, points: np.ndarray, weights: np.ndarray) -> np.ndarray:
         """The weights of the rule for ``density`` (a value at points, relative to the reference
