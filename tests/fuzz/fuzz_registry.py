@@ -600,7 +600,8 @@ _exempt("a module (its public names are registered one by one)",
         "stationary.circle", "solvers.random_transformer", "theory.causal",
         "theory.equiangular", "theory.gaussian", "theory.interaction_energy", "theory.logistic_overlap",
         "theory.metastability", "theory.noisy_sphere")
-_exempt("a constant", "measures.MAX_NODES", "kernels.PLAN_MEMORY_BUDGET", "kernels.DENSE_MAX_PAIRS", "runs.DEFAULT_EVERY")
+_exempt("a constant", "measures.MAX_NODES",
+        "kernels.PLAN_MEMORY_BUDGET", "kernels.DENSE_MAX_PAIRS", "runs.DEFAULT_EVERY")
 _exempt("an exception the library raises", "NonFiniteStateError", "kernels.PlanTooLarge", "solvers.UnderResolvedError",
         "stationary.ContinuationError",
         "runs.FailedRun", "runs.InterruptedRun", "runs.SignalReceived")
