@@ -132,6 +132,7 @@ json.dump(dict(dtype=str(sol.densities.dtype), resolved=sol.resolved, tol=sol.to
 """
 
 
+@pytest.mark.slow  # a fresh process compiles the solver twice: ~40 s here
 def test_solve_density_in_float32_the_default():
     """float32 is JAX's default (a fresh process, no x64): solve_density works there with its
     default tol (the density's round-off level, 100 ulps), agreeing with the float64 run to that
