@@ -14,7 +14,9 @@ a density (a value at points, unnormalized) reweights it:
   (exact for ρ a Gaussian times a polynomial; requires ρ to decay faster than φ).
 
 ``rule(density, order)`` returns the weighted tokens; its error is estimated by refinement
-(compare the evolved rule with a coarser one).
+(compare the evolved rule with a coarser one). An order whose rule has more than
+:data:`MAX_NODES` nodes is refused before any is allocated; a density must return real,
+finite, non-negative values (a complex one is refused, not cast).
 """
 
 from __future__ import annotations
