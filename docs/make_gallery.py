@@ -79,7 +79,7 @@ ENTRIES: dict[str, tuple[str, str]] = {
         'Karagodin–Ge–Polyanskiy–Rigollet, Normalization in Attention Dynamics, arXiv 2510.22026.'),
     'normalizing-flow': (
         'Perceptron controls w(aᵀx + b)₊, piecewise constant in time, transport N(0, I) to target densities in R² (e.g. two moons); the density is carried along the characteristics and the error is the relative entropy KL(ρ(T) ‖ ρ*), plotted against the number of switches.',
-        "A perceptron-control normalizing-flow abstract of the project's sources (no arXiv number recorded there); the control architecture is that of arXiv 2411.04551."),
+        "Álvarez-López–Geshkovski–Ruiz-Balet, Constructive approximate transport maps with normalizing flows, arXiv 2412.19366 (Appl. Math. Optim. 92, 2025)."),
     'perceptron': (
         'USA attention plus a ReLU perceptron on the circle, in the gradient case: the descent flow from the uniform measure ends on a few atoms whose positions and masses do not depend on the number of tokens, and the atomic measure solves the stationarity equation.',
         'Perceptron block, arXiv 2601.21366.'),

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 import transformer_pde as tp
+from transformer_pde import measures
 
 
 def test_circle_rule_integrates_trigonometric_polynomials_exactly():
@@ -143,3 +144,62 @@ def test_evolved_sphere_rule_converges_spectrally():
     rate = _decay_rate(orders[:-1], np.maximum(err, 1e-16))
     assert rate < -1.0, (rate, err)
     assert err[-1] < 1e-6 and np.all(np.diff(np.log(err)) < 0), err
+
+
+def test_rules_refuse_orders_over_the_node_budget_before_allocating():
+    # 2**31 - 1 passes the integer check: each rule must refuse it by its node count, naming order
+    for rule, order in ((tp.CircleRule(), measures.MAX_NODES + 1), (tp.SphereRule(), 2237),
+                        (tp.GaussHermiteRule(jnp.zeros(2), jnp.eye(2)), 3163)):
+        with pytest.raises(ValueError, match=r"order=\d+ gives \d+ nodes"):
+            rule(None, order)
+    assert tp.SphereRule().num_nodes(2236) <= measures.MAX_NODES  # the bound is the count, not the order
+    with pytest.raises(ValueError, match="order="):
+        tp.CircleRule()(None, 2**31 - 1)
+
+
+def test_complex_densities_are_refused_not_cast():
+    for rule, order in ((tp.CircleRule(), 8), (tp.SphereRule(), 3), (tp.GaussHermiteRule(jnp.zeros(1), jnp.eye(1)), 4)):
+        with pytest.raises(ValueError, match="real values, got dtype complex"):
+            rule(lambda x: jnp.ones(x.shape[0]) + 0.5j, order)
+    with pytest.raises(ValueError, match="real values"):
+        tp.CircleRule()(lambda x: np.array(["a"] * x.shape[0]), 4)
+
+
+def test_gauss_hermite_density_vanishing_where_one_over_phi_overflows():
+    """ρ = 0 on the far nodes, where 1/φ overflows float64 (d = 2, order 300: |z|² up to ~2280):
+    ρ/φ is 0 there, not 0·inf = NaN. Reference: w^GH·ρ/φ in plain NumPy on the kept nodes, the
+    far nodes dropped by hand."""
+    rule = tp.GaussHermiteRule(jnp.zeros(2), jnp.eye(2))
+
+    def rho(x):  # uniform on the square [-10, 10]², zero elsewhere
+        return jnp.where(jnp.max(jnp.abs(x), axis=1) <= 10.0, 1.0, 0.0)
+
+    pts, w = rule.nodes(300)
+    r2 = np.sum(pts**2, axis=1)
+    with np.errstate(over="ignore"):
+        assert not np.isfinite(np.exp(r2 / 2)).all()  # the case: 1/φ overflows on far nodes
+    keep = np.max(np.abs(pts), axis=1) <= 10.0
+    ref = np.zeros_like(w)
+    ref[keep] = w[keep] * 2 * np.pi * np.exp(r2[keep] / 2)
+    q = rule(rho, 300)
+    np.testing.assert_allclose(np.asarray(q.weights), ref / ref.sum(), rtol=1e-10, atol=1e-300)
+
+
+def test_gauss_hermite_orders_numpy_cannot_compute_are_refused():
+    with pytest.raises(ValueError, match="order=400"):
+        tp.Gaussian(jnp.zeros(1), jnp.eye(1)).gauss_hermite(400)
+
+
+def test_quadrature_laws_check_the_node_budget_when_built():
+    """A law's rule is built later (by a convergence study); its order is checked at once."""
+    from transformer_pde import convergence
+
+    with pytest.raises(ValueError, match=r"SphereRule: order=3000 gives 18000000 nodes"):
+        convergence.vmf_cap_law(np.array([1.0, 0.0, 0.0]), 2.0, order=3000)
+    with pytest.raises(ValueError, match=r"GaussHermiteRule: order=4000 gives 16000000 nodes"):
+        convergence.gaussian_quadrature_law(tp.Gaussian(np.zeros(2), np.eye(2)), order=4000)
+    with pytest.raises(ValueError, match=r"64·order = 12800000 points"):
+        convergence.perturbed_circle_law(0.1, 1, order=200_000)
+    with pytest.raises(ValueError, match=r"resolution = 20000000 points"):
+        convergence.perturbed_circle_law(0.1, 1, order=16, resolution=20_000_000)
+    assert convergence.perturbed_circle_law(0.1, 1, order=16).order == 16

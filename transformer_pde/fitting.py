@@ -89,6 +89,21 @@ def fit(
     Returns:
         ``FitResult(model, losses, final_loss)``; unpacks as ``model, losses, final = ...``.
         Raises ``ValueError`` if the loss becomes NaN or infinite (with the step number).
+
+    Example:
+        ```python
+        import jax.numpy as jnp, jax.random as jr, optax, transformer_pde as tp
+
+        x0 = jr.normal(jr.key(0), (16, 2))
+
+        def loss(attn):                                         # differentiates through the solver
+            x1 = tp.solve(attn, x0, t1=0.5, dt0=0.1).xs[-1]
+            return jnp.mean((x1 - 2.0 * x0) ** 2)
+
+        attn0 = tp.SoftmaxAttention.identity(d=2, beta=1.0)
+        model, losses, final = tp.fit(attn0, loss, optimizer=optax.adam(0.05), steps=5)
+        losses.shape                                            # (5,)
+        ```
     """
     steps = check_count(steps, "steps", minimum=1)
     if not callable(loss):

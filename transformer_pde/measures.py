@@ -14,7 +14,9 @@ a density (a value at points, unnormalized) reweights it:
   (exact for ρ a Gaussian times a polynomial; requires ρ to decay faster than φ).
 
 ``rule(density, order)`` returns the weighted tokens; its error is estimated by refinement
-(compare the evolved rule with a coarser one).
+(compare the evolved rule with a coarser one). An order whose rule has more than
+:data:`MAX_NODES` nodes is refused before any is allocated; a density must return real,
+finite, non-negative values (a complex one is refused, not cast).
 """
 
 from __future__ import annotations
@@ -30,6 +32,9 @@ import numpy as np
 from ._checks import check_count, check_scalar
 from .solvers.states import Gaussian, Particles
 
+MAX_NODES = 10**7
+"""The most nodes a rule allocates (every rule checks ``num_nodes(order)`` against it first)."""
+
 
 def _order(order, name="order") -> int:
     """The number of nodes: an integer >= 1 (an integral float counts; NaN, inf, a fraction, a
@@ -40,18 +45,28 @@ def _order(order, name="order") -> int:
     return m
 
 
-def _reweight(base_weights, values, where: str):
-    """w_j ∝ base_j · values_j, checked: finite, non-negative, with positive total (a
-    normalizable density)."""
-    v = np.asarray(values, dtype=np.float64)
-    if v.shape != base_weights.shape:
-        raise ValueError(f"the density must return one value per point, shape {base_weights.shape}, got "
+def _density_values(density: Callable, points: np.ndarray, where: str) -> np.ndarray:
+    """``density(points)`` as float64, checked: real (a complex value is refused, not cast), one
+    value per point, finite, non-negative."""
+    raw = np.asarray(density(jnp.asarray(points)))
+    if raw.dtype.kind not in "biuf":
+        raise ValueError(f"the density must return real values, got dtype {raw.dtype} at the nodes of the "
+                         f"{where} rule (a complex density is not cast to real: return its real part or modulus)")
+    v = raw.astype(np.float64)
+    if v.shape != points.shape[:1]:
+        raise ValueError(f"the density must return one value per point, shape {points.shape[:1]}, got "
                          f"shape {v.shape}")
     if not np.isfinite(v).all():
         raise ValueError(f"the density is not finite at every node of the {where} rule")
     if (v < 0).any():
         raise ValueError(f"the density is negative at a node of the {where} rule (min {v.min():.3g})")
-    w = base_weights * v
+    return v
+
+
+def _reweight(base_weights, values, where: str):
+    """w_j ∝ base_j · values_j (values from :func:`_density_values`), with positive total (a
+    normalizable density)."""
+    w = base_weights * values
     total = w.sum()
     if not total > 0:
         raise ValueError(f"the density is not normalizable on the {where} rule: it integrates to {total!r}")
@@ -68,17 +83,38 @@ class AbstractRule(eqx.Module):
         """The dimension of the tokens (ambient)."""
 
     @abc.abstractmethod
+    def num_nodes(self, order: int) -> int:
+        """The number of nodes of the rule of ``order`` (checked against :data:`MAX_NODES` before
+        any is allocated)."""
+
+    @abc.abstractmethod
+    def _points(self, order: int) -> tuple[np.ndarray, np.ndarray]:
+        """The nodes of a checked ``order`` (see :meth:`nodes`)."""
+
+    def check_order(self, order, name: str = "order") -> int:
+        """``order`` as an int, refused naming ``name`` unless >= 1 and its rule has at most
+        :data:`MAX_NODES` nodes (checked before anything is allocated)."""
+        m = _order(order, name)
+        n = self.num_nodes(m)
+        if n > MAX_NODES:
+            raise ValueError(f"{type(self).__name__}: {name}={order!r} gives {n} nodes, more than the "
+                             f"{MAX_NODES} a rule allocates; lower the {name}")
+        return m
+
     def nodes(self, order: int) -> tuple[np.ndarray, np.ndarray]:
-        """``(points (m, dim), base weights (m,))``, float64, weights summing to 1."""
+        """``(points (m, dim), base weights (m,))``, float64, weights summing to 1; an order whose
+        rule has more than :data:`MAX_NODES` nodes is refused naming it."""
+        return self._points(self.check_order(order))
 
     def density_weights(self, density: Callable, points: np.ndarray, weights: np.ndarray) -> np.ndarray:
         """The weights of the rule for ``density`` (a value at points, relative to the reference
         measure; normalized here)."""
-        return _reweight(weights, density(jnp.asarray(points)), type(self).__name__)
+        where = type(self).__name__
+        return _reweight(weights, _density_values(density, points, where), where)
 
     def __call__(self, density: Callable | None, order: int, dtype=jnp.float64) -> Particles:
         """The weighted tokens of the rule of ``order`` for ``density`` (None: the base measure)."""
-        pts, w = self.nodes(_order(order))
+        pts, w = self.nodes(order)
         if density is not None:
             w = self.density_weights(density, pts, w)
         return Particles(jnp.asarray(pts, dtype), jnp.asarray(w, dtype))
@@ -98,8 +134,10 @@ class CircleRule(AbstractRule):
     def dim(self) -> int:
         return 2
 
-    def nodes(self, order):
-        m = _order(order)
+    def num_nodes(self, order):
+        return order
+
+    def _points(self, m):
         th = 2 * np.pi * (np.arange(m) + self.offset) / m
         return np.stack([np.cos(th), np.sin(th)], -1), np.full(m, 1.0 / m)
 
@@ -113,8 +151,10 @@ class SphereRule(AbstractRule):
     def dim(self) -> int:
         return 3
 
-    def nodes(self, order):
-        m = _order(order)
+    def num_nodes(self, order):
+        return 2 * order**2
+
+    def _points(self, m):
         u, wu = np.polynomial.legendre.leggauss(m)  # u = cos ϑ, ∫_{-1}^1 du = 2
         phi = 2 * np.pi * (np.arange(2 * m) + 0.5) / (2 * m)
         U, P = np.meshgrid(u, phi, indexing="ij")
@@ -145,8 +185,11 @@ class GaussHermiteRule(AbstractRule):
     def dim(self) -> int:
         return int(self.mean.shape[0])
 
-    def nodes(self, order):
-        x, w = Gaussian(self.mean, self.cov).gauss_hermite(_order(order))
+    def num_nodes(self, order):
+        return order**self.dim
+
+    def _points(self, m):
+        x, w = Gaussian(self.mean, self.cov).gauss_hermite(m)
         return np.asarray(x, np.float64), np.asarray(w, np.float64)
 
     def density_weights(self, density, points, weights):
@@ -154,9 +197,13 @@ class GaussHermiteRule(AbstractRule):
         r = points - mean
         quad = np.einsum("ni,ij,nj->n", r, np.linalg.inv(cov), r)
         _, logdet = np.linalg.slogdet(2 * np.pi * cov)
-        rho = np.asarray(density(jnp.asarray(points)), np.float64)
-        with np.errstate(over="ignore", invalid="ignore"):
-            ratio = rho * np.exp(0.5 * quad + 0.5 * logdet)  # ρ / φ
+        rho = _density_values(density, points, "Gauss–Hermite")
+        # ρ/φ in logs, scaled by its largest value: 1/φ overflows on far nodes where ρ may be 0,
+        # and ρ·(1/φ) there would be 0·inf; the scale cancels in the normalization
+        with np.errstate(divide="ignore"):
+            log_ratio = np.where(rho > 0, np.log(rho), -np.inf) + 0.5 * quad + 0.5 * logdet
+        top = np.max(log_ratio)
+        ratio = np.exp(log_ratio - top) if np.isfinite(top) else np.zeros_like(rho)
         w = _reweight(weights, ratio, "Gauss–Hermite")
         order = round(len(weights) ** (1.0 / self.dim))
         if order >= 8:
@@ -179,4 +226,4 @@ def refinement_orders(order: int, rule: AbstractRule) -> tuple[int, int]:
     return order, min(coarse, order - 1)
 
 
-__all__ = ["AbstractRule", "CircleRule", "GaussHermiteRule", "SphereRule", "refinement_orders"]
+__all__ = ["AbstractRule", "CircleRule", "GaussHermiteRule", "MAX_NODES", "SphereRule", "refinement_orders"]

@@ -102,6 +102,20 @@ def sweep(
         :class:`xarray.DataArray` named ``"value"`` (a pytree of several leaves: the same tree of
         DataArrays named ``value_0``, ...). The dims are ``(*static, *axes)`` with the swept values
         as coordinates, followed by the output's own dims (``dim_0``, ..., no coordinates).
+
+    Example:
+        ```python
+        import jax.numpy as jnp, jax.random as jr, transformer_pde as tp
+
+        x0 = tp.uniform_sphere(jr.key(0), n=16, d=3)
+
+        def mean_cosine(beta):                                  # beta arrives as a traced scalar
+            x = tp.solve(tp.Sphere(tp.SoftmaxAttention.identity(d=3, beta=beta)), x0, t1=2.0, dt0=0.1).xs[-1]
+            return jnp.mean(x @ x.T)
+
+        da = tp.sweep(mean_cosine, axes={"beta": jnp.array([0.5, 1.0, 4.0])})   # one vmapped call
+        da.dims, da.sel(beta=1.0).item()                        # ('beta',), a float
+        ```
     """
     import xarray as xr
 

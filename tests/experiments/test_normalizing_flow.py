@@ -1,4 +1,5 @@
-"""The normalizing-flow experiment (issue 22 item 5; seed 003, fifth abstract).
+"""The normalizing-flow experiment (issue 22 item 5; seed 003, fifth abstract:
+Álvarez-López–Geshkovski–Ruiz-Balet, arXiv 2412.19366).
 
 Oracles: an affine flow (one neuron active on every token: v = w(aᵀx + b) is linear) pushes
 N(0, I) to a Gaussian known in closed form (scipy's expm); central finite differences of the

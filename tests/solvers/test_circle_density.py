@@ -1,6 +1,12 @@
 """The pseudo-spectral Fokker–Planck solver on S¹ (sphere.md §12): heat kernel, mass, growth
 rates against Funk–Hecke, refinement, bad input."""
 
+import json
+import os
+import re
+import subprocess
+import sys
+
 import diffrax
 import jax.numpy as jnp
 import numpy as np
@@ -109,3 +115,37 @@ def test_bad_input():
         tp.solve(tp.Sphere(tp.SoftmaxAttention.identity(3)), tp.CircleDensity(np.ones(16)), t1=1.0)
     with pytest.raises(ValueError, match="Sphere"):
         tp.solve(tp.SoftmaxAttention(np.eye(2), np.eye(2), J), tp.CircleDensity(np.ones(16)), t1=1.0)
+
+
+_FLOAT32_RUN = """
+import json, sys, numpy as np, transformer_pde as tp
+sa = tp.Sphere(tp.SoftmaxAttention.identity(2, 2.0))
+rho0 = tp.CircleDensity(lambda x: 1 + 0.3 * np.cos(x), 0.0, modes=64)
+sol = tp.solve_density(sa, rho0, t1=3.0)
+try:
+    tp.solve_density(sa, rho0, t1=3.0, tol=1e-6)
+    refused = ""
+except ValueError as e:
+    refused = str(e)
+json.dump(dict(dtype=str(sol.densities.dtype), resolved=sol.resolved, tol=sol.tol,
+               densities=np.asarray(sol.densities, np.float64).tolist(), refused=refused), sys.stdout)
+"""
+
+
+@pytest.mark.slow  # a fresh process compiles the solver twice: ~40 s here
+def test_solve_density_in_float32_the_default():
+    """float32 is JAX's default (a fresh process, no x64): solve_density works there with its
+    default tol (the density's round-off level, 100 ulps), agreeing with the float64 run to that
+    tol; a tol float32 cannot resolve is refused naming float64, not blamed on the modes (it used
+    to ask for more modes)."""
+    env = {k: v for k, v in os.environ.items() if k != "JAX_ENABLE_X64"}
+    out = subprocess.run([sys.executable, "-c", _FLOAT32_RUN], env=env, capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stderr[-3000:]
+    got = json.loads(out.stdout)
+    ref = tp.solve_density(sa(2.0), tp.CircleDensity(lambda x: 1 + 0.3 * np.cos(x), 0.0, modes=64), t1=3.0)
+    assert ref.densities.dtype == jnp.float64 and ref.tol == 1e-6 and ref.resolved
+    assert got["dtype"] == "float32" and got["resolved"]
+    assert got["tol"] == pytest.approx(100 * 2.0**-23 * 1.3, rel=1e-3)  # 100 ulps of max ρ0 = 1.3
+    np.testing.assert_allclose(np.asarray(got["densities"]), np.asarray(ref.densities), rtol=0, atol=got["tol"])
+    assert re.search(r"tol=1e-06 is below the round-off of a float32 density.*jax_enable_x64", got["refused"])
+    assert "more modes" not in got["refused"]

@@ -18,7 +18,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from .._checks import check_count, check_in_range, check_real, check_scalar
-from ..measures import AbstractRule, CircleRule, GaussHermiteRule, SphereRule, refinement_orders
+from ..measures import MAX_NODES, AbstractRule, CircleRule, GaussHermiteRule, SphereRule, refinement_orders
 from ..models.base import AbstractDynamics
 from ..models.sphere import uniform_sphere
 from ..solvers import Gaussian, Particles
@@ -143,9 +143,14 @@ class QuadratureLaw(AbstractLaw):
         order = check_count(self.order, "order", minimum=1)
         if order < 2:
             raise ValueError(f"order must be >= 2 (a refinement check needs a coarser rule), got {order}")
-        object.__setattr__(self, "order", order)
+        object.__setattr__(self, "order", self.rule.check_order(order))  # the node budget, before any node
         if self.resolution is not None:
             object.__setattr__(self, "resolution", check_count(self.resolution, "resolution", minimum=2))
+        if self.one_dimensional:  # the 1-D distances' measure has resolution (default 64·order) points
+            m, name = (self.resolution, "resolution") if self.resolution is not None else (64 * order, "64·order")
+            if m > MAX_NODES:
+                raise ValueError(f"{name} = {m} points for the 1-D distances, more than the {MAX_NODES} a rule "
+                                 "allocates; lower the order or pass a smaller resolution")
 
     @property
     def one_dimensional(self) -> bool:

@@ -2,7 +2,7 @@
 Geshkovski–Rigollet–Ruiz-Balet).
 
 N input measures (caps around random centres, n tokens each) must be carried to N target caps
-by the same Transformer: v[μ](t, x) = P⊥_x(V(t) A_B[μ](x) + W(t)(U(t)x + b(t))_+), parameters
+by the same Transformer: ``v[μ](t, x) = P⊥_x(V(t) A_B[μ](x) + W(t)(U(t)x + b(t))_+)``, parameters
 piecewise constant over ``layers`` layers on [0, T]. The parameters are learned with Adam on
 the mean Sinkhorn divergence S_ε(Φ_T#μ^i, ν^i) (ott-jax, explicit ε) by differentiating
 through the solver (:func:`flow` pushes the measures, :func:`interpolation_loss` is the loss

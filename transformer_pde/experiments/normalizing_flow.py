@@ -1,5 +1,7 @@
-r"""Normalizing flows by perceptron controls, measured in relative entropy (seed 003, fifth
-abstract; docs: math/mean_field.md#normalizing-flows).
+r"""Normalizing flows by perceptron controls, measured in relative entropy: A. Álvarez-López,
+B. Geshkovski, D. Ruiz-Balet, *Constructive approximate transport maps with normalizing flows*,
+arXiv 2412.19366 (Appl. Math. Optim. 92, 2025; seed 003, fifth abstract; docs:
+math/mean_field.md#normalizing-flows).
 
 The continuity equation ∂_t ρ + div(ρ v) = 0 with the perceptron field
 
@@ -273,6 +275,7 @@ def figures(res: Result, cfg: NormalizingFlowConfig, out_dir) -> list:
 
 register(Experiment(
     "normalizing-flow",
-    "perceptron controls w(aᵀx+b)_+ transport N(0, I) to targets in R²; KL(ρ(T)‖ρ*) vs switches",
+    "perceptron controls w(aᵀx+b)_+ transport N(0, I) to targets in R²; KL(ρ(T)‖ρ*) vs switches "
+    "(Álvarez-López–Geshkovski–Ruiz-Balet, arXiv 2412.19366)",
     NormalizingFlowConfig, compute, figures,
     tiny=dict(targets=("moons",), switches=(2,), n=64, n_eval=64, steps=15, substeps=2)))

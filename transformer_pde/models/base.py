@@ -182,7 +182,7 @@ class AbstractRetraction(eqx.Module):
 class AbstractRetractedDynamics(AbstractDynamics, AbstractRetraction):
     """A dynamics whose every step ends with a retraction R_[t0, t1] that may depend on the step.
 
-    One discrete layer is x ← R_[t_l, t_l + h](x + h v(t_l, x)) (:func:`transformer_pde.layers`);
+    One discrete layer is ``x ← R_[t_l, t_l + h](x + h v(t_l, x))`` (:func:`transformer_pde.layers`);
     :func:`transformer_pde.solve` wraps the solver in :class:`transformer_pde.Retracted` and maps
     saved (interpolated) states with :meth:`retract_at`. Where the dynamics changes
     (:attr:`switch_times`) ``solve`` steps to just before the switch and on from just after it,

@@ -90,7 +90,7 @@ class GaussianHeads(eqx.Module):
         return V.astype(dtype), W.astype(dtype), Wp.astype(dtype)
 
     def mean_field(self, x, V, W, Wp):
-        """(1/H) Σ_h B_{θ_h}[μ_X](x_i) for heads stacked on a leading axis, shape (n, d)."""
+        """``(1/H) Σ_h B_{θ_h}[μ_X](x_i)`` for heads stacked on a leading axis, shape (n, d)."""
         return jax.vmap(lambda v, w, wp: head_field(x, v, w, wp, self.beta))(V, W, Wp).mean(0)
 
 
@@ -101,12 +101,12 @@ def _attn_average(x, W, Wp, beta):
 
 
 def head_field(x, V, W, Wp, beta):
-    """B_θ[μ_X](x_i) for one head θ = (V, W W'ᵀ), uniform weights; shape (n, d)."""
+    """``B_θ[μ_X](x_i)`` for one head θ = (V, W W'ᵀ), uniform weights; shape (n, d)."""
     return _attn_average(x, W, Wp, beta) @ V.T
 
 
 def expected_head(key, heads: GaussianHeads, x, num_samples: int = 4096):
-    """Monte Carlo mean field b(x_i) = E_θ B_θ[μ_X](x_i) and its standard error."""
+    """Monte Carlo mean field ``b(x_i) = E_θ B_θ[μ_X](x_i)`` and its standard error."""
     V, W, Wp = heads.sample(key, (num_samples,))
     B = jax.vmap(lambda v, w, wp: head_field(x, v, w, wp, heads.beta))(V, W, Wp)
     return B.mean(0), B.std(0) / np.sqrt(num_samples)
@@ -118,7 +118,7 @@ class RandomHeadsField(AbstractDynamics):
     r"""The random Transformer's layer field: fresh heads θ_h ~ ρ* at every layer
     (docs: math/random_heads.md#the-random-transformer-chain).
 
-    At time t in layer l = (t − t0)/h the velocity is (1/H) Σ_h B_{θ_h}[μ](x_i) with the heads
+    At time t in layer l = (t − t0)/h the velocity is ``(1/H) Σ_h B_{θ_h}[μ](x_i)`` with the heads
     drawn from ``keys[l]``. ``tp.layers(tp.PostLN(field), x0, L, h)`` is the chain
     x ← N(x + (h/H) Σ_h B_{θ_h}(x)) (:func:`transformer_pde.solve.random_heads.chain`).
     Token weights are ignored (uniform measure).

@@ -85,6 +85,17 @@ class Sphere(AbstractManifoldDynamics):
 
     The tokens' bound (|x| <= :data:`TOKEN_RADIUS`) is declared to the wrapped dynamics, so an
     attention with the automatic kernel backend takes the fast kernel at large n (k <= 3).
+
+    Example:
+        ```python
+        import jax.numpy as jnp, jax.random as jr, transformer_pde as tp
+
+        x0 = tp.uniform_sphere(jr.key(0), n=32, d=3)
+        sphere = tp.Sphere(tp.SoftmaxAttention.identity(d=3, beta=1.0))
+        v = sphere.velocity(x0)                                 # tangent: (v * x0).sum(-1) is 0 to round-off
+        sol = tp.solve(sphere, x0, t1=1.0, dt0=0.1)
+        jnp.linalg.norm(sol.xs[-1], axis=-1)                    # 1 for every token
+        ```
     """
 
     dynamics: AbstractDynamics = eqx.field(converter=_declare_unit_tokens)

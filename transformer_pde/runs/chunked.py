@@ -88,6 +88,20 @@ def solve_checkpointed(
     says when (a chunked Gaussian's ``final_*`` are then its last save's). A checkpoint of another
     run (other dynamics, start state, solver options, dt0 or save times: see
     :func:`run_fingerprint`) is refused, never mixed in.
+
+    Example:
+        ```python
+        import tempfile
+        import jax.numpy as jnp, jax.random as jr, transformer_pde as tp
+
+        x0 = tp.uniform_sphere(jr.key(0), n=32, d=3)
+        model = tp.Sphere(tp.SoftmaxAttention.identity(d=3, beta=1.0))
+        ts = jnp.linspace(0, 2, 9)
+        with tempfile.TemporaryDirectory() as d:             # a rerun with the same inputs resumes here
+            sol = tp.runs.solve_checkpointed(model, x0, t1=2.0, dt0=0.1, saveat=ts,
+                                             checkpoint=tp.runs.Checkpoint(d, every=4))   # two chunks of 4 saves
+        sol.xs.shape                                            # (9, 32, 3), as one tp.solve
+        ```
     """
     if checkpoint is not None and not isinstance(checkpoint, Checkpoint):
         raise ValueError(f"checkpoint must be a tp.runs.Checkpoint or None, got {type(checkpoint).__name__}")

@@ -135,6 +135,15 @@ class CircleDensity(AbstractState):
     L = 64, hours to t = 100, against the circle's < 10 s. Axisymmetric (zonal) densities need no
     spherical-harmonic library: they are a 1-D Legendre problem in cos θ (Gauss–Legendre nodes);
     that solver is the cheap route and is not written yet.
+
+    Example:
+        ```python
+        import numpy as np, transformer_pde as tp
+
+        rho0 = tp.CircleDensity(lambda th: 1 + 0.2 * np.cos(th), sigma=0.5, modes=16)   # ρ against dθ/2π
+        sol = tp.solve(tp.Sphere(tp.SoftmaxAttention.identity(2, 1.0)), rho0, t1=1.0, saveat=np.array([0.0, 1.0]))
+        sol.xs.shape                                            # (2, 32): the grid values at the saves
+        ```
     """
 
     values: jax.Array
@@ -144,7 +153,7 @@ class CircleDensity(AbstractState):
         if callable(rho):
             if modes is None:
                 raise ValueError("CircleDensity(function) needs modes=")
-            rho = rho(np.asarray(grid(modes, np.float64)))
+            rho = rho(np.asarray(grid(modes)))  # float64 with x64, else float32 (no truncation warning)
         elif modes is not None:
             raise ValueError("modes= is for a function; grid values set the modes themselves")
         rho = as_float_array(rho, "CircleDensity.rho")
@@ -201,6 +210,7 @@ class CircleDensity(AbstractState):
         return imex_solver()
 
     def default_controller(self):
+        # in float32 too: a looser rtol (ten ulps) lets the time error reach the resolution check
         return diffrax.PIDController(rtol=1e-8, atol=1e-10)
 
 
@@ -304,6 +314,7 @@ class DensitySolution(eqx.Module):
         mass_error: max |∫ρ dθ/2π − 1| at the saves.
         resolved: resolution_error <= tol and min_density > −tol.
         solution: the underlying ``tp.solve`` solution (N modes).
+        tol: the tolerance it was checked against.
     """
 
     ts: jax.Array
@@ -314,6 +325,7 @@ class DensitySolution(eqx.Module):
     mass_error: float
     resolved: bool
     solution: Any
+    tol: float
 
     @property
     def theta(self):
@@ -324,7 +336,19 @@ class DensitySolution(eqx.Module):
         return order_parameter(self.densities)
 
 
-def solve_density(dynamics, density: CircleDensity, *, t1, saveat=None, tol: float = 1e-6,
+_ROUND_OFF = 100
+"""How many ulps (of the largest grid value) :func:`solve_density` counts as round-off: a
+difference between the N- and 2N-mode answers below it says nothing about the modes (measured:
+float32 runs differ by 3–7 ulps where float64 shows 1e-10)."""
+
+
+def _round_off(rho) -> float:
+    """The level below which grid values of ``rho`` cannot be told apart: _ROUND_OFF ulps of its
+    largest value in its dtype (float32: ~1e-5 for a density of order 1)."""
+    return _ROUND_OFF * float(jnp.finfo(rho.dtype).eps) * float(jnp.max(jnp.abs(rho)))
+
+
+def solve_density(dynamics, density: CircleDensity, *, t1, saveat=None, tol: float | None = None,
                   throw: bool = True, **kwargs) -> DensitySolution:
     """``tp.solve`` of a :class:`CircleDensity` checked for resolution and positivity: the same
     run with twice the modes (the start spectrally interpolated) is compared at the saves.
@@ -333,15 +357,36 @@ def solve_density(dynamics, density: CircleDensity, *, t1, saveat=None, tol: flo
         dynamics, density, t1, saveat, ``**kwargs``: as for :func:`transformer_pde.solve`
             (``saveat``: an array of times; default [t1]).
         tol: the accepted max-norm difference between the N- and 2N-mode answers (and the
-            accepted negativity).
+            accepted negativity). Default: 1e-6, or the density's round-off level if larger
+            (100 ulps of its largest value: ~1e-5 in float32, JAX's default dtype;
+            enable float64 with ``jax.config.update("jax_enable_x64", True)`` for a smaller one). A
+            ``tol`` below a tenth of that level is refused: the dtype cannot resolve it.
         throw: raise :class:`UnderResolvedError` when the answer is not resolved (else flagged).
             A solve that fails (steps shrinking to nothing on an unresolved density, max_steps)
-            counts as not resolved.
+            counts as not resolved. A difference at the round-off level is not blamed on the
+            modes: the error says float64 is needed.
+
+    Example:
+        ```python
+        import numpy as np, transformer_pde as tp
+
+        rho0 = tp.CircleDensity(lambda th: 1 + 0.1 * np.cos(th), sigma=0.5, modes=16)
+        sol = tp.solve_density(tp.Sphere(tp.SoftmaxAttention.identity(2, 1.0)), rho0, t1=1.0)
+        sol.densities.shape, sol.resolved       # (1, 32), True
+        ```
     """
     if not isinstance(density, CircleDensity):
         raise ValueError(f"density must be a tp.CircleDensity (solve_density refines its modes), got "
                          f"{type(density).__name__}")
+    floor0 = _round_off(density.values)
+    if tol is None:
+        tol = max(1e-6, floor0)
     check_scalar(tol, "tol", positive=True)
+    dtype = density.values.dtype
+    if tol < floor0 / 10:
+        raise ValueError(f"solve_density: tol={tol:g} is below the round-off of a {dtype} density (~{floor0:.2g}): "
+                         f"{dtype} cannot resolve it, whatever the modes; use float64 "
+                         "(jax.config.update('jax_enable_x64', True), and a float64 density) or a larger tol")
     if isinstance(saveat, diffrax.SaveAt):
         raise ValueError("solve_density compares densities: pass saveat as an array of times")
     fine = CircleDensity(refine(density.values, 2 * density.modes), density.sigma)
@@ -357,12 +402,19 @@ def solve_density(dynamics, density: CircleDensity, *, t1, saveat=None, tol: flo
     mass = float(jnp.max(jnp.abs(jnp.mean(rho, -1) - 1)))
     resolved = bool(err <= tol and mn > -tol)
     if throw and not resolved:
+        floor = max(floor0, _round_off(rho))
+        if err <= floor and mn > -floor:
+            raise UnderResolvedError(
+                f"solve_density: the answers with {density.modes} and {2 * density.modes} modes differ by "
+                f"{err:.3g}, at the round-off of {dtype} (~{floor:.2g}), above tol={tol:g}: more modes will not "
+                "help; use float64 (jax.config.update('jax_enable_x64', True), and a float64 density) or "
+                f"tol >= {floor:.2g}")
         why = f" (the solve failed: {'; '.join(failed)})" if failed else ""
         raise UnderResolvedError(
             f"solve_density: {density.modes} modes do not resolve the density to tol={tol:g}: the answer "
             f"with {2 * density.modes} modes differs by {err:.3g} (min density {mn:.3g}){why}; use more "
             "modes, a shorter t1, or throw=False for the flagged result")
-    return DensitySolution(coarse_sol.ts, rho, density.modes, err, mn, mass, resolved, coarse_sol)
+    return DensitySolution(coarse_sol.ts, rho, density.modes, err, mn, mass, resolved, coarse_sol, tol)
 
 
 __all__ = ["CircleDensity", "CirculantSolve", "DensitySolution", "UnderResolvedError", "circle_velocity",

@@ -45,6 +45,16 @@ def layers(dynamics, x0, num_layers: int, step, *, t0=0.0, save_every: int = 1, 
     layer's normalization. Any noise of the family works the same way, with the increment
     ``tp.solve`` applies (:meth:`~transformer_pde.solvers.AbstractNoise.increment`; common noise,
     ``tp.CommonNoise(g)``: one ξ_l of g's shape for all tokens, and its drift a(x) in the step).
+
+    Example:
+        ```python
+        import jax.random as jr, transformer_pde as tp
+
+        x0 = tp.uniform_sphere(jr.key(0), n=32, d=3)
+        model = tp.Sphere(tp.SoftmaxAttention.identity(d=3, beta=1.0))   # layer normalization after each layer
+        sol = tp.layers(model, x0, num_layers=10, step=0.1, save_every=5)
+        sol.xs.shape                                            # (3, 32, 3): layers 0, 5 and 10
+        ```
     """
     num_layers = check_int(num_layers, "num_layers", minimum=1)
     save_every = check_int(save_every, "save_every", minimum=1)

@@ -173,6 +173,15 @@ class Noise(AbstractNoise):
     ``tp.solve(dynamics, x0, t1=..., dt0=..., noise=tp.Noise(0.5), key=jax.random.key(0))``.
     A negative or non-finite σ is an error naming it (a ValueError when concrete, ``eqx.error_if``
     under jit and for σ(t) along the run).
+
+    Example:
+        ```python
+        import jax.random as jr, transformer_pde as tp
+
+        x0 = tp.uniform_sphere(jr.key(0), n=32, d=3)
+        model = tp.Sphere(tp.SoftmaxAttention.identity(d=3, beta=1.0))
+        sol = tp.solve(model, x0, t1=1.0, dt0=0.05, noise=tp.Noise(0.5), key=jr.key(1))   # spherical Brownian motion
+        ```
     """
 
     sigma: jax.Array | Callable

@@ -126,6 +126,18 @@ def solve(
     The compiled program depends only on shapes and the static configuration, so repeated
     calls with new values (x0, parameters, t1) do not recompile; ``solve`` works under
     ``jax.vmap`` and ``jax.grad``.
+
+    Example:
+        ```python
+        import diffrax, jax.numpy as jnp, jax.random as jr, transformer_pde as tp
+
+        x0 = tp.uniform_sphere(jr.key(0), n=64, d=3)            # tokens are rows: (n, d)
+        attn = tp.SoftmaxAttention.identity(d=3, beta=4.0)
+        sol = tp.solve(tp.Sphere(attn), x0, t1=2.0, dt0=0.1, saveat=jnp.linspace(0, 2, 5))
+        sol.ts.shape, sol.xs.shape                              # (5,), (5, 64, 3)
+        stats = tp.solve(tp.Sphere(attn), x0, t1=2.0, dt0=0.1, saveat=diffrax.SaveAt(
+            ts=jnp.linspace(0, 2, 5), fn=lambda t, x, args: jnp.mean(x @ x.T))).stats   # (5,), no states kept
+        ```
     """
     if event is not None and not isinstance(event, AbstractBlowUp):
         raise ValueError(f"event must be tp.BlowUp(...), tp.BlowUpAtSaves(...) or None, got {event!r}")

@@ -171,6 +171,16 @@ class Particles(AbstractNoisyState):
     Args:
         x: tokens, shape ``(n, d)``.
         weights: shape ``(n,)``, non-negative, summing to one (None: uniform).
+
+    Example:
+        ```python
+        import jax.numpy as jnp, transformer_pde as tp
+
+        x = jnp.array([[1.0, 0.0], [0.0, 1.0], [0.6, 0.8]])
+        mu = tp.Particles(x, weights=jnp.array([0.25, 0.25, 0.5]))   # μ = Σ_j w_j δ_{x_j}
+        sol = tp.solve(tp.Sphere(tp.SoftmaxAttention.identity(d=2, beta=1.0)), mu, t1=1.0, dt0=0.1)
+        sol.weights                                             # the same weights: they do not move
+        ```
     """
 
     x: jax.Array
@@ -285,6 +295,15 @@ class Gaussian(AbstractNoisyState):
     Args:
         mean: shape ``(d,)``.
         cov: shape ``(d, d)``, symmetric positive definite.
+
+    Example:
+        ```python
+        import jax.numpy as jnp, transformer_pde as tp
+
+        g0 = tp.Gaussian(mean=jnp.zeros(2), cov=jnp.eye(2))
+        sol = tp.solve(tp.SoftmaxAttention.identity(d=2, beta=1.0), g0, t1=1.0, dt0=0.1)   # the moment ODEs
+        sol.means.shape, sol.covs.shape                         # (1, 2), (1, 2, 2): a GaussianSolution
+        ```
     """
 
     mean: jax.Array
@@ -329,7 +348,11 @@ class Gaussian(AbstractNoisyState):
         if int(order) ** self.dim > 10**7:
             raise ValueError(f"order**d = {int(order)}**{self.dim} points is too many for a tensor "
                              "grid; lower the order")
-        z, w = np.polynomial.hermite_e.hermegauss(int(order))  # weight e^{-z^2/2}
+        with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
+            z, w = np.polynomial.hermite_e.hermegauss(int(order))  # weight e^{-z^2/2}
+        if not np.isfinite(w).all():  # NumPy's weights overflow past order ~365
+            raise ValueError(f"Gauss–Hermite order={order} is beyond what NumPy's hermegauss computes (its "
+                             "weights overflow); lower the order")
         w = w / w.sum()
         grids = np.meshgrid(*([z] * self.dim), indexing="ij")
         pts = np.stack([g.ravel() for g in grids], axis=-1)

@@ -44,6 +44,16 @@ class SoftmaxAttention(AbstractBilinearAttention, AbstractKernelAttention, Abstr
     Many papers use A = KᵀQ/√d: pass ``Q / sqrt(d)`` (docs: math/attention.md#conventions). Token i attending to
     tokens j <= i only, with ALiBi position weights, is ``tp.Causal(SoftmaxAttention(...), alibi=λ)``
     (the CSA model; :class:`~transformer_pde.Causal`).
+
+    Example:
+        ```python
+        import jax.numpy as jnp, jax.random as jr, transformer_pde as tp
+
+        x = jr.normal(jr.key(0), (16, 2))
+        attn = tp.SoftmaxAttention(Q=jnp.eye(2), K=jnp.eye(2), V=jnp.eye(2), beta=1.0)
+        v = attn.velocity(x)                                    # Γ_μ(x_i) for μ = (1/n) Σ δ_{x_j}: (16, 2)
+        sol = tp.solve(attn, x, t1=1.0, dt0=0.1)                # tokens in R^d
+        ```
     """
 
     Q: Param
