@@ -99,7 +99,7 @@ def solve_checkpointed(
         ts = jnp.linspace(0, 2, 9)
         with tempfile.TemporaryDirectory() as d:             # a rerun with the same inputs resumes here
             sol = tp.runs.solve_checkpointed(model, x0, t1=2.0, dt0=0.1, saveat=ts,
-                                             checkpoint=tp.runs.Checkpoint(d, every=4))   # two chunks of 4 saves
+                                             checkpoint=tp.runs.Checkpoint(d, every=4))   # chunks of 4 saves
         sol.xs.shape                                            # (9, 32, 3), as one tp.solve
         ```
     """
