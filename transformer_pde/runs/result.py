@@ -91,7 +91,8 @@ class Result(Mapping):
     # --- files ---------------------------------------------------------------------------
     def save(self, run_dir) -> list[Path]:
         """Write ``data.npz`` (and ``results.nc`` when there are grids) atomically; returns the
-        paths written. A ``results.nc`` left by an earlier run without grids is removed."""
+        paths written. Nothing else is touched (a run removes the files of the run it replaces
+        before computing: :func:`~transformer_pde.runs.directory.clear_run`)."""
         run_dir = Path(run_dir)
         save_npz(run_dir / DATA_FILE, self.arrays)
         written = [run_dir / DATA_FILE]
@@ -99,8 +100,6 @@ class Result(Mapping):
         if self.grids:
             save_grids(nc, self.grids)
             written.append(nc)
-        elif nc.exists():
-            nc.unlink()
         return written
 
     @classmethod

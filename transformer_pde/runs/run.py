@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import shutil
 import signal
 import time
 from pathlib import Path
@@ -111,8 +110,9 @@ def run_experiment(exp: RunnableExperiment, config, out_dir: Path, *, progress: 
 
 
 def _run_locked(exp, config, out_dir, progress, checkpoint_every, resume, replace) -> dict:
-    rundir.remove_stale_temporaries(out_dir)
     previous = rundir.read_metadata(out_dir)
+    rundir.check_empty_or_run(out_dir, previous)
+    rundir.remove_stale_temporaries(out_dir, previous)
     ckpt_dir = out_dir / CHECKPOINT_DIR
     status = None if previous is None else previous.get("status")
     every = (checkpoint_every or DEFAULT_EVERY) if exp.resumable else None
@@ -148,13 +148,6 @@ def _run_locked(exp, config, out_dir, progress, checkpoint_every, resume, replac
         rundir.clear_run(out_dir, previous)
 
     cfg = dataclasses.asdict(config)
-    checkpoint = None
-    if exp.resumable:
-        checkpoint = Checkpoint(ckpt_dir, every, safe_point=check_interrupt)
-        if not (ckpt_dir / RUN_IDENTITY_FILE).exists():
-            save_json(ckpt_dir / RUN_IDENTITY_FILE, rundir.identity(exp, config, every))
-    save_json(out_dir / "config.json", cfg)
-    atomic_write_bytes(out_dir / "config.toml", exp.config_toml(config).encode())
     meta = {
         "experiment": exp.name,
         "summary": exp.summary,
@@ -167,7 +160,15 @@ def _run_locked(exp, config, out_dir, progress, checkpoint_every, resume, replac
         **environment(),
     }
     meta_path = out_dir / METADATA_FILE
+    # the metadata first: every other file the run writes is then in a directory holding a run
     save_json(meta_path, {**meta, "status": STATUS_RUNNING})
+    checkpoint = None
+    if exp.resumable:
+        checkpoint = Checkpoint(ckpt_dir, every, safe_point=check_interrupt)
+        if not (ckpt_dir / RUN_IDENTITY_FILE).exists():
+            save_json(ckpt_dir / RUN_IDENTITY_FILE, rundir.identity(exp, config, every))
+    save_json(out_dir / "config.json", cfg)
+    atomic_write_bytes(out_dir / "config.toml", exp.config_toml(config).encode())
 
     start = time.perf_counter()
     data_path = out_dir / DATA_FILE
@@ -215,8 +216,7 @@ def _compute_and_save(exp, config, out_dir, progress, checkpoint, meta, meta_pat
         meta["grid_names"] = list(results.grids)
     with signals_deferred():  # the run is done: a signal now must not leave it half-marked
         save_json(meta_path, meta)
-        if ckpt_dir.exists():
-            shutil.rmtree(ckpt_dir)  # the data file now holds everything the checkpoints did
+        rundir.remove_checkpoints(ckpt_dir)  # the data file now holds everything they did
     return {"data": data_path, "metadata": meta_path, "figures": figures, "results": results,
             "grids": meta.get("grids"), "continued": continued}
 
