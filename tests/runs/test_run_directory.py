@@ -6,13 +6,14 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import re
 
 import numpy as np
 import pytest
 
 from transformer_pde.experiments import Experiment, Result
 from transformer_pde.experiments._options import Options
-from transformer_pde.runs import run_experiment
+from transformer_pde.runs import run_experiment, run_info
 
 
 @dataclasses.dataclass(frozen=True)
@@ -87,3 +88,116 @@ def test_a_complete_run_leaves_no_checkpoint_directory_of_its_own(tmp_path):
     out = tmp_path / "P"
     run_experiment(RESUMABLE, _Config(), out, progress=False)
     assert not (out / "checkpoints").exists()
+
+
+# --- readers do not trust the files (issue 37 item 3) -------------------------------------------
+
+
+def _grids_compute(cfg, progress):
+    from transformer_pde.runs import grid
+
+    return Result({"x": np.full(3, cfg.x)}, {"g": grid({"i": np.arange(3)}, x=(("i",), np.full(3, cfg.x)))})
+
+
+GRIDDED = Experiment("dir-test-g", "directory rules, grids", _Config, _grids_compute, lambda r, c, o: [])
+
+
+def _edit_metadata(out, **changes):
+    meta = json.loads((out / "metadata.json").read_text())
+    (out / "metadata.json").write_text(json.dumps({**meta, **changes}))
+
+
+@pytest.mark.parametrize("status", ["failed", "running", "interrupted"])
+def test_result_load_refuses_a_run_that_is_not_complete(tmp_path, status):
+    out = tmp_path / "P"
+    run_experiment(PLAIN, _Config(), out, progress=False)
+    _edit_metadata(out, status=status)
+    with pytest.raises(ValueError, match=rf"the run in .* is not complete \(status '{status}'\): its files are not "
+                                         rf"its result; finish it with transformer-pde run --resume"):
+        Result.load(out)
+
+
+@pytest.mark.parametrize("damage, file, match", [
+    ("garbage", "data.npz", r"data.npz is unreadable \(ValueError: not an archive of arrays"),
+    ("folder", "data.npz", r"data.npz is not a file"),
+    ("garbage", "results.nc", r"results.nc is unreadable \("),
+    ("folder", "results.nc", r"results.nc is not a file"),
+    ("absent", "results.nc", r"results.nc is missing"),
+])
+def test_result_load_names_a_damaged_file(tmp_path, damage, file, match):
+    out = tmp_path / "P"
+    run_experiment(GRIDDED, _Config(), out, progress=False)
+    (out / file).unlink()
+    if damage == "garbage":
+        (out / file).write_bytes(b"\x89HDF\r\n\x1a\n not really")
+    elif damage == "folder":
+        (out / file).mkdir()
+    with pytest.raises(ValueError, match=match):
+        Result.load(out)
+
+
+def test_result_load_reads_grids_only_where_the_metadata_lists_them(tmp_path):
+    out = tmp_path / "P"
+    run_experiment(GRIDDED, _Config(x=3.0), out, progress=False)
+    grids = (out / "results.nc").read_bytes()
+    run_experiment(PLAIN, _Config(), out, progress=False, replace=True)
+    (out / "results.nc").write_bytes(grids)  # someone else's file: not this run's result
+    assert Result.load(out).grids == {}
+    assert "not listed in the metadata" in run_info(out)
+
+
+@pytest.mark.parametrize("changes, match", [
+    ({"versions": ["jax", "0.4"]}, r"provenance:  versions unreadable \(a list, not a table\)"),
+    ({"devices": "cpu:0", "jax_backend": "cpu"}, r"devices cpu:0"),
+    ({"figures": "figure.txt"}, r"outputs:"),
+])
+def test_info_reads_metadata_of_unexpected_types(tmp_path, changes, match):
+    out = tmp_path / "P"
+    run_experiment(PLAIN, _Config(), out, progress=False)
+    _edit_metadata(out, **changes)
+    assert re.search(match, run_info(out))
+
+
+def test_info_and_load_refuse_deeply_nested_metadata(tmp_path):
+    out = tmp_path / "P"
+    run_experiment(PLAIN, _Config(), out, progress=False)
+    meta = (out / "metadata.json").read_text()
+    for depth in (40, 100_000):  # one json reads, one it cannot (RecursionError before)
+        (out / "metadata.json").write_text(meta[:-2] + ', "deep": ' + "[" * depth + "]" * depth + "}\n")
+        with pytest.raises(ValueError, match=r"metadata.json is unreadable \(ValueError: nested more than 16 "
+                                             r"levels deep\)|metadata.json is unreadable \(RecursionError"):
+            run_info(out)
+        with pytest.raises(ValueError, match=r"metadata.json is unreadable"):
+            Result.load(out)
+
+
+@pytest.mark.parametrize("damage, line", [
+    ("data-folder", r"data.npz    unreadable \(not a file\)"),
+    ("data-absent", r"data.npz    missing, though the run is complete"),
+    ("grids-garbage", r"results.nc  unreadable \(not a netCDF-4/HDF5 file\)"),
+    ("grids-folder", r"results.nc  unreadable \(not a file\)"),
+    ("grids-absent", r"results.nc  missing, though the metadata lists grids"),
+])
+def test_info_looks_at_the_outputs(tmp_path, damage, line):
+    out = tmp_path / "P"
+    run_experiment(GRIDDED, _Config(), out, progress=False)
+    file = out / ("data.npz" if damage.startswith("data") else "results.nc")
+    file.unlink()
+    if damage.endswith("folder"):
+        file.mkdir()
+    elif damage.endswith("garbage"):
+        file.write_bytes(b"not hdf5")
+    assert re.search(line, run_info(out))
+
+
+@pytest.mark.package_errors
+@pytest.mark.parametrize("args, match", [
+    (dict(exp=object(), config=_Config()), r"run_experiment: exp must be an experiment"),
+    (dict(exp=PLAIN, config={"x": 1.0}), r"run_experiment: config must be the options of 'dir-test', a _Config"),
+    (dict(exp=PLAIN, config=_Config(), progress="no"), r"run_experiment: progress must be True or False"),
+])
+def test_run_experiment_checks_its_arguments_before_making_the_directory(tmp_path, args, match):
+    out = tmp_path / "never"
+    with pytest.raises(ValueError, match=match):
+        run_experiment(out_dir=out, **{"progress": False, **args})
+    assert not out.exists()

@@ -87,7 +87,8 @@ def read_metadata(out_dir: Path) -> dict | None:
         return None
     try:
         meta = json.loads(path.read_text())
-    except (OSError, ValueError) as e:  # JSONDecodeError, UnicodeDecodeError
+        _check_depth(meta)
+    except (OSError, ValueError, RecursionError) as e:  # JSONDecodeError, UnicodeDecodeError, too deep
         raise ValueError(f"{path} is unreadable ({error_text(e)}); not an output directory of "
                          "transformer-pde, or a damaged one") from None
     problem = None
@@ -102,6 +103,23 @@ def read_metadata(out_dir: Path) -> dict | None:
     if problem:
         raise ValueError(f"{path} is not the metadata of a run: {problem}")
     return meta
+
+
+MAX_DEPTH = 16
+"""How deeply a run's metadata nests (it nests 3 levels); deeper is not the metadata of a run."""
+
+
+def _check_depth(obj) -> None:
+    """ValueError for JSON nested deeper than :data:`MAX_DEPTH` (walked without recursion)."""
+    stack = [(obj, 0)]
+    while stack:
+        value, depth = stack.pop()
+        if depth > MAX_DEPTH:
+            raise ValueError(f"nested more than {MAX_DEPTH} levels deep")
+        if isinstance(value, dict):
+            stack.extend((v, depth + 1) for v in value.values())
+        elif isinstance(value, list):
+            stack.extend((v, depth + 1) for v in value)
 
 
 def require_run(run_dir: Path) -> dict:

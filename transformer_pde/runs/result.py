@@ -104,15 +104,41 @@ class Result(Mapping):
 
     @classmethod
     def load(cls, run_dir) -> Result:
-        """The result saved in ``run_dir`` (its ``data.npz``, and ``results.nc`` if present)."""
+        """The result saved in ``run_dir``: its ``data.npz``, and ``results.nc`` where the run
+        has grids. Where ``run_dir`` holds a run's ``metadata.json``, the run must be complete
+        (a failed or running run's files are not its result) and ``results.nc`` is read only
+        if the metadata lists grids. Raises ValueError naming the file for anything else: no
+        such file, not a regular file, damaged or unreadable (never NumPy's or h5py's own error)."""
+        from .directory import CORRUPT_FILE_ERRORS, STATUS_COMPLETE, error_text, read_metadata
+
+        if not isinstance(run_dir, (str, os.PathLike)):
+            raise ValueError(f"Result.load: run_dir must be a path, got {type(run_dir).__name__} {run_dir!r}"[:300])
         run_dir = Path(run_dir)
+        meta = read_metadata(run_dir)
+        if meta is not None and meta["status"] != STATUS_COMPLETE:
+            raise ValueError(f"the run in {str(run_dir)!r} is not complete (status {meta['status']!r}): its "
+                             f"files are not its result; finish it with transformer-pde run --resume {run_dir}")
         path = run_dir / DATA_FILE
         if not path.exists():
             raise ValueError(f"{str(run_dir)!r} holds no {DATA_FILE} (not a complete run)")
-        with np.load(path, allow_pickle=False) as f:
-            arrays = {k: f[k] for k in f.files}
         nc = run_dir / GRIDS_FILE
-        return cls(arrays, load_grids(nc) if nc.exists() else {})
+        with_grids = nc.exists() if meta is None else bool(meta.get("grid_names") or meta.get("grids"))
+        for f in [path, nc] if with_grids else [path]:
+            if not f.is_file():
+                what = "is missing" if not f.exists() else "is not a file"
+                raise ValueError(f"{f} {what}; the run's saved result is damaged: run it again")
+        try:
+            with np.load(path, allow_pickle=False) as f:
+                arrays = {k: f[k] for k in f.files}
+        except CORRUPT_FILE_ERRORS as e:
+            raise ValueError(f"{path} is unreadable ({error_text(e)}); the run's saved result is damaged: "
+                             f"run it again") from None
+        try:
+            grids = load_grids(nc) if with_grids else {}
+        except (*CORRUPT_FILE_ERRORS, RuntimeError) as e:  # h5py/netCDF errors are OSError or RuntimeError
+            raise ValueError(f"{nc} is unreadable ({error_text(e)}); the run's saved result is damaged: "
+                             f"run it again") from None
+        return cls(arrays, grids)
 
 
 def save_grids(path: Path, datasets: Mapping[str, "xr.Dataset"]) -> None:

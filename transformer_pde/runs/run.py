@@ -14,18 +14,16 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import os
 import signal
 import time
 from pathlib import Path
-
-import numpy as np
 
 from .._io import atomic_write_bytes, save_json
 from . import directory as rundir
 from .checkpoint import DEFAULT_EVERY, Checkpoint
 from .directory import (
     CHECKPOINT_DIR,
-    CORRUPT_FILE_ERRORS,
     METADATA_FILE,
     RUN_IDENTITY_FILE,
     STATUS_COMPLETE,
@@ -100,6 +98,17 @@ def run_experiment(exp: RunnableExperiment, config, out_dir: Path, *, progress: 
             "interrupted").
         ValueError, DirectoryBusyError: the run could not start (nothing was changed).
     """
+    if not isinstance(exp, RunnableExperiment):
+        raise ValueError(f"run_experiment: exp must be an experiment (a transformer_pde.experiments.Experiment, "
+                         f"such as experiments.REGISTRY['clustering']), got {type(exp).__name__} {exp!r}"[:300])
+    if not isinstance(config, exp.config):
+        raise ValueError(f"run_experiment: config must be the options of {exp.name!r}, a {exp.config.__name__} "
+                         f"(exp.config(...)), got {type(config).__name__} {config!r}"[:300])
+    if not isinstance(out_dir, (str, os.PathLike)):
+        raise ValueError(f"run_experiment: out_dir must be a path, got {type(out_dir).__name__} {out_dir!r}"[:300])
+    for name, flag in (("progress", progress), ("resume", resume), ("replace", replace)):
+        if not isinstance(flag, bool):
+            raise ValueError(f"run_experiment: {name} must be True or False, got {flag!r}"[:300])
     if checkpoint_every is not None and (isinstance(checkpoint_every, bool) or not isinstance(
             checkpoint_every, int) or checkpoint_every < 1):
         raise ValueError(f"checkpoint_every must be an integer >= 1, got {checkpoint_every!r}")
@@ -247,27 +256,14 @@ def load_run(run_dir: Path, find):
                          f"{meta.get('status')!r}); finish it with --resume {run_dir}")
     exp = find(meta.get("experiment"))
     config = exp.config_from_mapping(meta.get("config", {}), source=f"{run_dir}/{METADATA_FILE}")
-    data = run_dir / DATA_FILE
-    if not data.is_file():
-        raise ValueError(f"{str(run_dir)!r} holds no {DATA_FILE}, though its metadata says the run "
-                         f"is complete; run it again")
     try:
         result = Result.load(run_dir)
-    except CORRUPT_FILE_ERRORS as e:
-        culprit = GRIDS_FILE if _npz_readable(data) else DATA_FILE
-        raise ValueError(f"{run_dir / culprit} is unreadable ({rundir.error_text(e)}); the run's saved "
-                         f"result is damaged: run it again") from None
+    except ValueError as e:
+        if (run_dir / DATA_FILE).exists():
+            raise
+        raise ValueError(f"{str(run_dir)!r} holds no {DATA_FILE}, though its metadata says the run "
+                         f"is complete; run it again") from e
     return exp, config, result
-
-
-def _npz_readable(path: Path) -> bool:
-    try:
-        with np.load(path, allow_pickle=False) as f:
-            for k in f.files:
-                f[k]
-        return True
-    except CORRUPT_FILE_ERRORS:
-        return False
 
 
 def redraw(run_dir: Path, find, out_dir: Path | None = None) -> list[str]:
