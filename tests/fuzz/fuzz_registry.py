@@ -529,6 +529,8 @@ REGISTRY: list[Entry] = [
           lambda: dict(fn=_program_to_lower, static=(2.0,), args=(X.copy(),)),
           (Param("fn", bad=OBJECT), Param("static", bad=OBJECT), Param("args", bad=OBJECT + ("shape",)),
            Param("compiler_options", bad=("str",))), covers=("runs.program_key",)),
+    Entry("runs.finite_by_construction", tp.runs.finite_by_construction, lambda: dict(arrays=[X.copy()]),
+          (Param("arrays", bad=OBJECT),)),
     # refused before the directory is made (issue 37 item 3): the path below is never created
     Entry("runs.run_experiment", tp.runs.run_experiment, _clustering_run,
           (Param("exp", bad=OBJECT), Param("config", bad=OBJECT), Param("out_dir", bad=("none",)),
@@ -557,6 +559,9 @@ _exempt("a module (its public names are registered one by one)",
         "kernels.point_clouds", "kernels.random_partition", "kernels.reduction", "solvers.circle",
         "solvers.circle_branches", "solvers.quadrature", "solvers.random_transformer", "theory.causal",
         "theory.equiangular", "theory.gaussian", "theory.logistic_overlap", "theory.noisy_sphere")
+_exempt("marks a traced array for the library's trace-time checks (returns it; any array is valid)",
+        "runs.unit_rows_by_construction")
+_exempt("a tolerance of a dtype (fuzzed through the sphere's unit-row check, which uses it)", "runs.unit_row_tolerance")
 _exempt("a constant", "kernels.PLAN_MEMORY_BUDGET", "kernels.DENSE_MAX_PAIRS", "runs.DEFAULT_EVERY")
 _exempt("an exception the library raises", "NonFiniteStateError", "kernels.PlanTooLarge", "solvers.UnderResolvedError",
         "runs.FailedRun", "runs.InterruptedRun", "runs.SignalReceived")

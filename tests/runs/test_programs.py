@@ -14,6 +14,7 @@ import pytest
 
 from transformer_pde.runs import programs
 
+
 class _Log:  # a class is keyed by its name: the key of _program does not change as it is traced
     traced: list = []
 

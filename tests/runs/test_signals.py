@@ -6,8 +6,8 @@ the watchdog ended it."""
 from __future__ import annotations
 
 import gc
-import sys
 import signal
+import sys
 import time
 
 import pytest

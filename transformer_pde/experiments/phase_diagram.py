@@ -110,7 +110,7 @@ def run_grid(cfg: PhaseDiagramConfig, betas, keys):
         return (tp.diagnostics.clustered_pair_fraction(x, cfg.threshold),
                 tp.diagnostics.cluster_count(x, cfg.threshold).astype(x.dtype))
 
-    from .._checks import cover_finiteness
+    from ..runs import finite_by_construction as cover_finiteness
 
     def one(beta, key):
         cover_finiteness([beta])  # a linspace of the config's endpoints, checked finite (Options)
@@ -159,7 +159,7 @@ def _summaries(cfg: PhaseDiagramConfig, hist_rows):
         layers = histogram_layers(cfg)
         every = int(np.gcd.reduce(layers))
 
-        from .._checks import cover_finiteness
+        from ..runs import finite_by_construction as cover_finiteness
 
         def hist_run(beta):
             cover_finiteness([beta])  # a grid β (run_grid)

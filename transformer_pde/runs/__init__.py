@@ -29,7 +29,13 @@ from typing import TYPE_CHECKING
 
 from .checkpoint import DEFAULT_EVERY, Checkpoint
 from .info import run_info
-from .programs import lower_program, program_key
+from .programs import (
+    finite_by_construction,
+    lower_program,
+    program_key,
+    unit_row_tolerance,
+    unit_rows_by_construction,
+)
 from .result import Result, grid
 from .run import FailedRun, InterruptedRun, load_run, redraw, run_experiment
 from .signals import SignalReceived, stop_on_signals
@@ -52,6 +58,7 @@ def __dir__():
     return sorted(set(globals()) | set(_LAZY))
 
 
-__all__ = ["DEFAULT_EVERY", "Checkpoint", "FailedRun", "InterruptedRun", "Result", "SignalReceived", "grid",
+__all__ = ["DEFAULT_EVERY", "Checkpoint", "FailedRun", "InterruptedRun", "Result", "SignalReceived",
+           "finite_by_construction", "grid",
            "load_run", "lower_program", "program_key", "redraw", "run_experiment", "run_fingerprint", "run_info",
-           "solve_checkpointed", "stop_on_signals"]
+           "solve_checkpointed", "stop_on_signals", "unit_row_tolerance", "unit_rows_by_construction"]

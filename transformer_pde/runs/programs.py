@@ -39,7 +39,8 @@ import tempfile
 import types
 from pathlib import Path
 
-__all__ = ["lower_program", "program_dir", "program_key"]
+__all__ = ["finite_by_construction", "lower_program", "program_dir", "program_key", "unit_row_tolerance",
+           "unit_rows_by_construction"]
 
 TRACED_THROUGH = ("jax", "jaxlib", "equinox", "diffrax", "optimistix", "lineax", "ott-jax",
                   "jax-finufft", "numpy")
@@ -98,6 +99,37 @@ def program_key(fn, static: tuple, args: tuple) -> str:
         jax.default_backend(), repr(sorted({d.device_kind for d in jax.devices()})),
     ]
     return hashlib.sha256("\n".join(parts).encode()).hexdigest()
+
+
+def finite_by_construction(arrays) -> None:
+    """Mark traced ``arrays`` (a list) as finite by construction, or as ones whose NaN or inf the
+    program reports itself (as a value, checked after it runs): the library's runtime finiteness
+    check (a host callback, which keeps a program out of :func:`lower_program`'s store and out
+    of JAX's compilation cache) passes them through. An array derived from them is checked as
+    usual. Call it while tracing, inside the program."""
+    from .._checks import cover_finiteness
+
+    if not isinstance(arrays, (list, tuple)):
+        raise ValueError(f"finite_by_construction: arrays must be a list of traced arrays, got "
+                         f"{type(arrays).__name__}"[:300])
+    cover_finiteness(list(arrays))
+
+
+def unit_rows_by_construction(x):
+    """Mark traced tokens ``x`` as unit rows by construction (checked, within
+    :func:`unit_row_tolerance`, before the program runs): the sphere's runtime check of
+    |x_i| = 1 passes them through. Returns ``x``."""
+    from .._checks import mark_unit_rows
+
+    return mark_unit_rows(x)
+
+
+def unit_row_tolerance(dtype) -> float:
+    """How far |x_i| may be from 1 for tokens the sphere takes as unit rows, in ``dtype``: 1e-6
+    in float64, 1e-3 in float32 (what a check before a program marking unit rows must meet)."""
+    from .._checks import unit_tolerance
+
+    return unit_tolerance(dtype)
 
 
 def program_dir() -> Path | None:

@@ -32,13 +32,20 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from .._io import FILE_MODE, result_array, save_npz
+from .._io import FILE_MODE, atomic_write_bytes, result_array, save_npz
+from .layout import (
+    CORRUPT_FILE_ERRORS,
+    DATA_FILE,
+    GRIDS_FILE,
+    OWN_FILES,
+    STATUS_COMPLETE,
+    error_text,
+    read_metadata,
+)
 
 if TYPE_CHECKING:  # xarray is imported when grids are built or read
     import xarray as xr
 
-DATA_FILE = "data.npz"
-GRIDS_FILE = "results.nc"
 NETCDF_ENGINE = "h5netcdf"
 GRID_NAME_ATTR = "grid"
 """Attribute of a root-stored grid that keeps its name (removed again on reading)."""
@@ -102,6 +109,23 @@ class Result(Mapping):
             written.append(nc)
         return written
 
+    @staticmethod
+    def write_table(run_dir, name: str, text: str) -> Path:
+        """Write an extra table or report beside the result (``errors.csv``, ``report.txt``),
+        atomically; returns its path. A figures function calls it, so ``transformer-pde plot``
+        writes it again from the saved result; list the path among the figures it returns so a
+        run that replaces this one removes it. ``name`` is a plain file name other than the
+        run's own files."""
+        if not isinstance(name, str) or not name or name.startswith(".") or "/" in name or "\\" in name \
+                or name in OWN_FILES:
+            raise ValueError(f"Result.write_table: name must be a plain file name other than "
+                             f"{', '.join(OWN_FILES)}, got {name!r}"[:300])
+        if not isinstance(text, str):
+            raise ValueError(f"Result.write_table: text must be a str, got {type(text).__name__}")
+        path = Path(run_dir) / name
+        atomic_write_bytes(path, text.encode())
+        return path
+
     @classmethod
     def load(cls, run_dir) -> Result:
         """The result saved in ``run_dir``: its ``data.npz``, and ``results.nc`` where the run
@@ -109,8 +133,6 @@ class Result(Mapping):
         (a failed or running run's files are not its result) and ``results.nc`` is read only
         if the metadata lists grids. Raises ValueError naming the file for anything else: no
         such file, not a regular file, damaged or unreadable (never NumPy's or h5py's own error)."""
-        from .directory import CORRUPT_FILE_ERRORS, STATUS_COMPLETE, error_text, read_metadata
-
         if not isinstance(run_dir, (str, os.PathLike)):
             raise ValueError(f"Result.load: run_dir must be a path, got {type(run_dir).__name__} {run_dir!r}"[:300])
         run_dir = Path(run_dir)
