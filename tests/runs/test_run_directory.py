@@ -201,3 +201,50 @@ def test_run_experiment_checks_its_arguments_before_making_the_directory(tmp_pat
     with pytest.raises(ValueError, match=match):
         run_experiment(out_dir=out, **{"progress": False, **args})
     assert not out.exists()
+
+
+# --- the same command again; labelled grids (issue 37 item 11) ----------------------------------
+
+
+def test_the_same_run_again_over_a_complete_one_computes_nothing_unless_replace(tmp_path, capsys):
+    out = tmp_path / "P"
+    calls = []
+    exp = dataclasses.replace(PLAIN, compute=lambda cfg, progress: calls.append(cfg) or _compute(cfg, progress))
+    run_experiment(exp, _Config(), out, progress=False)
+    before = {p.name: p.stat().st_mtime_ns for p in out.iterdir()}
+    again = run_experiment(exp, _Config(), out, progress=False)
+    assert len(calls) == 1 and again["already_complete"] and again["results"]["x"].tolist() == [1.0] * 3
+    assert {p.name: p.stat().st_mtime_ns for p in out.iterdir()} == before  # nothing written
+    assert "already holds a complete run of these options: nothing computed (pass --replace" in capsys.readouterr().err
+    replaced = run_experiment(exp, _Config(), out, progress=False, replace=True)
+    assert len(calls) == 2 and "already_complete" not in replaced
+
+
+def test_a_damaged_complete_run_of_the_same_options_is_refused_not_returned(tmp_path):
+    out = tmp_path / "P"
+    run_experiment(PLAIN, _Config(), out, progress=False)
+    (out / "data.npz").write_bytes(b"damaged")
+    with pytest.raises(ValueError, match=r"holds a complete run of these options whose result is damaged .*"
+                                         r"pass --replace to compute it again"):
+        run_experiment(PLAIN, _Config(), out, progress=False)
+
+
+def test_grid_variables_carry_a_description_and_units_into_the_netcdf_file(tmp_path):
+    from transformer_pde.runs import grid
+
+    ds = grid({"t": np.arange(3.0)}, describe={"x": ("P(clustered pair)", ""), "t": ("time", "layers x h")},
+              x=(("t",), np.ones(3)))
+    Result({"x": np.ones(3)}, {"g": ds}).save(tmp_path)
+    back = Result.load(tmp_path).grids["g"]
+    assert back["x"].attrs == {"description": "P(clustered pair)", "units": ""}
+    assert back["t"].attrs == {"description": "time", "units": "layers x h"}
+    with pytest.raises(ValueError, match=r"grid: describe names 'y', which is neither a variable nor a coordinate"):
+        grid({"t": np.arange(3.0)}, describe={"y": ("", "")}, x=(("t",), np.ones(3)))
+
+
+@pytest.mark.package_errors
+def test_grid_names_a_description_that_is_not_a_pair():
+    from transformer_pde.runs import grid
+
+    with pytest.raises(ValueError, match=r"grid: describe\['x'\] must be \(description, units\)"):
+        grid({"t": np.arange(3.0)}, describe={"x": "time"}, x=(("t",), np.ones(3)))

@@ -22,8 +22,9 @@ The status is a small state machine: a run writes "running" before it computes, 
 "complete", or "failed" / "interrupted" when it stops; a process killed outright leaves
 "running". Two runs never mix in one directory: an unfinished run is continued, from its last
 good checkpoint, only by a run of the same experiment, options and chunk length
-(:func:`run_difference` names what differs); a run started over a complete one first removes
-that run's files (:func:`clear_run`). A run writes only into an empty directory or one holding
+(:func:`run_difference` names what differs); the same run again over a complete one computes
+nothing (it says so), and a run that replaces a complete one (``--replace``) first removes that
+run's files (:func:`clear_run`). A run writes only into an empty directory or one holding
 a run (:func:`check_empty_or_run`), and removes only files a run writes: its fixed files, the
 figures and grids its metadata lists, its checkpoint files and their temporaries; anything else
 in the directory stays. Nothing here imports JAX.

@@ -210,16 +210,27 @@ def load_grids(path: Path) -> dict[str, "xr.Dataset"]:
             ds.close()
 
 
-def grid(coords: Mapping[str, np.ndarray], **variables) -> "xr.Dataset":
+def grid(coords: Mapping[str, np.ndarray], *, describe: Mapping[str, tuple[str, str]] | None = None,
+         **variables) -> "xr.Dataset":
     """A Dataset from NumPy arrays: ``grid({"beta": b, "t": ts}, fraction=(("beta", "t"), f))``.
 
     ``coords`` names the dimensions and gives their values; each variable is ``(dims, array)``.
-    The arrays are wrapped, not changed.
+    The arrays are wrapped, not changed. ``describe`` maps a variable or coordinate name to
+    ``(description, units)`` (units ``""`` for a pure number), written as the netCDF
+    attributes ``description`` and ``units`` so the file says what each number is.
     """
     import xarray as xr
 
-    return xr.Dataset({k: (tuple(dims), np.asarray(v)) for k, (dims, v) in variables.items()},
-                      coords={k: np.asarray(v) for k, v in coords.items()})
+    ds = xr.Dataset({k: (tuple(dims), np.asarray(v)) for k, (dims, v) in variables.items()},
+                    coords={k: np.asarray(v) for k, v in coords.items()})
+    for name, pair in (describe or {}).items():
+        if name not in ds.variables:
+            raise ValueError(f"grid: describe names {name!r}, which is neither a variable nor a coordinate "
+                             f"(they are {', '.join(map(str, ds.variables))})")
+        if not (isinstance(pair, tuple) and len(pair) == 2 and all(isinstance(p, str) for p in pair)):
+            raise ValueError(f"grid: describe[{name!r}] must be (description, units), two strings, got {pair!r}")
+        ds[name].attrs.update(description=pair[0], units=pair[1])
+    return ds
 
 
 __all__ = ["DATA_FILE", "GRIDS_FILE", "Result", "grid", "load_grids", "save_grids"]

@@ -80,17 +80,19 @@ def run_experiment(exp: RunnableExperiment, config, out_dir: Path, *, progress: 
             (default :data:`~.checkpoint.DEFAULT_EVERY`; a continued run keeps its own).
         resume: continue the run in ``out_dir`` (its options must equal ``config``; see the
             CLI's ``--resume``), from its last good checkpoint.
-        replace: overwrite a complete run of other options in ``out_dir`` (the CLI's
-            ``--replace``); without it such a run is refused, naming the options that differ.
+        replace: overwrite a complete run in ``out_dir`` (the CLI's ``--replace``); without it
+            a complete run of other options is refused, naming the options that differ, and
+            one of the same options is returned as it is (nothing computed; a note says so).
 
     The directory is locked for the whole call (:class:`~transformer_pde._io.DirectoryBusyError`
     if another run holds it). An unfinished run there (killed, interrupted or failed) is
     continued when ``config`` and the chunk length are its own, and refused otherwise
-    (ValueError naming the options that differ); a complete run there is replaced when it has
-    the same options (or ``replace``), else refused likewise. Returns
-    ``{"data", "metadata", "figures", "results", "grids", "continued"}`` (``results``: the
-    :class:`~.result.Result`; ``grids``: the ``results.nc`` path or None; ``continued``:
-    whether an unfinished run was continued).
+    (ValueError naming the options that differ); a complete run there is replaced with
+    ``replace``, else returned as it is when it has the same options and refused likewise
+    otherwise. Returns ``{"data", "metadata", "figures", "results", "grids", "continued"}``
+    (``results``: the :class:`~.result.Result`; ``grids``: the ``results.nc`` path or None;
+    ``continued``: whether an unfinished run was continued), plus ``"already_complete": True``
+    where nothing was computed.
 
     Raises:
         FailedRun: the started run raised (it is marked "failed").
@@ -150,6 +152,8 @@ def _run_locked(exp, config, out_dir, progress, checkpoint_every, resume, replac
         if diff:
             raise ValueError(f"{str(out_dir)!r} holds a complete run with other options ({diff}); write "
                              f"this run elsewhere (--out), or pass --replace to overwrite it")
+        if previous is not None and not replace:
+            return _complete_already(out_dir, previous)
         continued = False
     if continued:
         rundir.check_checkpoints(ckpt_dir, exp, config, every)
@@ -189,6 +193,23 @@ def _run_locked(exp, config, out_dir, progress, checkpoint_every, resume, replac
     with on_forced_stop(forced_stop):
         return _compute_and_save(exp, config, out_dir, progress, checkpoint, meta, meta_path, start,
                                  data_path, ckpt_dir, continued)
+
+
+def _complete_already(out_dir: Path, meta: dict) -> dict:
+    """The same run again over a complete one: nothing is computed or written; its result is
+    returned (read back and checked) and the caller told so."""
+    try:
+        results = Result.load(out_dir)
+    except ValueError as e:
+        raise ValueError(f"{str(out_dir)!r} holds a complete run of these options whose result is damaged "
+                         f"({e}); pass --replace to compute it again") from None
+    rundir.note(f"{out_dir} already holds a complete run of these options: nothing computed (pass "
+                f"--replace to compute it again)")
+    figures = meta.get("figures")
+    return {"data": out_dir / DATA_FILE, "metadata": out_dir / METADATA_FILE,
+            "figures": [str(f) for f in figures] if isinstance(figures, list) else [],
+            "results": results, "grids": str(out_dir / GRIDS_FILE) if results.grids else None,
+            "continued": False, "already_complete": True}
 
 
 def _compute_and_save(exp, config, out_dir, progress, checkpoint, meta, meta_path, start, data_path,
