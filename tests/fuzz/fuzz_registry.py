@@ -531,6 +531,9 @@ REGISTRY: list[Entry] = [
            Param("compiler_options", bad=("str",))), covers=("runs.program_key",)),
     Entry("runs.finite_by_construction", tp.runs.finite_by_construction, lambda: dict(arrays=[X.copy()]),
           (Param("arrays", bad=OBJECT),)),
+    Entry("runs.raise_if_nonfinite", tp.runs.raise_if_nonfinite,
+          lambda: dict(where="fuzz", nonfinite_time=np.full(3, np.inf), axes={"beta": W.copy()}, advice="none"),
+          (Param("axes", bad=OBJECT),)),
     # refused before the directory is made (issue 37 item 3): the path below is never created
     Entry("runs.run_experiment", tp.runs.run_experiment, _clustering_run,
           (Param("exp", bad=OBJECT), Param("config", bad=OBJECT), Param("out_dir", bad=("none",)),
@@ -564,7 +567,7 @@ _exempt("marks a traced array for the library's trace-time checks (returns it; a
 _exempt("a tolerance of a dtype (fuzzed through the sphere's unit-row check, which uses it)", "runs.unit_row_tolerance")
 _exempt("a constant", "kernels.PLAN_MEMORY_BUDGET", "kernels.DENSE_MAX_PAIRS", "runs.DEFAULT_EVERY")
 _exempt("an exception the library raises", "NonFiniteStateError", "kernels.PlanTooLarge", "solvers.UnderResolvedError",
-        "runs.FailedRun", "runs.InterruptedRun", "runs.SignalReceived")
+        "runs.FailedRun", "runs.InterruptedRun", "runs.NonFiniteRun", "runs.SignalReceived")
 _exempt("a result the library builds (users read it, never construct it)",
         "Solution", "GaussianSolution", "solvers.DensitySolution", "FitResult", "Result", "kernels.KernelReport",
         "SinkhornPotentials", "convergence.ConvergenceResult", "convergence.QuadratureReference",

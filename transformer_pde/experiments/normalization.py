@@ -346,10 +346,8 @@ def raise_if_nonfinite(nonfinite_time, bad_direction, scheme: str, mask: str, be
     or inf (the states' program reports it as a value), or whose direction x/|x| was (a zero
     token)."""
     where = f"normalization: scheme {scheme}, mask {mask}, beta = {beta:g}"
-    if np.isfinite(nonfinite_time).any():
-        k = int(np.argmax(np.isfinite(nonfinite_time)))
-        raise tp.NonFiniteStateError(f"{where}: the tokens of draw {k} became non-finite (NaN or inf) by "
-                                  f"t = {nonfinite_time[k]:.6g}; the step or beta is too large")
+    tp.runs.raise_if_nonfinite(where, nonfinite_time, {"draw": np.arange(len(nonfinite_time))},
+                               "the step or beta is too large")
     if bad_direction.any():
         raise tp.NonFiniteStateError(f"{where}: draw {int(np.argmax(bad_direction))} reached a zero token "
                                   f"(its direction x/|x| is NaN)")

@@ -176,13 +176,9 @@ def _summaries(cfg: PhaseDiagramConfig, hist_rows):
 def raise_if_nonfinite(nonfinite_time, betas, hist_nonfinite_time) -> None:
     """:class:`~transformer_pde.NonFiniteStateError` naming the first (β, start) whose tokens
     became NaN or inf, or the histograms' run's (the program reports them as values)."""
-    bad = np.isfinite(nonfinite_time)
-    if bad.any():
-        b, k = np.argwhere(bad)[0]
-        raise tp.NonFiniteStateError(
-            f"phase-diagram: the tokens became non-finite (NaN or inf) by t = {nonfinite_time[b, k]:.6g} "
-            f"at beta = {betas[b]:.6g}, start {k} ({int(bad.sum())} of {bad.size} runs); the step dt "
-            f"or beta is too large")
+    tp.runs.raise_if_nonfinite("phase-diagram", nonfinite_time,
+                               {"beta": betas, "start": np.arange(nonfinite_time.shape[1])},
+                               "the step dt or beta is too large")
     if np.isfinite(hist_nonfinite_time).any():
         raise tp.NonFiniteStateError("phase-diagram: the histograms' run became non-finite (NaN or inf) by "
                                   f"t = {np.min(hist_nonfinite_time):.6g}; the step dt or beta is too large")

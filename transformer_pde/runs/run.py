@@ -175,13 +175,16 @@ def _run_locked(exp, config, out_dir, progress, checkpoint_every, resume, replac
     meta_path = out_dir / METADATA_FILE
     # the metadata first: every other file the run writes is then in a directory holding a run
     save_json(meta_path, {**meta, "status": STATUS_RUNNING})
-    checkpoint = None
-    if exp.resumable:
-        checkpoint = Checkpoint(ckpt_dir, every, safe_point=check_interrupt)
-        if not (ckpt_dir / RUN_IDENTITY_FILE).exists():
-            save_json(ckpt_dir / RUN_IDENTITY_FILE, rundir.identity(exp, config, every))
-    save_json(out_dir / "config.json", cfg)
-    atomic_write_bytes(out_dir / "config.toml", exp.config_toml(config).encode())
+
+    def prepare():  # the run's other files, once it is recorded (a signal now marks it interrupted)
+        checkpoint = None
+        if exp.resumable:
+            checkpoint = Checkpoint(ckpt_dir, every, safe_point=check_interrupt)
+            if not (ckpt_dir / RUN_IDENTITY_FILE).exists():
+                save_json(ckpt_dir / RUN_IDENTITY_FILE, rundir.identity(exp, config, every))
+        save_json(out_dir / "config.json", cfg)
+        atomic_write_bytes(out_dir / "config.toml", exp.config_toml(config).encode())
+        return checkpoint
 
     start = time.perf_counter()
     data_path = out_dir / DATA_FILE
@@ -191,7 +194,7 @@ def _run_locked(exp, config, out_dir, progress, checkpoint_every, resume, replac
                           "wall_time_s": time.perf_counter() - start})
 
     with on_forced_stop(forced_stop):
-        return _compute_and_save(exp, config, out_dir, progress, checkpoint, meta, meta_path, start,
+        return _compute_and_save(exp, config, out_dir, progress, prepare, meta, meta_path, start,
                                  data_path, ckpt_dir, continued)
 
 
@@ -212,9 +215,10 @@ def _complete_already(out_dir: Path, meta: dict) -> dict:
             "continued": False, "already_complete": True}
 
 
-def _compute_and_save(exp, config, out_dir, progress, checkpoint, meta, meta_path, start, data_path,
+def _compute_and_save(exp, config, out_dir, progress, prepare, meta, meta_path, start, data_path,
                       ckpt_dir, continued) -> dict:
     try:
+        checkpoint = prepare()
         check_interrupt()
         if exp.resumable:
             results = exp.compute(config, progress, checkpoint=checkpoint)
