@@ -173,3 +173,38 @@ def test_every_exported_name_exists():
         mod = importlib.import_module(name)
         missing += [f"{name}.{n}" for n in getattr(mod, "__all__", ()) if not hasattr(mod, n)]
     assert not missing, missing
+
+
+EXPERIMENT_HELPERS = {"_base", "_common", "_options", "_progress"}
+"""The experiments room's own helpers (private to the room, shared by its modules)."""
+THIRD_PARTY_ONLY = {"_lazy"}
+"""A private module of the library that only re-exports third-party modules (jax, diffrax, ...)
+lazily: importing it reaches no library internals."""
+
+
+def test_experiments_use_only_public_names_of_the_library():
+    """An experiment is a user of the library: it imports no ``_``-prefixed module or name of it
+    (issue 36), other than the experiments room's own helpers and the lazy third-party imports."""
+    found = []
+    for path in sorted((PKG / "experiments").glob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                names = [a.name for a in node.names if a.name.startswith("transformer_pde")]
+                found += [(path.name, node.lineno, n) for n in names
+                          if any(part.startswith("_") for part in n.split("."))]
+            if not isinstance(node, ast.ImportFrom):
+                continue
+            if node.level == 0 and not (node.module or "").startswith("transformer_pde"):
+                continue
+            parts = (node.module or "").split(".") if node.module else []
+            if node.level == 0:
+                parts = parts[1:]
+            elif node.level == 1 and parts[:1] and parts[0] in EXPERIMENT_HELPERS:
+                continue
+            elif node.level == 1:
+                parts = ["experiments", *parts]
+            private = [p for p in parts if p.startswith("_") and p not in THIRD_PARTY_ONLY]
+            private += [a.name for a in node.names if a.name.startswith("_")]
+            if private:
+                found.append((path.name, node.lineno, f"{'.' * node.level}{node.module or ''}: {private}"))
+    assert not found, f"experiments importing private names of the library: {found}"

@@ -100,7 +100,7 @@ def _directory(text: str) -> Path:
 def _common_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--out", type=_directory, default=None, help="output directory (default runs/NAME)")
     p.add_argument("--replace", action="store_true",
-                   help="replace a complete run of other options in the output directory")
+                   help="replace a complete run in the output directory (of other options; or of these: compute it again)")
     p.add_argument("--no-progress", action="store_true", help="hide the progress bar")
     p.add_argument("--config", type=Path, default=None, metavar="FILE.toml",
                    help="options from a TOML file (flat 'key = value'; flags given here win)")

@@ -13,7 +13,7 @@ if matplotlib.get_backend().lower() not in ("agg", "module://matplotlib_inline.b
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
-from ._io import atomic_write_bytes  # noqa: E402
+from ._io import atomic_write_bytes, save_gif  # noqa: E402
 
 
 def _data_points(fig):
@@ -69,6 +69,13 @@ def save_figure(fig, path, dpi: int = 130, *, trim: bool = True) -> Path:
     plt.close(fig)
     atomic_write_bytes(path, buf.getvalue())
     return path
+
+
+def save_animation(anim, path, fps: int) -> Path:
+    """Save a matplotlib animation as a GIF (Pillow), atomically (temporary file + rename)."""
+    if isinstance(fps, bool) or not isinstance(fps, int) or fps < 1:
+        raise ValueError(f"save_animation: fps must be an integer >= 1, got {fps!r}")
+    return save_gif(anim, Path(path), fps)
 
 
 def sphere_points(ax, x, *, color=None, size=8, title=None):

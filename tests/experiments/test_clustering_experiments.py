@@ -161,7 +161,7 @@ def test_phase_diagram_reports_a_non_finite_run_by_beta_and_start():
     raise_if_nonfinite(never, betas, np.full(2, np.inf))  # every run finite
     bad = never.copy()
     bad[1, 2], bad[1, 0] = 4.5, 6.0
-    with pytest.raises(tp.NonFiniteStateError, match=r"by t = 6 at beta = 5, start 0 \(2 of 6 runs\)"):
+    with pytest.raises(tp.NonFiniteStateError, match=r"by t = 6 at beta = 5, start = 0 \(2 of 6 runs\)"):
         raise_if_nonfinite(bad, betas, np.full(2, np.inf))
     with pytest.raises(tp.NonFiniteStateError, match=r"histograms' run .* by t = 0.3"):
         raise_if_nonfinite(never, betas, np.array([np.inf, 0.3]))

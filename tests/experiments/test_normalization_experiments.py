@@ -327,7 +327,8 @@ def test_normalization_checks_its_draws_and_reports_non_finite_runs():
         get("normalization").make_config(betas=(1.0, float("inf")))
     never = np.full(3, np.inf)
     raise_if_nonfinite(never, np.zeros(3, bool), "ngpt", "causal", 5.0)
-    with pytest.raises(tp.NonFiniteStateError, match=r"scheme ngpt, mask causal, beta = 5: the tokens of draw 1 .* t = 2.5"):
+    with pytest.raises(tp.NonFiniteStateError, match=r"scheme ngpt, mask causal, beta = 5: the tokens became non-finite \(NaN or inf\) by t = 2.5 "
+                                                   r"at draw = 1 \(2 of 3 runs\)"):
         raise_if_nonfinite(np.array([np.inf, 2.5, 1.0]), np.zeros(3, bool), "ngpt", "causal", 5.0)
     with pytest.raises(tp.NonFiniteStateError, match="draw 2 reached a zero token"):
         raise_if_nonfinite(never, np.array([False, False, True]), "pre-ln", "none", 1.0)

@@ -150,7 +150,10 @@ def test_result_rejects_object_arrays_and_round_trips_without_grids(tmp_path):
     r = Result({"a": np.arange(3), "s": np.asarray(["x", "yz"]), "z": 1.5})
     (tmp_path / "results.nc").write_bytes(b"stale")
     r.save(tmp_path)
-    assert not (tmp_path / "results.nc").exists()
+    assert (tmp_path / "results.nc").read_bytes() == b"stale"  # save did not write it: not removed (issue 37)
+    with pytest.raises(ValueError, match=r"results.nc is unreadable"):  # no metadata says it is not the result
+        Result.load(tmp_path)
+    (tmp_path / "results.nc").unlink()
     back = Result.load(tmp_path)
     assert list(back) == ["a", "s", "z"] and back.grids == {}
     np.testing.assert_array_equal(back["s"], ["x", "yz"])

@@ -115,6 +115,13 @@ def _program_to_lower(scale, x):
     return scale * x
 
 
+def _clustering_run():
+    from transformer_pde.experiments import REGISTRY as EXPERIMENTS
+
+    exp = EXPERIMENTS["clustering"]
+    return dict(exp=exp, config=exp.make_config(**exp.tiny), out_dir="/nonexistent-fuzz/run", progress=False)
+
+
 def _qkv(**extra):
     return lambda: dict(Q=I2.copy(), K=I2.copy(), V=I2.copy(), beta=1.0, **extra)
 
@@ -583,6 +590,16 @@ REGISTRY: list[Entry] = [
           lambda: dict(fn=_program_to_lower, static=(2.0,), args=(X.copy(),)),
           (Param("fn", bad=OBJECT), Param("static", bad=OBJECT), Param("args", bad=OBJECT + ("shape",)),
            Param("compiler_options", bad=("str",))), covers=("runs.program_key",)),
+    Entry("runs.finite_by_construction", tp.runs.finite_by_construction, lambda: dict(arrays=[X.copy()]),
+          (Param("arrays", bad=OBJECT),)),
+    Entry("runs.raise_if_nonfinite", tp.runs.raise_if_nonfinite,
+          lambda: dict(where="fuzz", nonfinite_time=np.full(3, np.inf), axes={"beta": W.copy()}, advice="none"),
+          (Param("axes", bad=OBJECT),)),
+    # refused before the directory is made (issue 37 item 3): the path below is never created
+    Entry("runs.run_experiment", tp.runs.run_experiment, _clustering_run,
+          (Param("exp", bad=OBJECT), Param("config", bad=OBJECT), Param("out_dir", bad=("none",)),
+           Param("resume", bad=OBJECT), Param("replace", bad=OBJECT),
+           Param("checkpoint_every", bad=("zero", "neg", "frac", "str")))),
 ]
 
 
@@ -608,11 +625,14 @@ _exempt("a module (its public names are registered one by one)",
         "stationary.circle", "solvers.random_transformer", "theory.causal_clustering",
         "theory.equiangular", "theory.gaussian", "theory.interaction_energy", "theory.logistic_overlap",
         "theory.lost_in_the_middle", "theory.metastability", "theory.noisy_sphere")
+_exempt("marks a traced array for the library's trace-time checks (returns it; any array is valid)",
+        "runs.unit_rows_by_construction")
+_exempt("a tolerance of a dtype (fuzzed through the sphere's unit-row check, which uses it)", "runs.unit_row_tolerance")
 _exempt("a constant", "measures.MAX_NODES",
         "kernels.PLAN_MEMORY_BUDGET", "kernels.DENSE_MAX_PAIRS", "runs.DEFAULT_EVERY")
 _exempt("an exception the library raises", "NonFiniteStateError", "kernels.PlanTooLarge", "solvers.UnderResolvedError",
         "stationary.ContinuationError",
-        "runs.FailedRun", "runs.InterruptedRun", "runs.SignalReceived")
+        "runs.FailedRun", "runs.InterruptedRun", "runs.NonFiniteRun", "runs.SignalReceived")
 _exempt("a result the library builds (users read it, never construct it)",
         "Solution", "GaussianSolution", "solvers.DensitySolution", "FitResult", "Result", "kernels.KernelReport",
         "SinkhornPotentials", "convergence.ConvergenceResult", "convergence.QuadratureReference",
@@ -623,7 +643,7 @@ _exempt("takes no parameter (nothing to fuzz)", "BrownianIncrements", "ResidualL
         "kernels.fast_platforms", "convergence.ExactCircle", "convergence.ExactLine", "diagnostics.ExactCircle",
         "diagnostics.ExactLine")
 _exempt("run-directory machinery: driven by the CLI fuzz (tests/fuzz/test_fuzz_cli.py) and tests/runs/",
-        "runs.grid", "runs.load_run", "runs.redraw", "runs.run_experiment", "runs.run_fingerprint", "runs.run_info",
+        "runs.grid", "runs.load_run", "runs.redraw", "runs.run_fingerprint", "runs.run_info",
         "runs.stop_on_signals", "runs.solve_checkpointed")
 _exempt("how a study runs, built by convergence_study from its checked arguments", "convergence.StudySpec")
 _exempt("plotting of a finished sweep (draws, validates through xarray)", "heatmap")

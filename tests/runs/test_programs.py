@@ -3,6 +3,7 @@ instead of tracing it and runs the same bits; the key changes with everything tr
 damaged file is traced again; a program holding a host callback is compiled but not kept; the
 experiments whose second run this is for hold no host callback."""
 
+import os
 import re
 
 import equinox as eqx
@@ -13,11 +14,16 @@ import pytest
 
 from transformer_pde.runs import programs
 
-TRACED = []
+
+class _Log:  # a class is keyed by its name: the key of _program does not change as it is traced
+    traced: list = []
+
+
+TRACED = _Log.traced
 
 
 def _program(scale, x):
-    TRACED.append(scale)  # runs only while tracing
+    _Log.traced.append(scale)  # runs only while tracing
     return jnp.sum(jnp.sin(scale * x)), jnp.cumsum(x)
 
 
@@ -72,12 +78,87 @@ def test_the_key_changes_with_what_tracing_reads(monkeypatch):
     assert programs.program_key(_program, (2.0,), (x,)) != key
 
 
-def test_closures_and_unstable_static_arguments_are_refused(store):
+def test_what_cannot_be_identified_is_refused_naming_lower_program(store):
     x = jnp.zeros(3)
-    with pytest.raises(ValueError, match="module-level function"):
-        programs.lower_program(lambda x: x + 1, (), (x,))
-    with pytest.raises(ValueError, match="no stable repr"):
+    with pytest.raises(ValueError, match=r"lower_program cannot key the program .*_program: cannot fingerprint "
+                                         r"static\[0\] \(object\): its repr is its memory address"):
         programs.lower_program(_program, (object(),), (x,))
+    with pytest.raises(ValueError, match=r"lower_program: fn must be a Python function, got builtin"):
+        programs.lower_program(abs, (), (x,))
+
+
+def _main_function(source: str):
+    """``f`` as a script run as ``__main__`` (or a notebook cell) defines it."""
+    namespace = {"__name__": "__main__", "jnp": jnp}
+    exec(source, namespace)  # noqa: S102 - the test's own source
+    return namespace["f"]
+
+
+@pytest.mark.parametrize("kept", [True, False], ids=["store-on", "store-off"])
+def test_functions_are_keyed_by_what_they_compute_not_their_name(store, monkeypatch, kept):
+    """Two scripts' ``__main__.f`` (or a cell run again with an edit), a closure over another
+    value, a static table that differs in one element hidden by NumPy's summarized repr."""
+    if not kept:
+        monkeypatch.setattr(programs, "program_dir", lambda: None)
+    x = jnp.arange(3.0)
+    one, two = _main_function("def f(x):\n    return x + 1\n"), _main_function("def f(x):\n    return x + 2\n")
+    assert one.__qualname__ == two.__qualname__ and one.__module__ == two.__module__
+    np.testing.assert_array_equal(np.asarray(programs.lower_program(one, (), (x,)).compile()(x)), [1.0, 2.0, 3.0])
+    np.testing.assert_array_equal(np.asarray(programs.lower_program(two, (), (x,)).compile()(x)), [2.0, 3.0, 4.0])
+
+    def shifted(c):
+        return lambda x: x + c
+
+    np.testing.assert_array_equal(np.asarray(programs.lower_program(shifted(5.0), (), (x,)).compile()(x)),
+                                  [5.0, 6.0, 7.0])
+    np.testing.assert_array_equal(np.asarray(programs.lower_program(shifted(7.0), (), (x,)).compile()(x)),
+                                  [7.0, 8.0, 9.0])
+    table = np.arange(5000.0)
+    edited = table.copy()
+    edited[2500] = -1.0
+    assert repr(table) == repr(edited)  # "..." hides the difference
+    assert programs.program_key(_program, (table,), (x,)) != programs.program_key(_program, (edited,), (x,))
+
+
+def _kept(store, scale, x):
+    programs.lower_program(_program, (scale,), (x,))
+    (path,) = [p for p in store.iterdir() if programs.program_key(_program, (scale,), (x,)) in p.name]
+    return path
+
+
+def test_a_program_copied_over_another_keys_file_is_not_run(store):
+    """The file of scale 2 copied over the file of scale 3 (the lost run of issue 37: seed 0 ran
+    seed 1's program): the key inside it is not the file's, so scale 3 is traced again."""
+    x = jnp.arange(4.0)
+    two, three = _kept(store, 2.0, x), _kept(store, 3.0, x)
+    three.write_bytes(two.read_bytes())
+    _new_process()
+    out = programs.lower_program(_program, (3.0,), (x,)).compile()(x)
+    assert TRACED == [2.0, 3.0, 3.0]
+    np.testing.assert_allclose(float(out[0]), np.sin(3.0 * np.arange(4.0)).sum(), rtol=1e-14)
+
+
+def test_an_edited_payload_is_not_run(store):
+    """Four bytes of the payload changed (the stored constant): its SHA-256 no longer matches."""
+    x = jnp.arange(4.0)
+    path = _kept(store, 2.0, x)
+    data = bytearray(path.read_bytes())
+    data[-40:-36] = bytes(4 - i for i in range(4)) if data[-40:-36] != bytes(4 - i for i in range(4)) else b"abcd"
+    path.write_bytes(bytes(data))
+    _new_process()
+    programs.lower_program(_program, (2.0,), (x,))
+    assert TRACED == [2.0, 2.0]
+
+
+def test_a_fifo_in_the_place_of_a_program_does_not_block_the_run(store):
+    x = jnp.arange(4.0)
+    path = _kept(store, 2.0, x)
+    path.unlink()
+    os.mkfifo(path)  # opening it for reading would wait for a writer forever
+    _new_process()
+    out = programs.lower_program(_program, (2.0,), (x,)).compile()(x)
+    assert TRACED == [2.0, 2.0] and path.is_file()  # traced again, and replaced by a regular file
+    np.testing.assert_allclose(float(out[0]), np.sin(2.0 * np.arange(4.0)).sum(), rtol=1e-14)
 
 
 def test_a_damaged_file_is_traced_again_and_replaced(store):

@@ -41,7 +41,6 @@ from annotated_types import Ge, Gt, Interval
 
 import transformer_pde as tp
 
-from .._io import save_gif
 from .._lazy import diffrax, jax, jnp
 from ..runs.result import Result
 from ._base import Experiment, register
@@ -242,7 +241,7 @@ def animation(res: Result, cfg: ClusteringConfig, path):
     anim = FuncAnimation(fig, update, frames=len(idx), blit=False)
     fig.set_dpi(60)
     try:
-        return save_gif(anim, path, fps=8)
+        return tp.plot.save_animation(anim, path, fps=8)
     finally:
         plt.close(fig)
 

@@ -39,7 +39,6 @@ from annotated_types import Ge, Gt, Interval
 
 import transformer_pde as tp
 
-from .._io import atomic_write_bytes
 from .._lazy import jax, jnp
 from ..runs.result import Result, grid
 from ._base import Experiment, register
@@ -349,7 +348,7 @@ def figures(res: Result, cfg: ConvergenceConfig, out_dir) -> list:
         lines.append(f"  n = {n:>8d}: {gm[i, -1]:.4g}  (reference error <= {np.nanmax(r[i, :, -1]):.2g}); "
                      f"growth rate in t {res['growth_rate'][i]:.3g}; leaves the mean field ({main} > {cfg.leave_distance:g}) "
                      f"at t = {res['leave_time'][i]:.3g}")
-    atomic_write_bytes(out_dir / "report.txt", ("\n".join(lines) + "\n").encode())
+    Result.write_table(out_dir, "report.txt", "\n".join(lines) + "\n")
 
     # the tables: every error (n, seed, t) and every fitted slope
     buf = io.StringIO()
@@ -360,13 +359,13 @@ def figures(res: Result, cfg: ConvergenceConfig, out_dir) -> list:
             for s in range(e.shape[1]):
                 for t_i, t in enumerate(ts):
                     buf.write(f"{k},{n},{s},{t:.6g},{e[i, s, t_i]:.6e},{r[i, s, t_i]:.3e}\n")
-    atomic_write_bytes(out_dir / "errors.csv", buf.getvalue().encode())
+    Result.write_table(out_dir, "errors.csv", buf.getvalue())
     buf = io.StringIO()
     buf.write("metric,t,slope,low,high,monte_carlo,empirical_w2\n")
     for r in rate_rows(res):
         buf.write(f"{r['metric']},{r['t']:.6g},{r['slope']:.4f},{r['low']:.4f},{r['high']:.4f},"
                   f"{float(res['rate_monte_carlo']):.4f},{float(res['rate_empirical_w2']):.4f}\n")
-    atomic_write_bytes(out_dir / "rates.csv", buf.getvalue().encode())
+    Result.write_table(out_dir, "rates.csv", buf.getvalue())
     return paths
 
 

@@ -188,7 +188,7 @@ def attention(Q, K, beta, causal: bool):
     """H heads averaged: V = I and W = I/H shared by the heads (the authors' ``M2 += A_head /
     n_heads``), so the heads' weights are summed before they meet the tokens; the causal mask
     (token i attends to j <= i) is :class:`~transformer_pde.Causal` of it."""
-    from .._checks import cover_finiteness
+    from ..runs import finite_by_construction as cover_finiteness
 
     H, d = Q.shape[0], Q.shape[-1]
     eye = jnp.eye(d, dtype=Q.dtype)
@@ -209,7 +209,7 @@ def depth_statistics(xs, step, threshold):
     report), ``(S,)``. Compiled once per run for every scheme (:func:`statistics_program`; the
     schemes differ in their layers, not in their states' shape)."""
 
-    from .._checks import cover_finiteness
+    from ..runs import finite_by_construction as cover_finiteness
 
     def one(x):  # (L + 1, n, d)
         r = jnp.linalg.norm(x, axis=-1)
@@ -239,7 +239,8 @@ def scheme_states(cfg: NormalizationConfig, index: int, causal: bool, beta, x0, 
     finite (``Options``) and ``compute`` checks the draws before (:func:`check_draws`), V = I and
     W = I/H are finite by construction, the starts' norms are the draws', and the layers report a
     NaN as a value (``throw=False``) that ``compute`` raises on."""
-    from .._checks import cover_finiteness, mark_unit_rows
+    from ..runs import finite_by_construction as cover_finiteness
+    from ..runs import unit_rows_by_construction as mark_unit_rows
 
     scheme = make_schemes(cfg)[index]
     cover_finiteness([beta])  # a config's β: checked finite in float32 (Options)
@@ -280,7 +281,7 @@ def check_draws(x0, Q, K, dtype) -> None:
     """The draws as :func:`scheme_states` takes them, checked now (concrete): finite, and the
     tokens unit rows within ``unit_tolerance`` (1e-3 in float32; ValueError naming the first bad
     one)."""
-    from .._checks import unit_tolerance
+    from ..runs import unit_row_tolerance as unit_tolerance
 
     for name, a in (("x0", x0), ("Q", Q), ("K", K)):
         if not np.all(np.isfinite(a)):
@@ -352,10 +353,8 @@ def raise_if_nonfinite(nonfinite_time, bad_direction, scheme: str, mask: str, be
     or inf (the states' program reports it as a value), or whose direction x/|x| was (a zero
     token)."""
     where = f"normalization: scheme {scheme}, mask {mask}, beta = {beta:g}"
-    if np.isfinite(nonfinite_time).any():
-        k = int(np.argmax(np.isfinite(nonfinite_time)))
-        raise tp.NonFiniteStateError(f"{where}: the tokens of draw {k} became non-finite (NaN or inf) by "
-                                  f"t = {nonfinite_time[k]:.6g}; the step or beta is too large")
+    tp.runs.raise_if_nonfinite(where, nonfinite_time, {"draw": np.arange(len(nonfinite_time))},
+                               "the step or beta is too large")
     if bad_direction.any():
         raise tp.NonFiniteStateError(f"{where}: draw {int(np.argmax(bad_direction))} reached a zero token "
                                   f"(its direction x/|x| is NaN)")

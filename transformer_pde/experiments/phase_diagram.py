@@ -116,7 +116,7 @@ def run_grid(cfg: PhaseDiagramConfig, betas, keys):
         return (tp.diagnostics.clustered_pair_fraction(x, cfg.threshold),
                 tp.diagnostics.cluster_count(x, cfg.threshold).astype(x.dtype))
 
-    from .._checks import cover_finiteness
+    from ..runs import finite_by_construction as cover_finiteness
 
     def one(beta, key):
         cover_finiteness([beta])  # a linspace of the config's endpoints, checked finite in float32 (Options)
@@ -165,7 +165,7 @@ def _summaries(cfg: PhaseDiagramConfig, hist_rows):
         layers = histogram_layers(cfg)
         every = int(np.gcd.reduce(layers))
 
-        from .._checks import cover_finiteness
+        from ..runs import finite_by_construction as cover_finiteness
 
         def hist_run(beta):
             cover_finiteness([beta])  # a grid β (run_grid)
@@ -182,13 +182,9 @@ def _summaries(cfg: PhaseDiagramConfig, hist_rows):
 def raise_if_nonfinite(nonfinite_time, betas, hist_nonfinite_time) -> None:
     """:class:`~transformer_pde.NonFiniteStateError` naming the first (β, start) whose tokens
     became NaN or inf, or the histograms' run's (the program reports them as values)."""
-    bad = np.isfinite(nonfinite_time)
-    if bad.any():
-        b, k = np.argwhere(bad)[0]
-        raise tp.NonFiniteStateError(
-            f"phase-diagram: the tokens became non-finite (NaN or inf) by t = {nonfinite_time[b, k]:.6g} "
-            f"at beta = {betas[b]:.6g}, start {k} ({int(bad.sum())} of {bad.size} runs); the step dt "
-            f"or beta is too large")
+    tp.runs.raise_if_nonfinite("phase-diagram", nonfinite_time,
+                               {"beta": betas, "start": np.arange(nonfinite_time.shape[1])},
+                               "the step dt or beta is too large")
     if np.isfinite(hist_nonfinite_time).any():
         raise tp.NonFiniteStateError("phase-diagram: the histograms' run became non-finite (NaN or inf) by "
                                   f"t = {np.min(hist_nonfinite_time):.6g}; the step dt or beta is too large")

@@ -5,21 +5,27 @@ idea per module:
 
 * :mod:`.signals`: SIGINT/SIGTERM stop a run cleanly (at once, or at the next safe point);
 * :mod:`.provenance`: versions, JAX backend and devices, git commit, command;
-* :mod:`.directory`: the run directory: files, status state machine, lock, identity;
+* :mod:`.layout`: the names of a run directory's files and statuses, reading its metadata;
+* :mod:`.directory`: the run directory: files, status state machine, lock, identity, and the
+  rule that a run removes only what it wrote;
 * :mod:`.result`: :class:`Result`, what a run saves (``data.npz``, ``results.nc``);
 * :mod:`.fingerprint`: :func:`run_fingerprint`, a run's identity (code, closures, arrays);
 * :mod:`.checkpoint` and :mod:`.chunked`: :class:`Checkpoint` files and
   :func:`solve_checkpointed`, ``tp.solve`` in chunks as a host loop, resumable bitwise;
 * :mod:`.run`: :func:`run_experiment`, :func:`load_run`, :func:`redraw`, and the exceptions
   :class:`FailedRun`, :class:`InterruptedRun` of a started run;
+* :mod:`.nonfinite`: :class:`NonFiniteRun`, reported after a kept program found NaN or inf
+  (:func:`raise_if_nonfinite`, naming the run's parameters);
 * :mod:`.info`: :func:`run_info`, what ``transformer-pde info RUN_DIR`` prints;
 * :mod:`.compile_cache`: JAX's persistent compilation cache for CLI runs (where it goes, how it
   is turned off);
 * :mod:`.programs`: :func:`lower_program`, traced programs kept beside that cache
-  (``jax.export``), so a second run neither traces nor compiles.
+  (``jax.export``), so a second run neither traces nor compiles; keyed by what the program
+  computes and checked against its key and payload hash on load.
 
 Importing this package does not import JAX: :func:`solve_checkpointed` and
-:func:`run_fingerprint` load :mod:`.chunked` on first use.
+:func:`run_fingerprint` load :mod:`.chunked` on first use, :class:`NonFiniteRun` and
+:func:`raise_if_nonfinite` :mod:`.nonfinite`.
 """
 
 from __future__ import annotations
@@ -29,15 +35,23 @@ from typing import TYPE_CHECKING
 
 from .checkpoint import DEFAULT_EVERY, Checkpoint
 from .info import run_info
-from .programs import lower_program, program_key
+from .programs import (
+    finite_by_construction,
+    lower_program,
+    program_key,
+    unit_row_tolerance,
+    unit_rows_by_construction,
+)
 from .result import Result, grid
 from .run import FailedRun, InterruptedRun, load_run, redraw, run_experiment
 from .signals import SignalReceived, stop_on_signals
 
 if TYPE_CHECKING:
     from .chunked import run_fingerprint, solve_checkpointed
+    from .nonfinite import NonFiniteRun, raise_if_nonfinite
 
-_LAZY = {"run_fingerprint": ".chunked", "solve_checkpointed": ".chunked"}
+_LAZY = {"run_fingerprint": ".chunked", "solve_checkpointed": ".chunked", "NonFiniteRun": ".nonfinite",
+         "raise_if_nonfinite": ".nonfinite"}
 
 
 def __getattr__(name: str):
@@ -52,6 +66,7 @@ def __dir__():
     return sorted(set(globals()) | set(_LAZY))
 
 
-__all__ = ["DEFAULT_EVERY", "Checkpoint", "FailedRun", "InterruptedRun", "Result", "SignalReceived", "grid",
-           "load_run", "lower_program", "program_key", "redraw", "run_experiment", "run_fingerprint", "run_info",
-           "solve_checkpointed", "stop_on_signals"]
+__all__ = ["DEFAULT_EVERY", "Checkpoint", "FailedRun", "InterruptedRun", "NonFiniteRun", "Result", "SignalReceived",
+           "finite_by_construction", "grid",
+           "load_run", "lower_program", "program_key", "raise_if_nonfinite", "redraw", "run_experiment", "run_fingerprint", "run_info",
+           "solve_checkpointed", "stop_on_signals", "unit_row_tolerance", "unit_rows_by_construction"]

@@ -22,8 +22,12 @@ The status is a small state machine: a run writes "running" before it computes, 
 "complete", or "failed" / "interrupted" when it stops; a process killed outright leaves
 "running". Two runs never mix in one directory: an unfinished run is continued, from its last
 good checkpoint, only by a run of the same experiment, options and chunk length
-(:func:`run_difference` names what differs); a run started over a complete one first removes
-that run's files (:func:`clear_run`). Nothing here imports JAX.
+(:func:`run_difference` names what differs); the same run again over a complete one computes
+nothing (it says so), and a run that replaces a complete one (``--replace``) first removes that
+run's files (:func:`clear_run`). A run writes only into an empty directory or one holding
+a run (:func:`check_empty_or_run`), and removes only files a run writes: its fixed files, the
+figures and grids its metadata lists, its checkpoint files and their temporaries; anything else
+in the directory stays. Nothing here imports JAX.
 """
 
 from __future__ import annotations
@@ -31,37 +35,29 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import json
-import shutil
+import re
 import sys
-import zipfile
-import zlib
 from pathlib import Path
 
-from .._io import lock_directory
+from .._io import LOCK_FILE, lock_directory
 from .checkpoint import DEFAULT_EVERY, Checkpoint
-from .result import DATA_FILE, GRIDS_FILE
+from .layout import (
+    CHECKPOINT_DIR,
+    CORRUPT_FILE_ERRORS,
+    DATA_FILE,
+    GRIDS_FILE,
+    METADATA_FILE,
+    OWN_FILES,
+    RUN_IDENTITY_FILE,
+    STATUS_COMPLETE,
+    STATUS_FAILED,
+    STATUS_INTERRUPTED,
+    STATUS_RUNNING,
+    STATUSES,
+    error_text,
+    read_metadata,
+)
 from .runnable import RunnableExperiment
-
-STATUS_RUNNING, STATUS_INTERRUPTED, STATUS_FAILED, STATUS_COMPLETE = (
-    "running", "interrupted", "failed", "complete")
-STATUSES = (STATUS_RUNNING, STATUS_INTERRUPTED, STATUS_FAILED, STATUS_COMPLETE)
-
-METADATA_FILE = "metadata.json"
-CHECKPOINT_DIR = "checkpoints"
-RUN_IDENTITY_FILE = "run.json"
-
-#: What reading a damaged ``.npz`` / ``.nc`` / JSON file raises (truncated, bit-flipped,
-#: replaced by another file): a BadZipFile, a zlib error, an EOFError, numpy's ValueErrors
-#: ("pickled data", a bad header), OSError, a missing member (KeyError).
-CORRUPT_FILE_ERRORS = (OSError, EOFError, ValueError, KeyError, zipfile.BadZipFile, zlib.error)
-
-
-def error_text(e: BaseException) -> str:
-    """``"Type: message"`` on one line."""
-    text = " ".join(str(e).split())
-    if isinstance(e, ValueError) and "pickle" in text:  # numpy's advice to unpickle: never here
-        text = "not an archive of arrays: NumPy reads it as pickled data, which is never loaded"
-    return f"{type(e).__name__}: {text}" if text else type(e).__name__
 
 
 def note(text: str) -> None:
@@ -69,36 +65,6 @@ def note(text: str) -> None:
 
 
 # ----------------------------------------------------------------------------- reading
-
-
-def read_metadata(out_dir: Path) -> dict | None:
-    """The ``metadata.json`` of ``out_dir`` (None when there is none).
-
-    Raises ValueError when ``out_dir`` is not a directory, or the file is unreadable or is not
-    the metadata of a run (a JSON object naming its experiment, options and status)."""
-    out_dir = Path(out_dir)
-    if out_dir.exists() and not out_dir.is_dir():
-        raise ValueError(f"{str(out_dir)!r} is not a directory")
-    path = out_dir / METADATA_FILE
-    if not path.exists():
-        return None
-    try:
-        meta = json.loads(path.read_text())
-    except (OSError, ValueError) as e:  # JSONDecodeError, UnicodeDecodeError
-        raise ValueError(f"{path} is unreadable ({error_text(e)}); not an output directory of "
-                         "transformer-pde, or a damaged one") from None
-    problem = None
-    if not isinstance(meta, dict):
-        problem = f"a JSON object was expected, found {type(meta).__name__}"
-    elif not isinstance(meta.get("experiment"), str):
-        problem = f"it names no experiment (experiment = {meta.get('experiment')!r})"
-    elif meta.get("status") not in STATUSES:
-        problem = f"unknown status {meta.get('status')!r} (one of {', '.join(STATUSES)})"
-    elif not isinstance(meta.get("config", {}), dict):
-        problem = f"its config is not a table of options ({type(meta['config']).__name__})"
-    if problem:
-        raise ValueError(f"{path} is not the metadata of a run: {problem}")
-    return meta
 
 
 def require_run(run_dir: Path) -> dict:
@@ -169,27 +135,110 @@ def locked(out_dir: Path):
         lock.__exit__(None, None, None)
 
 
-def remove_stale_temporaries(out_dir: Path) -> None:
-    """Temporary files left by a SIGKILL during a write (renames never happened)."""
-    for tmp in list(out_dir.glob(".*.tmp")) + list(out_dir.glob(f"{CHECKPOINT_DIR}/*/.*.tmp")):
+def _temporaries(directory: Path, name: str) -> list[Path]:
+    """The temporary files an atomic write of ``directory/name`` leaves when killed
+    (``_io.atomic_write_bytes``: ``.NAME.XXXXXXXX.tmp``; a GIF: ``.STEM.XXXXXXXX.gif``)."""
+    p = Path(name)
+    found = list(directory.glob(f".{glob_escape(p.name)}.*.tmp"))
+    if p.suffix == ".gif":
+        found += directory.glob(f".{glob_escape(p.stem)}.*.gif")
+    return [f for f in found if f.is_file() and not f.is_symlink()]
+
+
+def glob_escape(name: str) -> str:
+    return "".join(f"[{c}]" if c in "*?[]" else c for c in name)
+
+
+def check_empty_or_run(out_dir: Path, previous: dict | None) -> None:
+    """A run writes into a directory that holds a run of ours, or into an empty one: anything
+    else there belongs to someone else, and a run never removes what it did not write."""
+    if previous is not None:
+        return
+    ours = {LOCK_FILE, *(p.name for p in _temporaries(out_dir, METADATA_FILE))}
+    others = sorted(p.name for p in out_dir.iterdir() if p.name not in ours)
+    if others:
+        shown = ", ".join(others[:5]) + (f" and {len(others) - 5} more" if len(others) > 5 else "")
+        raise ValueError(f"the output directory (--out) {str(out_dir)!r} is not empty and holds no run "
+                         f"({METADATA_FILE} is missing; it holds {shown}); a run writes only into an "
+                         f"empty directory or one of its own runs: choose another --out")
+
+
+def remove_stale_temporaries(out_dir: Path, previous: dict | None) -> None:
+    """Temporary files left by a SIGKILL during a write (renames never happened): only those
+    named after a file the run writes (its fixed files, the figures ``previous`` lists, its
+    checkpoint files); another ``.*.tmp`` is not ours and stays."""
+    figures = (previous or {}).get("figures")
+    names = [*OWN_FILES, *(Path(str(f)).name for f in (figures if isinstance(figures, list) else []))]
+    for name in names:
+        if name not in ("", ".", ".."):
+            for tmp in _temporaries(out_dir, name):
+                tmp.unlink(missing_ok=True)
+    ckpt_dir = out_dir / CHECKPOINT_DIR
+    if previous is None or ckpt_dir.is_symlink() or not ckpt_dir.is_dir():
+        return
+    for tmp in _temporaries(ckpt_dir, RUN_IDENTITY_FILE):
         tmp.unlink(missing_ok=True)
+    for stage in ckpt_dir.iterdir():
+        if stage.is_dir() and not stage.is_symlink():
+            for tmp in [*_temporaries(stage, "manifest.json"), *stage.glob(".chunk_*.tmp")]:
+                if tmp.is_file() and (tmp.name.startswith(".manifest") or _CHUNK_TMP.fullmatch(tmp.name)):
+                    tmp.unlink(missing_ok=True)
+
+
+def remove_checkpoints(ckpt_dir: Path) -> None:
+    """Remove the files a run's checkpoints are made of (``run.json``, each stage's
+    ``manifest.json`` and ``chunk_NNNNNN.npz``, their temporaries), then the directories they
+    leave empty; anything else in ``checkpoints/`` is not ours and stays (with its directory)."""
+    if ckpt_dir.is_symlink() or not ckpt_dir.is_dir():
+        return
+    for stage in ckpt_dir.iterdir():
+        if stage.is_dir() and not stage.is_symlink():
+            _remove_stage(stage)
+    _remove_files(ckpt_dir, [RUN_IDENTITY_FILE])
+    with contextlib.suppress(OSError):  # not empty: it holds someone else's files
+        ckpt_dir.rmdir()
+
+
+def _remove_stage(stage_dir: Path) -> None:
+    """The files of one checkpoint stage (manifest, chunks, their temporaries), then the stage
+    directory if that leaves it empty."""
+    chunks = [p.name for p in stage_dir.glob("chunk_*.npz") if _CHUNK.fullmatch(p.name)]
+    _remove_files(stage_dir, ["manifest.json", *chunks])
+    for tmp in stage_dir.glob(".chunk_*.tmp"):
+        if _CHUNK_TMP.fullmatch(tmp.name) and tmp.is_file():
+            tmp.unlink(missing_ok=True)
+    with contextlib.suppress(OSError):
+        stage_dir.rmdir()
+
+
+def _remove_files(directory: Path, names) -> None:
+    for name in names:
+        for f in [directory / name, *_temporaries(directory, name)]:
+            if f.is_file() and not f.is_symlink():
+                f.unlink(missing_ok=True)
+
+
+_CHUNK = re.compile(r"chunk_\d{6}\.npz")
+_CHUNK_TMP = re.compile(r"\.chunk_\d{6}\.npz\.[^.]+\.tmp")
 
 
 def clear_run(out_dir: Path, previous: dict | None) -> None:
-    """Remove what a previous run left (metadata first: the directory then holds no run)."""
+    """Remove the outputs of the complete run ``previous`` (metadata first: the directory then
+    holds no run): its data file, the grids and figures its metadata lists, its checkpoints;
+    nothing it did not write."""
+    if previous is None:
+        return
     (out_dir / METADATA_FILE).unlink(missing_ok=True)
-    for name in (DATA_FILE, GRIDS_FILE):
-        (out_dir / name).unlink(missing_ok=True)
-    figures = (previous or {}).get("figures")
-    for f in figures if isinstance(figures, list) else []:
-        p = out_dir / Path(str(f)).name
-        if p.name not in ("", ".", "..", METADATA_FILE) and p.is_file():
+    listed = [DATA_FILE]
+    if previous.get("grids") or previous.get("grid_names"):
+        listed.append(GRIDS_FILE)
+    figures = previous.get("figures")
+    listed += [Path(str(f)).name for f in (figures if isinstance(figures, list) else [])]
+    for name in listed:
+        p = out_dir / name
+        if name not in ("", ".", "..", METADATA_FILE) and p.is_file() and not p.is_symlink():
             p.unlink(missing_ok=True)
-    ckpt_dir = out_dir / CHECKPOINT_DIR
-    if ckpt_dir.is_dir():
-        shutil.rmtree(ckpt_dir)
-    elif ckpt_dir.exists():
-        ckpt_dir.unlink()
+    remove_checkpoints(out_dir / CHECKPOINT_DIR)
 
 
 def check_checkpoints(ckpt_dir: Path, exp: RunnableExperiment, config, every: int | None) -> None:
@@ -205,7 +254,7 @@ def check_checkpoints(ckpt_dir: Path, exp: RunnableExperiment, config, every: in
                 raise ValueError("not a JSON object")
         except (OSError, ValueError) as e:
             note(f"{ident} is unreadable ({error_text(e)}); recomputing from the start")
-            shutil.rmtree(ckpt_dir)
+            remove_checkpoints(ckpt_dir)
             return
         diff = run_difference(exp, saved, config, every)
         if diff:
@@ -222,7 +271,7 @@ def check_checkpoints(ckpt_dir: Path, exp: RunnableExperiment, config, every: in
                 raise ValueError(f"completed = {completed!r}")
         except ValueError as e:
             note(f"checkpoint stage {ckpt_dir / stage} is unreadable ({error_text(e)}); recomputing it")
-            shutil.rmtree(ckpt_dir / stage)
+            _remove_stage(ckpt_dir / stage)
             continue
         good = 0
         for j in range(completed):
@@ -240,5 +289,5 @@ def check_checkpoints(ckpt_dir: Path, exp: RunnableExperiment, config, every: in
 
 __all__ = ["CHECKPOINT_DIR", "CORRUPT_FILE_ERRORS", "METADATA_FILE", "RUN_IDENTITY_FILE", "STATUSES",
            "STATUS_COMPLETE", "STATUS_FAILED", "STATUS_INTERRUPTED", "STATUS_RUNNING", "check_checkpoints",
-           "clear_run", "error_text", "identity", "locked", "make_directory", "note", "read_metadata",
-           "remove_stale_temporaries", "require_run", "run_difference"]
+           "check_empty_or_run", "clear_run", "error_text", "identity", "locked", "make_directory", "note", "read_metadata",
+           "remove_checkpoints", "remove_stale_temporaries", "require_run", "run_difference"]

@@ -41,6 +41,28 @@ def _arrays(path: Path) -> list[str]:
     return out
 
 
+_HDF5_SIGNATURE = b"\x89HDF\r\n\x1a\n"
+"""The first bytes of a netCDF-4 (HDF5) file."""
+
+
+def _grids_problem(nc: Path, listed: bool, complete: bool) -> str | None:
+    """What is wrong with ``results.nc`` (read as far as its signature, without xarray), or None."""
+    if not nc.exists() and not nc.is_symlink():
+        return "missing, though the metadata lists grids: run it again" if listed and complete else None
+    if not nc.is_file():
+        return "unreadable (not a file)"
+    try:
+        with open(nc, "rb") as f:
+            head = f.read(len(_HDF5_SIGNATURE))
+    except OSError as e:
+        return f"unreadable ({error_text(e)})"
+    if head != _HDF5_SIGNATURE:
+        return "unreadable (not a netCDF-4/HDF5 file)"
+    if not listed:
+        return "not listed in the metadata (not this run's result; tp.Result.load ignores it)"
+    return None
+
+
 def run_info(run_dir) -> str:
     """A run's experiment, status, options, provenance and outputs, as lines of text.
     ValueError when ``run_dir`` holds no run (or its metadata is damaged)."""
@@ -55,7 +77,7 @@ def run_info(run_dir) -> str:
     lines = [f"run:         {run_dir}",
              f"experiment:  {meta['experiment']}" + (f" ({meta['summary']})" if meta.get("summary") else ""),
              f"status:      {status}" + (f" ({when.lstrip(', ')})" if when else "")]
-    if meta.get("error"):
+    if meta.get("error"):  # (every value is text here: read_metadata bounds the nesting)
         lines.append(f"error:       {meta['error']}")
     if status != STATUS_COMPLETE:
         lines.append(f"             continue it with: transformer-pde run --resume {run_dir}")
@@ -64,11 +86,15 @@ def run_info(run_dir) -> str:
     if meta.get("checkpoint_every") is not None:
         lines.append(f"             checkpoint_every={meta['checkpoint_every']}")
     versions = meta.get("versions") or {}
-    if versions:
-        lines.append("provenance:  " + ", ".join(f"{k} {v}" for k, v in versions.items() if v))
+    if isinstance(versions, dict) and versions:
+        lines.append("provenance:  " + ", ".join(f"{k} {_value(v)}" for k, v in versions.items() if v))
+    elif versions:
+        lines.append(f"provenance:  versions unreadable (a {type(versions).__name__}, not a table)")
     backend = meta.get("jax_backend")
     if backend:
-        lines.append(f"             JAX backend {backend}, devices {', '.join(meta.get('devices') or [])}, "
+        devices = meta.get("devices") or []
+        devices = ", ".join(map(_value, devices)) if isinstance(devices, list) else _value(devices)
+        lines.append(f"             JAX backend {_value(backend)}, devices {devices}, "
                      f"x64 {_value(bool(meta.get('x64')))}")
     for key, label in (("git_commit", "git commit"), ("platform", "platform")):
         if meta.get(key):
@@ -84,8 +110,16 @@ def run_info(run_dir) -> str:
             lines.append(f"  {DATA_FILE}    {len(arrays)} arrays: " + "; ".join(arrays))
         except CORRUPT_FILE_ERRORS as e:
             lines.append(f"  {DATA_FILE}    unreadable ({error_text(e)})")
+    elif data.exists() or data.is_symlink():
+        lines.append(f"  {DATA_FILE}    unreadable (not a file)")
+    elif status == STATUS_COMPLETE:
+        lines.append(f"  {DATA_FILE}    missing, though the run is complete: run it again")
     grids = meta.get("grid_names")
-    if (run_dir / GRIDS_FILE).is_file():
+    nc = run_dir / GRIDS_FILE
+    problem = _grids_problem(nc, listed=bool(grids or meta.get("grids")), complete=status == STATUS_COMPLETE)
+    if problem:
+        lines.append(f"  {GRIDS_FILE}  {problem}")
+    elif nc.is_file():
         if isinstance(grids, list) and len(grids) == 1:
             lines.append(f"  {GRIDS_FILE}  one grid, {grids[0]!r}, as the root dataset: "
                          f"xarray.open_dataset({str(run_dir / GRIDS_FILE)!r})")
@@ -95,7 +129,7 @@ def run_info(run_dir) -> str:
         else:
             lines.append(f"  {GRIDS_FILE}  labelled grids (see tp.Result.load(run_dir).grids)")
     figures = meta.get("figures") or []
-    if figures:
+    if isinstance(figures, list) and figures:
         lines.append("  figures     " + ", ".join(Path(str(f)).name for f in figures))
     if status == STATUS_COMPLETE:
         lines.append(f"load it:     tp.Result.load({str(run_dir)!r}); redraw: transformer-pde plot {run_dir}")

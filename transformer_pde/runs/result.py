@@ -32,13 +32,20 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from .._io import FILE_MODE, result_array, save_npz
+from .._io import FILE_MODE, atomic_write_bytes, result_array, save_npz
+from .layout import (
+    CORRUPT_FILE_ERRORS,
+    DATA_FILE,
+    GRIDS_FILE,
+    OWN_FILES,
+    STATUS_COMPLETE,
+    error_text,
+    read_metadata,
+)
 
 if TYPE_CHECKING:  # xarray is imported when grids are built or read
     import xarray as xr
 
-DATA_FILE = "data.npz"
-GRIDS_FILE = "results.nc"
 NETCDF_ENGINE = "h5netcdf"
 GRID_NAME_ATTR = "grid"
 """Attribute of a root-stored grid that keeps its name (removed again on reading)."""
@@ -91,7 +98,8 @@ class Result(Mapping):
     # --- files ---------------------------------------------------------------------------
     def save(self, run_dir) -> list[Path]:
         """Write ``data.npz`` (and ``results.nc`` when there are grids) atomically; returns the
-        paths written. A ``results.nc`` left by an earlier run without grids is removed."""
+        paths written. Nothing else is touched (a run removes the files of the run it replaces
+        before computing: :func:`~transformer_pde.runs.directory.clear_run`)."""
         run_dir = Path(run_dir)
         save_npz(run_dir / DATA_FILE, self.arrays)
         written = [run_dir / DATA_FILE]
@@ -99,21 +107,60 @@ class Result(Mapping):
         if self.grids:
             save_grids(nc, self.grids)
             written.append(nc)
-        elif nc.exists():
-            nc.unlink()
         return written
+
+    @staticmethod
+    def write_table(run_dir, name: str, text: str) -> Path:
+        """Write an extra table or report beside the result (``errors.csv``, ``report.txt``),
+        atomically; returns its path. A figures function calls it, so ``transformer-pde plot``
+        writes it again from the saved result; list the path among the figures it returns so a
+        run that replaces this one removes it. ``name`` is a plain file name other than the
+        run's own files."""
+        if not isinstance(name, str) or not name or name.startswith(".") or "/" in name or "\\" in name \
+                or name in OWN_FILES:
+            raise ValueError(f"Result.write_table: name must be a plain file name other than "
+                             f"{', '.join(OWN_FILES)}, got {name!r}"[:300])
+        if not isinstance(text, str):
+            raise ValueError(f"Result.write_table: text must be a str, got {type(text).__name__}")
+        path = Path(run_dir) / name
+        atomic_write_bytes(path, text.encode())
+        return path
 
     @classmethod
     def load(cls, run_dir) -> Result:
-        """The result saved in ``run_dir`` (its ``data.npz``, and ``results.nc`` if present)."""
+        """The result saved in ``run_dir``: its ``data.npz``, and ``results.nc`` where the run
+        has grids. Where ``run_dir`` holds a run's ``metadata.json``, the run must be complete
+        (a failed or running run's files are not its result) and ``results.nc`` is read only
+        if the metadata lists grids. Raises ValueError naming the file for anything else: no
+        such file, not a regular file, damaged or unreadable (never NumPy's or h5py's own error)."""
+        if not isinstance(run_dir, (str, os.PathLike)):
+            raise ValueError(f"Result.load: run_dir must be a path, got {type(run_dir).__name__} {run_dir!r}"[:300])
         run_dir = Path(run_dir)
+        meta = read_metadata(run_dir)
+        if meta is not None and meta["status"] != STATUS_COMPLETE:
+            raise ValueError(f"the run in {str(run_dir)!r} is not complete (status {meta['status']!r}): its "
+                             f"files are not its result; finish it with transformer-pde run --resume {run_dir}")
         path = run_dir / DATA_FILE
         if not path.exists():
             raise ValueError(f"{str(run_dir)!r} holds no {DATA_FILE} (not a complete run)")
-        with np.load(path, allow_pickle=False) as f:
-            arrays = {k: f[k] for k in f.files}
         nc = run_dir / GRIDS_FILE
-        return cls(arrays, load_grids(nc) if nc.exists() else {})
+        with_grids = nc.exists() if meta is None else bool(meta.get("grid_names") or meta.get("grids"))
+        for f in [path, nc] if with_grids else [path]:
+            if not f.is_file():
+                what = "is missing" if not f.exists() else "is not a file"
+                raise ValueError(f"{f} {what}; the run's saved result is damaged: run it again")
+        try:
+            with np.load(path, allow_pickle=False) as f:
+                arrays = {k: f[k] for k in f.files}
+        except CORRUPT_FILE_ERRORS as e:
+            raise ValueError(f"{path} is unreadable ({error_text(e)}); the run's saved result is damaged: "
+                             f"run it again") from None
+        try:
+            grids = load_grids(nc) if with_grids else {}
+        except (*CORRUPT_FILE_ERRORS, RuntimeError) as e:  # h5py/netCDF errors are OSError or RuntimeError
+            raise ValueError(f"{nc} is unreadable ({error_text(e)}); the run's saved result is damaged: "
+                             f"run it again") from None
+        return cls(arrays, grids)
 
 
 def save_grids(path: Path, datasets: Mapping[str, "xr.Dataset"]) -> None:
@@ -163,16 +210,27 @@ def load_grids(path: Path) -> dict[str, "xr.Dataset"]:
             ds.close()
 
 
-def grid(coords: Mapping[str, np.ndarray], **variables) -> "xr.Dataset":
+def grid(coords: Mapping[str, np.ndarray], *, describe: Mapping[str, tuple[str, str]] | None = None,
+         **variables) -> "xr.Dataset":
     """A Dataset from NumPy arrays: ``grid({"beta": b, "t": ts}, fraction=(("beta", "t"), f))``.
 
     ``coords`` names the dimensions and gives their values; each variable is ``(dims, array)``.
-    The arrays are wrapped, not changed.
+    The arrays are wrapped, not changed. ``describe`` maps a variable or coordinate name to
+    ``(description, units)`` (units ``""`` for a pure number), written as the netCDF
+    attributes ``description`` and ``units`` so the file says what each number is.
     """
     import xarray as xr
 
-    return xr.Dataset({k: (tuple(dims), np.asarray(v)) for k, (dims, v) in variables.items()},
-                      coords={k: np.asarray(v) for k, v in coords.items()})
+    ds = xr.Dataset({k: (tuple(dims), np.asarray(v)) for k, (dims, v) in variables.items()},
+                    coords={k: np.asarray(v) for k, v in coords.items()})
+    for name, pair in (describe or {}).items():
+        if name not in ds.variables:
+            raise ValueError(f"grid: describe names {name!r}, which is neither a variable nor a coordinate "
+                             f"(they are {', '.join(map(str, ds.variables))})")
+        if not (isinstance(pair, tuple) and len(pair) == 2 and all(isinstance(p, str) for p in pair)):
+            raise ValueError(f"grid: describe[{name!r}] must be (description, units), two strings, got {pair!r}")
+        ds[name].attrs.update(description=pair[0], units=pair[1])
+    return ds
 
 
 __all__ = ["DATA_FILE", "GRIDS_FILE", "Result", "grid", "load_grids", "save_grids"]

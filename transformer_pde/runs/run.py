@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import shutil
+import os
 import signal
 import time
 from pathlib import Path
@@ -26,7 +26,6 @@ from . import directory as rundir
 from .checkpoint import DEFAULT_EVERY, Checkpoint
 from .directory import (
     CHECKPOINT_DIR,
-    CORRUPT_FILE_ERRORS,
     METADATA_FILE,
     RUN_IDENTITY_FILE,
     STATUS_COMPLETE,
@@ -83,17 +82,19 @@ def run_experiment(exp: RunnableExperiment, config, out_dir: Path, *, progress: 
             (default :data:`~.checkpoint.DEFAULT_EVERY`; a continued run keeps its own).
         resume: continue the run in ``out_dir`` (its options must equal ``config``; see the
             CLI's ``--resume``), from its last good checkpoint.
-        replace: overwrite a complete run of other options in ``out_dir`` (the CLI's
-            ``--replace``); without it such a run is refused, naming the options that differ.
+        replace: overwrite a complete run in ``out_dir`` (the CLI's ``--replace``); without it
+            a complete run of other options is refused, naming the options that differ, and
+            one of the same options is returned as it is (nothing computed; a note says so).
 
     The directory is locked for the whole call (:class:`~transformer_pde._io.DirectoryBusyError`
     if another run holds it). An unfinished run there (killed, interrupted or failed) is
     continued when ``config`` and the chunk length are its own, and refused otherwise
-    (ValueError naming the options that differ); a complete run there is replaced when it has
-    the same options (or ``replace``), else refused likewise. Returns
-    ``{"data", "metadata", "figures", "results", "grids", "continued"}`` (``results``: the
-    :class:`~.result.Result`; ``grids``: the ``results.nc`` path or None; ``continued``:
-    whether an unfinished run was continued).
+    (ValueError naming the options that differ); a complete run there is replaced with
+    ``replace``, else returned as it is when it has the same options and refused likewise
+    otherwise. Returns ``{"data", "metadata", "figures", "results", "grids", "continued"}``
+    (``results``: the :class:`~.result.Result`; ``grids``: the ``results.nc`` path or None;
+    ``continued``: whether an unfinished run was continued), plus ``"already_complete": True``
+    where nothing was computed.
 
     Raises:
         FailedRun: the started run raised (it is marked "failed").
@@ -101,6 +102,17 @@ def run_experiment(exp: RunnableExperiment, config, out_dir: Path, *, progress: 
             "interrupted").
         ValueError, DirectoryBusyError: the run could not start (nothing was changed).
     """
+    if not isinstance(exp, RunnableExperiment):
+        raise ValueError(f"run_experiment: exp must be an experiment (a transformer_pde.experiments.Experiment, "
+                         f"such as experiments.REGISTRY['clustering']), got {type(exp).__name__} {exp!r}"[:300])
+    if not isinstance(config, exp.config):
+        raise ValueError(f"run_experiment: config must be the options of {exp.name!r}, a {exp.config.__name__} "
+                         f"(exp.config(...)), got {type(config).__name__} {config!r}"[:300])
+    if not isinstance(out_dir, (str, os.PathLike)):
+        raise ValueError(f"run_experiment: out_dir must be a path, got {type(out_dir).__name__} {out_dir!r}"[:300])
+    for name, flag in (("progress", progress), ("resume", resume), ("replace", replace)):
+        if not isinstance(flag, bool):
+            raise ValueError(f"run_experiment: {name} must be True or False, got {flag!r}"[:300])
     if checkpoint_every is not None and (isinstance(checkpoint_every, bool) or not isinstance(
             checkpoint_every, int) or checkpoint_every < 1):
         raise ValueError(f"checkpoint_every must be an integer >= 1, got {checkpoint_every!r}")
@@ -111,8 +123,9 @@ def run_experiment(exp: RunnableExperiment, config, out_dir: Path, *, progress: 
 
 
 def _run_locked(exp, config, out_dir, progress, checkpoint_every, resume, replace) -> dict:
-    rundir.remove_stale_temporaries(out_dir)
     previous = rundir.read_metadata(out_dir)
+    rundir.check_empty_or_run(out_dir, previous)
+    rundir.remove_stale_temporaries(out_dir, previous)
     ckpt_dir = out_dir / CHECKPOINT_DIR
     status = None if previous is None else previous.get("status")
     every = (checkpoint_every or DEFAULT_EVERY) if exp.resumable else None
@@ -141,6 +154,8 @@ def _run_locked(exp, config, out_dir, progress, checkpoint_every, resume, replac
         if diff:
             raise ValueError(f"{str(out_dir)!r} holds a complete run with other options ({diff}); write "
                              f"this run elsewhere (--out), or pass --replace to overwrite it")
+        if previous is not None and not replace:
+            return _complete_already(out_dir, previous)
         continued = False
     if continued:
         rundir.check_checkpoints(ckpt_dir, exp, config, every)
@@ -148,13 +163,6 @@ def _run_locked(exp, config, out_dir, progress, checkpoint_every, resume, replac
         rundir.clear_run(out_dir, previous)
 
     cfg = dataclasses.asdict(config)
-    checkpoint = None
-    if exp.resumable:
-        checkpoint = Checkpoint(ckpt_dir, every, safe_point=check_interrupt)
-        if not (ckpt_dir / RUN_IDENTITY_FILE).exists():
-            save_json(ckpt_dir / RUN_IDENTITY_FILE, rundir.identity(exp, config, every))
-    save_json(out_dir / "config.json", cfg)
-    atomic_write_bytes(out_dir / "config.toml", exp.config_toml(config).encode())
     meta = {
         "experiment": exp.name,
         "summary": exp.summary,
@@ -167,7 +175,18 @@ def _run_locked(exp, config, out_dir, progress, checkpoint_every, resume, replac
         **environment(),
     }
     meta_path = out_dir / METADATA_FILE
+    # the metadata first: every other file the run writes is then in a directory holding a run
     save_json(meta_path, {**meta, "status": STATUS_RUNNING})
+
+    def prepare():  # the run's other files, once it is recorded (a signal now marks it interrupted)
+        checkpoint = None
+        if exp.resumable:
+            checkpoint = Checkpoint(ckpt_dir, every, safe_point=check_interrupt)
+            if not (ckpt_dir / RUN_IDENTITY_FILE).exists():
+                save_json(ckpt_dir / RUN_IDENTITY_FILE, rundir.identity(exp, config, every))
+        save_json(out_dir / "config.json", cfg)
+        atomic_write_bytes(out_dir / "config.toml", exp.config_toml(config).encode())
+        return checkpoint
 
     start = time.perf_counter()
     data_path = out_dir / DATA_FILE
@@ -177,13 +196,31 @@ def _run_locked(exp, config, out_dir, progress, checkpoint_every, resume, replac
                           "wall_time_s": time.perf_counter() - start})
 
     with on_forced_stop(forced_stop):
-        return _compute_and_save(exp, config, out_dir, progress, checkpoint, meta, meta_path, start,
+        return _compute_and_save(exp, config, out_dir, progress, prepare, meta, meta_path, start,
                                  data_path, ckpt_dir, continued)
 
 
-def _compute_and_save(exp, config, out_dir, progress, checkpoint, meta, meta_path, start, data_path,
+def _complete_already(out_dir: Path, meta: dict) -> dict:
+    """The same run again over a complete one: nothing is computed or written; its result is
+    returned (read back and checked) and the caller told so."""
+    try:
+        results = Result.load(out_dir)
+    except ValueError as e:
+        raise ValueError(f"{str(out_dir)!r} holds a complete run of these options whose result is damaged "
+                         f"({e}); pass --replace to compute it again") from None
+    rundir.note(f"{out_dir} already holds a complete run of these options: nothing computed (pass "
+                f"--replace to compute it again)")
+    figures = meta.get("figures")
+    return {"data": out_dir / DATA_FILE, "metadata": out_dir / METADATA_FILE,
+            "figures": [str(f) for f in figures] if isinstance(figures, list) else [],
+            "results": results, "grids": str(out_dir / GRIDS_FILE) if results.grids else None,
+            "continued": False, "already_complete": True}
+
+
+def _compute_and_save(exp, config, out_dir, progress, prepare, meta, meta_path, start, data_path,
                       ckpt_dir, continued) -> dict:
     try:
+        checkpoint = prepare()
         check_interrupt()
         if exp.resumable:
             results = exp.compute(config, progress, checkpoint=checkpoint)
@@ -215,11 +252,10 @@ def _compute_and_save(exp, config, out_dir, progress, checkpoint, meta, meta_pat
         meta["grids"] = str(out_dir / GRIDS_FILE)
         meta["grid_names"] = list(results.grids)
     with signals_deferred():  # the run is done: a signal now must not leave it half-marked
-        if ckpt_dir.exists():
-            # the data file now holds everything the checkpoints did; removed before the status,
-            # which is the run's last write (a kill in between leaves a run that is not marked
-            # complete, which --resume computes again)
-            shutil.rmtree(ckpt_dir)
+        # the data file now holds everything the checkpoints did; they are removed before the
+        # status, which is the run's last write (a kill in between leaves a run that is not marked
+        # complete, which --resume computes again)
+        rundir.remove_checkpoints(ckpt_dir)
         save_json(meta_path, meta)
     return {"data": data_path, "metadata": meta_path, "figures": figures, "results": results,
             "grids": meta.get("grids"), "continued": continued}
@@ -251,16 +287,13 @@ def load_run(run_dir: Path, find):
                          f"{meta.get('status')!r}); finish it with --resume {run_dir}")
     exp = find(meta.get("experiment"))
     config = exp.config_from_mapping(meta.get("config", {}), source=f"{run_dir}/{METADATA_FILE}")
-    data = run_dir / DATA_FILE
-    if not data.is_file():
-        raise ValueError(f"{str(run_dir)!r} holds no {DATA_FILE}, though its metadata says the run "
-                         f"is complete; run it again")
     try:
         result = Result.load(run_dir)
-    except CORRUPT_FILE_ERRORS as e:
-        culprit = GRIDS_FILE if _npz_readable(data) else DATA_FILE
-        raise ValueError(f"{run_dir / culprit} is unreadable ({rundir.error_text(e)}); the run's saved "
-                         f"result is damaged: run it again") from None
+    except ValueError as e:
+        if (run_dir / DATA_FILE).exists():
+            raise
+        raise ValueError(f"{str(run_dir)!r} holds no {DATA_FILE}, though its metadata says the run "
+                         f"is complete; run it again") from e
     return exp, config, result
 
 
@@ -304,16 +337,6 @@ def check_plottable(run_dir: Path, meta: dict, result: Result) -> None:
                          f"values the run did not save, in {_describe_nonfinite(grown, result)} (the run "
                          f"recorded {sum(int(v) for v in saved.values())} such values); its {DATA_FILE} or "
                          f"{GRIDS_FILE} changed after the run: run it again")
-
-
-def _npz_readable(path: Path) -> bool:
-    try:
-        with np.load(path, allow_pickle=False) as f:
-            for k in f.files:
-                f[k]
-        return True
-    except CORRUPT_FILE_ERRORS:
-        return False
 
 
 def redraw(run_dir: Path, find, out_dir: Path | None = None) -> list[str]:

@@ -18,6 +18,8 @@ class RunnableExperiment(Protocol):
     name: str
     """Its command-line name (recorded in ``metadata.json``)."""
     summary: str
+    config: type
+    """The frozen dataclass of its options (a run's ``config`` is an instance)."""
     resumable: bool
     """``compute`` takes ``checkpoint=`` (a :class:`~transformer_pde.runs.Checkpoint`)."""
     compute: Callable[..., Result]
