@@ -302,7 +302,7 @@ REGISTRY: list[Entry] = [
     Entry("BrownianGrid", tp.BrownianGrid, lambda: dict(dt=0.1, tol=1e-3),
           (Param("dt", bad=POS), Param("tol", bad=POS))),
     Entry("CircleDensity", tp.CircleDensity, lambda: dict(rho=np.full(8, 1 / (2 * np.pi)), sigma=0.0),
-          (Param("rho", bad=("nan", "inf", "neg", "shape", "dtype"), names=("density", "values")), Param("sigma", bad=("nan", "inf", "neg", "str")))),
+          (Param("rho", bad=("nan", "inf", "neg", "shape", "dtype"), names=("density", "values"), traced=True), Param("sigma", bad=("nan", "inf", "neg", "str")))),
     Entry("Coupled", lambda parts: tp.Coupled(*parts),
           lambda: dict(parts=(tp.Particles(X), tp.Gaussian(np.zeros(D), np.eye(D)))), (Param("parts", bad=("str",)),)),
     Entry("WithLogDensity", tp.WithLogDensity, lambda: dict(tokens=X.copy(), log_rho0=np.zeros(3)),

@@ -3,7 +3,6 @@ are killed by SIGTERM after a chunk in a real process, resumed from their checkp
 and end byte-identical to an uninterrupted chunked run."""
 
 import os
-import signal
 import subprocess
 import sys
 
@@ -27,7 +26,6 @@ def write_chunk_then_signal(self, name, index, arrays, manifest):
     if index == int(os.environ.get("TEST_SIGNAL_AFTER_CHUNK", "-1")):
         os.kill(os.getpid(), signal.SIGTERM)
 
-import signal
 Checkpoint.write_chunk = write_chunk_then_signal
 attn = tp.SoftmaxAttention.identity(2, 0.2)  # its Gaussian closure blows up at t* >> 1.2
 ts = jnp.linspace(0.0, 1.2, 7)

@@ -8,7 +8,6 @@ commutative noise); tp.layers with the same noise is the Euler–Maruyama map ag
 """
 
 import diffrax
-import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np

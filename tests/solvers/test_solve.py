@@ -356,3 +356,31 @@ def test_bad_inputs():
         tp.layers(attn, x0, 0, 0.1)
     with pytest.raises(ValueError, match=r"unit sphere"):
         tp.solve(tp.Sphere(attn), x0, t1=1.0, dt0=0.1)
+
+
+class _ShowsNaN(tp.models.AbstractRetractedDynamics):
+    """R^d drift x' = -x whose saves show the state divided by zero after t = 0.5 (what a save shows
+    is the dynamics' retract_at): the integrated state stays finite, a save does not."""
+
+    d: int = 2
+
+    @property
+    def dim(self):
+        return self.d
+
+    def vector_field(self, x, weights, t):
+        return -x
+
+    def retract_step(self, x, t0, t1):
+        return x
+
+    def retract_at(self, x, t):
+        return jnp.where(t > 0.5, x / 0.0, x)
+
+
+def test_a_nonfinite_save_of_a_finite_run_is_reported():
+    x0 = jnp.ones((3, 2))
+    with pytest.raises(tp.NonFiniteStateError, match=r"a saved state holds NaN or inf at t = 1 though the integrated"):
+        tp.solve(_ShowsNaN(), x0, t1=1.0, dt0=0.1, saveat=jnp.asarray([0.0, 0.5, 1.0]))
+    sol = tp.solve(_ShowsNaN(), x0, t1=1.0, dt0=0.1, saveat=jnp.asarray([0.0, 0.5, 1.0]), throw=False)
+    assert bool(jnp.all(jnp.isfinite(sol.xs[:2]))) and not bool(jnp.all(jnp.isfinite(sol.xs[2])))

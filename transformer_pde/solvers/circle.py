@@ -169,6 +169,10 @@ class CircleDensity(AbstractState):
                 j = int(np.argmin(r))
                 raise ValueError(f"CircleDensity: the density must be positive, got {r[j]:.3g} at "
                                  f"theta = {2 * np.pi * j / r.size:.4g}")
+        else:  # traced (under jit/vmap): the same check at run time
+            rho = eqx.error_if(rho, ~(jnp.all(jnp.isfinite(rho)) & (jnp.min(rho) > 0)),
+                               "CircleDensity: the density must be finite and positive on the grid (a traced "
+                               "density held NaN, inf or a value <= 0)")
         self.values = rho / jnp.mean(rho)
         self.sigma = jnp.asarray(sigma, self.values.dtype)
 

@@ -304,6 +304,8 @@ def _raise_if_nonfinite(sol: Solution, watch: AbstractBlowUp, noisy: bool = Fals
     bad_t = sol.nonfinite_time
     if is_concrete(bad_t):
         t = np.asarray(bad_t)
+        if np.ndim(t) == 0 and not np.isfinite(t):
+            _raise_if_saves_nonfinite(sol)
         if np.ndim(t) == 0 and np.isfinite(t):
             raise NonFiniteStateError(
                 f"solve: the state became non-finite (NaN or inf) at t = {float(t):.6g} ({watch.time_found()}). "
@@ -320,6 +322,24 @@ def _raise_if_nonfinite(sol: Solution, watch: AbstractBlowUp, noisy: bool = Fals
            "throw=False and read Solution.nonfinite_time for the time it appeared")
     guarded = eqx.error_if((sol.ts, sol.xs, sol.stats), bad, msg)
     return eqx.tree_at(lambda s: (s.ts, s.xs, s.stats), sol, guarded, is_leaf=lambda v: v is None)
+
+
+def _raise_if_saves_nonfinite(sol: Solution) -> None:
+    """The watch looks at the integrated state; a save holds what the state shows there (its
+    retraction, an interpolant between steps): NaN or inf in a saved state of a run that stayed
+    finite is reported too, never handed back silently."""
+    leaves = [np.asarray(a) for a in jax.tree_util.tree_leaves(sol.xs) if jnp.issubdtype(a.dtype, jnp.inexact)]
+    for a in leaves:
+        bad = ~np.isfinite(a.reshape(a.shape[0], -1)).all(axis=1) if a.ndim else ~np.isfinite(a)
+        if np.any(bad):
+            k = int(np.argmax(bad))
+            times = np.ravel(np.asarray(sol.ts))
+            when = f" at t = {float(times[k]):.6g}" if k < times.size else ""
+            raise NonFiniteStateError(
+                f"solve: a saved state holds NaN or inf{when} though the integrated state stayed finite: "
+                "what a save shows (the state mapped onto its manifold, or interpolated between steps) is "
+                "not finite there (a token at the origin of the sphere's retraction, a step too large for the "
+                "parameters or the noise)")
 
 
 def default_max_steps(t0, t1, dt0, controller):
