@@ -8,6 +8,7 @@ import subprocess
 import sys
 
 import diffrax
+import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
@@ -149,3 +150,11 @@ def test_solve_density_in_float32_the_default():
     np.testing.assert_allclose(np.asarray(got["densities"]), np.asarray(ref.densities), rtol=0, atol=got["tol"])
     assert re.search(r"tol=1e-06 is below the round-off of a float32 density.*jax_enable_x64", got["refused"])
     assert "more modes" not in got["refused"]
+
+
+def test_solve_density_under_jit_names_what_is_traced():
+    # it refines and compares on the host: under jit it says so instead of a ConcretizationTypeError
+    rho0 = tp.CircleDensity(np.full(8, 1.0), sigma=0.5)
+    f = jax.jit(lambda beta: tp.solve_density(tp.Sphere(tp.SoftmaxAttention.identity(2, beta)), rho0, t1=0.5).densities)
+    with pytest.raises(ValueError, match="solve_density .* runs outside jit/vmap: its dynamics is traced"):
+        f(1.0)

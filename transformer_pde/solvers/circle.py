@@ -382,6 +382,12 @@ def solve_density(dynamics, density: CircleDensity, *, t1, saveat=None, tol: flo
     if not isinstance(density, CircleDensity):
         raise ValueError(f"density must be a tp.CircleDensity (solve_density refines its modes), got "
                          f"{type(density).__name__}")
+    traced = [name for name, v in (("dynamics", dynamics), ("density", density), ("t1", t1))
+              if not all(is_concrete(leaf) for leaf in jax.tree_util.tree_leaves(eqx.filter(v, eqx.is_array)))]
+    if traced:
+        raise ValueError(f"solve_density compares a run with a refined one on the host and reports what it found, "
+                         f"so it runs outside jit/vmap: its {', '.join(traced)} is traced here. Under jit, call "
+                         f"tp.solve(dynamics, density, ...) (unchecked), or solve_density outside it")
     floor0 = _round_off(density.values)
     if tol is None:
         tol = max(1e-6, floor0)
