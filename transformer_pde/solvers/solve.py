@@ -328,7 +328,8 @@ def _raise_if_saves_nonfinite(sol: Solution) -> None:
     """The watch looks at the integrated state; a save holds what the state shows there (its
     retraction, an interpolant between steps): NaN or inf in a saved state of a run that stayed
     finite is reported too, never handed back silently."""
-    leaves = [np.asarray(a) for a in jax.tree_util.tree_leaves(sol.xs) if jnp.issubdtype(a.dtype, jnp.inexact)]
+    leaves = [np.asarray(a) for a in jax.tree_util.tree_leaves(sol.xs)
+              if jnp.issubdtype(a.dtype, jnp.inexact) and is_concrete(a)]  # traced (jvp, grad): its tangent's run
     for a in leaves:
         bad = ~np.isfinite(a.reshape(a.shape[0], -1)).all(axis=1) if a.ndim else ~np.isfinite(a)
         if np.any(bad):
