@@ -279,8 +279,8 @@ REGISTRY: list[Entry] = [
           lambda: dict(heads=tp.GaussianHeads(D, 1.0), W=np.full((2, D, D), 0.5), Wp=np.full((2, D, D), 0.25)),
           (Param("W", bad=ARRAY, traced=True), Param("Wp", bad=ARRAY, traced=True), Param("heads", bad=OBJECT))),
     Entry("RandomHeadsMeanField", tp.RandomHeadsMeanField,
-          lambda: dict(heads=tp.GaussianHeads(D, 1.0), W=np.full((2, D, D), 0.5), Wp=np.full((2, D, D), 0.25)),
-          (Param("W", bad=ARRAY, traced=True), Param("Wp", bad=ARRAY, traced=True), Param("heads", bad=OBJECT))),
+          lambda: dict(nodes=tp.CommonNoiseSDE(tp.GaussianHeads(D, 1.0), np.full((2, D, D), 0.5),
+                                               np.full((2, D, D), 0.25))), (Param("nodes", bad=OBJECT),)),
     Entry("Sharded", tp.Sharded, lambda: dict(dynamics=ATTN),
           (Param("dynamics", bad=OBJECT + ("shape",)), Param("axis", bad=("none",)), Param("mesh", bad=("str",)))),
     # --- states, noise, events, parameters

@@ -88,7 +88,7 @@ def _common(num_nodes=3, d=3, beta=1.0, sigma_A=1.0):
 def test_common_noise_moves_equal_tokens_together_and_independent_noise_separates_them():
     heads, W, Wp = _common()
     x0 = jnp.tile(tp.uniform_sphere(jax.random.key(0), 1, 3), (4, 1))
-    dyn = tp.PostLN(tp.RandomHeadsMeanField(heads, W, Wp))
+    dyn = tp.PostLN(tp.RandomHeadsMeanField(tp.CommonNoiseSDE(heads, W, Wp)))
     common = tp.solve(dyn, x0, t1=0.5, dt0=0.05, solver=diffrax.Euler(), key=jax.random.key(1),
                       noise=tp.CommonNoise(tp.CommonNoiseSDE(heads, W, Wp))).xs[-1]
     assert float(jnp.max(jnp.abs(common - common[:1]))) == 0.0
@@ -105,7 +105,7 @@ def test_common_noise_step_is_euler_maruyama_of_its_coefficients():
     x0 = tp.uniform_sphere(jax.random.key(2), 5, 3)
     h, sigma, key = 0.1, 0.6, jax.random.key(9)
     g = tp.CommonNoiseSDE(heads, W, Wp)
-    out = tp.solve(tp.PostLN(tp.RandomHeadsMeanField(heads, W, Wp)), x0, t1=h, dt0=h, solver=diffrax.Euler(),
+    out = tp.solve(tp.PostLN(tp.RandomHeadsMeanField(tp.CommonNoiseSDE(heads, W, Wp))), x0, t1=h, dt0=h, solver=diffrax.Euler(),
                    noise=tp.CommonNoise(g, sigma, path=tp.BrownianGrid()), key=key).xs[-1]
     # NumPy: the attention averages m_q(x_i), the Itô drift and the projected increment
     x, Wn, Wpn = (np.asarray(a) for a in (x0, W, Wp))
@@ -128,7 +128,7 @@ def test_common_noise_step_is_euler_maruyama_of_its_coefficients():
 def test_common_noise_refuses_states_and_solvers_it_cannot_serve():
     heads, W, Wp = _common()
     noise = tp.CommonNoise(tp.CommonNoiseSDE(heads, W, Wp))
-    dyn = tp.PostLN(tp.RandomHeadsMeanField(heads, W, Wp))
+    dyn = tp.PostLN(tp.RandomHeadsMeanField(tp.CommonNoiseSDE(heads, W, Wp)))
     x0 = tp.uniform_sphere(jax.random.key(0), 4, 3)
     with pytest.raises(ValueError, match="Gaussian cannot take common noise"):
         tp.solve(tp.SoftmaxAttention.identity(3, 1.0), tp.Gaussian(jnp.zeros(3), jnp.eye(3)), t1=1.0, dt0=0.1,

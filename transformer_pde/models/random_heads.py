@@ -150,8 +150,8 @@ class CommonNoiseSDE(AbstractCommonDiffusion):
     Itô, with K quadrature nodes A_q = W_q W_q'ᵀ drawn once per path from ρ*_A and a d×d matrix
     Brownian motion B_q per node: the noise is common to all tokens. Its :meth:`drift` is the
     first term; the ballistic field, zero in case (G), is :class:`RandomHeadsMeanField`.
-    ``tp.solve(tp.PostLN(RandomHeadsMeanField(heads, W, Wp)), x0, noise=tp.CommonNoise(
-    CommonNoiseSDE(heads, W, Wp)), key=key, solver=diffrax.Euler(), ...)`` is one path
+    ``g = CommonNoiseSDE(heads, W, Wp); tp.solve(tp.PostLN(RandomHeadsMeanField(g)), x0,
+    noise=tp.CommonNoise(g), key=key, solver=diffrax.Euler(), ...)`` is one path
     (:func:`transformer_pde.solvers.random_transformer.sde`).
     """
 
@@ -160,7 +160,7 @@ class CommonNoiseSDE(AbstractCommonDiffusion):
     Wp: jax.Array
 
     def __init__(self, heads, W, Wp):
-        self.heads, self.W, self.Wp = _checked_nodes("CommonNoiseSDE", heads, W, Wp)
+        self.heads, self.W, self.Wp = _checked_nodes(heads, W, Wp)
 
     @property
     def num_nodes(self) -> int:
@@ -184,25 +184,25 @@ class CommonNoiseSDE(AbstractCommonDiffusion):
 
 
 class RandomHeadsMeanField(AbstractDynamics):
-    r"""The ballistic field of the diffusive limit at the nodes A_q: the heads' mean over V,
-    b(x_i) = E_V B_θ = v_mean · (1/K) Σ_q m_{A_q}(x_i), zero in case (G) (v_mean = 0), where
-    the dynamics is pure noise (:class:`CommonNoiseSDE`). Token weights are ignored."""
+    r"""The ballistic field of the diffusive limit at the nodes A_q of a :class:`CommonNoiseSDE`: the
+    heads' mean over V, b(x_i) = E_V B_θ = v_mean · (1/K) Σ_q m_{A_q}(x_i), zero in case (G)
+    (v_mean = 0), where the dynamics is pure noise. Token weights are ignored."""
 
-    heads: GaussianHeads
-    W: jax.Array
-    Wp: jax.Array
+    nodes: CommonNoiseSDE
 
-    def __init__(self, heads, W, Wp):
-        self.heads, self.W, self.Wp = _checked_nodes("RandomHeadsMeanField", heads, W, Wp)
+    def __check_init__(self):
+        if not isinstance(self.nodes, CommonNoiseSDE):
+            raise ValueError(f"RandomHeadsMeanField.nodes must be a tp.CommonNoiseSDE (its heads and nodes), got "
+                             f"{type(self.nodes).__name__}")
 
     @property
     def dim(self):
-        return self.heads.d
+        return self.nodes.heads.d
 
     def vector_field(self, x, weights, t):
-        if self.heads.v_mean == 0:  # case (G): nothing to compute
+        if self.nodes.heads.v_mean == 0:  # case (G): nothing to compute
             return jnp.zeros_like(x)
-        return self.heads.v_mean * _node_averages(x, self.W, self.Wp, self.heads.beta).mean(0)
+        return self.nodes.heads.v_mean * self.nodes.averages(x).mean(0)
 
 
 def _node_averages(x, W, Wp, beta):
@@ -210,7 +210,7 @@ def _node_averages(x, W, Wp, beta):
     return jax.vmap(lambda w, wp: _attn_average(x, w, wp, beta))(W, Wp)
 
 
-def _checked_nodes(owner, heads, W, Wp):
+def _checked_nodes(heads, W, Wp, owner="CommonNoiseSDE"):
     """(heads, W, Wp) checked: K nodes A_q = W_q W'_qᵀ of shape (K, d, k) each, finite."""
     if not isinstance(heads, GaussianHeads):
         raise ValueError(f"{owner}.heads must be a tp.GaussianHeads, got {type(heads).__name__}")

@@ -66,6 +66,6 @@ def sde(key, heads: GaussianHeads, x0, s1, dt, *, num_nodes: int = 32, saveat=No
     ts = jnp.asarray([s1] if saveat is None else saveat, dtype=x0.dtype)
     kn, kb = jax.random.split(key)
     _, W, Wp = heads.sample(kn, (num_nodes,), x0.dtype)
-    noise = CommonNoise(CommonNoiseSDE(heads, W, Wp), path=BrownianTree())
-    return solve(PostLN(RandomHeadsMeanField(heads, W, Wp)), x0, t1=s1, dt0=dt, saveat=ts,
-                 solver=diffrax.Euler(), noise=noise, key=kb).xs
+    g = CommonNoiseSDE(heads, W, Wp)
+    return solve(PostLN(RandomHeadsMeanField(g)), x0, t1=s1, dt0=dt, saveat=ts, solver=diffrax.Euler(),
+                 noise=CommonNoise(g, path=BrownianTree()), key=kb).xs
