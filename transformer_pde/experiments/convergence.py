@@ -275,11 +275,12 @@ def _compute(cfg: ConvergenceConfig, progress: bool) -> Result:
                   slope=(("metric", "t"), slopes[..., 0]), slope_low=(("metric", "t"), slopes[..., 1]),
                   slope_high=(("metric", "t"), slopes[..., 2]),
                   describe={
-                      "metric": ("distance of μ^n_t to the mean field μ_t (tp.convergence.METRICS)", ""),
+                      "metric": ("measure of the error of μ^n_t against the mean field μ_t "
+                                 "(tp.convergence.METRICS)", ""),
                       "n": ("number of particles n", ""),
                       "seed": ("seed of the initial samples", ""),
                       "t": ("time t of the dynamics", ""),
-                      "error": ("distance of the n-particle empirical measure to the mean-field reference "
+                      "error": ("error of the n-particle system against the mean-field reference in the metric "
                                 "(NaN where not computed)", ""),
                       "reference_error": ("estimated error of the reference in each error (0: exact up to "
                                           "the time stepping; NaN: not estimated)", ""),

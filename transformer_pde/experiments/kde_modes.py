@@ -96,7 +96,7 @@ def compute(cfg: KDEModesConfig, progress: bool = False) -> Result:
     grids = {"modes": grid({"beta": betas, "run": np.arange(cfg.runs)}, modes=(("beta", "run"), modes),
                            minima=(("beta", "run"), minima),
                            describe={
-                               "beta": ("inverse bandwidth² β of the KDE (bandwidth β^{-1/2})", ""),
+                               "beta": ("β of the Gaussian KDE (bandwidth β^{-1/2})", ""),
                                "run": ("index of the draw of n N(0, 1) samples", ""),
                                "modes": ("modes of the Gaussian KDE (sign changes + → − of its derivative)", ""),
                                "minima": ("local minima of the Gaussian KDE", "")}),
@@ -105,7 +105,8 @@ def compute(cfg: KDEModesConfig, progress: bool = False) -> Result:
                               describe={
                                   "beta": ("inverse temperature β of the mean shift (KDE bandwidth β^{-1/2})", ""),
                                   "t": ("time t of the blurring mean shift", ""),
-                                  "clusters": ("clusters of the tokens (gaps wider than cluster_gap β^{-1/2})", ""),
+                                  "clusters": ("clusters of the tokens (split where consecutive gaps exceed "
+                                               "cluster_gap β^{-1/2})", ""),
                                   "modes": ("modes of the Gaussian KDE of the starting samples", "")})}
     return Result(arrays, grids)
 
