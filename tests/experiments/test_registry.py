@@ -58,6 +58,8 @@ def test_tiny_run_draws_and_plot_redraws_from_saved_data(name, tmp_path_factory,
         for dim in ds.dims:  # every swept axis is named and, where it has values, labelled
             if dim in ds.coords:
                 assert ds[dim].size == ds.sizes[dim]
+        for v in ds.variables:  # and says what its numbers are (grid's describe=), as saved
+            assert ds[v].attrs.get("description") and isinstance(ds[v].attrs.get("units"), str), (gname, v)
     info = run_info(run_dir)  # transformer-pde info names the grids and how to open them
     assert all(repr(g) in info for g in result.grids)
     assert ("group=NAME" in info) == (len(result.grids) > 1)

@@ -90,8 +90,22 @@ def compute(cfg: CausalClusteringConfig, progress: bool = False) -> Result:
                               renyi_low=(("beta", "seed"), renyi_low),
                               renyi_high=(("beta", "seed"), renyi_high),
                               expected_renyi_low=(("beta",), expected_low),
-                              expected_renyi_high=(("beta",), expected_high)),
-             "long_run": grid({"seed": seeds, "t": arrays["long_ts"]}, dist=(("seed", "t"), arrays["long_dist"]))}
+                              expected_renyi_high=(("beta",), expected_high),
+                              describe={
+                                  "beta": ("inverse temperature β of the causal attention", ""),
+                                  "seed": ("index of the uniform start on the sphere", ""),
+                                  "count": ("clusters of the final tokens (cluster_count at the threshold)", ""),
+                                  "renyi_low": ("Rényi centers of the start at δ = c_high β^{-1/2}", ""),
+                                  "renyi_high": ("Rényi centers of the start at δ = c_low β^{-1/2}", ""),
+                                  "expected_renyi_low": ("expected Rényi centers of n uniform tokens at "
+                                                         "δ = c_high β^{-1/2}", ""),
+                                  "expected_renyi_high": ("expected Rényi centers of n uniform tokens at "
+                                                          "δ = c_low β^{-1/2}", "")}),
+             "long_run": grid({"seed": seeds, "t": arrays["long_ts"]}, dist=(("seed", "t"), arrays["long_dist"]),
+                              describe={
+                                  "seed": ("index of the uniform start on the sphere", ""),
+                                  "t": ("time t of the dynamics at β = beta_long", ""),
+                                  "dist": ("largest distance |x_k(t) - x_1(0)| over the tokens", "")})}
     return Result(arrays, grids)
 
 

@@ -273,7 +273,20 @@ def _compute(cfg: ConvergenceConfig, progress: bool) -> Result:
                   reference_error=(("metric", "n", "seed", "t"),
                                    np.stack([out[f"ref_{k}"] for k in tp.convergence.METRICS])),
                   slope=(("metric", "t"), slopes[..., 0]), slope_low=(("metric", "t"), slopes[..., 1]),
-                  slope_high=(("metric", "t"), slopes[..., 2]))
+                  slope_high=(("metric", "t"), slopes[..., 2]),
+                  describe={
+                      "metric": ("measure of the error of μ^n_t against the mean field μ_t "
+                                 "(tp.convergence.METRICS)", ""),
+                      "n": ("number of particles n", ""),
+                      "seed": ("seed of the initial samples", ""),
+                      "t": ("time t of the dynamics", ""),
+                      "error": ("error of the n-particle system against the mean-field reference in the metric "
+                                "(NaN where not computed)", ""),
+                      "reference_error": ("estimated error of the reference in each error (0: exact up to "
+                                          "the time stepping; NaN: not estimated)", ""),
+                      "slope": ("fitted exponent of error ∝ n^slope (geometric mean over seeds)", ""),
+                      "slope_low": ("lower end of the 95% bootstrap interval of the slope", ""),
+                      "slope_high": ("upper end of the 95% bootstrap interval of the slope", "")})
     return Result(out, {"errors": errors})
 
 

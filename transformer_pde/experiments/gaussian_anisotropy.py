@@ -253,7 +253,19 @@ def regime_grid(res, regime: str, variants):
               blowup_time=(("variant", "start"), stack("blowup_time")),
               outcome=(("variant", "start"), stack("outcome")),
               Q=(("row", "col"), res[f"{regime}__Q"]), K=(("row", "col"), res[f"{regime}__K"]),
-              V=(("row", "col"), res[f"{regime}__V"]))
+              V=(("row", "col"), res[f"{regime}__V"]),
+              describe={
+                  "variant": ("attention of the run (softmax, ℓ², multi-head, Sinkhorn)", ""),
+                  "start": ("index of the trace-one initial covariance on the (u, w) grid", ""),
+                  "covs0": ("initial covariance Σ0 (2×2)", ""),
+                  "ts": ("save times of the variant", ""),
+                  "covs": ("covariance Σ(t) of the Gaussian closure at the save times (inf after a blow-up)", ""),
+                  "final_cov": ("covariance where the integration stopped", ""),
+                  "final_time": ("time where the integration stopped (the horizon, or the blow-up)", ""),
+                  "blowup_time": ("first time tr Σ exceeded tol_high (inf if it did not)", ""),
+                  "outcome": ("outcome code: index into the flag_meanings", ""),
+                  "Q": ("query matrix Q of the regime", ""), "K": ("key matrix K of the regime", ""),
+                  "V": ("value matrix V of the regime", "")})
     ds["outcome"].attrs["flag_meanings"] = " ".join(o.replace(" ", "_") for o in OUTCOMES)
     ds["outcome"].attrs["flag_values"] = np.arange(len(OUTCOMES))
     return ds

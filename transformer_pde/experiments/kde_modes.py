@@ -94,9 +94,20 @@ def compute(cfg: KDEModesConfig, progress: bool = False) -> Result:
         "cluster_slope_beta_log_beta": np.asarray(fit_clusters["slope_beta_log_beta"]),
     }
     grids = {"modes": grid({"beta": betas, "run": np.arange(cfg.runs)}, modes=(("beta", "run"), modes),
-                           minima=(("beta", "run"), minima)),
+                           minima=(("beta", "run"), minima),
+                           describe={
+                               "beta": ("β of the Gaussian KDE (bandwidth β^{-1/2})", ""),
+                               "run": ("index of the draw of n N(0, 1) samples", ""),
+                               "modes": ("modes of the Gaussian KDE (sign changes + → − of its derivative)", ""),
+                               "minima": ("local minima of the Gaussian KDE", "")}),
              "dynamics": grid({"beta": bd, "t": arrays["ts_dynamics"]}, clusters=(("beta", "t"), clusters),
-                              modes=(("beta",), modes_dyn))}
+                              modes=(("beta",), modes_dyn),
+                              describe={
+                                  "beta": ("inverse temperature β of the mean shift (KDE bandwidth β^{-1/2})", ""),
+                                  "t": ("time t of the blurring mean shift", ""),
+                                  "clusters": ("clusters of the tokens (split where consecutive gaps exceed "
+                                               "cluster_gap β^{-1/2})", ""),
+                                  "modes": ("modes of the Gaussian KDE of the starting samples", "")})}
     return Result(arrays, grids)
 
 

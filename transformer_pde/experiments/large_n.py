@@ -78,7 +78,12 @@ def compute(cfg: LargeNConfig, progress: bool = False) -> Result:
     }
     labelled = grid({"t": arrays["ts"]}, overlap=(("t",), arrays["overlap"]),
                     max_angle=(("t",), arrays["max_angle"]),
-                    sample_clusters=(("t",), arrays["sample_clusters"]))
+                    sample_clusters=(("t",), arrays["sample_clusters"]),
+                    describe={
+                        "t": ("time t of the dynamics (depth of the residual Transformer)", ""),
+                        "overlap": ("mean overlap |x̄|² = n⁻² Σ_ij <x_i, x_j> (1 when all tokens meet)", ""),
+                        "max_angle": ("largest angle of a token from the mean direction", "rad"),
+                        "sample_clusters": ("clusters of the plotted subsample (cluster_count at the threshold)", "")})
     return Result(arrays, {"trajectory": labelled})
 
 

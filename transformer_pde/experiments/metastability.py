@@ -221,10 +221,24 @@ def compute(cfg: MetastabilityConfig, progress: bool = False) -> Result:
     staircase_grid = grid({"beta": arrays["stair_betas"], "tau": taus},
                           phi=(("beta", "tau"), phi), masses=(("beta", "tau", "token"), masses),
                           theta=(("beta", "tau", "token"), theta),
-                          collapse_time=(("beta",), arrays["collapse_times"]))
+                          collapse_time=(("beta",), arrays["collapse_times"]),
+                          describe={
+                              "beta": ("inverse temperature β of the USA staircase", ""),
+                              "tau": ("rescaled time τ (arc length over log β) of the normalized-gradient steps", ""),
+                              "phi": ("normalized energy φ = (1/n²) Σ_ij e^{β(cos(θ_i − θ_j) − 1)}", ""),
+                              "masses": ("cluster masses m_k, decreasing, padded with zeros", ""),
+                              "theta": ("angle θ_i of each token on the circle", "rad"),
+                              "collapse_time": ("first rescaled time with φ >= 0.999 (inf if never)", "")})
     caps_grid = grid({"beta": betas}, exit_time=(("beta",), exits), horizon=(("beta",), t1s),
                      theorem_T2=(("beta",), arrays["theorem_T2"]),
-                     predicted_exit=(("beta",), arrays["predicted_exit"]))
+                     predicted_exit=(("beta",), arrays["predicted_exit"]),
+                     describe={
+                         "beta": ("inverse temperature β of the SA on the circle", ""),
+                         "exit_time": ("first save time at which some token has left its cap S_q(2ε) "
+                                       "(inf if none by the horizon)", ""),
+                         "horizon": ("end time t1 of the run", ""),
+                         "theorem_T2": ("the theorem's lower bound T₂ = (ε/n) e^{(1 − α)β} on the exit time", ""),
+                         "predicted_exit": ("closed-form exit time for two caps (NaN for more caps)", "")})
     return Result(arrays, {"caps": caps_grid, "staircase": staircase_grid})
 
 

@@ -181,7 +181,14 @@ def compute(cfg: NoisyTransitionConfig, progress: bool = False) -> Result:
             except ValueError:
                 arrays["beta_star_d3"] = np.asarray(np.nan)
         grids = {"phase": grid({"beta": pb}, K_sharp=(("beta",), K_sharp), K_bifurcation=(("beta",), K_bif),
-                               K_fold=(("beta",), K_fold))}
+                               K_fold=(("beta",), K_fold),
+                               describe={
+                                   "beta": ("inverse temperature β of the noisy attention", ""),
+                                   "K_sharp": ("critical coupling K_# of the linear theory (the uniform law is stable "
+                                               "below it)", ""),
+                                   "K_bifurcation": ("coupling K where the computed branch leaves the uniform law", ""),
+                                   "K_fold": ("coupling K_c of the first fold of the computed branch "
+                                              "(NaN if none)", "")})}
         return Result(arrays, grids)
 
 

@@ -344,8 +344,22 @@ def compute(cfg: NormalizationConfig, progress: bool = False) -> Result:
     dims = ("scheme", "beta", "causal", "layer")
     depth = grid({"scheme": arrays["schemes"], "beta": arrays["betas"], "causal": arrays["causal"],
                   "layer": np.arange(cfg.num_layers + 1)},
-                 **{k: (dims, v) for k, v in stats.items()})
-    return Result(arrays, {"depth": depth.assign_coords(t=("layer", ts))})
+                 **{k: (dims, v) for k, v in stats.items()},
+                 describe={
+                     "scheme": ("normalization scheme of the residual layer", ""),
+                     "beta": ("inverse temperature β of the attention", ""),
+                     "causal": ("whether the attention is causal (token i attends to j <= i)", ""),
+                     "layer": ("layer index l (depth t = l h)", ""),
+                     "fraction": ("P(clustered pair): fraction of ordered pairs i != j of directions with "
+                                  "<θ_i, θ_j> > threshold, mean over the draws", ""),
+                     "fraction_sem": ("standard error over the draws of fraction", ""),
+                     "speed": ("token speed (1/n) Σ_i |θ_i(l) − θ_i(l − 1)| / h, mean over the draws "
+                               "(NaN at l = 0)", ""),
+                     "speed_sem": ("standard error over the draws of speed", ""),
+                     "radius": ("mean token norm (1/n) Σ_i |x_i(l)|, mean over the draws", "")})
+    # t is a second coordinate along layer, which grid does not make: described here
+    return Result(arrays, {"depth": depth.assign_coords(
+        t=("layer", ts, {"description": "depth t = l h of the layer", "units": ""}))})
 
 
 def raise_if_nonfinite(nonfinite_time, bad_direction, scheme: str, mask: str, beta) -> None:

@@ -224,10 +224,22 @@ def compute(cfg: PhaseDiagramConfig, progress: bool = False) -> Result:
     grids = {"grid": grid({"beta": arrays["betas"], "t": arrays["ts"]},
                           fraction=(("beta", "t"), arrays["fraction"]),
                           fraction_sem=(("beta", "t"), arrays["fraction_sem"]),
-                          clusters=(("beta", "t"), arrays["clusters"]))}
+                          clusters=(("beta", "t"), arrays["clusters"]),
+                          describe={
+                              "beta": ("inverse temperature β of the attention", ""),
+                              "t": ("depth (time) t of the layer dynamics", ""),
+                              "fraction": ("fraction of ordered token pairs i != j with <x_i, x_j> > threshold, "
+                                           "mean over the starts", ""),
+                              "fraction_sem": ("standard error over the starts of fraction", ""),
+                              "clusters": ("number of clusters (single linkage at the threshold), mean over "
+                                           "the starts", "")})}
     if cfg.d == 2:
         grids["histograms"] = grid({"beta": arrays["hist_betas"], "t": arrays["hist_ts"]},
-                                   angle=(("beta", "t", "token"), arrays["hist_angles"]))
+                                   angle=(("beta", "t", "token"), arrays["hist_angles"]),
+                                   describe={
+                                       "beta": ("grid β nearest a published β", ""),
+                                       "t": ("depth (time) t of the layer dynamics", ""),
+                                       "angle": ("angle in (−π, π] of each token of the first start", "rad")})
     return Result(arrays, grids)
 
 

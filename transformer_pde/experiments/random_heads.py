@@ -140,9 +140,22 @@ def compute(cfg: RandomHeadsConfig, progress: bool = False) -> Result:
     }
     grids = {
         "weak_error": grid({"depth": depths}, m_chain=(("depth",), m_chain), se_chain=(("depth",), se_chain),
-                           weak_error=(("depth",), err), weak_error_se=(("depth",), se_err)),
+                           weak_error=(("depth",), err), weak_error_se=(("depth",), se_err),
+                           describe={
+                               "depth": ("depth L of the chain at fixed diffusive time s1", ""),
+                               "m_chain": ("mean overlap m = n^{-2} Σ_ij <x_i, x_j> of the chain at s1, "
+                                           "mean over paths", ""),
+                               "se_chain": ("standard error of m_chain over paths", ""),
+                               "weak_error": ("weak error: m_chain minus the SDE's mean overlap at s1", ""),
+                               "weak_error_se": ("standard error of weak_error (chain and SDE)", "")}),
         "logistic": grid({"d": dims, "s": s_grid}, m=(("d", "s"), m_log), se=(("d", "s"), se_log),
-                         u=(("d", "s"), u_log)),
+                         u=(("d", "s"), u_log),
+                         describe={
+                             "d": ("dimension d of the tokens", ""),
+                             "s": ("diffusive clock s = ℓη²σ²/H", ""),
+                             "m": ("mean overlap m = n^{-2} Σ_ij <x_i, x_j> of the chain, mean over paths", ""),
+                             "se": ("standard error of m over paths", ""),
+                             "u": ("logistic law u' = u(1 − u) started at the measured m(0)", "")}),
     }
     return Result(arrays, grids)
 

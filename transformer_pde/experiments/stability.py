@@ -116,9 +116,20 @@ def compute(cfg: StabilityConfig, progress: bool = False) -> Result:
             [[1.0], np.asarray(tp.diagnostics.stability_bound(softmax, R0, ts[1:]))])
     radius = grid({"variant": np.asarray(list(attns)), "t": out["ts"]},
                   radius=(("variant", "t"), np.stack([out[f"{v}__radius"] for v in attns])),
-                  radius_bound=(("variant", "t"), np.stack([out[f"{v}__radius_bound"] for v in attns])))
+                  radius_bound=(("variant", "t"), np.stack([out[f"{v}__radius_bound"] for v in attns])),
+                  describe={
+                      "variant": ("attention of the run (softmax, ℓ², multi-head, Sinkhorn)", ""),
+                      "t": ("time t of the dynamics", ""),
+                      "radius": ("support radius R(t) of the tokens", ""),
+                      "radius_bound": ("bound R₀ exp(∫₀ᵗ‖V‖) on the support radius", "")})
     w2 = grid({"delta": out["deltas"], "t": out["ts"]}, w2_ratio=(("delta", "t"), out["w2_ratio"]),
-              w2_initial=(("delta",), out["w2_initial"]), stability_bound=(("t",), out["stability_bound"]))
+              w2_initial=(("delta",), out["w2_initial"]), stability_bound=(("t",), out["stability_bound"]),
+              describe={
+                  "delta": ("size δ of the perturbation ν_0 = μ_0 moved by δξ", ""),
+                  "t": ("time t of the dynamics", ""),
+                  "w2_ratio": ("amplification W₂(μ_t, ν_t)/W₂(μ_0, ν_0) under softmax attention (exact W₂)", ""),
+                  "w2_initial": ("W₂(μ_0, ν_0), exact", ""),
+                  "stability_bound": ("the theory's bound exp(∫₀ᵗ L) on the amplification", "")})
     return Result(out, {"radius": radius, "w2": w2})
 
 

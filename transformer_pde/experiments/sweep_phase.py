@@ -91,6 +91,16 @@ def compute(cfg: SweepPhaseConfig, progress: bool = False) -> Result:
         clusters=(("d", "beta", "seed", "t"), arrays["clusters"]),
         median_t_one=(("d", "beta"), arrays["median_t_one"]),
         fraction_one=(("d", "beta"), arrays["fraction_one"]),
+        describe={
+            "d": ("dimension d of the sphere S^{d-1}", ""),
+            "beta": ("inverse temperature β of the attention", ""),
+            "seed": ("seed of the uniform start", ""),
+            "t": ("time t of the dynamics", ""),
+            "t_one": ("first saved time with one cluster (inf when censored at t1)", ""),
+            "clusters": ("number of clusters (single linkage, <x_i, x_j> > threshold)", ""),
+            "median_t_one": ("median over seeds of t_one", ""),
+            "fraction_one": ("fraction of seeds that reach one cluster by t1", ""),
+        },
     )
     return Result(arrays, {"sweep": labelled})
 
