@@ -121,7 +121,10 @@ class SinkhornAttention(AbstractBilinearAttention, AbstractKernelAttention, Abst
         return SoftmaxReduction(queries @ Q.T, x @ K.T, x @ V.T, g, self.beta / self.epsilon,
                                 x.dtype)
 
-    def _reductions(self, queries, x, weights, t):
+    def _reductions(self, queries, x, weights, t, causal=False):
+        if causal:  # the potentials balance the whole measure: no key mask keeps them
+            raise ValueError("SinkhornAttention cannot be causal (its potentials balance every token against "
+                             "every other); kernel_report(..., causal=True) does not apply")
         return [self._reduction(queries, x, self._potentials(x, weights, t).g, t)]
 
     # the potentials need the whole measure: every device's tokens are gathered
