@@ -12,7 +12,6 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-
 from test_noise import Still
 
 import transformer_pde as tp
@@ -105,7 +104,7 @@ def test_common_noise_step_is_euler_maruyama_of_its_coefficients():
     x0 = tp.uniform_sphere(jax.random.key(2), 5, 3)
     h, sigma, key = 0.1, 0.6, jax.random.key(9)
     g = tp.CommonNoiseSDE(heads, W, Wp)
-    out = tp.solve(tp.PostLN(tp.RandomHeadsMeanField(tp.CommonNoiseSDE(heads, W, Wp))), x0, t1=h, dt0=h, solver=diffrax.Euler(),
+    out = tp.solve(tp.PostLN(tp.RandomHeadsMeanField(g)), x0, t1=h, dt0=h, solver=diffrax.Euler(),
                    noise=tp.CommonNoise(g, sigma, path=tp.BrownianGrid()), key=key).xs[-1]
     # NumPy: the attention averages m_q(x_i), the Itô drift and the projected increment
     x, Wn, Wpn = (np.asarray(a) for a in (x0, W, Wp))

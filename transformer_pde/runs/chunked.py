@@ -224,7 +224,8 @@ def solve_checkpointed(
                 break  # a failed chunk is not checkpointed: a resume retries it
             if checkpoint is not None:
                 arrays = {f"out_{i}": v for i, v in enumerate(leaves)}
-                arrays.update({_state_key(i): np.asarray(v) for i, v in enumerate(jax.tree_util.tree_leaves(end_value))})
+                end_leaves = jax.tree_util.tree_leaves(end_value)
+                arrays.update({_state_key(i): np.asarray(v) for i, v in enumerate(end_leaves)})
                 arrays["num_steps"] = np.asarray(steps)
                 checkpoint.write_chunk(name, j, arrays, signature)
                 if checkpoint.safe_point is not None:

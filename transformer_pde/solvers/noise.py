@@ -272,13 +272,10 @@ def check_key(key) -> None:
         raise ValueError(f"key must be a JAX PRNG key such as jax.random.key(0), got {key!r}")
 
 
-def brownian_spec(noise, key, interval, state, dynamics, solver, controller, t0, t1, dt0, dtype):
-    """What the Brownian path of a noisy run is built from (:meth:`Noise.path_for`), or None where the
-    noise acts deterministically (a Gaussian's moments); checks the key, σ and the solver."""
-    noise.check(state, dynamics, t0, dtype)
-    shape = noise.brownian_shape(state, dynamics)
-    if not jax.tree_util.tree_leaves(shape):
-        return None
+def brownian_spec(noise, shape, key, interval, state, dynamics, solver, controller, t0, t1, dt0, dtype):
+    """What the Brownian path of shape ``shape`` (:meth:`AbstractNoise.brownian_shape`) of a noisy run
+    is built from (:meth:`AbstractNoise.path_for`); checks the key, the solver and the interval (the
+    state and σ are :meth:`AbstractNoise.check`'s, made before)."""
     check_key(key)
     adaptive = isinstance(controller, diffrax.AbstractAdaptiveStepSizeController)
     check_sde_solver(solver, noise.additive(state, dynamics), adaptive)

@@ -22,13 +22,14 @@ class ResidualLayer(eqx.Module):
     h = dt0, t_l = t0 + l·h (docs: math/attention.md#conventions), R the dynamics' retraction.
 
     ``tp.solve(dynamics, x0, t1=t0 + L·h, dt0=h, solver=tp.ResidualLayer(), saveat=ts)`` with ts
-    every s layers from t0 to t1 (s dividing L; ``saveat=None``: t0 and t1): :func:`layers` is this. It is the step of
-    ``diffrax.Euler()`` with the dynamics' retraction, written as a ``lax.scan`` over layers
-    because that traces and compiles in half the time at the phase-diagram's settings (commit
-    99c8bd6: whole process 4.01 → 3.38 s) and keeps layer times t0 + l·h exact (diffrax
-    accumulates its steps); the noise increment is solve's (:meth:`AbstractNoise.increment`).
-    Particles only; saves are watched (as :class:`~transformer_pde.BlowUpAtSaves`); the
-    step-size controller, adjoint, step cap and progress meter of diffrax do not apply.
+    every s layers from t0 to t1 (s dividing L; ``saveat=None``: t0 and t1): :func:`layers` is
+    this. It is the step of ``diffrax.Euler()`` with the dynamics' retraction, written as a
+    ``lax.scan`` over layers because that traces and compiles in half the time at the
+    phase-diagram's settings (commit 99c8bd6: whole process 4.01 → 3.38 s) and keeps layer times
+    t0 + l·h exact (diffrax accumulates its steps); the noise increment is solve's
+    (:meth:`AbstractNoise.increment`). Particles only; saves are watched (as
+    :class:`~transformer_pde.BlowUpAtSaves`); the step-size controller, adjoint, step cap and
+    progress meter of diffrax do not apply.
     """
 
     def run(self, dynamics, x0, *, t0, t1, dt0, saves, several, noise, key, throw, diffrax_options):

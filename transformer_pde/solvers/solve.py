@@ -170,19 +170,21 @@ def solve(
         raise ValueError("key and brownian_interval are for noisy runs: pass noise=tp.Noise(sigma) too")
     if noise is not None and not isinstance(noise, AbstractNoise):
         raise ValueError(f"noise must be tp.Noise(sigma), tp.CommonNoise(...) or None, got {noise!r}")
+    shape = None
     if noise is not None:
-        noise.check_state(state, dynamics)
+        noise.check(state, dynamics, t0, dtype)
+        shape = noise.brownian_shape(state, dynamics)
     # a noisy run is an SDE where the state takes a Brownian path (a Gaussian's noise is Σ' += σ²I)
-    sde = noise is not None and bool(jax.tree_util.tree_leaves(noise.brownian_shape(state, dynamics)))
+    sde = bool(jax.tree_util.tree_leaves(shape))
     solver = (diffrax.Euler() if sde else state.default_solver()) if solver is None else solver
     if not isinstance(solver, diffrax.AbstractSolver):
         raise ValueError(f"solver must be a diffrax solver such as diffrax.Tsit5(), got {solver!r}")
     if stepsize_controller is None:
         stepsize_controller = state.default_controller()
     brownian = None
-    if noise is not None:
-        brownian = brownian_spec(noise, key, brownian_interval, state, dynamics, solver, stepsize_controller,
-                             t0, t1, dt0, dtype)
+    if sde:
+        brownian = brownian_spec(noise, shape, key, brownian_interval, state, dynamics, solver,
+                                 stepsize_controller, t0, t1, dt0, dtype)
     if dt0 is None and isinstance(stepsize_controller, diffrax.ConstantStepSize):
         raise ValueError("dt0 is required with constant step sizes (pass dt0=..., or an adaptive "
                          "stepsize_controller such as diffrax.PIDController)")
