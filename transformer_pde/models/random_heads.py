@@ -160,14 +160,25 @@ class CommonNoiseSDE(AbstractCommonDiffusion):
     Wp: jax.Array
 
     def __init__(self, heads, W, Wp):
-        self.heads, self.W, self.Wp = _checked_nodes(heads, W, Wp)
+        if not isinstance(heads, GaussianHeads):
+            raise ValueError(f"CommonNoiseSDE.heads must be a tp.GaussianHeads, got {type(heads).__name__}")
+        W, Wp = (check_finite(as_float_array(a, f"CommonNoiseSDE.{m}"), f"CommonNoiseSDE.{m}")
+                 for m, a in (("W", W), ("Wp", Wp)))
+        for m, a in (("W", W), ("Wp", Wp)):
+            if a.ndim != 3 or a.shape[1:] != (heads.d, heads.k) or a.shape != W.shape:
+                raise ValueError(f"CommonNoiseSDE.{m} must have shape (K, {heads.d}, {heads.k}) (K nodes "
+                                 f"A_q = W_q W'_qᵀ, d = {heads.d}, k = {heads.k}), the same for W and Wp; "
+                                 f"got W {W.shape} and Wp {Wp.shape}")
+            if a.shape[0] < 1:
+                raise ValueError(f"CommonNoiseSDE.{m} must hold at least one node, got shape {a.shape}")
+        self.heads, self.W, self.Wp = heads, W, Wp
 
     @property
     def num_nodes(self) -> int:
         return self.W.shape[0]
 
     def averages(self, x):  # (K, n, d)
-        return _node_averages(x, self.W, self.Wp, self.heads.beta)
+        return jax.vmap(lambda w, wp: _attn_average(x, w, wp, self.heads.beta))(self.W, self.Wp)
 
     def brownian_shape(self, x):
         return jax.ShapeDtypeStruct((self.num_nodes, self.heads.d, self.heads.d), x.dtype)
@@ -203,23 +214,3 @@ class RandomHeadsMeanField(AbstractDynamics):
         if self.nodes.heads.v_mean == 0:  # case (G): nothing to compute
             return jnp.zeros_like(x)
         return self.nodes.heads.v_mean * self.nodes.averages(x).mean(0)
-
-
-def _node_averages(x, W, Wp, beta):
-    """m_{A_q}(x_i) at every node A_q = W_q W'_qᵀ, shape (K, n, d)."""
-    return jax.vmap(lambda w, wp: _attn_average(x, w, wp, beta))(W, Wp)
-
-
-def _checked_nodes(heads, W, Wp, owner="CommonNoiseSDE"):
-    """(heads, W, Wp) checked: K nodes A_q = W_q W'_qᵀ of shape (K, d, k) each, finite."""
-    if not isinstance(heads, GaussianHeads):
-        raise ValueError(f"{owner}.heads must be a tp.GaussianHeads, got {type(heads).__name__}")
-    W, Wp = (check_finite(as_float_array(a, f"{owner}.{m}"), f"{owner}.{m}") for m, a in (("W", W), ("Wp", Wp)))
-    for m, a in (("W", W), ("Wp", Wp)):
-        if a.ndim != 3 or a.shape[1:] != (heads.d, heads.k) or a.shape != W.shape:
-            raise ValueError(f"{owner}.{m} must have shape (K, {heads.d}, {heads.k}) (K nodes "
-                             f"A_q = W_q W'_qᵀ, d = {heads.d}, k = {heads.k}), the same for W and Wp; "
-                             f"got W {W.shape} and Wp {Wp.shape}")
-        if a.shape[0] < 1:
-            raise ValueError(f"{owner}.{m} must hold at least one node, got shape {a.shape}")
-    return heads, W, Wp
