@@ -2,17 +2,19 @@
 
 :func:`solve` is one thin ``diffrax.diffeqsolve`` (:mod:`.solve`, the only call to it); the states it
 evolves own their equations (:mod:`.states`: particles, the Gaussian closure, tracers, coupled
-systems, plain ODEs; a density on the circle: :mod:`.circle`; its stationary branches are
-:mod:`transformer_pde.stationary`'s); noise is a family of values (:mod:`.noise`: independent,
+systems, plain ODEs; densities checked by :func:`solve_density` (:mod:`.density`): on the circle,
+:mod:`.circle`, on S², :mod:`.sphere` with its transforms :mod:`.sphere_harmonics`; stationary
+branches are :mod:`transformer_pde.stationary`'s); noise is a family of values (:mod:`.noise`: independent,
 common) drawing Brownian paths (:mod:`.brownian`); steps stop at a dynamics' switches
 (:mod:`.switches`); stop conditions are values (:mod:`.events`). :func:`layers` is the residual
 map, Euler step by step with the same noise increment. Nothing here writes a file: chunked,
 resumable runs are the runs layer's (:mod:`transformer_pde.runs`).
 """
 
-from . import circle, random_transformer
+from . import circle, random_transformer, sphere, sphere_harmonics
 from .brownian import AbstractBrownian, BrownianGrid, BrownianIncrements, BrownianTree
-from .circle import CircleDensity, DensitySolution, UnderResolvedError, solve_density
+from .circle import CircleDensity
+from .density import AbstractDensity, DensitySolution, UnderResolvedError, solve_density
 from .events import AbstractBlowUp, BlowUp, BlowUpAtSaves
 from .layers import layers
 from .noise import AbstractNoise, CommonNoise, Noise
@@ -20,6 +22,7 @@ from .residual import ResidualLayer
 from .retracted import Retracted
 from .solution import GaussianSolution, Solution
 from .solve import solve
+from .sphere import SphereDensity
 from .states import (
     AbstractNoisyState,
     AbstractODE,
@@ -32,9 +35,10 @@ from .states import (
     WithLogDensity,
 )
 
-__all__ = ["AbstractBlowUp", "AbstractBrownian", "AbstractNoise", "AbstractNoisyState", "AbstractODE",
-           "AbstractState", "BlowUp", "BlowUpAtSaves", "BrownianGrid", "BrownianIncrements", "BrownianTree",
+__all__ = ["AbstractBlowUp", "AbstractBrownian", "AbstractDensity", "AbstractNoise", "AbstractNoisyState",
+           "AbstractODE", "AbstractState", "BlowUp", "BlowUpAtSaves", "BrownianGrid", "BrownianIncrements",
+           "BrownianTree",
            "CircleDensity", "CommonNoise", "Coupled", "DensitySolution",
            "Gaussian", "GaussianSolution", "Noise", "ODEState", "Particles", "ResidualLayer", "Retracted", "Solution",
-           "Tracers", "UnderResolvedError", "WithLogDensity", "circle",
-           "layers", "random_transformer", "solve", "solve_density"]
+           "SphereDensity", "Tracers", "UnderResolvedError", "WithLogDensity", "circle",
+           "layers", "random_transformer", "solve", "solve_density", "sphere", "sphere_harmonics"]

@@ -17,15 +17,15 @@ eigenvalues −σ²k²/2 reach −σ²·modes²/2). Its default solver is diffra
 implicit stages are solved exactly by :class:`CirculantSolve` (the diffusion is circulant on the
 grid: one FFT per solve, no dense Jacobian), with an adaptive ``PIDController`` by default.
 Mass (the k = 0 mode) is conserved to round-off. :func:`solve_density` adds the checks: the run is
-repeated with twice the modes and compared, and positivity is watched; too few modes for ``tol``
-is :class:`UnderResolvedError` (or a flagged :class:`DensitySolution` with ``throw=False``).
+repeated with twice the modes and with tightened steps and compared, and positivity is watched;
+too few modes or too coarse steps for ``tol`` is :class:`UnderResolvedError` (or a flagged
+:class:`DensitySolution` with ``throw=False``).
 Noiseless (σ = 0) the same solver runs for as long as the density stays resolved.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
 
 import diffrax
 import equinox as eqx
@@ -37,16 +37,9 @@ import optimistix as optx
 
 from .._checks import as_float_array, check_int, check_scalar, is_concrete
 from ..models.attention.softmax import SoftmaxAttention
-from ..models.attention.unnormalized import UnnormalizedAttention
-from ..models.sphere import Sphere
-from .solve import solve
-from .states import AbstractState
+from .density import AbstractDensity, DensitySolution, UnderResolvedError, solve_density, sphere_attention
 
 _J = np.array([[0.0, -1.0], [1.0, 0.0]])
-
-
-class UnderResolvedError(ValueError):
-    """The density needs more Fourier modes than it was given for the requested accuracy."""
 
 
 def grid(modes: int, dtype=None) -> jax.Array:
@@ -57,18 +50,7 @@ def grid(modes: int, dtype=None) -> jax.Array:
 
 def _circle_attention(dynamics):
     """(attention, normalized) of ``tp.Sphere(attention)`` on S¹; ValueError naming what does not fit."""
-    if not isinstance(dynamics, Sphere):
-        raise ValueError(f"a CircleDensity moves under tp.Sphere(attention) on S¹, got {type(dynamics).__name__}")
-    attn = dynamics.dynamics
-    if not isinstance(attn, (SoftmaxAttention, UnnormalizedAttention)):
-        raise ValueError(f"the circle solver takes Sphere(SoftmaxAttention) (SA) or "
-                         f"Sphere(UnnormalizedAttention) (USA), got Sphere({type(attn).__name__})")
-    for name, m in (("Q", attn.Q), ("K", attn.K), ("V", attn.V)):
-        if not isinstance(m, (jax.Array, np.ndarray)):
-            raise ValueError(f"{type(attn).__name__}.{name} depends on time; the circle solver needs "
-                             "constant matrices")
-        if m.shape != (2, 2):
-            raise ValueError(f"the circle solver needs d = 2, got {type(attn).__name__}.{name} of shape {m.shape}")
+    attn = sphere_attention(dynamics, "CircleDensity", "circle", 2)
     if is_concrete(attn.Q) and is_concrete(attn.K) and is_concrete(attn.V) and is_concrete(attn.beta):
         for name, m in (("A = beta KᵀQ", np.asarray(attn.score_matrix())), ("V", np.asarray(attn.V))):
             if np.max(np.abs(m @ _J - _J @ m)) > 1e-12 * max(1.0, np.max(np.abs(m))):
@@ -113,7 +95,7 @@ def circle_velocity(dynamics, rho):
     return num * jnp.exp(smax - attn.beta * attn.shift)
 
 
-class CircleDensity(AbstractState):
+class CircleDensity(AbstractDensity):
     """A density ρ on S¹ against dθ/2π, on the grid θ_j = 2πj/N (N = 2·modes), moving by the
     Fokker–Planck equation of ``tp.Sphere(attention)`` with independent noise σ on every token:
     ∂_tρ + ∂_θ(ρ v[ρ]) = (σ²/2)∂²_θρ. ``tp.solve(tp.Sphere(attn), tp.CircleDensity(...), ...)``
@@ -125,16 +107,9 @@ class CircleDensity(AbstractState):
         sigma: the noise σ >= 0 of each token (σ = 0: the continuity equation).
         modes: Fourier modes when ``rho`` is a function.
 
-    No S² counterpart (issue 21 item 2), measured 2026-11-26: s2fft 1.5.0 (``pip install
-    --no-deps``, needs jax >= 0.5) works with jax 0.10.2 here (forward∘inverse round trip
-    1e-13 at L = 32, 64) but each transform compiles for 20–35 s and a jitted round trip took
-    11 ms at L = 32 and 260 ms at L = 64 on this 2-core machine (shared, load 10–16). A
-    pseudo-spectral right-hand side on S² needs ~8 transforms (ρ and the three Funk–Hecke
-    averages ∫e^{β⟨x,y⟩}yρ(y)dy to the grid, SA's normalizer, the flux ρv back through a spin-1
-    transform for its surface divergence), an IMEX step ~7 right-hand sides: seconds per step at
-    L = 64, hours to t = 100, against the circle's < 10 s. Axisymmetric (zonal) densities need no
-    spherical-harmonic library: they are a 1-D Legendre problem in cos θ (Gauss–Legendre nodes);
-    that solver is the cheap route and is not written yet.
+    On S²: :class:`~transformer_pde.SphereDensity`, with our own transforms. s2fft 1.5.0 was
+    measured 2026-11-26 (issue 21): it runs with jax 0.10.2 but each transform compiles for 20–35 s
+    and a jitted round trip took 260 ms at L = 64 on this 2-core machine, seconds per IMEX step.
 
     Example:
         ```python
@@ -179,6 +154,23 @@ class CircleDensity(AbstractState):
     @property
     def modes(self) -> int:
         return self.values.shape[0] // 2
+
+    @property
+    def resolution(self) -> str:
+        return f"{self.modes} modes"
+
+    def refined(self):
+        return CircleDensity(refine(self.values, 2 * self.modes), self.sigma)
+
+    def grid_values(self, saved, on):
+        # the grid of 2^k·N points holds the N-point grid: every 2^k-th point
+        return saved[..., :: saved.shape[-1] // on.values.shape[0]]
+
+    def masses(self, saved):
+        return jnp.mean(saved, -1)
+
+    def order_parameter(self, saved):
+        return order_parameter(saved)
 
     def restart(self, value):
         return eqx.tree_at(lambda s: s.values, self, value)
@@ -306,125 +298,6 @@ def refine(rho, modes: int):
     else:
         c = c[..., : m // 2 + 1].at[..., -1].set(0.0)
     return jnp.fft.irfft(c, m, axis=-1) * (m / n)
-
-
-class DensitySolution(eqx.Module):
-    """:func:`solve_density`'s answer.
-
-    Attributes:
-        ts: save times ``(T,)``; densities: ``(T, N)`` values on the grid of ``modes``.
-        resolution_error: max over saves and θ of |ρ_N − ρ_{2N}| (ρ_{2N} with twice the modes).
-        min_density: the smallest grid value met at the saves.
-        mass_error: max |∫ρ dθ/2π − 1| at the saves.
-        resolved: resolution_error <= tol and min_density > −tol.
-        solution: the underlying ``tp.solve`` solution (N modes).
-        tol: the tolerance it was checked against.
-    """
-
-    ts: jax.Array
-    densities: jax.Array
-    modes: int = eqx.field(static=True)
-    resolution_error: float
-    min_density: float
-    mass_error: float
-    resolved: bool
-    solution: Any
-    tol: float
-
-    @property
-    def theta(self):
-        return grid(self.modes, self.densities.dtype)
-
-    @property
-    def order_parameter(self):
-        return order_parameter(self.densities)
-
-
-_ROUND_OFF = 100
-"""How many ulps (of the largest grid value) :func:`solve_density` counts as round-off: a
-difference between the N- and 2N-mode answers below it says nothing about the modes (measured:
-float32 runs differ by 3–7 ulps where float64 shows 1e-10)."""
-
-
-def _round_off(rho) -> float:
-    """The level below which grid values of ``rho`` cannot be told apart: _ROUND_OFF ulps of its
-    largest value in its dtype (float32: ~1e-5 for a density of order 1)."""
-    return _ROUND_OFF * float(jnp.finfo(rho.dtype).eps) * float(jnp.max(jnp.abs(rho)))
-
-
-def solve_density(dynamics, density: CircleDensity, *, t1, saveat=None, tol: float | None = None,
-                  throw: bool = True, **kwargs) -> DensitySolution:
-    """``tp.solve`` of a :class:`CircleDensity` checked for resolution and positivity: the same
-    run with twice the modes (the start spectrally interpolated) is compared at the saves.
-
-    Args:
-        dynamics, density, t1, saveat, ``**kwargs``: as for :func:`transformer_pde.solve`
-            (``saveat``: an array of times; default [t1]).
-        tol: the accepted max-norm difference between the N- and 2N-mode answers (and the
-            accepted negativity). Default: 1e-6, or the density's round-off level if larger
-            (100 ulps of its largest value: ~1e-5 in float32, JAX's default dtype;
-            enable float64 with ``jax.config.update("jax_enable_x64", True)`` for a smaller one). A
-            ``tol`` below a tenth of that level is refused: the dtype cannot resolve it.
-        throw: raise :class:`UnderResolvedError` when the answer is not resolved (else flagged).
-            A solve that fails (steps shrinking to nothing on an unresolved density, max_steps)
-            counts as not resolved. A difference at the round-off level is not blamed on the
-            modes: the error says float64 is needed.
-
-    Example:
-        ```python
-        import numpy as np, transformer_pde as tp
-
-        rho0 = tp.CircleDensity(lambda th: 1 + 0.1 * np.cos(th), sigma=0.5, modes=16)
-        sol = tp.solve_density(tp.Sphere(tp.SoftmaxAttention.identity(2, 1.0)), rho0, t1=1.0)
-        sol.densities.shape, sol.resolved       # (1, 32), True
-        ```
-    """
-    if not isinstance(density, CircleDensity):
-        raise ValueError(f"density must be a tp.CircleDensity (solve_density refines its modes), got "
-                         f"{type(density).__name__}")
-    traced = [name for name, v in (("dynamics", dynamics), ("density", density), ("t1", t1))
-              if not all(is_concrete(leaf) for leaf in jax.tree_util.tree_leaves(eqx.filter(v, eqx.is_array)))]
-    if traced:
-        raise ValueError(f"solve_density compares a run with a refined one on the host and reports what it found, "
-                         f"so it runs outside jit/vmap: its {', '.join(traced)} is traced here. Under jit, call "
-                         f"tp.solve(dynamics, density, ...) (unchecked), or solve_density outside it")
-    floor0 = _round_off(density.values)
-    if tol is None:
-        tol = max(1e-6, floor0)
-    check_scalar(tol, "tol", positive=True)
-    dtype = density.values.dtype
-    if tol < floor0 / 10:
-        raise ValueError(f"solve_density: tol={tol:g} is below the round-off of a {dtype} density (~{floor0:.2g}): "
-                         f"{dtype} cannot resolve it, whatever the modes; use float64 "
-                         "(jax.config.update('jax_enable_x64', True), and a float64 density) or a larger tol")
-    if isinstance(saveat, diffrax.SaveAt):
-        raise ValueError("solve_density compares densities: pass saveat as an array of times")
-    fine = CircleDensity(refine(density.values, 2 * density.modes), density.sigma)
-    kw = dict(t1=t1, saveat=saveat, throw=False, **kwargs)
-    coarse_sol = solve(dynamics, density, **kw)
-    fine_sol = solve(dynamics, fine, **kw)
-    failed = [f"{m} modes: {sol.result}" for m, sol in ((density.modes, coarse_sol), (2 * density.modes, fine_sol))
-              if not bool(sol.succeeded)]
-    rho, rho2 = coarse_sol.xs, fine_sol.xs[:, ::2]
-    err = float(jnp.max(jnp.abs(rho - rho2)))
-    err = err if np.isfinite(err) and not failed else float("inf")
-    mn = float(jnp.min(rho))
-    mass = float(jnp.max(jnp.abs(jnp.mean(rho, -1) - 1)))
-    resolved = bool(err <= tol and mn > -tol)
-    if throw and not resolved:
-        floor = max(floor0, _round_off(rho))
-        if err <= floor and mn > -floor:
-            raise UnderResolvedError(
-                f"solve_density: the answers with {density.modes} and {2 * density.modes} modes differ by "
-                f"{err:.3g}, at the round-off of {dtype} (~{floor:.2g}), above tol={tol:g}: more modes will not "
-                "help; use float64 (jax.config.update('jax_enable_x64', True), and a float64 density) or "
-                f"tol >= {floor:.2g}")
-        why = f" (the solve failed: {'; '.join(failed)})" if failed else ""
-        raise UnderResolvedError(
-            f"solve_density: {density.modes} modes do not resolve the density to tol={tol:g}: the answer "
-            f"with {2 * density.modes} modes differs by {err:.3g} (min density {mn:.3g}){why}; use more "
-            "modes, a shorter t1, or throw=False for the flagged result")
-    return DensitySolution(coarse_sol.ts, rho, density.modes, err, mn, mass, resolved, coarse_sol, tol)
 
 
 __all__ = ["CircleDensity", "CirculantSolve", "DensitySolution", "UnderResolvedError", "circle_velocity",
