@@ -70,6 +70,20 @@ def test_transform_round_trip_and_scipy_harmonics():
     np.testing.assert_allclose(got / np.mean(got), ref / np.mean(ref), rtol=1e-12)
 
 
+def test_negative_sobolev_of_a_dirac_and_of_a_sample():
+    # a Dirac at the north pole against σ: μ̂_l0 = sqrt(2l+1) (the rest 0), so the square is
+    # Σ_{1<=l<=L} (2l+1)(1 + l(l+1))^{-s}, written plainly; a sample's square has mean ≈ that /n
+    L, s = 6, 2.0
+    dirac = sh.empirical_coefficients(jnp.asarray([[0.0, 0.0, 1.0]]), L)
+    uniform = jnp.zeros((L + 1, L + 1), complex).at[0, 0].set(1.0)
+    ref = sum((2 * l + 1) * (1 + l * (l + 1)) ** -s for l in range(1, L + 1))
+    assert float(sh.negative_sobolev(dirac, uniform, s)) ** 2 == pytest.approx(ref, rel=1e-12)
+    x = jax.random.normal(jax.random.key(0), (32, 2000, 3))
+    x = x / jnp.linalg.norm(x, axis=-1, keepdims=True)
+    d2 = np.asarray(jax.vmap(lambda p: sh.negative_sobolev(sh.empirical_coefficients(p, L), uniform, s))(x)) ** 2
+    assert np.mean(d2) * 2000 == pytest.approx(ref, rel=0.25)  # 32 samples: ~9 % standard error
+
+
 @pytest.mark.parametrize("model,dyn", [(NoisyUSA, usa), (NoisySA, sa)], ids=["USA", "SA"])
 def test_linear_growth_rates_match_funk_hecke(model, dyn):
     # the right-hand side linearized at the uniform law (a jvp, no time stepping): Y_lm is an

@@ -175,4 +175,21 @@ def empirical_coefficients(x, degree: int, weights=None, *, chunk: int = 2048):
     return acc
 
 
-__all__ = ["SphereTransform", "empirical_coefficients", "grid_coefficients", "grid_points", "grid_shape", "laplacian"]
+def negative_sobolev(a, b, s: float = 2.0):
+    """‖μ − ν‖_{H^{−s}} = (Σ_{l>=1} (1 + l(l+1))^{−s} Σ_{|m|<=l} |μ̂_lm − ν̂_lm|²)^{1/2} from coefficients
+    ``(..., L+1, L+1)`` (``[l, m]``, m >= 0; the m < 0 half by conjugate symmetry), truncated at
+    the smaller degree of the two (l = 0, the masses, left out). For s > 1 every measure on S² has a
+    finite norm (a Dirac's Σ_l (2l+1)(1 + l(l+1))^{−s}); the truncation leaves out, for n samples
+    of a law, about (1/n)·Σ_{l>L}(2l+1)(1 + l(l+1))^{−s} of the square."""
+    if not s > 0:
+        raise ValueError(f"negative_sobolev: s must be > 0, got {s}")
+    a, b = jnp.asarray(a), jnp.asarray(b)
+    L = min(a.shape[-1], b.shape[-1]) - 1
+    d = a[..., : L + 1, : L + 1] - b[..., : L + 1, : L + 1]
+    l = jnp.arange(L + 1, dtype=jnp.real(d).dtype)
+    w = jnp.where(l >= 1, (1 + l * (l + 1)) ** (-s), 0.0)[:, None] * jnp.where(jnp.arange(L + 1) >= 1, 2.0, 1.0)[None]
+    return jnp.sqrt(jnp.sum(w * jnp.abs(d) ** 2, axis=(-2, -1)))
+
+
+__all__ = ["SphereTransform", "empirical_coefficients", "grid_coefficients", "grid_points", "grid_shape", "laplacian",
+           "negative_sobolev"]
