@@ -161,6 +161,63 @@ def test_fit_rejects_bad_input():
         tp.fit(m, lambda m: jnp.sum(m.V), optimizer=duck, steps=1)
 
 
+def _heavy_ball(x0, lr, mu, steps):
+    """The iterates of optax.sgd(lr, momentum=mu) on f(x) = x², written plainly: m ← 2x + μm,
+    x ← x − lr·m (iterates x_0 .. x_steps)."""
+    xs, x, m = [x0], x0, 0.0
+    for _ in range(steps):
+        m = 2.0 * x + mu * m
+        x = x - lr * m
+        xs.append(x)
+    return np.array(xs)
+
+
+def test_fit_keeps_the_best_iterate_of_a_loss_that_rises_at_the_end():
+    """Heavy-ball on x² oscillates: the loss falls, then rises again; BestIterate returns the
+    iterate of least loss (a NumPy recurrence is the oracle), the default the last one."""
+    lr, mu, steps = 0.1, 0.9, 12
+    xs = _heavy_ball(1.0, lr, mu, steps)
+    f = xs**2
+    assert f[-1] > 10 * f.min()  # the sequence this test needs: the last is worse than the best
+    opt = optax.sgd(lr, momentum=mu)
+    last = tp.fit(jnp.asarray(1.0), lambda x: x**2, optimizer=opt, steps=steps)
+    np.testing.assert_allclose(last.losses, f[:-1], rtol=1e-12)
+    np.testing.assert_allclose([float(last.model), last.final_loss], [xs[-1], f[-1]], rtol=1e-12)
+    best = tp.fit(jnp.asarray(1.0), lambda x: x**2, optimizer=opt, steps=steps, keep=tp.fitting.BestIterate())
+    k = int(np.argmin(f))
+    np.testing.assert_allclose([float(best.model), best.final_loss], [xs[k], f[k]], rtol=1e-12)
+    np.testing.assert_allclose(best.losses, f[:-1], rtol=1e-12)
+
+
+def test_fit_stops_after_patience_steps_without_progress():
+    lr, mu, steps, patience, tol = 0.1, 0.9, 40, 3, 1e-3
+    xs = _heavy_ball(1.0, lr, mu, steps)
+    f = xs[:-1] ** 2
+    # the oracle, plainly: the first step at which `patience` losses in a row failed to beat the
+    # best by more than tol
+    best, stale, stop = np.inf, 0, None
+    for k, v in enumerate(f):
+        stale = 0 if v < best - tol else stale + 1
+        best = min(best, v)
+        if stale >= patience:
+            stop = k
+            break
+    assert stop is not None and stop < steps - 1
+    res = tp.fit(jnp.asarray(1.0), lambda x: x**2, optimizer=optax.sgd(lr, momentum=mu), steps=steps,
+                 keep=tp.fitting.BestIterate(patience=patience, tol=tol))
+    assert res.losses.shape == (stop + 1,)
+    k = int(np.argmin(xs[: stop + 2] ** 2))  # the iterates seen: before each step taken, and after the last
+    np.testing.assert_allclose([float(res.model), res.final_loss], [xs[k], xs[k] ** 2], rtol=1e-12)
+
+
+@pytest.mark.parametrize("kw", [dict(patience=0), dict(patience=-3), dict(tol=-1.0), dict(tol=float("nan"))])
+def test_best_iterate_rejects_bad_values(kw):
+    with pytest.raises(ValueError, match="BestIterate"):
+        tp.fitting.BestIterate(**kw)
+    with pytest.raises(ValueError, match="keep must be None"):
+        tp.fit(jnp.asarray(1.0), lambda x: x**2, optimizer=optax.sgd(0.1), steps=1, keep=3)
+
+
 def test_attention_perceptron_field_matches_numpy():
     d, m, n = 3, 4, 5
     ks = jax.random.split(jax.random.key(8), 6)

@@ -28,16 +28,38 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from ._checks import check_count
+from ._checks import check_count, check_scalar
 
 
 class FitResult(NamedTuple):
-    """``(model, losses)``: the trained model and the loss before each step (``(steps,)``);
-    ``final_loss`` is the loss of the returned model."""
+    """``(model, losses)``: the trained model and the loss before each step taken (``(steps,)``,
+    fewer when a :class:`BestIterate` stopped early); ``final_loss`` is the loss of the returned
+    model."""
 
     model: Any
     losses: np.ndarray
     final_loss: float
+
+
+class BestIterate(eqx.Module):
+    """Keep the iterate of least loss, and stop early once it stops improving (``tp.fit(...,
+    keep=BestIterate(...))``): a fit returns the model at which its loss was lowest, among the
+    iterates before every step and the one after the last, not the last one.
+
+    Args:
+        patience: stop after this many steps without a loss below the best one by more than
+            ``tol`` (None: take every step).
+        tol: the least decrease that counts as progress for ``patience`` (>= 0; any lower loss
+            still becomes the kept iterate).
+    """
+
+    patience: int | None = None
+    tol: float = 0.0
+
+    def __check_init__(self):
+        if self.patience is not None:
+            check_count(self.patience, "BestIterate.patience", minimum=1)
+        check_scalar(self.tol, "BestIterate.tol", nonnegative=True)
 
 
 def _as_tuple(x):
@@ -73,6 +95,7 @@ def fit(
     steps: int,
     trainable=None,
     progress: Callable[[int, float], None] | None = None,
+    keep=None,
 ) -> FitResult:
     """Minimize ``loss(model)`` over the trainable leaves of ``model`` with an optax optimizer.
 
@@ -85,6 +108,8 @@ def fit(
             fixed (so are non-array fields such as ``PiecewiseConstant.t0``/``dt``).
         progress: an observer called as ``progress(step, loss)`` after every step, e.g.
             :func:`tqdm_progress` (a bar) or a function collecting the losses; None: silent.
+        keep: None returns the last iterate after ``steps`` steps; a :class:`BestIterate`
+            returns the iterate of least loss and may stop early (its ``patience`` and ``tol``).
 
     Returns:
         ``FitResult(model, losses, final_loss)``; unpacks as ``model, losses, final = ...``.
@@ -113,6 +138,9 @@ def fit(
                          f"tp.fitting.tqdm_progress(steps), got {progress!r}")
     if not isinstance(optimizer, optax.GradientTransformation):
         raise ValueError(f"optimizer must be an optax GradientTransformation, got {optimizer!r}")
+    if keep is not None and not isinstance(keep, BestIterate):
+        raise ValueError(f"keep must be None (the last iterate) or tp.fitting.BestIterate(patience, tol), "
+                         f"got {keep!r}")
     spec = trainable_filter(model, trainable)
     params, static = eqx.partition(model, spec)
     if not jax.tree.leaves(params):
@@ -151,7 +179,9 @@ def fit(
                           f"parameters")
 
     losses = np.empty(steps)
+    best, best_loss, stale = params, np.inf, 0  # the kept iterate (keep=BestIterate) and its loss
     for k in range(steps):
+        before = params
         try:
             params, opt_state, value = step(params, opt_state)
         except (FloatingPointError, RuntimeError) as e:  # a solve that blew up (eqx.error_if)
@@ -164,10 +194,19 @@ def fit(
                              "or check the loss")
         if progress is not None:
             progress(k, losses[k])
+        if keep is not None:
+            stale = 0 if losses[k] < best_loss - keep.tol else stale + 1
+            if losses[k] < best_loss:
+                best, best_loss = before, losses[k]
+            if keep.patience is not None and stale >= keep.patience:
+                losses = losses[: k + 1]
+                break
     try:
         final = float(value_and_grad(params)[0])
     except (FloatingPointError, RuntimeError) as e:
-        raise diverged(steps, e) from e
+        raise diverged(len(losses), e) from e
+    if keep is not None and not final < best_loss:
+        params, final = best, float(best_loss)
     return FitResult(eqx.combine(params, static), losses, final)
 
 

@@ -567,7 +567,11 @@ REGISTRY: list[Entry] = [
     Entry("sweeps.first_time", sweeps.first_time, lambda: dict(ts=np.array([0.0, 0.5, 1.0]), condition=np.array([False, True, True])),
           (Param("ts", bad=("nan", "inf", "shape")),)),
     Entry("fit", tp.fit, lambda: dict(model=ATTN, loss=_loss, optimizer=optax.sgd(0.1), steps=2),
-          (Param("steps", bad=INT_GE1 + ("huge",)), Param("optimizer", bad=("str", "none"))), covers=("FitResult",)),
+          (Param("steps", bad=INT_GE1 + ("huge",)), Param("optimizer", bad=("str", "none")),
+           Param("keep", bad=("str",))),
+          covers=("FitResult",)),
+    Entry("fitting.BestIterate", tp.fitting.BestIterate, lambda: dict(patience=5, tol=0.0),
+          (Param("patience", bad=INT_GE1), Param("tol", bad=("nan", "inf", "neg", "str"), ok=("zero",)))),
     Entry("checkpointed_adjoint", tp.checkpointed_adjoint, lambda: dict(num_steps=8),
           (Param("num_steps", bad=INT_GE1), Param("memory", bad=INT_GE1))),
     # --- kernels
