@@ -303,6 +303,9 @@ REGISTRY: list[Entry] = [
           (Param("dt", bad=POS), Param("tol", bad=POS))),
     Entry("CircleDensity", tp.CircleDensity, lambda: dict(rho=np.full(8, 1 / (2 * np.pi)), sigma=0.0),
           (Param("rho", bad=("nan", "inf", "neg", "shape", "dtype"), names=("density", "values"), traced=True), Param("sigma", bad=("nan", "inf", "neg", "str")))),
+    Entry("ZonalDensity", tp.ZonalDensity, lambda: dict(rho=np.ones(5), d=3, sigma=0.5),
+          (Param("rho", bad=("nan", "inf", "neg", "shape", "dtype"), names=("density", "values"), traced=True),
+           Param("d", bad=INT_GE1), Param("sigma", bad=("nan", "inf", "neg", "str")))),
     Entry("Coupled", lambda parts: tp.Coupled(*parts),
           lambda: dict(parts=(tp.Particles(X), tp.Gaussian(np.zeros(D), np.eye(D)))), (Param("parts", bad=("str",)),)),
     Entry("WithLogDensity", tp.WithLogDensity, lambda: dict(tokens=X.copy(), log_rho0=np.zeros(3)),
@@ -332,6 +335,10 @@ REGISTRY: list[Entry] = [
           covers=("Solution",)),
     Entry("solve_density", lambda **kw: tp.solve_density(tp.Sphere(ATTN), **kw).xs,
           lambda: dict(density=tp.CircleDensity(np.full(8, 1 / (2 * np.pi)), 0.0), t1=0.1, tol=1e-6),
+          (Param("t1", bad=("nan", "inf", "neg", "zero", "str")), Param("tol", bad=POS),
+           Param("density", bad=OBJECT))),
+    Entry("solve_zonal", lambda **kw: tp.solve_zonal(tp.Sphere(tp.UnnormalizedAttention.identity(3, 1.0)), **kw).coeffs,
+          lambda: dict(density=tp.ZonalDensity(np.ones(5), 3, 0.5), t1=0.1, tol=1e-6),
           (Param("t1", bad=("nan", "inf", "neg", "zero", "str")), Param("tol", bad=POS),
            Param("density", bad=OBJECT))),
     Entry("layers", lambda **kw: tp.layers(ATTN, **kw).xs, lambda: dict(x0=X.copy(), num_layers=4, step=0.1, save_every=2),
@@ -621,7 +628,7 @@ _exempt("abstract base: users subclass it; its concrete classes are registered",
         "theory.equiangular.AbstractReducedODE", "theory.noisy_sphere.AbstractNoisyAttention")
 _exempt("a module (its public names are registered one by one)",
         "sharding", "kernels.backends", "kernels.binding", "kernels.fast", "kernels.exact", "kernels.platforms",
-        "kernels.point_clouds", "kernels.random_partition", "kernels.reduction", "solvers.circle",
+        "kernels.point_clouds", "kernels.random_partition", "kernels.reduction", "solvers.circle", "solvers.zonal",
         "stationary.circle", "solvers.random_transformer", "theory.causal_clustering",
         "theory.equiangular", "theory.gaussian", "theory.interaction_energy", "theory.logistic_overlap",
         "theory.lost_in_the_middle", "theory.metastability", "theory.noisy_sphere")
@@ -634,7 +641,7 @@ _exempt("an exception the library raises", "NonFiniteStateError", "kernels.PlanT
         "stationary.ContinuationError",
         "runs.FailedRun", "runs.InterruptedRun", "runs.NonFiniteRun", "runs.SignalReceived")
 _exempt("a result the library builds (users read it, never construct it)",
-        "Solution", "GaussianSolution", "solvers.DensitySolution", "FitResult", "Result", "kernels.KernelReport",
+        "Solution", "GaussianSolution", "solvers.DensitySolution", "solvers.ZonalSolution", "FitResult", "Result", "kernels.KernelReport",
         "SinkhornPotentials", "convergence.ConvergenceResult", "convergence.QuadratureReference",
         "convergence.StationaryReference", "convergence.GaussianClosureReference", "convergence.ParticleReference",
         "statistics.RateFit", "stationary.Branch", "kernels.ScoreBox", "kernels.SoftmaxReduction", "solvers.ODEState", "RandomHeadsField")

@@ -2,7 +2,7 @@
 
 :func:`solve` is one thin ``diffrax.diffeqsolve`` (:mod:`.solve`, the only call to it); the states it
 evolves own their equations (:mod:`.states`: particles, the Gaussian closure, tracers, coupled
-systems, plain ODEs; a density on the circle: :mod:`.circle`; its stationary branches are
+systems, plain ODEs; a density on the circle: :mod:`.circle`, a zonal density on S^{d−1}: :mod:`.zonal`; its stationary branches are
 :mod:`transformer_pde.stationary`'s); noise is a family of values (:mod:`.noise`: independent,
 common) drawing Brownian paths (:mod:`.brownian`); steps stop at a dynamics' switches
 (:mod:`.switches`); stop conditions are values (:mod:`.events`). :func:`layers` is the residual
@@ -10,7 +10,7 @@ map, Euler step by step with the same noise increment. Nothing here writes a fil
 resumable runs are the runs layer's (:mod:`transformer_pde.runs`).
 """
 
-from . import circle, random_transformer
+from . import circle, random_transformer, zonal
 from .brownian import AbstractBrownian, BrownianGrid, BrownianIncrements, BrownianTree
 from .circle import CircleDensity, DensitySolution, UnderResolvedError, solve_density
 from .events import AbstractBlowUp, BlowUp, BlowUpAtSaves
@@ -31,10 +31,12 @@ from .states import (
     Tracers,
     WithLogDensity,
 )
+from .zonal import ZonalDensity, ZonalSolution, solve_zonal
 
 __all__ = ["AbstractBlowUp", "AbstractBrownian", "AbstractNoise", "AbstractNoisyState", "AbstractODE",
            "AbstractState", "BlowUp", "BlowUpAtSaves", "BrownianGrid", "BrownianIncrements", "BrownianTree",
            "CircleDensity", "CommonNoise", "Coupled", "DensitySolution",
            "Gaussian", "GaussianSolution", "Noise", "ODEState", "Particles", "ResidualLayer", "Retracted", "Solution",
            "Tracers", "UnderResolvedError", "WithLogDensity", "circle",
-           "layers", "random_transformer", "solve", "solve_density"]
+           "ZonalDensity", "ZonalSolution",
+           "layers", "random_transformer", "solve", "solve_density", "solve_zonal", "zonal"]
