@@ -2,9 +2,9 @@
 
 :func:`solve` is one thin ``diffrax.diffeqsolve`` (:mod:`.solve`, the only call to it); the states it
 evolves own their equations (:mod:`.states`: particles, the Gaussian closure, tracers, coupled
-systems, plain ODEs; a density on the circle: :mod:`.circle`, a zonal density on S^{d−1}: :mod:`.zonal`; its stationary branches are
-:mod:`transformer_pde.stationary`'s); noise is a family of values (:mod:`.noise`: independent,
-common) drawing Brownian paths (:mod:`.brownian`); steps stop at a dynamics' switches
+systems, plain ODEs; a density on the circle: :mod:`.circle`, a zonal density on S^{d−1}:
+:mod:`.zonal`; their stationary branches are :mod:`transformer_pde.stationary`'s); noise is a
+family of values (:mod:`.noise`: independent, common) drawing Brownian paths (:mod:`.brownian`); steps stop at a dynamics' switches
 (:mod:`.switches`); stop conditions are values (:mod:`.events`). :func:`layers` is the residual
 map, Euler step by step with the same noise increment. Nothing here writes a file: chunked,
 resumable runs are the runs layer's (:mod:`transformer_pde.runs`).

@@ -36,7 +36,6 @@ from .circle import LinearStageSolve, UnderResolvedError, _round_off
 from .solve import solve
 from .states import AbstractState
 
-
 # ----------------------------------------------------------------------------- quadrature, basis
 
 MAX_DEGREE = 2048
@@ -120,11 +119,11 @@ def _zonal_attention(dynamics, d: int):
     """(attention, a, v) of ``tp.Sphere(attention)`` on S^{d−1} with A = aI, V = vI; ValueError
     naming what does not fit."""
     if not isinstance(dynamics, Sphere):
-        raise ValueError(f"a ZonalDensity moves under tp.Sphere(attention), got {type(dynamics).__name__}")
+        raise ValueError(f"the dynamics of a ZonalDensity must be tp.Sphere(attention), got {type(dynamics).__name__}")
     attn = dynamics.dynamics
     if not isinstance(attn, (SoftmaxAttention, UnnormalizedAttention)):
-        raise ValueError(f"the zonal solver takes Sphere(SoftmaxAttention) (SA) or Sphere(UnnormalizedAttention) "
-                         f"(USA), got Sphere({type(attn).__name__})")
+        raise ValueError(f"the zonal solver takes the dynamics Sphere(SoftmaxAttention) (SA) or "
+                         f"Sphere(UnnormalizedAttention) (USA), got Sphere({type(attn).__name__})")
     for name, m in (("Q", attn.Q), ("K", attn.K), ("V", attn.V)):
         if not isinstance(m, (jax.Array, np.ndarray)):
             raise ValueError(f"{type(attn).__name__}.{name} depends on time; the zonal solver needs constant matrices")
