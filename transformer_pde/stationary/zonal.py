@@ -206,7 +206,7 @@ def zonal_branch(dynamics, sigma, *, degree: int = 32, K_max: float | None = Non
     refined = [_refine_fold(dynamics, d, float(sigma), U, K0, x0, tol) for K0, x0 in turning_points(U, tangents)]
     return ZonalBranch(K=U[:, -1], coeffs=coeffs, order=coeffs[:, 1] / sq, growth=growth, stable=growth < -1e-9,
                        bifurcation=Kb, folds=tuple(k for k, _ in refined),
-                       fold_orders=tuple(x / sq for _, x in refined), d=d, degree=L, stop=stop)
+                       fold_orders=tuple(float(x / sq) for _, x in refined), d=d, degree=L, stop=stop)
 
 
 def critical_coupling(dynamics, sigma, *, degree: int = 32, **kwargs) -> Fold:
