@@ -134,7 +134,7 @@ class CircleDensity(AbstractState):
     transform for its surface divergence), an IMEX step ~7 right-hand sides: seconds per step at
     L = 64, hours to t = 100, against the circle's < 10 s. Axisymmetric (zonal) densities need no
     spherical-harmonic library: they are a 1-D Legendre problem in cos θ (Gauss–Legendre nodes);
-    that solver is the cheap route and is not written yet.
+    that solver is :class:`~transformer_pde.solvers.zonal.ZonalDensity`.
 
     Example:
         ```python
