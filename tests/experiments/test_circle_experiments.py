@@ -73,3 +73,22 @@ def test_particle_sweep_below_threshold_on_the_sphere():
     mu, se = per_seed.mean(), per_seed.std(ddof=1) / np.sqrt(cfg.seeds)
     expected = np.sqrt(8 * 2.0 / (3 * np.pi * cfg.n))
     assert abs(mu - expected) < 4 * se, (mu, se, expected)
+
+
+@pytest.mark.slow
+def test_noisy_transition_draws_the_s2_branch_with_the_particles(tmp_path):
+    """On S² the figure carries the zonal PDE branch: its fold for β = 4 is the continuation's
+    K_c = 0.309136 (docs/math/fold_table.md), none for β = 1.5 < β_*^(3)."""
+    from transformer_pde.experiments import noisy_transition as nt
+
+    exp = get("noisy-transition")
+    cfg = exp.make_config(**dict(exp.tiny, dims=(3,), degree=48))
+    res = nt.compute(cfg)
+    i = list(cfg.betas).index(4.0)
+    assert res["s2_fold"][i] == pytest.approx(0.309136, abs=1e-6)
+    assert res["s2_fold_order"][i] == pytest.approx(0.72955, abs=1e-5)
+    assert np.isnan(res["s2_fold"][list(cfg.betas).index(1.5)])
+    ok = np.isfinite(res["s2_K"][i])
+    np.testing.assert_allclose(res["s2_K"][i][ok][0], res["K_sharp_d3"][i], rtol=1e-10)
+    paths = nt.figures(res, cfg, tmp_path)
+    assert all(p.stat().st_size > 1000 for p in paths)

@@ -25,6 +25,11 @@ branch's 0.78, 0.88 against 0.88 at 1.6 K_#; β = 4 on S¹ (fold K_c = 0.944 K_#
 1.0–1.1 K_# going up (0.45 at K_#: n = 256 fluctuations nucleate early), kept down to 0.9 K_#
 (0.57), uniform at 0.8; β = 4 on S² (β_*^{(3)} = 1.816): up jumps between 0.9 and 1.0 K_#^{(3)},
 down kept to 0.8 (0.79), a loop of width ~0.2 K_#; β = 1.5 on S²: no loop beyond finite-time lag.
+
+On S² the particles are drawn over the zonal PDE branch (:func:`sphere_branches`,
+``tp.stationary.zonal_branch`` at ``degree``): the stationary ⟨cos ϑ⟩ = |∫x dρ| against K/K_#^{(3)},
+stable solid and unstable dashed (zonal spectrum), the fold K_c marked (β = 4: K_c = 0.7916 K_#^{(3)},
+⟨cos ϑ⟩ = 0.730 there; the table over β and d = 3, 4, 8: docs/math/fold_table.md, ``benchmarks/fold_table.py``).
 """
 
 from __future__ import annotations
@@ -77,8 +82,12 @@ class NoisyTransitionConfig(Options):
     """Time spent at each K (the order parameter is averaged over its second half)."""
     dt: Annotated[float, Gt(0)] = 0.02
     """Step of the noisy residual layer (Euler)."""
+    degree: Annotated[int, Ge(8)] = 48
+    """Degree of the zonal densities of the S² branch (drawn with the S² particles; USA only)."""
 
     def validate(self):
+        if self.degree > 512:
+            raise ValueError(f"degree = {self.degree}: at most 512 (the zonal S² branch; 48 resolves beta <= 4)")
         if not self.dims or any(d not in (2, 3) for d in self.dims) or len(set(self.dims)) < len(self.dims):
             raise ValueError(f"dims must be distinct values among 2 (S¹) and 3 (S²), got {self.dims}")
         if not self.K_lo < self.K_factor:
@@ -88,7 +97,8 @@ class NoisyTransitionConfig(Options):
 
     def footprint(self):
         return {"attention scores": sizes(self, "seeds", "n", "n"),
-                "branch points": sizes(self, "phase_betas", "max_points", "modes")}
+                "branch points": sizes(self, "phase_betas", "max_points", "modes"),
+                "S² branch points": sizes(self, "betas", "max_points", "degree")}
 
 
 def _dynamics(cfg, beta):
@@ -132,6 +142,25 @@ def particle_sweeps(cfg, d, betas, Ks, key):
     keys = jax.random.split(k1, (B, cfg.seeds))
     run = jax.vmap(jax.vmap(one, in_axes=(None, None, 0, 0)), in_axes=(0, 0, 0, 0))
     return np.asarray(jax.jit(run)(jnp.asarray(betas, jnp.float64), jnp.asarray(Ks), keys, x0))
+
+
+def sphere_branches(cfg) -> dict:
+    """The zonal stationary branches on S² (``tp.stationary.zonal_branch``) for each β, padded to one
+    length: K, ⟨cos ϑ⟩ (= |∫x dρ|, the particles' order parameter), zonal stability, the fold and
+    the order parameter there (NaN where the branch does not turn)."""
+    branches = []
+    for beta in cfg.betas:
+        dyn = tp.Sphere(ATTENTIONS[cfg.model]().identity(3, float(beta), dtype=jnp.float64))
+        K_max = cfg.K_factor * _theory_d(cfg, beta, 3).critical_coupling()
+        branches.append(tp.stationary.zonal_branch(dyn, cfg.sigma, degree=cfg.degree, K_max=K_max,
+                                                   max_points=cfg.max_points))
+    P = max(len(b.K) for b in branches)
+    pad = lambda v: np.concatenate([v, np.full(P - len(v), np.nan)])  # noqa: E731
+    return {"s2_K": np.stack([pad(b.K) for b in branches]),
+            "s2_order": np.stack([pad(b.order) for b in branches]),
+            "s2_stable": np.stack([pad(b.stable.astype(float)) for b in branches]),
+            "s2_fold": np.array([b.folds[0] if b.folds else np.nan for b in branches]),
+            "s2_fold_order": np.array([b.fold_orders[0] if b.folds else np.nan for b in branches])}
 
 
 def compute(cfg: NoisyTransitionConfig, progress: bool = False) -> Result:
@@ -180,6 +209,8 @@ def compute(cfg: NoisyTransitionConfig, progress: bool = False) -> Result:
                 arrays["beta_star_d3"] = np.asarray(tp.theory.noisy_sphere.critical_beta(type(_theory(cfg, 1.0)), 3))
             except ValueError:
                 arrays["beta_star_d3"] = np.asarray(np.nan)
+            if 3 in cfg.dims:
+                arrays.update(sphere_branches(cfg))
         grids = {"phase": grid({"beta": pb}, K_sharp=(("beta",), K_sharp), K_bifurcation=(("beta",), K_bif),
                                K_fold=(("beta",), K_fold),
                                describe={
@@ -224,12 +255,16 @@ def figures(res: Result, cfg: NoisyTransitionConfig, out_dir) -> list:
     ax.grid(alpha=0.3)
     if s2:
         ax = axes[1]
-        _particle_markers(ax, res, cfg, 3, lines=True)
+        _particle_markers(ax, res, cfg, 3, lines="s2_K" not in res, label=True)
+        if "s2_K" in res:
+            _branch_lines(ax, res["s2_K"], res["s2_order"], res["s2_stable"], res["s2_fold"], res["s2_fold_order"],
+                          res["K_sharp_d3"])
         ax.axvline(1.0, color="k", lw=0.8, ls=":", label="K_#^{(3)} (theory)")
         ax.set_xlabel("K / K_#^{(3)}(β)")
         ax.set_ylabel("order parameter |(1/n)Σ X_i|")
         bs = float(res["beta_star_d3"])
-        ax.set_title(f"{cfg.model} particles on S², σ = {cfg.sigma:g} (β_*^(3) = {bs:.3f})")
+        ax.set_title(f"{cfg.model} on S², σ = {cfg.sigma:g} (β_*^(3) = {bs:.3f}): particles and the zonal\n"
+                     "PDE branch (solid stable, dashed unstable, ▼ fold K_c; hysteresis on [K_c, K_#])")
         ax.legend(fontsize=8)
         ax.grid(alpha=0.3)
     ax = axes[-1]
@@ -251,18 +286,34 @@ def figures(res: Result, cfg: NoisyTransitionConfig, out_dir) -> list:
     return [tp.plot.save_figure(fig, out_dir / "noisy_transition.png")]
 
 
-def _particle_markers(ax, res, cfg, d, lines=False):
+def _branch_lines(ax, K, order, stable, fold, fold_order, K_sharp):
+    """Stationary branches against K/K_# (solid stable, dashed unstable), the uniform law (stable
+    below K_#), and the folds."""
+    for i in range(K.shape[0]):
+        ok = np.isfinite(K[i])
+        x, m, st = K[i][ok] / K_sharp[i], order[i][ok], stable[i][ok] > 0.5
+        for j in range(len(x) - 1):
+            ax.plot(x[j:j + 2], m[j:j + 2], "-" if st[j + 1] else "--", color=f"C{i}", lw=1.5)
+        ax.plot([min(0.5, x.min()), 1.0], [0, 0], "-", color=f"C{i}", lw=1.5)
+        ax.plot([1.0, x.max()], [0, 0], "--", color=f"C{i}", lw=1.5)
+        if np.isfinite(fold[i]):
+            ax.plot(fold[i] / K_sharp[i], fold_order[i], "v", color=f"C{i}", ms=9,
+                    label=f"fold K_c = {fold[i] / K_sharp[i]:.3f} K_#")
+
+
+def _particle_markers(ax, res, cfg, d, lines=False, label=False):
     r = res["particle_K_ratio"]
     P = len(r) // 2
     m = res[f"particle_order_d{d}"]
     for i, beta in enumerate(res["betas"]):
         kw = dict(color=f"C{i}", ms=6, ls="-" if lines else "none", lw=0.8)
-        ax.plot(r[:P], m[i, :P], marker="^", label=f"β = {beta:g}, n = {cfg.n}, K up" if lines else None, **kw)
-        ax.plot(r[P:], m[i, P:], marker="v", mfc="none", label=f"β = {beta:g}, K down" if lines else None, **kw)
+        ax.plot(r[:P], m[i, :P], marker="^", label=f"β = {beta:g}, n = {cfg.n}, K up" if label else None, **kw)
+        ax.plot(r[P:], m[i, P:], marker="v", mfc="none", label=f"β = {beta:g}, K down" if label else None, **kw)
 
 
 register(Experiment(
-    "noisy-transition", "noisy attention on S¹: stationary branches, folds and the (β, K) phase diagram",
+    "noisy-transition",
+    "noisy attention on S¹ and S²: stationary branches, folds, particles swept in K, the (β, K) phase diagram",
     NoisyTransitionConfig, compute, figures,
     tiny=dict(betas=(1.5, 4.0), phase_betas=(2.0, 4.0), modes=24, max_points=60,
               dims=(2,), n=48, seeds=1, K_points=3, run_time=2.0, dt=0.1)))

@@ -3,15 +3,15 @@
 :func:`solve` is one thin ``diffrax.diffeqsolve`` (:mod:`.solve`, the only call to it); the states it
 evolves own their equations (:mod:`.states`: particles, the Gaussian closure, tracers, coupled
 systems, plain ODEs; densities checked by :func:`solve_density` (:mod:`.density`): on the circle,
-:mod:`.circle`, on S², :mod:`.sphere` with its transforms :mod:`.sphere_harmonics`; stationary
-branches are :mod:`transformer_pde.stationary`'s); noise is a family of values (:mod:`.noise`: independent,
-common) drawing Brownian paths (:mod:`.brownian`); steps stop at a dynamics' switches
+:mod:`.circle`, on S², :mod:`.sphere` with its transforms :mod:`.sphere_harmonics`, zonal densities
+on S^{d−1}, :mod:`.zonal`; stationary branches are :mod:`transformer_pde.stationary`'s); noise is a
+family of values (:mod:`.noise`: independent, common) drawing Brownian paths (:mod:`.brownian`); steps stop at a dynamics' switches
 (:mod:`.switches`); stop conditions are values (:mod:`.events`). :func:`layers` is the residual
 map, Euler step by step with the same noise increment. Nothing here writes a file: chunked,
 resumable runs are the runs layer's (:mod:`transformer_pde.runs`).
 """
 
-from . import circle, random_transformer, sphere, sphere_harmonics
+from . import circle, random_transformer, sphere, sphere_harmonics, zonal
 from .brownian import AbstractBrownian, BrownianGrid, BrownianIncrements, BrownianTree
 from .circle import CircleDensity
 from .density import AbstractDensity, DensitySolution, UnderResolvedError, solve_density
@@ -34,6 +34,7 @@ from .states import (
     Tracers,
     WithLogDensity,
 )
+from .zonal import ZonalDensity, ZonalSolution, solve_zonal
 
 __all__ = ["AbstractBlowUp", "AbstractBrownian", "AbstractDensity", "AbstractNoise", "AbstractNoisyState",
            "AbstractODE", "AbstractState", "BlowUp", "BlowUpAtSaves", "BrownianGrid", "BrownianIncrements",
@@ -41,4 +42,6 @@ __all__ = ["AbstractBlowUp", "AbstractBrownian", "AbstractDensity", "AbstractNoi
            "CircleDensity", "CommonNoise", "Coupled", "DensitySolution",
            "Gaussian", "GaussianSolution", "Noise", "ODEState", "Particles", "ResidualLayer", "Retracted", "Solution",
            "SphereDensity", "Tracers", "UnderResolvedError", "WithLogDensity", "circle",
-           "layers", "random_transformer", "solve", "solve_density", "sphere", "sphere_harmonics"]
+           "ZonalDensity", "ZonalSolution",
+           "layers", "random_transformer", "solve", "solve_density", "solve_zonal", "sphere",
+           "sphere_harmonics", "zonal"]

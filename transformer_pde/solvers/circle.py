@@ -110,6 +110,7 @@ class CircleDensity(AbstractDensity):
     On S²: :class:`~transformer_pde.SphereDensity`, with our own transforms. s2fft 1.5.0 was
     measured 2026-11-26 (issue 21): it runs with jax 0.10.2 but each transform compiles for 20–35 s
     and a jitted round trip took 260 ms at L = 64 on this 2-core machine, seconds per IMEX step.
+    Zonal densities on S^{d−1}: :class:`~transformer_pde.ZonalDensity` (a 1-D Gegenbauer problem).
 
     Example:
         ```python

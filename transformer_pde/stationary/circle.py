@@ -31,14 +31,10 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
-import optimistix as optx
 
-from .._checks import check_in_range, check_int, check_scalar, is_concrete
+from .._checks import check_int, check_scalar, is_concrete
 from ..solvers.circle import CircleDensity, _circle_attention, grid
-
-
-class ContinuationError(ValueError):
-    """The continuation lost the branch: the Newton corrector failed at the smallest step."""
+from .continuation import ContinuationError, check_controls, first_instability, folds, pseudo_arclength
 
 
 class Branch(eqx.Module):
@@ -93,28 +89,9 @@ def _parts(dynamics, density, a):
     return np.asarray(jd), np.asarray(jt)
 
 
-@eqx.filter_jit
-def _corrector(dynamics, density, u_pred, tangent, rtol, atol):
-    def fn(u, args):
-        a, K = u[:-1], u[-1]
-        return jnp.concatenate([_residual(dynamics, density, a, K), jnp.dot(tangent, u - u_pred)[None]])
-
-    sol = optx.root_find(fn, optx.Newton(rtol=rtol, atol=atol), u_pred, throw=False, max_steps=30)
-    return sol.value, sol.result == optx.RESULTS.successful
-
-
-@eqx.filter_jit
-def _jacobian_u(dynamics, density, u):
-    return jax.jacfwd(lambda v: _residual(dynamics, density, v[:-1], v[-1]))(u)
-
-
-def _tangent(J, t_old):
-    """The unit null vector of the (M × M+1) Jacobian J, oriented along t_old."""
-    A = np.vstack([J, t_old[None, :]])
-    b = np.zeros(A.shape[0])
-    b[-1] = 1.0
-    t = np.linalg.solve(A, b)
-    return t / np.linalg.norm(t)
+def _residual_u(dynamics, density, u):
+    """R at u = (a, K), for the shared continuation."""
+    return _residual(dynamics, density, u[:-1], u[-1])
 
 
 @eqx.filter_jit
@@ -175,15 +152,7 @@ def branch_from_uniform(dynamics, sigma, *, modes: int = 32, K_max: float, K_min
     check_scalar(K_min, "K_min")
     if not K_min < K_max:
         raise ValueError(f"K_min must be < K_max, got K_min={K_min}, K_max={K_max}")
-    # the step halves on a failed corrector until below ds_min: ds_min > 0 ends that loop
-    for name, value in (("ds_min", ds_min), ("ds", ds), ("ds_max", ds_max), ("tol", tol)):
-        check_scalar(value, name, positive=True)
-    if not ds_min <= ds <= ds_max:
-        raise ValueError(f"the arclength steps must satisfy ds_min <= ds <= ds_max, got ds_min={ds_min:g}, "
-                         f"ds={ds:g}, ds_max={ds_max:g} (a ds_max below ds_min cannot leave the bifurcation)")
-    check_int(max_points, "max_points", minimum=2)
-    check_in_range(order_max, "order_max", low=0.0, high=1.0, low_open=True,
-                   meaning="the order parameter of a density is in [0, 1]")
+    check_controls(ds=ds, ds_min=ds_min, ds_max=ds_max, tol=tol, max_points=max_points, order_max=order_max)
     attn, _ = _circle_attention(dynamics)
     J2 = np.array([[0.0, -1.0], [1.0, 0.0]])
     if is_concrete(attn.V) and is_concrete(attn.Q) and is_concrete(attn.K):
@@ -199,54 +168,18 @@ def branch_from_uniform(dynamics, sigma, *, modes: int = 32, K_max: float, K_min
     a0 = jnp.zeros(M, density.values.dtype)
     jd, jt = _parts(dynamics, density, a0)
     # first instability of the uniform law: jd v = −K jt v, smallest K > 0
-    import scipy.linalg  # here, not at import: 0.3 s of every process's start otherwise
-
-    Ks, V = scipy.linalg.eig(-jd, jt)
-    good = np.isfinite(Ks) & (np.abs(Ks.imag) < 1e-9 * np.abs(Ks)) & (Ks.real > 0)
-    if not np.any(good):
-        raise ValueError("the uniform law does not lose stability at any K > 0 for this attention")
-    i = np.flatnonzero(good)[np.argmin(Ks.real[good])]
-    Kb, v = float(Ks[i].real), np.real(V[:, i])
-    v = v / np.linalg.norm(v) * np.sign(v[np.argmax(np.abs(v))] if v[0] == 0 else v[0])
+    Kb, v = first_instability(jd, jt)
     t = np.concatenate([v, [0.0]])
     u = np.concatenate([np.zeros(M), [Kb]])
-    pts, tangents = [u], [t]
-    step, stop = ds, "max_points"
-    while len(pts) < max_points:
-        u_pred = u + step * t
-        u_new, ok = _corrector(dynamics, density, jnp.asarray(u_pred), jnp.asarray(t), tol, tol)
-        u_new = np.asarray(u_new)
-        res = np.abs(np.asarray(_residual(dynamics, density, jnp.asarray(u_new[:-1]), u_new[-1]))).max()
-        if not (bool(ok) and np.all(np.isfinite(u_new)) and res < 1e3 * tol):
-            step /= 2
-            if step < ds_min:
-                raise ContinuationError(
-                    f"the continuation lost the branch at K = {u[-1]:.6g} (order {abs(u[0]) / 2:.4g}): the "
-                    f"Newton corrector (tol = {tol:g}) fails at step {step * 2:.3g} < ds_min = {ds_min:g}")
-            continue
-        J = np.asarray(_jacobian_u(dynamics, density, jnp.asarray(u_new)))
-        t = _tangent(J, t)
-        u = u_new
-        pts.append(u)
-        tangents.append(t)
-        step = min(step * 1.3, ds_max)
-        if not K_min <= u[-1] <= K_max:
-            stop = "K range"
-            break
-        if abs(u[0]) / 2 > order_max or abs(u[M - 1]) > 1e-8:
-            stop = "resolution"
-            break
-    U = np.array(pts)
-    tK = np.array([tt[-1] for tt in tangents])
-    folds = []
-    for j in np.flatnonzero(np.sign(tK[1:]) != np.sign(tK[:-1])):
-        if j == 0:
-            continue  # the bifurcation point itself has dK/ds = 0
-        # the turning point: vertex of the parabola through three points (K as a function of a_1)
-        lo = max(j - 1, 0)
-        x, y = U[lo:lo + 3, 0], U[lo:lo + 3, -1]
-        c = np.polyfit(x, y, 2) if len(x) == 3 else None
-        folds.append(float(c[2] - c[1] ** 2 / (4 * c[0])) if c is not None and c[0] != 0 else float(U[j, -1]))
+
+    def why(p):
+        if not K_min <= p[-1] <= K_max:
+            return "K range"
+        return "resolution" if abs(p[0]) / 2 > order_max or abs(p[M - 1]) > 1e-8 else None
+
+    U, tangents, stop = pseudo_arclength(
+        eqx.Partial(_residual_u, dynamics, density), u, t, ds=ds, ds_min=ds_min, ds_max=ds_max,
+        max_points=max_points, tol=tol, stop=why, describe=lambda p: f"K = {p[-1]:.6g} (order {abs(p[0]) / 2:.4g})")
     densities = np.stack([np.asarray(_full(jnp.asarray(p[:-1]), 2 * modes)) for p in U])
     growth = []
     for k, (p, rho) in enumerate(zip(U, densities)):
@@ -256,7 +189,7 @@ def branch_from_uniform(dynamics, sigma, *, modes: int = 32, K_max: float, K_min
         growth.append(float(lam[0].real))
     growth = np.array(growth)
     return Branch(K=U[:, -1], densities=densities, order=np.abs(U[:, 0]) / 2, growth=growth,
-                  stable=growth < -1e-9, bifurcation=Kb, folds=tuple(folds), modes=modes, stop=stop)
+                  stable=growth < -1e-9, bifurcation=Kb, folds=folds(U, tangents), modes=modes, stop=stop)
 
 
 __all__ = ["Branch", "ContinuationError", "branch_from_uniform", "spectrum"]
