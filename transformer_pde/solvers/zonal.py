@@ -32,7 +32,8 @@ from .._checks import as_float_array, check_int, check_scalar, is_concrete
 from ..models.attention.softmax import SoftmaxAttention
 from ..models.attention.unnormalized import UnnormalizedAttention
 from ..models.sphere import Sphere
-from .circle import LinearStageSolve, UnderResolvedError, _round_off
+from .circle import LinearStageSolve
+from .density import UnderResolvedError, round_off as _round_off
 from .solve import solve
 from .states import AbstractState
 
