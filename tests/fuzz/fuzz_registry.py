@@ -368,6 +368,17 @@ REGISTRY: list[Entry] = [
     Entry("diagnostics.wasserstein_circle", diagnostics.wasserstein_circle,
           lambda: dict(x=np.array([0.1, 1.0, 2.0]), y=np.array([0.3, 1.5, 4.0]), period=2 * np.pi),
           (Param("period", bad=POS), Param("x", bad=("nan", "inf", "shape")))),
+    Entry("diagnostics.wasserstein_circle.p", diagnostics.wasserstein_circle,  # W_p, p > 1: the best cut
+          lambda: dict(x=np.array([0.1, 1.0, 2.0]), y=np.array([0.3, 1.5, 4.0]), a=np.array([0.2, 0.3, 0.5]), p=2.0),
+          (Param("p", bad=("nan", "inf", "neg", "zero", "str"), ok=("huge",)),  # huge p: gaps^p over/underflow
+           Param("a", bad=("nan", "inf", "neg", "shape", "huge")))),
+    Entry("diagnostics.sliced_wasserstein_sphere", diagnostics.sliced_wasserstein_sphere,
+          lambda: dict(x=X.copy(), y=np.array([[0.0, -1.0], [-0.8, 0.6]]), frames=np.eye(2)[None], p=2.0),
+          (Param("x", bad=("nan", "inf", "huge", "shape", "dtype", "none"), traced=True),  # huge: off the sphere
+           Param("frames", bad=("nan", "inf", "huge", "shape"), traced=True),  # huge: not orthonormal
+           Param("p", bad=("nan", "inf", "neg", "zero", "str"), ok=("huge",)))),
+    Entry("diagnostics.random_great_circles", diagnostics.random_great_circles, lambda: dict(key=KEY, num=3, d=3),
+          (Param("num", bad=INT_GE1 + ("huge",)), Param("d", bad=INT_GE1 + ("huge",)), Param("key", bad=("none", "str")))),
     Entry("diagnostics.wasserstein_circle.tokens", diagnostics.wasserstein_circle,  # tokens on S^1, (n, 2)
           lambda: dict(x=X.copy(), y=np.array([[0.0, 1.0], [-1.0, 0.0], [0.8, -0.6]]), period=2 * np.pi),
           (Param("x", bad=("nan", "inf", "zero"), traced=True),  # zero: no angle (arctan2 said 0)
