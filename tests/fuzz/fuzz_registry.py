@@ -207,6 +207,8 @@ REGISTRY: list[Entry] = [
     Entry("SoftmaxAttention.gaussian_velocity", ATTN.gaussian_velocity, lambda: dict(mean=np.zeros(D), cov=np.eye(D)),
           (Param("mean", bad=ARRAY, traced=True), Param("cov", bad=ARRAY + ("neg",), traced=True))),
     Entry("L2Attention", tp.L2Attention, _qkv(), (BETA, *QKV)),
+    Entry("HardAttention", tp.HardAttention, lambda: dict(Q=I2.copy(), K=I2.copy(), V=I2.copy(), tol=0.0),
+          (Param("tol", bad=("neg", "nan", "inf", "str"), ok=("zero",)), *QKV)),
     Entry("UnnormalizedAttention", tp.UnnormalizedAttention, _qkv(shift=0.0),
           (BETA, Param("shift", bad=FINITE, ok=("neg",), traced=True))),
     Entry("SigmoidAttention", tp.SigmoidAttention, _qkv(bias=0.0),
