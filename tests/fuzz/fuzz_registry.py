@@ -393,7 +393,10 @@ REGISTRY: list[Entry] = [
           (Param("beta", bad=FINITE, ok=("neg", "zero"), traced=True), W_P, X_P)),
     *[Entry(f"diagnostics.{f.__name__}", f, lambda: dict(x=X.copy(), beta=1.0, weights=W.copy()),
             (Param("beta", bad=FINITE, traced=True), W_P, X_P))
-      for f in (diagnostics.interaction_energy, diagnostics.log_interaction_energy, diagnostics.normalized_energy)],
+      for f in (diagnostics.interaction_energy, diagnostics.log_interaction_energy)],
+    Entry("diagnostics.normalized_energy", diagnostics.normalized_energy,  # any real β (β < 0: repulsive;
+          lambda: dict(x=X.copy(), beta=1.0, weights=W.copy()),           # a huge |β| overflows: an error)
+          (Param("beta", bad=FINITE, ok=("zero",), traced=True), W_P, X_P)),
     Entry("diagnostics.mean_token", diagnostics.mean_token, lambda: dict(x=X.copy(), weights=W.copy()), (W_P, X_P)),
     Entry("diagnostics.numerical_rank", diagnostics.numerical_rank, lambda: dict(P=np.eye(3), rtol=1e-3),
           (Param("rtol", bad=("nan", "inf", "neg", "str", "big"), big=1.5), Param("P", bad=("nan", "inf", "shape")))),
