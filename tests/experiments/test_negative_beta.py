@@ -51,3 +51,16 @@ def test_normalized_energy_overflow_at_large_negative_beta_is_an_error():
     x = np.array([[1.0, 0.0], [-1.0, 0.0]])
     with pytest.raises(ValueError, match="normalized_energy overflowed at beta=-1000"):
         tp.diagnostics.normalized_energy(x, -1000.0)
+
+
+def test_cli_reads_negative_values_in_lists(tmp_path, capsys):
+    """``--betas -1,2`` is a value (argparse took "-1,2" for an option); a refused β gives the
+    reason on one line, exit 2, nothing run."""
+    from transformer_pde.cli import main
+
+    with pytest.raises(SystemExit) as exit_:
+        main(["run", "noisy-transition", "--betas", "-1,2", "--out", str(tmp_path / "r")])
+    assert exit_.value.code == 2
+    err = capsys.readouterr().err
+    assert "need betas > 0; got betas=-1.0,2.0; betas > 0: the noisy-sphere laws" in err
+    assert not (tmp_path / "r").exists()
