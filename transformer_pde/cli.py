@@ -61,7 +61,13 @@ _DEBUG_ENV = "TRANSFORMER_PDE_DEBUG"
 
 
 class _Parser(argparse.ArgumentParser):
-    """argparse with one-line errors (no usage block): ``prog: error: message (see prog --help)``."""
+    """argparse with one-line errors (no usage block): ``prog: error: message (see prog --help)``.
+    A value starting with a minus and a digit or a point is a value, not an option: argparse
+    knew only plain negative numbers, so ``--betas -1,2`` (β < 0 in a list) was refused."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self._negative_number_matcher = re.compile(r"^-[\d.]")  # no option starts so
 
     def error(self, message):
         self.exit(2, f"{self.prog}: error: {one_line(message)} (see {self.prog} --help)\n")

@@ -106,8 +106,8 @@ def test_bad_input_named():
     x = _tokens()
     with pytest.raises(ValueError, match="beta must be > 0"):
         interaction_energy(x, 0.0)
-    with pytest.raises(ValueError, match="beta must be >= 0"):
-        normalized_energy(x, -1.0)
+    with pytest.raises(ValueError, match="beta must be finite"):
+        normalized_energy(x, float("nan"))  # any finite β is a value: β < 0 is repulsive attention
     with pytest.raises(ValueError, match="metric must be"):
         cluster_masses(x, metric="euclidean")  # a value, not a name
 

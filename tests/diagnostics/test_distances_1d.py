@@ -142,3 +142,72 @@ def test_wasserstein_line_at_large_p(p):
         ref = top * np.mean((gaps / top) ** p) ** (1 / p)
         got = float(dg.wasserstein_line(x * scale, y * scale, p=p))
         assert np.isfinite(got) and got == pytest.approx(ref, rel=1e-12)
+
+
+def _geodesic(u, v, L):
+    d = np.mod(u[:, None] - v[None, :], L)
+    return np.minimum(d, L - d)
+
+
+def _assignment_wp(x, y, L, p):
+    """Exact W_p on the circle of length L between equal-weight measures of equal size: the
+    optimal plan is a permutation (Birkhoff), found by linear_sum_assignment on the geodesic
+    cost |·|^p (no quantile function, no cut)."""
+    C = _geodesic(x, y, L) ** p
+    rows, cols = scipy.optimize.linear_sum_assignment(C)
+    return np.mean(C[rows, cols]) ** (1 / p)
+
+
+@pytest.mark.parametrize("p", [1.5, 3.0, 40.0])
+def test_circle_wp_matches_the_assignment(p):
+    """W_p on S¹ for p > 1 against the exact assignment: weights k_i/N written as atoms repeated
+    k_i times (zero weights and ties included; six atoms a side, so one compilation), several
+    periods; then equal weights, n = m = 40."""
+    rng = np.random.default_rng(int(10 * p))
+    N = 12
+    for trial in range(6):
+        L = (2 * math.pi, 1.0, 3.7)[trial % 3]
+        x, y = rng.uniform(-5, 5, 6), rng.uniform(-5, 5, 6)  # beyond one turn: read modulo L
+        if trial % 2:
+            x, y = np.round(x), np.round(y)  # ties between and within the measures
+        ka, kb = rng.multinomial(N, np.ones(6) / 6), rng.multinomial(N, np.ones(6) / 6)  # zeros likely
+        got = float(dg.wasserstein_circle(x, y, ka / N, kb / N, p=p, period=L))
+        ref = _assignment_wp(np.repeat(x, ka), np.repeat(y, kb), L, p)
+        np.testing.assert_allclose(got, ref, rtol=1e-10)
+    x, y = rng.vonmises(0.5, 2.0, 40), rng.uniform(-math.pi, math.pi, 40)
+    np.testing.assert_allclose(dg.wasserstein_circle(x, y, p=p), _assignment_wp(x, y, 2 * math.pi, p), rtol=1e-10)
+
+
+def test_circle_wp_closed_forms_jit_and_vmap():
+    # n equally spaced atoms against the same rotated by δ <= half a spacing: each moves δ, for every p
+    n = 16
+    t = 2 * math.pi * jnp.arange(n) / n
+    np.testing.assert_allclose(jax.jit(lambda u, v: dg.wasserstein_circle(u, v, p=2.0))(t, t + 0.1), 0.1, rtol=1e-12)
+    # two antipodal atoms against the pair rotated by a quarter turn: W_p = π/2 for every p,
+    # and W_2 of a point mass against the uniform law on n atoms: the mean square arc
+    two = jnp.array([0.0, math.pi])
+    np.testing.assert_allclose(dg.wasserstein_circle(two, two + math.pi / 2, p=2.0), math.pi / 2, rtol=1e-12)
+    arcs = np.minimum(np.asarray(t), 2 * math.pi - np.asarray(t))
+    np.testing.assert_allclose(dg.wasserstein_circle(t[:1], t, p=2.0), np.sqrt(np.mean(arcs**2)), rtol=1e-12)
+    # vmappable over a batch of rotations of a point mass
+    shifts = jnp.array([0.0, 0.3, 4.0])
+    np.testing.assert_allclose(jax.vmap(lambda s: dg.wasserstein_circle(t[:1], t[:1] + s, p=2.0))(shifts),
+                               [0.0, 0.3, 2 * math.pi - 4.0], atol=1e-12)
+
+
+@pytest.mark.parametrize("p", [700.0, 5000.0])
+def test_circle_wp_at_large_p(p):
+    """Gaps^p over- or underflow for large p: the slope's sign and the value are taken with the
+    largest gap factored out; W_p -> the largest displacement of the best plan as p grows.
+    Reference: the assignment on the scaled cost (gap/largest)^p."""
+    x, y = np.array([0.1, 1.0, 2.0, 4.0]), np.array([0.3, 1.5, 3.0, 5.9])
+    for L in (2 * math.pi, 1e-3 * 2 * math.pi):
+        xs, ys = x * L / (2 * math.pi), y * L / (2 * math.pi)
+        G = _geodesic(xs, ys, L)
+        top = G.max()
+        rows, cols = scipy.optimize.linear_sum_assignment((G / top) ** min(p, 700.0))
+        gaps = G[rows, cols]
+        big = gaps.max()
+        ref = big * np.mean((gaps / big) ** p) ** (1 / p)
+        got = float(dg.wasserstein_circle(xs, ys, p=p, period=L))
+        assert np.isfinite(got) and got == pytest.approx(ref, rel=1e-10)

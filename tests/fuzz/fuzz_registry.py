@@ -207,6 +207,8 @@ REGISTRY: list[Entry] = [
     Entry("SoftmaxAttention.gaussian_velocity", ATTN.gaussian_velocity, lambda: dict(mean=np.zeros(D), cov=np.eye(D)),
           (Param("mean", bad=ARRAY, traced=True), Param("cov", bad=ARRAY + ("neg",), traced=True))),
     Entry("L2Attention", tp.L2Attention, _qkv(), (BETA, *QKV)),
+    Entry("HardAttention", tp.HardAttention, lambda: dict(Q=I2.copy(), K=I2.copy(), V=I2.copy(), tol=0.0),
+          (Param("tol", bad=("neg", "nan", "inf", "str"), ok=("zero",)), *QKV)),
     Entry("UnnormalizedAttention", tp.UnnormalizedAttention, _qkv(shift=0.0),
           (BETA, Param("shift", bad=FINITE, ok=("neg",), traced=True))),
     Entry("SigmoidAttention", tp.SigmoidAttention, _qkv(bias=0.0),
@@ -379,6 +381,17 @@ REGISTRY: list[Entry] = [
     Entry("diagnostics.wasserstein_circle", diagnostics.wasserstein_circle,
           lambda: dict(x=np.array([0.1, 1.0, 2.0]), y=np.array([0.3, 1.5, 4.0]), period=2 * np.pi),
           (Param("period", bad=POS), Param("x", bad=("nan", "inf", "shape")))),
+    Entry("diagnostics.wasserstein_circle.p", diagnostics.wasserstein_circle,  # W_p, p > 1: the best cut
+          lambda: dict(x=np.array([0.1, 1.0, 2.0]), y=np.array([0.3, 1.5, 4.0]), a=np.array([0.2, 0.3, 0.5]), p=2.0),
+          (Param("p", bad=("nan", "inf", "neg", "zero", "str"), ok=("huge",)),  # huge p: gaps^p over/underflow
+           Param("a", bad=("nan", "inf", "neg", "shape", "huge")))),
+    Entry("diagnostics.sliced_wasserstein_sphere", diagnostics.sliced_wasserstein_sphere,
+          lambda: dict(x=X.copy(), y=np.array([[0.0, -1.0], [-0.8, 0.6]]), frames=np.eye(2)[None], p=2.0),
+          (Param("x", bad=("nan", "inf", "huge", "shape", "dtype", "none"), traced=True),  # huge: off the sphere
+           Param("frames", bad=("nan", "inf", "huge", "shape"), traced=True),  # huge: not orthonormal
+           Param("p", bad=("nan", "inf", "neg", "zero", "str"), ok=("huge",)))),
+    Entry("diagnostics.random_great_circles", diagnostics.random_great_circles, lambda: dict(key=KEY, num=3, d=3),
+          (Param("num", bad=INT_GE1 + ("huge",)), Param("d", bad=INT_GE1 + ("huge",)), Param("key", bad=("none", "str")))),
     Entry("diagnostics.wasserstein_circle.tokens", diagnostics.wasserstein_circle,  # tokens on S^1, (n, 2)
           lambda: dict(x=X.copy(), y=np.array([[0.0, 1.0], [-1.0, 0.0], [0.8, -0.6]]), period=2 * np.pi),
           (Param("x", bad=("nan", "inf", "zero"), traced=True),  # zero: no angle (arctan2 said 0)
@@ -391,7 +404,10 @@ REGISTRY: list[Entry] = [
           (Param("beta", bad=FINITE, ok=("neg", "zero"), traced=True), W_P, X_P)),
     *[Entry(f"diagnostics.{f.__name__}", f, lambda: dict(x=X.copy(), beta=1.0, weights=W.copy()),
             (Param("beta", bad=FINITE, traced=True), W_P, X_P))
-      for f in (diagnostics.interaction_energy, diagnostics.log_interaction_energy, diagnostics.normalized_energy)],
+      for f in (diagnostics.interaction_energy, diagnostics.log_interaction_energy)],
+    Entry("diagnostics.normalized_energy", diagnostics.normalized_energy,  # any real β (β < 0: repulsive;
+          lambda: dict(x=X.copy(), beta=1.0, weights=W.copy()),           # a huge |β| overflows: an error)
+          (Param("beta", bad=FINITE, ok=("zero",), traced=True), W_P, X_P)),
     Entry("diagnostics.mean_token", diagnostics.mean_token, lambda: dict(x=X.copy(), weights=W.copy()), (W_P, X_P)),
     Entry("diagnostics.numerical_rank", diagnostics.numerical_rank, lambda: dict(P=np.eye(3), rtol=1e-3),
           (Param("rtol", bad=("nan", "inf", "neg", "str", "big"), big=1.5), Param("P", bad=("nan", "inf", "shape")))),

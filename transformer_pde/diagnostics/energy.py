@@ -21,10 +21,12 @@ Normalizations differ across papers (docs: math/sphere.md#normalizations-across-
 
 from __future__ import annotations
 
+import equinox as eqx
 import jax
 import jax.numpy as jnp
 
-from .._checks import as_float_array, check_finite, check_in_range, check_points, check_scalar, check_weights, check_weights_of
+from .._checks import (as_float_array, check_finite, check_in_range, check_points, check_scalar, check_weights,
+                       check_weights_of, is_concrete)
 from .._types import PointsLike, WeightsLike
 from ..models.perceptron import AbstractPotentialActivation, PerceptronBlock
 from ..models.sphere import unchecked_tangent_projection
@@ -72,13 +74,22 @@ def normalized_energy(x: PointsLike, beta, weights: WeightsLike | None = None) -
 
     GKPR's staircase quantity with their erratum's normalization (docs: math/sphere.md#metastability): the printed
     (2β e^β n²)^{-1} Σ e^{β⟨x_i,x_j⟩} tends to 0 with β; this one plateaus at Σ_k (m_k)^2
-    while the tokens sit in well-separated clusters of masses m_k. Valid for β >= 0.
+    while the tokens sit in well-separated clusters of masses m_k. Defined for every real β: for
+    β < 0 (repulsive attention, docs: math/attention.md#negative-temperature) it lies in
+    [1, e^{2|β|}] for unit tokens, 1 exactly at a single cluster.
     """
     x = check_points(x, "x")
-    beta = _check_beta(beta)
+    beta = check_scalar(beta, "beta")
     w = _weights(x, weights)
     k = jnp.exp(beta * (x @ x.T - 1.0))
-    return w @ k @ w
+    phi = w @ k @ w
+    # β < 0: φ <= e^{2|β|} overflows for |β| beyond the dtype's range (~354 in float64)
+    why = "e^{β(⟨x_i, x_j⟩ − 1)} exceeds the dtype's range (β < 0 with |β| too large for it)"
+    if is_concrete(phi):
+        if not bool(jnp.isfinite(phi)):
+            raise ValueError(f"normalized_energy overflowed at beta={float(beta):g}: {why}")
+        return phi
+    return eqx.error_if(phi, ~jnp.isfinite(phi), f"normalized_energy overflowed: {why}")
 
 
 def attention_matrix(x: PointsLike, beta=1.0, *, Q=None, K=None, weights: WeightsLike | None = None,

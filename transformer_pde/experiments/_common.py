@@ -66,7 +66,11 @@ def model_dynamics(model: str, d: int, beta, scheme: str = "projected", backend=
 
 def rescaled_usa_step(dt: float, beta: float) -> float:
     """USA moves e^β times faster than SA near clusters; the authors' step rule
-    (docs: math/sphere.md#differences-from-the-papers, phase-diagram defaults): dt / max(sqrt(β) e^{β − 1/2}, 1)."""
+    (docs: math/sphere.md#differences-from-the-papers, phase-diagram defaults): dt / max(sqrt(β) e^{β − 1/2}, 1).
+    For β <= 0 USA is no faster than SA (e^{β⟨x,y⟩} <= e^{|β|} with the factor below 1 near
+    clusters): dt itself."""
+    if beta <= 0:
+        return dt
     return dt / max(np.sqrt(beta) * np.exp(beta - 0.5), 1.0)
 
 

@@ -294,16 +294,19 @@ def _option_docs(cls) -> dict[str, str]:
     return docs
 
 
-def _check_bounds(values: dict, bounds: dict[str, tuple]) -> None:
+def _check_bounds(values: dict, bounds: dict[str, tuple], reasons: dict[str, str] | None = None) -> None:
     """Raise for the options whose values (any item of a list) leave their range, naming them
-    all with their values: "need n >= 2, t1 > 0; got n=1, t1=0" (field order)."""
+    all with their values: "need n >= 2, t1 > 0; got n=1, t1=0" (field order), then the reason
+    of each range that has one (``Options.range_reasons``): "...; betas > 0: the laws assume it"."""
     bad = [name for name, kinds in bounds.items()
            if not all(_holds(b, v) for b in kinds
                       for v in (values[name] if isinstance(values[name], tuple) else (values[name],)))]
     if bad:
         need = ", ".join(f"{name} {describe_range(bounds[name])}" for name in bad)
         got = ", ".join(f"{name}={format_value(values[name])}" for name in bad)
-        raise ValueError(f"need {need}; got {got}")
+        why = "".join(f"; {name} {describe_range(bounds[name])}: {reasons[name]}"
+                      for name in bad if reasons and name in reasons)
+        raise ValueError(f"need {need}; got {got}{why}")
 
 
 # ----------------------------------------------------------------------------- configs
@@ -317,7 +320,12 @@ class Options:
     ints become floats for float fields, lists become tuples), then against its declared range
     (``Annotated[int, Ge(2)]``, annotated-types), then :meth:`validate` runs, then the sizes of
     :meth:`footprint` are checked against :data:`ELEMENT_BUDGET`.
+
+    ``range_reasons`` (a class attribute) says why a range is what it is, where the mathematics
+    sets it (β > 0 where a law assumes it): the error of a value outside it gives the reason.
     """
+
+    range_reasons: typing.ClassVar[dict[str, str]] = {}
 
     def __post_init__(self):
         hints = typing.get_type_hints(type(self))
@@ -325,7 +333,7 @@ class Options:
         for name, value in vars(self).items():
             values[name] = coerce_option(None, name, hints[name], value)
             object.__setattr__(self, name, values[name])
-        _check_bounds(values, option_bounds(type(self)))
+        _check_bounds(values, option_bounds(type(self)), self.range_reasons)
         self.validate()
         _check_footprint(self)
 

@@ -30,6 +30,7 @@ from ._options import Options, sizes
 class CausalClusteringConfig(Options):
     n: Annotated[int, Ge(2)] = 128
     d: Annotated[int, Ge(2)] = 2
+    range_reasons = {"betas": "the predicted cluster counts scale with √β (Rényi radii c/√β, a fit in log β)"}
     betas: Annotated[tuple[float, ...], Gt(0)] = (4.0, 9.0, 16.0, 36.0, 64.0)
     """Inverse temperatures β at which the metastable clusters are counted (at t1)."""
     seeds: Annotated[int, Ge(1)] = 4

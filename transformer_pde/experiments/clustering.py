@@ -61,7 +61,8 @@ KINETIC_Z0 = np.array([
 class ClusteringConfig(Options):
     n: Annotated[int, Ge(1)] = 256
     d: Annotated[int, Ge(2)] = 3
-    beta: Annotated[float, Ge(0)] = 1.0
+    beta: float = 1.0
+    """Inverse temperature β of the attention, any real number (β < 0: repulsive attention)."""
     t1: Annotated[float, Gt(0)] = 30.0
     dt: Annotated[float, Gt(0)] = 0.1
     """Step of SA; USA uses dt / max(sqrt(β) e^{β−1/2}, 1) (the authors' rule)."""

@@ -46,6 +46,9 @@ from ._options import Options, sizes
 @dataclasses.dataclass(frozen=True)
 class EnergyFlowConfig(Options):
     n: Annotated[int, Ge(2)] = 8
+    range_reasons = {
+        "beta": "the experiment follows log E_β, and E_β = (1/2β) Σ e^{β⟨Dx_i, x_j⟩} is negative for β < 0",
+    }
     beta: Annotated[float, Gt(0)] = 1.0
     t1: Annotated[float, Gt(0)] = 300.0
     num_saves: Annotated[int, Ge(2)] = 60

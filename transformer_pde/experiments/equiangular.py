@@ -37,8 +37,9 @@ from ._progress import solver_meter
 class EquiangularConfig(Options):
     n: int = 16
     d: int = 16
-    betas: Annotated[tuple[float, ...], Ge(0)] = (0.5, 1.0, 4.0)
-    """Inverse temperatures β; each runs every model of ``models`` against the reduced ODE."""
+    betas: tuple[float, ...] = (0.5, 1.0, 4.0)
+    """Inverse temperatures β, any real numbers (the reduced ODE holds for β < 0, repulsive
+    attention, too); each runs every model of ``models`` against the reduced ODE."""
     models: tuple[Literal["SA", "USA"], ...] = MODELS
     """The models run: ``SA`` alone runs the published setting (n = d = 128, β up to 9), where
     USA's rate 2e^β makes its solve stiff."""

@@ -38,6 +38,7 @@ from ._options import Options, sizes
 class InstabilityConfig(Options):
     model: Literal["SA", "USA"] = "USA"
     """SA (softmax) or USA (GLPR's 1/n), Q = K = V/K = I on S¹."""
+    range_reasons = {"beta": "the growth rates of the uniform state (tp.theory.noisy_sphere) are stated for β > 0"}
     beta: Annotated[float, Gt(0)] = 2.0
     """Inverse temperature β."""
     K: Annotated[float, Gt(0)] = 1.0

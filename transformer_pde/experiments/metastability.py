@@ -48,6 +48,7 @@ PUBLISHED_COLLAPSE = {500.0: 0.12, 2000.0: 0.10, 4000.0: 0.092}
 
 @dataclasses.dataclass(frozen=True)
 class MetastabilityConfig(Options):
+    range_reasons = {"cap_betas": "the metastability laws (tp.theory.metastability) are stated for β > 0"}
     # Part 1: caps.
     cap_betas: Annotated[tuple[float, ...], Gt(0)] = (2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0)
     """Inverse temperatures β at which the cap exit time is measured."""

@@ -54,6 +54,10 @@ class NoisyTransitionConfig(Options):
     model: Literal["SA", "USA"] = "USA"
     """USA (the noisy USA; docs: math/noise.md#nonlinear-fokker-planck-equation) or SA
     (softmax; its transition stays continuous on S¹)."""
+    range_reasons = {
+        "betas": "the noisy-sphere laws (tp.theory.noisy_sphere) are stated for β > 0",
+        "phase_betas": "the noisy-sphere laws (tp.theory.noisy_sphere) are stated for β > 0",
+    }
     betas: Annotated[tuple[float, ...], Gt(0)] = (1.5, 4.0)
     """β of the branch plot: one below and one above β_* = 2.447."""
     sigma: Annotated[float, Gt(0)] = 1.0

@@ -93,8 +93,8 @@ class NormalizationConfig(Options):
     d: Annotated[int, Ge(2)] = 16
     heads: Annotated[int, Ge(1)] = 8
     """Heads, averaged (W_h = I/H); each head is full width: Q_h, K_h, V_h are (d, d)."""
-    betas: Annotated[tuple[float, ...], Ge(0)] = (1.0, 5.0, 9.0)
-    """Inverse temperatures β of the attention."""
+    betas: tuple[float, ...] = (1.0, 5.0, 9.0)
+    """Inverse temperatures β of the attention, any real numbers (β < 0: repulsive attention)."""
     masks: tuple[Literal["none", "causal"], ...] = MASKS
     """'none': every token attends to all; 'causal': token i attends to j <= i."""
     schemes: tuple[Scheme, ...] = SCHEME_NAMES

@@ -13,6 +13,7 @@ from .attention.base import AbstractKernelAttention as AbstractKernelAttention
 from .attention.base import AbstractMaskableAttention as AbstractMaskableAttention
 from .attention.base import AbstractNormalizedAttention as AbstractNormalizedAttention
 from .attention.causal import Causal as Causal
+from .attention.hard import HardAttention as HardAttention
 from .attention.l2 import L2Attention as L2Attention
 from .attention.sinkhorn import SinkhornAttention as SinkhornAttention
 from .attention.sinkhorn import SinkhornPotentials as SinkhornPotentials
