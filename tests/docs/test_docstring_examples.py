@@ -21,6 +21,7 @@ EXAMPLED = {
     "tp.Sphere": tp.Sphere, "tp.Noise": tp.Noise, "tp.Gaussian": tp.Gaussian, "tp.Particles": tp.Particles,
     "tp.sweep": tp.sweep, "tp.fit": tp.fit, "tp.runs.solve_checkpointed": tp.runs.solve_checkpointed,
     "tp.CircleDensity": tp.CircleDensity, "tp.solve_density": tp.solve_density,
+    "tp.AffineFeedForward": tp.AffineFeedForward,
 }
 """The objects whose docstrings must show an example."""
 
