@@ -44,5 +44,7 @@ def test_tiny_run_reaches_the_target_checks_particles_and_stalls_at_the_rank_bou
     assert np.all(mc < 4 * scale[..., None])  # sampling error ~ (tr Σ/n)^{1/2}
     bound = float(res["rank_bound"])
     np.testing.assert_allclose(res["rank_w2"], bound, rtol=1e-8)
-    assert np.all(np.nan_to_num(res["rank_history"], nan=np.inf) >= bound * (1 - 1e-12))
+    # never below the bound, to the accuracy of W₂ at a singular covariance: its square root has
+    # a spurious eigenvalue ~ (eps·|Σ|)^{1/2}, which moves W₂ by ~1e-9 (seen: bound − 1.3e-9)
+    assert np.all(np.nan_to_num(res["rank_history"], nan=np.inf) >= bound - 1e-8)
     assert np.all(res["rank_eigenvalues"][:, 0] < 1e-12)  # the rank stayed 1

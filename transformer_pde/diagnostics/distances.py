@@ -41,7 +41,9 @@ def bures_wasserstein(mean1, cov1, mean2, cov2) -> jax.Array:
     The trace formula above subtracts numbers of size tr Σ, so its rounding is eps·tr Σ in W₂²
     (W₂ ≈ 1e-7 between two equal 4 x 4 covariances in float64); the residual's is eps² in W₂²
     (W₂ ≈ 1e-15 there): distances down to 1e-8 and below can be read (docs:
-    math/gaussian.md#control-of-gaussians).
+    math/gaussian.md#control-of-gaussians). At a singular covariance the square root itself is
+    the limit: a zero eigenvalue computed as eps·|Σ| has root (eps·|Σ|)^{1/2}, so W₂ is then
+    accurate to ~1e-8 only.
     """
     mean1, mean2 = _check_mean(mean1, cov1, "mean1", "cov1"), _check_mean(mean2, cov2, "mean2", "cov2")
     mean1, mean2 = jnp.broadcast_arrays(mean1, mean2)

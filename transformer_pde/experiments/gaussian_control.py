@@ -107,8 +107,9 @@ def _initial_controls(key, d, L, scale):
 
 def _solve_kwargs(cfg, L, saveat=None):
     substeps = math.ceil(cfg.t1 / (L * cfg.max_step) - 1e-9)
+    # a layer boundary may add a step (the solve steps to just below it and on from just above)
     return dict(t1=cfg.t1, dt0=cfg.t1 / (L * substeps), solver=diffrax.Tsit5(),
-                max_steps=L * substeps + 16, **({} if saveat is None else {"saveat": saveat}))
+                max_steps=2 * L * (substeps + 1) + 16, **({} if saveat is None else {"saveat": saveat}))
 
 
 def adaptive_end(controls, cfg, L, mean0, cov0):
