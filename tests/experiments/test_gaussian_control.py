@@ -7,8 +7,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from transformer_pde.experiments import get
 from transformer_pde.experiments import gaussian_control as gc
+from transformer_pde.experiments import get
 
 
 def test_gradient_through_the_moment_odes_matches_finite_differences():
