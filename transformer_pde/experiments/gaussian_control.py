@@ -27,9 +27,9 @@ Measured here (seed 0, float64, 2 CPU cores shared with other jobs: 3–5 minute
 mostly compilation), with at most 100 iterations per fit: in d = 2 all 3 targets reached at
 L = 4, 8, 16, 32, W₂ between 3e-13 and 9e-12 after 13–44 iterations; in d = 4, 5 of the 6 fits
 at L = 4 and 8 ended below 1e-8 (4.6e-12 to 6.8e-9; 4 of them at the cap, still decreasing),
-the sixth (L = 4) at 1.7e-7 at the cap; the run was stopped there for time (d = 4 at L = 16, 32 and the rank fits of
-the default size were not run). Hence the default of 300 iterations (a fit that reaches
-w2_stop stops earlier).
+the sixth (L = 4) at 1.7e-7 at the cap; the run was stopped there for time (d = 4 at L = 16,
+32 and the rank fits of the default size were not run). Hence the default of 300 iterations (a
+fit that reaches w2_stop stops earlier).
 The tiny run (d = 2, L = 4): W₂ = 1.2e-12 in 13 iterations, Gauss–Hermite particles (10²)
 within 1e-6 of the closure, and the rank 1 → 2 fit ends at the bound 0.5577287816 to all
 printed digits.
