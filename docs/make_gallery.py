@@ -74,6 +74,9 @@ ENTRIES: dict[str, tuple[str, str]] = {
     'noisy-transition': (
         'Noisy USA on the circle: stationary branches computed by Newton continuation of the Fokker–Planck equation, their folds, and the (β, K) phase diagram. The transition from the uniform law is continuous for β < β* ≈ 2.447 and discontinuous beyond, with a bistable window [K_c, K_#].',
         'Mun–Rosenzweig, arXiv 2606.05140 and 2604.16288; Shalova–Schlichting, arXiv 2412.14813; Balasubramanian–Banerjee–Rigollet, arXiv 2510.20094.'),
+    'gaussian-control': (
+        'Softmax attention with an affine feed-forward keeps Gaussians Gaussian; its controls (Q, K, V, W, b), piecewise constant over L layers, are fitted by L-BFGS through the moment ODEs so that N(0, I) reaches a random Gaussian of the same rank: W₂ against iteration, and the ellipses along the layers. From a rank-one start the fit stalls at the bound (Σ_{i>r} λ_i(Σ*))^{1/2}: the rank is invariant.',
+        'Alcalde–Ji–Zuazua, Reachability and asymptotics of Gaussian Transformer dynamics, arXiv 2606.07600.'),
     'normalization': (
         'The same multi-head attention inside post-LN, projected, Pre-LN, Peri-LN, Mix-LN, nGPT and LN-scaling layers: the fraction of clustered pairs and the token speed against depth. Normalization acts as speed regulation: the schemes differ in how fast, not whether, tokens cluster.',
         'Karagodin–Ge–Polyanskiy–Rigollet, Normalization in Attention Dynamics, arXiv 2510.22026.'),

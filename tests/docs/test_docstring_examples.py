@@ -22,6 +22,7 @@ EXAMPLED = {
     "tp.sweep": tp.sweep, "tp.fit": tp.fit, "tp.runs.solve_checkpointed": tp.runs.solve_checkpointed,
     "tp.CircleDensity": tp.CircleDensity, "tp.solve_density": tp.solve_density,
     "tp.SphereDensity": tp.SphereDensity,
+    "tp.AffineFeedForward": tp.AffineFeedForward,
 }
 """The objects whose docstrings must show an example."""
 

@@ -4,6 +4,8 @@ imports a name's module on first access; static tools read it as the package's i
 model is its module plus one line here."""
 
 from . import sharding as sharding
+from .attention.affine import AffineFeedForward as AffineFeedForward
+from .attention.affine import GaussianFactorFlow as GaussianFactorFlow
 from .attention.attention_perceptron import AttentionPerceptron as AttentionPerceptron
 from .attention.base import AbstractAttention as AbstractAttention
 from .attention.base import AbstractBilinearAttention as AbstractBilinearAttention

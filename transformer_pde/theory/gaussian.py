@@ -12,7 +12,7 @@ from __future__ import annotations
 import jax.numpy as jnp
 import numpy as np
 
-from .._checks import check_covariance, check_scalar, is_concrete
+from .._checks import as_float_array, check_covariance, check_int, check_scalar, is_concrete
 from .._linalg import sqrtm_psd, symmetrize
 from ..models.attention.sinkhorn import sinkhorn_conditional_cov
 
@@ -59,4 +59,31 @@ def identity_value_blowup_time(cov0, A):
     return jnp.where(lam > 0, 1.0 / jnp.where(lam > 0, lam, 1.0), jnp.inf)
 
 
-__all__ = ["identity_value_blowup_time", "identity_value_cov", "sinkhorn_conditional_cov"]
+def low_rank_distance(cov, rank: int):
+    r"""The W₂ distance from N(m, Σ) to the nearest Gaussian whose covariance has rank <= r
+    (docs: math/gaussian.md#the-rank-is-an-invariant):
+
+    $$\min_{m',\ \mathrm{rank}\,\Sigma'\le r} W_2ig(\mathcal N(m', \Sigma'), \mathcal N(m, \Sigma)ig)
+    = \Big(\sum_{i>r}\lambda_i(\Sigma)\Big)^{1/2},$$
+
+    λ₁ >= ... >= λ_d the eigenvalues of Σ: a Gaussian of rank r lives on an affine r-plane S,
+    every coupling has E|X − Y|² >= E dist(Y, S)², at least the sum of the d − r smallest
+    eigenvalues (Ky Fan), with equality for the projection of Y onto its top r principal axes.
+    The moment flow keeps the rank (Σ(t) = M(t)Σ₀M(t)ᵀ), so from a start of rank r no control
+    comes closer than this to a target N(m, Σ) of higher rank. 0 when r >= rank Σ.
+
+    Args:
+        cov: ``(d, d)``, symmetric positive semi-definite.
+        rank: r, an integer in [0, d].
+    """
+    cov = as_float_array(cov, "cov")
+    if cov.ndim != 2 or cov.shape[0] != cov.shape[1]:
+        raise ValueError(f"cov must be a square (d, d) matrix, got shape {cov.shape}")
+    cov = check_covariance(cov, "cov")
+    d = cov.shape[0]
+    rank = check_int(rank, "rank", minimum=0, maximum=d)
+    lam = jnp.linalg.eigvalsh(symmetrize(cov))  # ascending: the d - r smallest come first
+    return jnp.sqrt(jnp.sum(jnp.clip(lam[: d - rank], 0.0)))
+
+
+__all__ = ["identity_value_blowup_time", "identity_value_cov", "low_rank_distance", "sinkhorn_conditional_cov"]
