@@ -6,6 +6,8 @@ Three layers (see STYLE.md): a ``ValueError`` naming the bad value when it is co
 
 from __future__ import annotations
 
+import contextlib
+import importlib
 import math
 import weakref
 
@@ -18,6 +20,29 @@ from ._lazy import eqx, jax, jnp
 
 class NonFiniteStateError(FloatingPointError):
     """A run produced NaN or inf; the message names the time it first appeared."""
+
+
+@contextlib.contextmanager
+def without_checks(messages: tuple[str, ...]):
+    """While tracing inside this block, leave out the ``eqx.error_if`` checks whose messages start
+    with one of ``messages`` (a library's checks the caller made before the program): each is a
+    host callback, and JAX's persistent compilation cache keeps no program holding one. Equinox
+    routes every ``error_if`` through ``equinox._errors.branched_error_if_impl_jit``; this wraps
+    it for the block. The caller must trace a function under this block only (a function's
+    jitted trace is cached without regard to it)."""
+    errors = importlib.import_module("equinox._errors")
+    checked = errors.branched_error_if_impl_jit
+
+    def check(x, pred, index, msgs, *, on_error):
+        if all(str(m).startswith(messages) for m in msgs):
+            return x
+        return checked(x, pred, index, msgs, on_error=on_error)
+
+    errors.branched_error_if_impl_jit = check
+    try:
+        yield
+    finally:
+        errors.branched_error_if_impl_jit = checked
 
 
 def is_concrete(x) -> bool:

@@ -93,8 +93,10 @@ class AbstractNoise(eqx.Module):
     def time_dependent(self) -> bool:
         return callable(self.sigma)
 
-    def at(self, t, dtype=None):
-        """σ(t), checked (>= 0 and finite) inside jit."""
+    def at(self, t, dtype=None, *, checked: bool = False):
+        """σ(t), checked (>= 0 and finite) inside jit unless ``checked``: a constant σ that was
+        checked before the program (a runtime check is a host callback, which keeps the program
+        out of JAX's persistent cache)."""
         name = type(self).__name__
         s = self._sigma_of(t, name) if self.time_dependent else self.sigma
         if not isinstance(s, (int, float, np.ndarray, np.generic, jax.Array)) or jnp.iscomplexobj(s) or not (
@@ -108,6 +110,8 @@ class AbstractNoise(eqx.Module):
             if not (np.isfinite(v) and v >= 0):
                 raise ValueError(f"{name}.sigma must be finite and >= 0, got sigma(t={float(t):.6g}) = {v}"
                                  if is_concrete(t) else f"{name}.sigma must be finite and >= 0, got {v}")
+            return s
+        if checked:
             return s
         return eqx.error_if(s, ~(jnp.isfinite(s) & (s >= 0)),
                             f"{name}.sigma(t) must be finite and >= 0 (got a negative or non-finite value)")
@@ -285,6 +289,8 @@ def brownian_spec(noise, shape, key, interval, state, dynamics, solver, controll
     if all(is_concrete(v) for v in (T0, T1, t0, t1)) and not (float(T0) <= float(t0) < float(t1) <= float(T1)):
         raise ValueError(f"brownian_interval = ({float(T0)}, {float(T1)}) must contain [t0, t1] = "
                          f"[{float(t0)}, {float(t1)}]")
+    if not all(is_concrete(v) for v in (T0, T1, t0, t1)):  # the program leaves diffrax's check of it out
+        T1 = eqx.error_if(T1, ~((T0 <= t0) & (t1 <= T1)), "brownian_interval must contain [t0, t1]")
     levy_area = brownian_levy_area(solver)
     path = noise.path_for(adaptive, levy_area)
     path.check(adaptive)
@@ -310,16 +316,17 @@ class _BrownianSpec(eqx.Module):
         return self.kind.path(self.t0, self.t1, self.dt0, self.adaptive, self.shape, self.key, self.levy_area)
 
 
-def noisy_terms(dynamics, state, noise, brownian):
-    """drift + σ(t)·diffusion ∘ dW: an ODE term (a Gaussian's Σ' += σ²I) or diffrax's SDE terms."""
+def noisy_terms(dynamics, state, noise, brownian, sigma_checked: bool = False):
+    """drift + σ(t)·diffusion ∘ dW: an ODE term (a Gaussian's Σ' += σ²I) or diffrax's SDE terms
+    (``sigma_checked``: a constant σ checked before the program, see :meth:`AbstractNoise.at`)."""
     def drift(t, y, args):
         v = state.vector_field(dynamics, t, y)
-        extra = noise.drift(state, dynamics, t, y, noise.at(t, state.dtype))
+        extra = noise.drift(state, dynamics, t, y, noise.at(t, state.dtype, checked=sigma_checked))
         return v if extra is None else jax.tree.map(jnp.add, v, extra)
 
     if brownian is None:
         return diffrax.ODETerm(drift)
-    diffusion = _NoiseTerm(brownian.tree(), noise, state, dynamics, noise.additive(state, dynamics))
+    diffusion = _NoiseTerm(brownian.tree(), noise, state, dynamics, noise.additive(state, dynamics), sigma_checked)
     return diffrax.MultiTerm(diffrax.ODETerm(drift), diffusion)
 
 
@@ -341,9 +348,10 @@ class _NoiseTerm(diffrax.AbstractTerm):
     state: object
     dynamics: object
     additive: bool = eqx.field(static=True)
+    sigma_checked: bool = eqx.field(static=True)
 
     def vf(self, t, y, args):
-        sigma = self.noise.at(t, self.state.dtype)
+        sigma = self.noise.at(t, self.state.dtype, checked=self.sigma_checked)
         return _Diffusion(sigma, None if self.additive else y, jnp.asarray(t, self.state.dtype))
 
     def contr(self, t0, t1, **kwargs):

@@ -9,6 +9,7 @@ step-size controller, adjoint and ``SaveAt``, the progress meter, and the stop c
 
 from __future__ import annotations
 
+import functools
 import warnings
 
 import diffrax
@@ -17,7 +18,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .._checks import NonFiniteStateError, check_int, check_scalar, cover_finiteness, is_concrete
+from .._checks import NonFiniteStateError, check_int, check_scalar, cover_finiteness, is_concrete, without_checks
 from ..models.base import AbstractDynamics, AbstractRetraction
 from ..models.switched import AbstractSwitched
 from .events import AbstractBlowUp, BlowUp
@@ -99,7 +100,12 @@ def solve(
             watches nothing.
         progress_meter: a diffrax progress meter (e.g. ``diffrax.TqdmProgressMeter()``),
             updated from inside jit; default none.
-        throw: raise if the solve fails; otherwise inspect ``Solution.result``.
+        throw: raise if the solve fails; otherwise inspect ``Solution.result``. The program
+            itself holds no check (a host callback, which JAX's persistent compilation cache
+            never keeps): it reports a failure as ``Solution.result`` and a blow-up as its time,
+            raised after it ran with diffrax's message (``eqx.EquinoxRuntimeError``) or
+            :class:`~transformer_pde.NonFiniteStateError`; under your own ``jit``/``vmap`` the
+            same errors are raised inside that program (``eqx.error_if``).
         noise: :class:`~transformer_pde.Noise` ``(σ)``: independent noise on every token,
             dX_i = Γ dt + σ(t) dB_i (on the sphere σP⊥_{X_i} ∘ dB_i, generator (σ²/2)Δ_S;
             docs: math/noise.md#independent-noise, :mod:`~transformer_pde.solvers.noise`). The solver must be an SDE
@@ -207,21 +213,63 @@ def solve(
     t0a, t1a = as_time(t0, "t0", dtype), as_time(t1, "t1", dtype)
     if not (is_concrete(t0) and is_concrete(t1)):  # the concrete case was refused above
         t1a = eqx.error_if(t1a, ~(t1a > t0a), "solve: must have t1 > t0 (time runs forward)")
+    ts = tuple(_check_traced_times(times, t0a, t1a) for times in ts)
     sol = _solve(dynamics, state, t0a, t1a,
                  None if dt0 is None else jnp.asarray(check_scalar(dt0, "dt0", positive=True), dtype), ts, fn, solver, stepsize_controller,
-                 adjoint, int(max_steps), progress_meter or diffrax.NoProgressMeter(), bool(throw),
-                 event, criterion, noise, brownian, several)
+                 adjoint, int(max_steps), progress_meter or diffrax.NoProgressMeter(),
+                 event, criterion, noise, brownian, several,
+                 # a constant σ was checked above (Noise.check): the program need not check it again
+                 noise is not None and not noise.time_dependent and is_concrete(noise.sigma))
+    if throw:  # the program reports a failure as its result code: raised here, after it ran
+        sol = _raise_if_failed(sol)
     if throw and event is not None and isinstance(sol, Solution):
         sol = _raise_if_nonfinite(sol, event, noise is not None)
     return sol
 
 
+def _raise_if_failed(sol):
+    """Raise the failure a solve program reported as its result code (``Solution.result``: steps
+    exhausted, a step size too small, ...), with diffrax's message: an ``eqx.EquinoxRuntimeError``
+    now when the result is concrete, through ``eqx.error_if`` under an outer ``jit``/``vmap``
+    (raised while that program runs). A blow-up is reported by its time, not here. Returns ``sol``."""
+    result = sol.result
+    failed = ~((result == diffrax.RESULTS.successful) | (result == diffrax.RESULTS.event_occurred))
+    if not is_concrete(failed):
+        return result.error_if(sol, failed)
+    failed = np.ravel(failed)
+    if failed.any():  # vmapped runs: the first that failed
+        first = jax.tree.map(lambda code: jnp.ravel(code)[int(np.argmax(failed))], result)
+        raise eqx.EquinoxRuntimeError(diffrax.RESULTS[first])
+    return sol
+
+
+def _check_traced_times(ts, t0, t1):
+    """Save times within [t0, t1] and in order: checked before the program when they and the
+    span are concrete (``check_times``); traced ones here, as diffrax checked them (the program
+    drops diffrax's own checks of the times, see :func:`_solve`)."""
+    if all(is_concrete(v) for v in (ts, t0, t1)):
+        return ts
+    ts = eqx.error_if(ts, jnp.any(ts[1:] < ts[:-1]), "saveat.ts must be increasing or decreasing.")
+    return eqx.error_if(ts, jnp.any((ts > t1) | (ts < t0)), "saveat.ts must lie between t0 and t1.")
+
+
 @eqx.filter_jit
-def _solve(dynamics, state, t0, t1, dt0, ts, fn, solver, controller, adjoint, max_steps, meter, throw,
-           watch, criterion, noise, brownian, several):
+def _solve(dynamics, state, t0, t1, dt0, ts, fn, solver, controller, adjoint, max_steps, meter,
+           watch, criterion, noise, brownian, several, sigma_checked):
+    """The program of a solve. It holds no host callback (JAX's persistent cache keeps no program
+    that does): diffrax runs with ``throw=False`` and reports a failure as the result code that
+    :func:`_raise_if_failed` raises after the program, and diffrax's checks of the times (as
+    ``eqx.error_if``) are left out, ``solve`` having checked the same before the program."""
+    with without_checks(_DIFFRAX_TIME_CHECKS):
+        return _program(dynamics, state, t0, t1, dt0, ts, fn, solver, controller, adjoint, max_steps, meter,
+                        watch, criterion, noise, brownian, several, sigma_checked)
+
+
+def _program(dynamics, state, t0, t1, dt0, ts, fn, solver, controller, adjoint, max_steps, meter,
+             watch, criterion, noise, brownian, several, sigma_checked):
     term = state.term(dynamics)
     if noise is not None:
-        term = noisy_terms(dynamics, state, noise, brownian)
+        term = noisy_terms(dynamics, state, noise, brownian, sigma_checked)
     if state.retracts(dynamics):
         if isinstance(adjoint, diffrax.DirectAdjoint):
             solver = _bounded_stages(solver)
@@ -229,8 +277,10 @@ def _solve(dynamics, state, t0, t1, dt0, ts, fn, solver, controller, adjoint, ma
     blown_up = None if watch is None else (lambda y: state.blown_up(criterion, y))
     check = None if watch is None else watch.save_check(blown_up)
     # the extra save at t1 records where the run actually stopped (the event time, or t1)
-    saveat = diffrax.SaveAt(subs=[*(diffrax.SubSaveAt(ts=times, fn=_saver(state, dynamics, f, check))
-                                    for times, f in zip(ts, fn)),
+    # a watched run's statistic flags a non-finite input instead of checking it (a host callback)
+    flag_input = tuple(watch is not None and f is not None for f in fn)
+    saveat = diffrax.SaveAt(subs=[*(diffrax.SubSaveAt(ts=times, fn=_saver(state, dynamics, f, check, flag))
+                                    for times, f, flag in zip(ts, fn, flag_input)),
                                   diffrax.SubSaveAt(t1=True, fn=_final_saver(state, check))])
     event = None if watch is None else watch.stop_event(blown_up)
     with warnings.catch_warnings():
@@ -241,11 +291,23 @@ def _solve(dynamics, state, t0, t1, dt0, ts, fn, solver, controller, adjoint, ma
         warnings.filterwarnings("ignore", message="invalid value encountered in cast", category=RuntimeWarning)
         sol = diffrax.diffeqsolve(term, solver, t0, t1, dt0, state.y, saveat=saveat,
                                   stepsize_controller=controller, adjoint=adjoint, max_steps=max_steps,
-                                  throw=throw, event=event, progress_meter=meter)
+                                  throw=False, event=event, progress_meter=meter)
     save_ts, saved, (t_end, final, *final_flag) = tuple(sol.ts[:-1]), tuple(sol.ys[:-1]), sol.ys[-1]
     stop_time, result = None, sol.result
     if watch is not None:
         stop_time = jnp.where(result == diffrax.RESULTS.event_occurred, t_end[0], jnp.inf)
+    if check is None and any(flag_input):
+        # a statistic's input held NaN or inf: inf there, and the run reports the first such save
+        # unless it stopped on a blow-up (that time stays the end of the step where it occurred)
+        flags = tuple(x[1] if flag else None for x, flag in zip(saved, flag_input))
+        saved = tuple(x[0] if flag else x for x, flag in zip(saved, flag_input))
+        first = functools.reduce(jnp.minimum, [jnp.min(jnp.where(f, times, jnp.inf))
+                                               for times, f in zip(save_ts, flags) if f is not None])
+        saved = tuple(v if f is None else inf_from(jnp.min(jnp.where(f, times, jnp.inf)), times, v)
+                      for times, v, f in zip(save_ts, saved, flags))
+        stop_time = jnp.where(jnp.isfinite(stop_time), stop_time, first)
+        result = diffrax.RESULTS.where(jnp.isfinite(stop_time) & (result == diffrax.RESULTS.successful),
+                                       diffrax.RESULTS.event_occurred, result)
     if check is not None:  # the saves' flags: the first flagged save (or t1), and inf from it on
         saved, flags = tuple(v for v, _ in saved), tuple(f for _, f in saved)
         for times, flag in zip(save_ts, flags):
@@ -261,18 +323,34 @@ def _solve(dynamics, state, t0, t1, dt0, ts, fn, solver, controller, adjoint, ma
                           sol.stats["num_accepted_steps"], result, criterion)
 
 
-def _saver(state, dynamics, fn, check):
+_DIFFRAX_TIME_CHECKS = ("Must have (t1 - t0) * dt0 >= 0", "saveat.ts must be increasing or decreasing.",
+                        "saveat.ts must lie between t0 and t1.",
+                        "Cannot evaluate VirtualBrownianTree outside of its range [t0, t1].",
+                        "t0 must be strictly less than t1")
+"""The messages of diffrax's checks of the times: ``solve`` checks t1 > t0, dt0 > 0 and the save
+times before the program (:func:`~.saves.check_times`, :func:`_check_traced_times`), and the
+Brownian interval holds [t0, t1] (``brownian_spec``: the tree's interval is not empty, diffrax
+steps within it, the grid's bridges evaluate their unit tree at fractions in [0, 1])."""
+
+
+def _saver(state, dynamics, fn, check, flag_input=False):
     """diffrax's ``fn(t, y, args)`` for one save: the state's value (saves interpolate between
     steps and dense output may leave the manifold: the state maps them), or ``fn`` of it; with a
-    ``check`` (:meth:`AbstractBlowUp.save_check`), the pair (that, ``check(y)``)."""
+    ``check`` (:meth:`AbstractBlowUp.save_check`), the pair (that, ``check(y)``); with
+    ``flag_input``, the pair (that, whether the value ``fn`` read held NaN or inf)."""
     def save(t, y, args):
         v = state.value(dynamics, y, t)
-        if check is not None:
+        if check is not None or flag_input:
             # this save's own flag covers its tokens: statistics need not check them for NaN
             # again (a flagged save is set to inf, so nothing computed from them is kept)
             cover_finiteness(jax.tree_util.tree_leaves(v))
         out = v if fn is None else jax.tree.map(saved_array, fn(t, v, args))
-        return out if check is None else (out, check(y))
+        if check is not None:
+            return out, check(y)
+        if flag_input:
+            return out, ~jnp.all(jnp.asarray([jnp.all(jnp.isfinite(a)) for a in jax.tree_util.tree_leaves(v)
+                                              if jnp.issubdtype(a.dtype, jnp.inexact)]))
+        return out
 
     return save
 
