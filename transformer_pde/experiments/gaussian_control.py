@@ -29,7 +29,9 @@ L = 4, 8, 16, 32, W₂ between 3e-13 and 9e-12 after 13–44 iterations; in d = 
 at L = 4 and 8 ended below 1e-8 (4.6e-12 to 6.8e-9; 4 of them at the cap, still decreasing),
 the sixth (L = 4) at 1.7e-7 at the cap; the run was stopped there for time (d = 4 at L = 16,
 32 and the rank fits of the default size were not run). Hence the default of 300 iterations (a
-fit that reaches w2_stop stops earlier).
+fit that reaches w2_stop stops earlier). Open defect: a run with it (``--depths 4``) failed in
+d = 4: an L-BFGS iterate's fixed-step covariance was indefinite and ``bures_wasserstein`` refused
+it (fitting in factor form, Σ = FFᵀ with ``tp.GaussianFactorFlow``, would keep Σ PSD).
 The tiny run (d = 2, L = 4): W₂ = 1.2e-12 in 13 iterations, Gauss–Hermite particles (10²)
 within 1e-6 of the closure, and the rank 1 → 2 fit ends at the bound 0.5577287816 to all
 printed digits.
