@@ -111,7 +111,7 @@ class KrauseAttention(AbstractMaskableAttention):
 
     def _field(self, queries, x, weights, t, last_key=None):
         """By blocks of ``query_block`` queries; ``last_key`` (m,): query i sees keys j <= it."""
-        m, b = queries.shape[0], min(self.query_block, queries.shape[0])
+        m, b = queries.shape[0], max(1, min(self.query_block, queries.shape[0]))
         pad = (-m) % b
         last = jnp.full((m,), x.shape[0], dtype=int) if last_key is None else last_key
         qp = jnp.concatenate([queries, jnp.zeros((pad, queries.shape[1]), queries.dtype)])
