@@ -62,6 +62,9 @@ ENTRIES: dict[str, tuple[str, str]] = {
     'kde-modes': (
         'Number of modes of a Gaussian kernel density estimate of n samples against the √(β log β) law, and the number of metastable clusters of one-dimensional self-attention (the blurring mean shift) started from the same samples.',
         'Gaussian KDE modes and attention, arXiv 2412.09080.'),
+    'krause': (
+        'Krause (bounded-confidence) attention on [0, 1] with Q = K = V = I: tokens started evenly spaced, moved until they stop, for a grid of confidence radii r. The final positions against r draw the Hegselmann–Krause bifurcation diagram: clusters about 2r apart (their number close to 1/(2r)) for small r, consensus for large r.',
+        'Liu–Yue–Welling–Song, Krause Synchronization Transformers, arXiv 2602.11534.'),
     'large-n': (
         '10⁶ tokens uniform on S² under self-attention (Q = K = V = I), integrated as residual layers with the fast NUFFT kernel: snapshots of a random subsample and the mean overlap |x̄|² and the largest angle to the mean direction against depth. All tokens collapse to one cluster, as the theorem for d ≥ 3 says.',
         'Geshkovski–Letrouit–Polyanskiy–Rigollet, arXiv 2312.10794.'),

@@ -16,6 +16,7 @@ from .attention.base import AbstractMaskableAttention as AbstractMaskableAttenti
 from .attention.base import AbstractNormalizedAttention as AbstractNormalizedAttention
 from .attention.causal import Causal as Causal
 from .attention.hard import HardAttention as HardAttention
+from .attention.krause import KrauseAttention as KrauseAttention
 from .attention.l2 import L2Attention as L2Attention
 from .attention.sinkhorn import SinkhornAttention as SinkhornAttention
 from .attention.sinkhorn import SinkhornPotentials as SinkhornPotentials

@@ -1,0 +1,171 @@
+"""Krause (bounded-confidence) attention: a plain NumPy masked softmax on R^d and on the sphere
+(radius, top-k, both; causal), the σ → ∞ mean, softmax attention as its sphere limit, and the
+Hegselmann–Krause picture: separated groups never interact, a large radius gives consensus."""
+
+import math
+
+import diffrax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import transformer_pde as tp
+
+
+def _numpy_krause(queries, x, w, Q, K, V, sigma, radius=np.inf, top_k=None, last=None):
+    """For each query: keys of positive mass within the radius (and among the top_k nearest,
+    ties kept, and j <= last[i] if given), softmax of −|q − k|²/(2σ²) with masses, then
+    V(mean − query); no key: zero."""
+    out = np.zeros((len(queries), x.shape[1]))
+    for i, xq in enumerate(queries):
+        d2 = np.array([np.sum((Q @ xq - K @ y) ** 2) for y in x])
+        keep = (w > 0) & (d2 <= radius ** 2)
+        if last is not None:
+            keep &= np.arange(len(x)) <= last[i]
+        if top_k is not None and keep.sum() > top_k:
+            keep &= d2 <= np.sort(d2[keep])[top_k - 1]
+        if not keep.any():
+            continue
+        e = w[keep] * np.exp(-(d2[keep] - d2[keep].min()) / (2 * sigma ** 2))
+        out[i] = V @ (e @ x[keep] / e.sum() - xq)
+    return out
+
+
+@pytest.mark.parametrize("radius, top_k", [(1.2, None), (None, 3), (1.2, 2)])
+def test_krause_matches_a_numpy_masked_softmax(radius, top_k):
+    rng = np.random.default_rng(0)
+    Q, K, V = np.eye(3) + 0.3 * rng.normal(size=(3, 3)), np.eye(3) + 0.3 * rng.normal(size=(3, 3)), rng.normal(size=(3, 3))
+    x = rng.normal(size=(9, 3))
+    w = rng.uniform(0.1, 1, 9)
+    w[4] = 0.0  # a zero-mass key is never a neighbour
+    w /= w.sum()
+    attn = tp.KrauseAttention(Q, K, V, sigma=0.7, radius=radius, top_k=top_k, query_block=4)  # 9 = 4 + 4 + 1: padding
+    r = np.inf if radius is None else radius
+    np.testing.assert_allclose(attn.velocity(x, w), _numpy_krause(x, x, w, Q, K, V, 0.7, r, top_k), atol=1e-12)
+    queries = rng.normal(size=(5, 3))
+    np.testing.assert_allclose(attn.field(queries, x, w), _numpy_krause(queries, x, w, Q, K, V, 0.7, r, top_k), atol=1e-12)
+    causal = tp.Causal(attn).velocity(x, w)
+    np.testing.assert_allclose(causal, _numpy_krause(x, x, w, Q, K, V, 0.7, r, top_k, last=np.arange(9)), atol=1e-12)
+
+
+def test_krause_ties_at_the_kth_distance_are_all_kept_and_an_empty_neighbourhood_stays():
+    x = np.array([[0.0, 0.0], [1.0, 0.0], [-1.0, 0.0], [0.0, 1.0], [3.0, 3.0]])
+    attn = tp.KrauseAttention.identity(2, sigma=1.0, top_k=2)
+    # token 0: itself, then three keys tied at distance 1: all four kept, their mean is (0, 1/4)
+    e = np.array([1.0, 1, 1, 1]) * np.exp(np.array([0.0, -0.5, -0.5, -0.5]))
+    np.testing.assert_allclose(attn.velocity(x)[0], e @ x[:4] / e.sum(), atol=1e-14)
+    # Q ≠ K: a query farther than the radius from every key does not move
+    far = tp.KrauseAttention(np.eye(2), 10 * np.eye(2), np.eye(2), radius=0.5)
+    np.testing.assert_array_equal(far.field(np.array([[0.3, 0.3]]), x[1:]), 0.0)
+
+
+@pytest.mark.parametrize("angle, top_k", [(1.0, None), (None, 3), (1.0, 2)])
+def test_krause_on_the_sphere_uses_the_geodesic_neighbourhood(angle, top_k):
+    rng = np.random.default_rng(1)
+    x = rng.normal(size=(10, 3))
+    x /= np.linalg.norm(x, axis=1, keepdims=True)
+    w = np.full(10, 0.1)
+    sphere = tp.Sphere(tp.KrauseAttention.sphere(3, sigma=0.5, angle=angle, top_k=top_k))
+    ref = np.zeros_like(x)
+    for i, xi in enumerate(x):
+        theta = np.arccos(np.clip(x @ xi, -1, 1))
+        keep = theta <= (np.inf if angle is None else angle)
+        if top_k is not None and keep.sum() > top_k:
+            keep &= theta <= np.sort(theta[keep])[top_k - 1]
+        e = np.exp((x[keep] @ xi - 1) / 0.5 ** 2)  # −|x − y|²/(2σ²) on the sphere
+        m = e @ x[keep] / e.sum()
+        ref[i] = m - (m @ xi) * xi
+    np.testing.assert_allclose(sphere.velocity(x, w), ref, atol=1e-12)
+
+
+def test_krause_limits_mean_and_softmax_on_the_sphere():
+    rng = np.random.default_rng(2)
+    x = rng.normal(size=(6, 3))
+    w = rng.uniform(0.1, 1, 6)
+    w /= w.sum()
+    V = rng.normal(size=(3, 3))
+    # σ → ∞, r = ∞: every token moves by V(ȳ − x), ȳ the weighted mean (relative error O(|x|²/σ²))
+    wide = tp.KrauseAttention(np.eye(3), np.eye(3), V, sigma=1e7)
+    np.testing.assert_allclose(wide.velocity(x, w), (w @ x - x) @ V.T, atol=1e-11)
+    # on the sphere, without radius or top-k, it is softmax attention at β = 1/σ²
+    u = x / np.linalg.norm(x, axis=1, keepdims=True)
+    krause = tp.Sphere(tp.KrauseAttention.sphere(3, sigma=0.8))
+    soft = tp.Sphere(tp.SoftmaxAttention.identity(3, beta=1 / 0.8 ** 2))
+    np.testing.assert_allclose(krause.velocity(u, w), soft.velocity(u, w), atol=1e-13)
+
+
+def _two_groups():
+    """Two groups of four tokens in the plane, each of diameter < 1, 3 apart."""
+    rng = np.random.default_rng(3)
+    a = rng.uniform(-0.3, 0.3, size=(4, 2))
+    b = rng.uniform(-0.3, 0.3, size=(4, 2)) + np.array([3.0, 0.0])
+    return a, b
+
+
+def test_hegselmann_krause_groups_farther_than_the_radius_never_interact():
+    a, b = _two_groups()
+    x0 = jnp.asarray(np.concatenate([a, b]))
+    ts = jnp.array([0.5, 1.0, 3.0])
+    save = diffrax.SaveAt(ts=ts)
+    # σ → ∞ and every pair of a group within the radius: ẋ_i = m_G − x_i in each group G, so
+    # x_i(t) = m_G + (x_i(0) − m_G) e^{−t}, each group's mean conserved and the groups apart
+    uniform = tp.KrauseAttention.identity(2, sigma=1e6, radius=1.5)
+    xs = np.asarray(tp.solve(uniform, x0, t1=3.0, dt0=0.01, saveat=save).xs)
+    for g, sl in ((a, slice(0, 4)), (b, slice(4, 8))):
+        m = g.mean(0)
+        exact = m + (g - m)[None] * np.exp(-np.asarray(ts))[:, None, None]
+        np.testing.assert_allclose(xs[:, sl], exact, atol=1e-8)
+        np.testing.assert_allclose(xs[:, sl].mean(1), np.broadcast_to(m, (3, 2)), atol=1e-10)
+    # finite σ: the flow of both groups restricted to one is the flow of that group alone
+    attn = tp.KrauseAttention.identity(2, sigma=0.3, radius=1.5)
+    both = np.asarray(tp.solve(attn, x0, t1=3.0, dt0=0.01, saveat=save).xs)
+    alone = np.asarray(tp.solve(attn, jnp.asarray(a), t1=3.0, dt0=0.01, saveat=save).xs)
+    np.testing.assert_allclose(both[:, :4], alone, atol=1e-12)
+
+
+def test_hegselmann_krause_large_radius_gives_consensus():
+    """r above the diameter: every pair interacts, the convex hull shrinks to a point (σ = ∞:
+    the weighted mean, at rate e^{−t}); r below the gap: two clusters stay 3 apart."""
+    a, b = _two_groups()
+    x0 = jnp.asarray(np.concatenate([a, b]))
+    end = diffrax.SaveAt(t1=True)
+    far = np.asarray(tp.solve(tp.KrauseAttention.identity(2, sigma=1.0, radius=10.0), x0, t1=25.0,
+                              dt0=0.05, saveat=end).xs[-1])
+    assert np.max(np.linalg.norm(far - far.mean(0), axis=1)) < 1e-4
+    near = np.asarray(tp.solve(tp.KrauseAttention.identity(2, sigma=1.0, radius=1.5), x0, t1=25.0,
+                               dt0=0.05, saveat=end).xs[-1])
+    assert np.linalg.norm(near[:4].mean(0) - near[4:].mean(0)) > 2.5
+    assert np.max(np.linalg.norm(near[:4] - near[:4].mean(0), axis=1)) < 1e-4
+
+
+def test_krause_bad_input():
+    with pytest.raises(ValueError, match="sigma"):
+        tp.KrauseAttention.identity(2, sigma=0.0)
+    with pytest.raises(ValueError, match="radius"):
+        tp.KrauseAttention.identity(2, radius=-1.0)
+    with pytest.raises(ValueError, match="top_k"):
+        tp.KrauseAttention.identity(2, top_k=0)
+    with pytest.raises(ValueError, match="angle"):
+        tp.KrauseAttention.sphere(3, angle=math.pi + 0.1)
+
+
+def test_krause_gradient_matches_finite_differences_away_from_the_radius():
+    """Inside a fixed neighbourhood pattern the field is smooth: autodiff against central
+    differences along a random direction (no pair within 0.05 of the radius, the 4th and 5th
+    nearest keys 0.05 apart: the pattern holds for steps 1e-6)."""
+    import jax
+
+    rng = np.random.default_rng(4)
+    x = rng.normal(size=(6, 2))
+    d = np.sqrt(((x[:, None] - x[None]) ** 2).sum(-1))
+    radius = 1.2
+    assert np.all(np.abs(d - radius) > 0.05)
+    assert np.all(np.diff(np.sort(d, axis=1)[:, 3:5], axis=1) > 0.05)
+    attn = tp.KrauseAttention.identity(2, sigma=0.8, radius=radius, top_k=4)
+    u = rng.normal(size=x.shape)
+    f = lambda y: jnp.sum(attn.velocity(y) * jnp.asarray(u))  # noqa: E731
+    direction = rng.normal(size=x.shape)
+    g = float(jnp.sum(jax.grad(f)(jnp.asarray(x)) * direction))
+    h = 1e-6
+    fd = (float(f(jnp.asarray(x + h * direction))) - float(f(jnp.asarray(x - h * direction)))) / (2 * h)
+    np.testing.assert_allclose(g, fd, rtol=1e-6)
