@@ -31,7 +31,7 @@ _SUBMODULES = ("convergence", "diagnostics", "fitting", "kernels", "measures", "
 # exported name -> the module that defines it (the models' names below)
 _NAMES = {
     "NonFiniteStateError": "._checks",
-    "FitResult": ".fitting", "checkpointed_adjoint": ".fitting", "fit": ".fitting",
+    "BestIterate": ".fitting", "FitResult": ".fitting", "checkpointed_adjoint": ".fitting", "fit": ".fitting",
     "PiecewiseConstant": ".params",
     "Result": ".runs",
     "BlowUp": ".solvers", "BlowUpAtSaves": ".solvers", "BrownianGrid": ".solvers", "BrownianIncrements": ".solvers", "BrownianTree": ".solvers", "CircleDensity": ".solvers", "Coupled": ".solvers", "Gaussian": ".solvers", "GaussianSolution": ".solvers",
@@ -65,7 +65,7 @@ if TYPE_CHECKING:  # what static tools see: the same names, imported eagerly
         theory,
     )
     from ._checks import NonFiniteStateError  # noqa: F401
-    from .fitting import FitResult, checkpointed_adjoint, fit  # noqa: F401
+    from .fitting import BestIterate, FitResult, checkpointed_adjoint, fit  # noqa: F401
     from .measures import CircleRule, GaussHermiteRule, SphereRule  # noqa: F401
     from .models import *  # noqa: F403
     from .params import PiecewiseConstant  # noqa: F401

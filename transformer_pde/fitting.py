@@ -139,7 +139,7 @@ def fit(
     if not isinstance(optimizer, optax.GradientTransformation):
         raise ValueError(f"optimizer must be an optax GradientTransformation, got {optimizer!r}")
     if keep is not None and not isinstance(keep, BestIterate):
-        raise ValueError(f"keep must be None (the last iterate) or tp.fitting.BestIterate(patience, tol), "
+        raise ValueError(f"keep must be None (the last iterate) or tp.BestIterate(patience, tol), "
                          f"got {keep!r}")
     spec = trainable_filter(model, trainable)
     params, static = eqx.partition(model, spec)

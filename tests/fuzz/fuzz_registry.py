@@ -620,7 +620,7 @@ REGISTRY: list[Entry] = [
           (Param("steps", bad=INT_GE1 + ("huge",)), Param("optimizer", bad=("str", "none")),
            Param("keep", bad=("str",))),
           covers=("FitResult",)),
-    Entry("fitting.BestIterate", tp.fitting.BestIterate, lambda: dict(patience=5, tol=0.0),
+    Entry("BestIterate", tp.BestIterate, lambda: dict(patience=5, tol=0.0),
           (Param("patience", bad=INT_GE1), Param("tol", bad=("nan", "inf", "neg", "str"), ok=("zero",)))),
     Entry("checkpointed_adjoint", tp.checkpointed_adjoint, lambda: dict(num_steps=8),
           (Param("num_steps", bad=INT_GE1), Param("memory", bad=INT_GE1))),

@@ -28,7 +28,7 @@ abstract's assumption). The "no flow" KL of the base is computed by quadrature
 
 Why the earlier fit ended at a blob, measured (moons, seed 0): (1) Adam at a constant rate
 oscillates, the last iterate up to 0.1 above the best (s = 3: 0.51 at step 244, 0.56 at the
-end): the rate now decays by a cosine and the best iterate is kept (``tp.fitting.BestIterate``);
+end): the rate now decays by a cosine and the best iterate is kept (``tp.BestIterate``);
 (2) each s started from its own random controls and landed in its own local minimum (s = 3 scored
 0.69, above s = 1's 0.65): each fit now starts from the previous one, embedded exactly
 (:func:`embed_controls`), so the training loss never rises with s; (3) 512 fixed samples were
@@ -271,7 +271,7 @@ def fit_flow(log_target, x0, controls, *, t1, substeps, solver=None, steps=400, 
              progress=None, weights=None):
     """Fit θ by Adam (learning rate decayed to 0 by a cosine) on KL(ρ(T) ‖ ρ_*) over the base tokens
     ``x0`` (Monte Carlo, or the quadrature rule ``(x0, weights)``), keeping the iterate of least
-    loss (``tp.fitting.BestIterate``): ``tp.FitResult``.
+    loss (``tp.BestIterate``): ``tp.FitResult``.
 
     ``log_target`` must be a normalized log-density on R² (checked:
     :func:`tp.diagnostics.check_normalized`), positive wherever the initial flow sends the
@@ -284,7 +284,7 @@ def fit_flow(log_target, x0, controls, *, t1, substeps, solver=None, steps=400, 
                                     weights=weights)
     optimizer = optax.adam(optax.cosine_decay_schedule(learning_rate, steps))
     return tp.fit(controls, loss, optimizer=optimizer, steps=steps, progress=progress,
-                  keep=tp.fitting.BestIterate())
+                  keep=tp.BestIterate())
 
 
 _SOLVERS = {"euler": "Euler", "heun": "Heun", "tsit5": "Tsit5"}
