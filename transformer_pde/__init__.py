@@ -39,7 +39,7 @@ _NAMES = {
     "Particles": ".solvers", "CircleRule": ".measures", "SphereRule": ".measures", "GaussHermiteRule": ".measures", "ResidualLayer": ".solvers", "Retracted": ".solvers", "Solution": ".solvers", "SphereDensity": ".solvers", "Tracers": ".solvers",
     "WithLogDensity": ".solvers",
     "layers": ".solvers", "solve": ".solvers", "solve_density": ".solvers",
-    "ZonalDensity": ".solvers", "solve_zonal": ".solvers",
+    "ZonalDensity": ".solvers",
     "heatmap": ".sweeps", "sweep": ".sweeps",
 }
 # the models' names: listed once, in the stub models/__init__.pyi, read here without importing them
@@ -94,7 +94,6 @@ if TYPE_CHECKING:  # what static tools see: the same names, imported eagerly
         layers,
         solve,
         solve_density,
-        solve_zonal,
     )
     from .sweeps import heatmap, sweep  # noqa: F401
 

@@ -353,10 +353,6 @@ REGISTRY: list[Entry] = [
           lambda: dict(density=tp.CircleDensity(np.full(8, 1 / (2 * np.pi)), 0.0), t1=0.1, tol=1e-6),
           (Param("t1", bad=("nan", "inf", "neg", "zero", "str")), Param("tol", bad=POS),
            Param("density", bad=OBJECT))),
-    Entry("solve_zonal", lambda **kw: tp.solve_zonal(tp.Sphere(tp.UnnormalizedAttention.identity(3, 1.0)), **kw).coeffs,
-          lambda: dict(density=tp.ZonalDensity(np.ones(5), 3, 0.5), t1=0.1, tol=1e-6),
-          (Param("t1", bad=("nan", "inf", "neg", "zero", "str")), Param("tol", bad=POS),
-           Param("density", bad=OBJECT))),
     Entry("layers", lambda **kw: tp.layers(ATTN, **kw).xs, lambda: dict(x0=X.copy(), num_layers=4, step=0.1, save_every=2),
           (Param("num_layers", bad=INT_GE1 + ("huge",)), Param("step", bad=POS),
            Param("save_every", bad=INT_GE1), Param("x0", bad=("nan", "inf", "shape", "dtype"), names=("x",)),
@@ -695,7 +691,7 @@ _exempt("an exception the library raises", "NonFiniteStateError", "kernels.PlanT
         "stationary.ContinuationError",
         "runs.FailedRun", "runs.InterruptedRun", "runs.NonFiniteRun", "runs.SignalReceived")
 _exempt("a result the library builds (users read it, never construct it)",
-        "Solution", "GaussianSolution", "solvers.DensitySolution", "solvers.ZonalSolution", "FitResult", "Result", "kernels.KernelReport",
+        "Solution", "GaussianSolution", "solvers.DensitySolution", "FitResult", "Result", "kernels.KernelReport",
         "SinkhornPotentials", "convergence.ConvergenceResult", "convergence.QuadratureReference",
         "convergence.StationaryReference", "convergence.GaussianClosureReference", "convergence.ParticleReference",
         "statistics.RateFit", "stationary.Branch", "stationary.ZonalBranch", "stationary.Fold", "kernels.ScoreBox", "kernels.SoftmaxReduction", "solvers.ODEState", "RandomHeadsField")

@@ -34,7 +34,7 @@ from .states import (
     Tracers,
     WithLogDensity,
 )
-from .zonal import ZonalDensity, ZonalSolution, solve_zonal
+from .zonal import ZonalDensity
 
 __all__ = ["AbstractBlowUp", "AbstractBrownian", "AbstractDensity", "AbstractNoise", "AbstractNoisyState",
            "AbstractODE", "AbstractState", "BlowUp", "BlowUpAtSaves", "BrownianGrid", "BrownianIncrements",
@@ -42,6 +42,6 @@ __all__ = ["AbstractBlowUp", "AbstractBrownian", "AbstractDensity", "AbstractNoi
            "CircleDensity", "CommonNoise", "Coupled", "DensitySolution",
            "Gaussian", "GaussianSolution", "Noise", "ODEState", "Particles", "ResidualLayer", "Retracted", "Solution",
            "SphereDensity", "Tracers", "UnderResolvedError", "WithLogDensity", "circle",
-           "ZonalDensity", "ZonalSolution",
-           "layers", "random_transformer", "solve", "solve_density", "solve_zonal", "sphere",
+           "ZonalDensity",
+           "layers", "random_transformer", "solve", "solve_density", "sphere",
            "sphere_harmonics", "zonal"]

@@ -1,7 +1,8 @@
 r"""Densities evolved by their Fokker–Planck equation, and :func:`solve_density`: a ``tp.solve``
 checked for resolution in space and in time (docs: math/noise.md#spectral-solver-on-the-circle).
 
-A density state (:class:`AbstractDensity`: ``tp.CircleDensity`` on S¹, ``tp.SphereDensity`` on S²)
+A density state (:class:`AbstractDensity`: ``tp.CircleDensity`` on S¹, ``tp.SphereDensity`` on S²,
+``tp.ZonalDensity`` zonal on S^{d−1})
 knows how to refine itself (twice the modes or degree) and how to show a run's saves as values on
 a grid. :func:`solve_density` runs three solves and compares them at the saves:
 
@@ -26,6 +27,7 @@ import diffrax
 import equinox as eqx
 import jax
 import jax.numpy as jnp
+import lineax as lx
 import numpy as np
 
 from .._checks import check_scalar, is_concrete
@@ -76,6 +78,31 @@ class AbstractDensity(AbstractState):
         """|∫ x ρ| at each save, ``(T,)``."""
 
 
+class DiagonalSolve(lx.AbstractLinearSolver):
+    """Solves M x = b for a diagonal M (here I − hγ·diffusion, the Jacobian of an implicit stage whose
+    term is diagonal in the coefficients: Y_lm on S², Gegenbauer on S^{d−1}): M's diagonal is M·1, so
+    x = b / (M·1). Exact for diagonal operators only."""
+
+    def init(self, operator, options):
+        del options
+        leaves = jax.tree_util.tree_leaves(operator.in_structure())
+        if len(leaves) != 1:
+            raise ValueError("DiagonalSolve needs an operator on a single array")
+        return operator.mv(jnp.ones(leaves[0].shape, leaves[0].dtype))
+
+    def compute(self, state, vector, options):
+        return vector / state, lx.RESULTS.successful, {}
+
+    def transpose(self, state, options):
+        return state, {}
+
+    def conj(self, state, options):
+        return jnp.conj(state), {}
+
+    def assume_full_rank(self):
+        return True
+
+
 class DensitySolution(eqx.Module):
     """:func:`solve_density`'s answer.
 
@@ -115,9 +142,10 @@ def sphere_attention(dynamics, state: str, solver: str, d: int):
     """The attention of ``tp.Sphere(attention)`` on S^{d−1} for a density solver: SA or USA with
     constant d×d matrices; ValueError naming what does not fit (``state``: the density's class
     name, ``solver``: "circle", "sphere")."""
-    space = {2: "S¹", 3: "S²"}[d]
+    space = {2: "S¹", 3: "S²"}.get(d, f"S^{d - 1}" if d >= 2 else "S^{d−1}")
     if not isinstance(dynamics, Sphere):
-        raise ValueError(f"a {state} moves under tp.Sphere(attention) on {space}, got {type(dynamics).__name__}")
+        raise ValueError(f"the dynamics of a {state} must be tp.Sphere(attention) on {space}, got "
+                         f"{type(dynamics).__name__}")
     attn = dynamics.dynamics
     if not isinstance(attn, (SoftmaxAttention, UnnormalizedAttention)):
         raise ValueError(f"the {solver} solver takes Sphere(SoftmaxAttention) (SA) or "
@@ -156,7 +184,7 @@ def _tightened(controller, dt0):
 
 def solve_density(dynamics, density: AbstractDensity, *, t1, saveat=None, tol: float | None = None,
                   throw: bool = True, **kwargs) -> DensitySolution:
-    """``tp.solve`` of a density (``tp.CircleDensity``, ``tp.SphereDensity``) checked for
+    """``tp.solve`` of a density (``tp.CircleDensity``, ``tp.SphereDensity``, ``tp.ZonalDensity``) checked for
     resolution in space and time, and for positivity: the same run with twice the modes (the start
     spectrally interpolated) and the same run with the step-size control tightened (rtol and atol
     ÷ 10, or dt0 halved) are compared at the saves.
@@ -185,8 +213,8 @@ def solve_density(dynamics, density: AbstractDensity, *, t1, saveat=None, tol: f
         ```
     """
     if not isinstance(density, AbstractDensity):
-        raise ValueError(f"density must be a tp.CircleDensity or tp.SphereDensity (solve_density refines its "
-                         f"modes), got {type(density).__name__}")
+        raise ValueError(f"density must be a tp.CircleDensity, tp.SphereDensity or tp.ZonalDensity (solve_density "
+                         f"refines its modes), got {type(density).__name__}")
     traced = [name for name, v in (("dynamics", dynamics), ("density", density), ("t1", t1))
               if not all(is_concrete(leaf) for leaf in jax.tree_util.tree_leaves(eqx.filter(v, eqx.is_array)))]
     if traced:
@@ -248,5 +276,5 @@ def solve_density(dynamics, density: AbstractDensity, *, t1, saveat=None, tol: f
                            sols["coarse"], tol)
 
 
-__all__ = ["AbstractDensity", "DensitySolution", "TIGHTEN", "UnderResolvedError", "round_off", "solve_density",
-           "sphere_attention"]
+__all__ = ["AbstractDensity", "DensitySolution", "DiagonalSolve", "TIGHTEN", "UnderResolvedError", "round_off",
+           "solve_density", "sphere_attention"]

@@ -15,7 +15,7 @@ The transport uses scalar transforms only: div(ρ∇Ψ) = ½[Δ(ρΨ) + ρΔΨ �
 synthesized on the 3/2 grid (products of degree-L functions analyzed back without aliasing). Its
 degree-0 coefficient, the divergence's integral, is set to zero: the mass is exact. The diffusion
 (σ²/2)Δ is diagonal in Y_lm: the default solver is diffrax's IMEX ``KenCarp4`` with the implicit
-stages solved exactly by :class:`DiagonalSolve`, adaptive steps. :func:`~.density.solve_density`
+stages solved exactly by :class:`~.density.DiagonalSolve`, adaptive steps. :func:`~.density.solve_density`
 checks the answer against degree 2L and against tightened steps.
 """
 
@@ -27,7 +27,6 @@ import diffrax
 import equinox as eqx
 import jax
 import jax.numpy as jnp
-import lineax as lx
 import numpy as np
 from scipy import special
 
@@ -35,7 +34,7 @@ from .._checks import check_int, check_scalar, is_concrete
 from ..models.attention.softmax import SoftmaxAttention
 from ..models.attention.unnormalized import UnnormalizedAttention
 from .circle import LinearStageSolve
-from .density import AbstractDensity, sphere_attention
+from .density import AbstractDensity, DiagonalSolve, sphere_attention
 from .sphere_harmonics import SphereTransform, grid_points, laplacian
 
 KERNEL_TAIL = 1e-3
@@ -122,31 +121,6 @@ def _as_complex(y):
 
 def _as_real(c):
     return jnp.stack([jnp.real(c), jnp.imag(c)])
-
-
-class DiagonalSolve(lx.AbstractLinearSolver):
-    """Solves M x = b for a diagonal M (here I − hγ·diffusion, the Jacobian of an implicit stage whose
-    term is diagonal in the coefficients): M's diagonal is M·1, so x = b / (M·1). Exact for diagonal
-    operators only."""
-
-    def init(self, operator, options):
-        del options
-        leaves = jax.tree_util.tree_leaves(operator.in_structure())
-        if len(leaves) != 1:
-            raise ValueError("DiagonalSolve needs an operator on a single array")
-        return operator.mv(jnp.ones(leaves[0].shape, leaves[0].dtype))
-
-    def compute(self, state, vector, options):
-        return vector / state, lx.RESULTS.successful, {}
-
-    def transpose(self, state, options):
-        return state, {}
-
-    def conj(self, state, options):
-        return state, {}
-
-    def assume_full_rank(self):
-        return True
 
 
 class SphereDensity(AbstractDensity):
@@ -310,5 +284,5 @@ class SphereDensity(AbstractDensity):
         return diffrax.PIDController(rtol=1e-8, atol=1e-10)
 
 
-__all__ = ["AbstractSpherePotential", "DiagonalSolve", "KERNEL_TAIL", "SoftmaxPotential", "SphereDensity",
+__all__ = ["AbstractSpherePotential", "KERNEL_TAIL", "SoftmaxPotential", "SphereDensity",
            "UnnormalizedPotential", "funk_hecke_s2", "sphere_potential"]

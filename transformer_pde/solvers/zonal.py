@@ -12,9 +12,9 @@ quadrature (the closed form of ``tp.theory.noisy_sphere.funk_hecke`` checks it i
 The transport uses scalar products only, div(ρ∇Ψ) = ½[Δ(ρΨ) + ρΔΨ − ΨΔρ], on a Gauss–Jacobi
 grid fine enough (the 3/2 rule) that USA's quadratic products are projected exactly: a
 Galerkin scheme whose mass is conserved to round-off. The diffusion is diagonal: IMEX
-(``KenCarp4``) with the implicit stages solved exactly by :class:`DiagonalSolve`.
-:func:`solve_zonal` checks the answer against a run with twice the degree and a 100× tighter
-step controller, so both the spatial and the time-step error are seen.
+(``KenCarp4``) with the implicit stages solved exactly by :class:`~.density.DiagonalSolve`.
+``tp.solve_density`` checks the answer as it checks every density: against degree 2L and against
+tightened steps, so both the spatial and the time-step error are seen.
 """
 
 from __future__ import annotations
@@ -25,17 +25,12 @@ import diffrax
 import equinox as eqx
 import jax
 import jax.numpy as jnp
-import lineax as lx
 import numpy as np
 
 from .._checks import as_float_array, check_int, check_scalar, is_concrete
 from ..models.attention.softmax import SoftmaxAttention
-from ..models.attention.unnormalized import UnnormalizedAttention
-from ..models.sphere import Sphere
 from .circle import LinearStageSolve
-from .density import UnderResolvedError, round_off as _round_off
-from .solve import solve
-from .states import AbstractState
+from .density import AbstractDensity, DiagonalSolve, sphere_attention
 
 # ----------------------------------------------------------------------------- quadrature, basis
 
@@ -119,18 +114,7 @@ def funk_hecke_scaled(a, degree: int, d: int, nodes_: int | None = None):
 def _zonal_attention(dynamics, d: int):
     """(attention, a, v) of ``tp.Sphere(attention)`` on S^{d−1} with A = aI, V = vI; ValueError
     naming what does not fit."""
-    if not isinstance(dynamics, Sphere):
-        raise ValueError(f"the dynamics of a ZonalDensity must be tp.Sphere(attention), got {type(dynamics).__name__}")
-    attn = dynamics.dynamics
-    if not isinstance(attn, (SoftmaxAttention, UnnormalizedAttention)):
-        raise ValueError(f"the zonal solver takes the dynamics Sphere(SoftmaxAttention) (SA) or "
-                         f"Sphere(UnnormalizedAttention) (USA), got Sphere({type(attn).__name__})")
-    for name, m in (("Q", attn.Q), ("K", attn.K), ("V", attn.V)):
-        if not isinstance(m, (jax.Array, np.ndarray)):
-            raise ValueError(f"{type(attn).__name__}.{name} depends on time; the zonal solver needs constant matrices")
-        if m.shape != (d, d):
-            raise ValueError(f"the ZonalDensity lives on S^{d - 1} (d = {d}), got {type(attn).__name__}.{name} "
-                             f"of shape {m.shape}")
+    attn = sphere_attention(dynamics, "ZonalDensity", "zonal", d)
     A, V = attn.score_matrix(), attn.V
     if all(is_concrete(m) for m in (attn.Q, attn.K, attn.V, attn.beta)):
         eye = np.eye(d)
@@ -174,7 +158,7 @@ def laplacian_eigenvalues(degree: int, d: int, dtype=None):
     return -l * (l + d - 2)
 
 
-class ZonalDensity(AbstractState):
+class ZonalDensity(AbstractDensity):
     r"""A zonal density ρ(u), u = cos ϑ = ⟨x, e⟩, on S^{d−1} against the uniform probability σ_d,
     held by its coefficients a_0..a_L in the orthonormal polynomials φ_l of the law of u
     (:func:`basis`; a_0 = 1 is the mass), moving by the Fokker–Planck equation of
@@ -255,6 +239,25 @@ class ZonalDensity(AbstractState):
         c = self.coeffs if coeffs is None else coeffs
         return jnp.einsum("...l,ul->...u", c, jnp.asarray(basis(np.ravel(u), c.shape[-1] - 1, self.d), c.dtype))
 
+    @property
+    def resolution(self) -> str:
+        return f"degree {self.degree}"
+
+    def refined(self):
+        """The same density at degree 2L (its coefficients padded with zeros)."""
+        return self.restart(jnp.concatenate([self.coeffs, jnp.zeros(self.degree, self.coeffs.dtype)]))
+
+    def grid_values(self, saved, on):
+        """ρ at the nodes ``nodes(on.degree, d)`` (those of ``on``'s values)."""
+        return self.values(nodes(on.degree, self.d), saved)
+
+    def masses(self, saved):
+        return saved[..., 0]
+
+    def order_parameter(self, saved):
+        """⟨cos ϑ⟩ = ∫u ρ dσ_d (signed: the cluster's side of the axis), :func:`order_parameter`."""
+        return order_parameter(saved, self.d)
+
     def restart(self, value):
         return eqx.tree_at(lambda s: s.coeffs, self, value)
 
@@ -288,30 +291,6 @@ class ZonalDensity(AbstractState):
         return diffrax.PIDController(rtol=1e-8, atol=1e-10)
 
 
-class DiagonalSolve(lx.AbstractLinearSolver):
-    """Solves M x = b for a diagonal M (here I − hγ·diffusion in the Gegenbauer basis, the Jacobian
-    of an implicit stage): its diagonal is M·1. Exact for diagonal operators only."""
-
-    def init(self, operator, options):
-        del options
-        leaves = jax.tree_util.tree_leaves(operator.in_structure())
-        if len(leaves) != 1 or len(leaves[0].shape) != 1:
-            raise ValueError("DiagonalSolve needs an operator on a single 1-D array")
-        return operator.mv(jnp.ones(leaves[0].shape, leaves[0].dtype))
-
-    def compute(self, state, vector, options):
-        return vector / state, lx.RESULTS.successful, {}
-
-    def transpose(self, state, options):
-        return state, {}
-
-    def conj(self, state, options):
-        return jnp.conj(state), {}
-
-    def assume_full_rank(self):
-        return True
-
-
 # ------------------------------------------------------------------------------ checked solves
 
 
@@ -320,82 +299,5 @@ def order_parameter(coeffs, d: int):
     return coeffs[..., 1] / np.sqrt(d)
 
 
-class ZonalSolution(eqx.Module):
-    """:func:`solve_zonal`'s answer.
-
-    Attributes:
-        ts: save times ``(T,)``; coeffs: ``(T, L+1)`` coefficients at the saves.
-        resolution_error: max over saves and the nodes of degree 2L of |ρ_L − ρ_ref|, ρ_ref run with
-            degree 2L and a 100× tighter step controller (spatial and time-step error).
-        min_density: the smallest value at those nodes.
-        mass_error: max |a_0 − 1| at the saves.
-        resolved: resolution_error <= tol and min_density > −tol.
-        solution: the underlying ``tp.solve`` solution.
-    """
-
-    ts: jax.Array
-    coeffs: jax.Array
-    d: int = eqx.field(static=True)
-    resolution_error: float
-    min_density: float
-    mass_error: float
-    resolved: bool
-    solution: object
-    tol: float
-
-    @property
-    def order_parameter(self):
-        return order_parameter(self.coeffs, self.d)
-
-
-def _tighter(controller):
-    if controller is None:
-        return diffrax.PIDController(rtol=1e-10, atol=1e-12)
-    if isinstance(controller, diffrax.PIDController):
-        return eqx.tree_at(lambda c: (c.rtol, c.atol), controller, (controller.rtol / 100, controller.atol / 100))
-    return controller  # a constant step: the reference sees the spatial error only
-
-
-def solve_zonal(dynamics, density, *, t1, saveat=None, tol: float | None = None,
-                throw: bool = True, **kwargs) -> ZonalSolution:
-    """``tp.solve`` of a :class:`ZonalDensity` checked against a reference run with twice the
-    degree and a 100× tighter ``PIDController`` (the default one if none is given): the difference
-    measures the spatial and the time-step error together.
-
-    Args:
-        dynamics, density, t1, saveat, ``**kwargs``: as for :func:`transformer_pde.solve` (``saveat``
-            an array of times; default [t1]).
-        tol: the accepted max difference (and negativity); default 1e-6 or the round-off level.
-        throw: raise :class:`~transformer_pde.solvers.UnderResolvedError` when not resolved (else flagged).
-    """
-    if not isinstance(density, ZonalDensity):
-        raise ValueError(f"density must be a tp.ZonalDensity, got {type(density).__name__}")
-    if isinstance(saveat, diffrax.SaveAt):
-        raise ValueError("solve_zonal compares densities: pass saveat as an array of times")
-    floor = _round_off(density.coeffs)
-    tol = max(1e-6, floor) if tol is None else tol
-    check_scalar(tol, "tol", positive=True)
-    L, d = density.degree, density.d
-    fine = density.restart(jnp.concatenate([density.coeffs, jnp.zeros(L, density.coeffs.dtype)]))
-    ref_kw = dict(kwargs, stepsize_controller=_tighter(kwargs.get("stepsize_controller")))
-    sol = solve(dynamics, density, t1=t1, saveat=saveat, throw=False, **kwargs)
-    ref = solve(dynamics, fine, t1=t1, saveat=saveat, throw=False, **ref_kw)
-    u = nodes(2 * L, d)
-    rho, rho_ref = density.values(u, sol.xs), fine.values(u, ref.xs)
-    failed = not (bool(sol.succeeded) and bool(ref.succeeded))
-    err = float(jnp.max(jnp.abs(rho - rho_ref)))
-    err = float("inf") if failed or not np.isfinite(err) else err
-    mn = float(jnp.min(rho))
-    mass = float(jnp.max(jnp.abs(sol.xs[:, 0] - 1)))
-    resolved = bool(err <= tol and mn > -tol)
-    if throw and not resolved:
-        why = " (a solve failed)" if failed else ""
-        raise UnderResolvedError(
-            f"solve_zonal: degree {L} does not resolve the density to tol={tol:g}: the reference (degree {2 * L}, "
-            f"100x tighter steps) differs by {err:.3g} (min density {mn:.3g}){why}; use a higher degree, a tighter "
-            "step controller, a shorter t1, or throw=False for the flagged result")
-    return ZonalSolution(sol.ts, sol.xs, d, err, mn, mass, resolved, sol, tol)
-
-
-__all__ = ["DiagonalSolve", "ZonalDensity", "ZonalSolution", "basis", "funk_hecke_scaled", "laplacian_eigenvalues",
-           "MAX_DEGREE", "nodes", "order_parameter", "solve_zonal", "transport"]
+__all__ = ["ZonalDensity", "basis", "funk_hecke_scaled", "laplacian_eigenvalues", "MAX_DEGREE", "nodes",
+           "order_parameter", "transport"]
