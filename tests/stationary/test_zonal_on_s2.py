@@ -6,6 +6,7 @@ The lift: for d = 3 the zonal basis is φ_l = √(2l+1) P_l(u) and SphereDensity
 axis e = e_3 (u = x_3). So the zonal coefficients a_l are the S² coefficients c_l0, and c_lm = 0 for m ≠ 0.
 """
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
@@ -86,3 +87,40 @@ def test_hysteresis_on_s2_at_the_middle_of_the_bistable_range():
     m_zonal = float(z.order_parameter(zs.xs)[-1])
     assert b.order[j - 1] < m_zonal < b.order[j]
     np.testing.assert_allclose(ends["clustered"], m_zonal, atol=1e-6)
+
+
+def s2_spectra(st, dynamics, chunk=128):
+    """The eigenvalues of the S² solver's Jacobian (forward-mode, on the coefficients) at ``st``, by
+    azimuthal order m (rotations about the axis commute with it): {m: eigenvalues, decreasing real part},
+    on the real coordinates Re c_lm (l >= max(m, 1)) and Im c_lm (m >= 1) of real mean-zero perturbations."""
+    F = lambda y: st.vector_field(dynamics, 0.0, y)  # noqa: E731
+    n = st.y.size
+    jvp = jax.jit(jax.vmap(lambda v: jax.jvp(F, (st.y,), (v.reshape(st.y.shape),))[1].reshape(-1)))
+    eye = np.eye(n)
+    cols = np.concatenate([np.asarray(jvp(jnp.asarray(np.pad(eye[k:k + chunk], ((0, max(0, k + chunk - n)), (0, 0))))))
+                           for k in range(0, n, chunk)])[:n]  # cols[j] = J e_j
+    L, out = st.degree, {}
+    for m in range(L + 1):
+        ls = np.arange(max(m, 1), L + 1)
+        idx = [np.ravel_multi_index((p, l, m), st.y.shape) for p in ((0, 1) if m else (0,)) for l in ls]
+        out[m] = np.sort_complex(np.linalg.eigvals(cols[np.ix_(idx, idx)].T))[::-1]
+    return out
+
+
+@pytest.mark.slow
+def test_upper_branch_state_has_no_unstable_s2_mode_but_the_rotations():
+    # the full S² linear spectrum (all m) of the stable clustered state at K just above (K_c + K_#)/2:
+    # m = 0 is the zonal spectrum (tp.stationary.zonal_spectrum, another code path); m = 1 holds the two
+    # rotation zero modes (tilting the axis), everything else decays
+    f = critical_coupling(tp.Sphere(tp.UnnormalizedAttention.identity(3, BETA)), SIGMA, degree=48)
+    b, Km, L = f.branch, (f.K_c + f.K_sharp) / 2, 40
+    upper = np.where(b.stable & (np.arange(len(b.K)) > np.argmin(b.K)))[0]
+    j = upper[np.searchsorted(b.K[upper], Km)]
+    assert abs(b.coeffs[j, L]) < 2e-8  # the S² truncation at degree 40
+    st = tp.SphereDensity(lift(b.coeffs[j], L), SIGMA).prepare(usa(b.K[j]))
+    spec = s2_spectra(st, usa(b.K[j]))
+    zonal = tp.stationary.zonal_spectrum(tp.Sphere(tp.UnnormalizedAttention.identity(3, BETA)),
+                                         tp.ZonalDensity.from_coefficients(b.coeffs[j], 3, SIGMA), b.K[j])
+    np.testing.assert_allclose(spec[0][:4].real, np.asarray(zonal)[:4].real, rtol=1e-6, atol=1e-8)
+    assert np.all(np.abs(spec[1][:2]) < 1e-6) and spec[1][2].real < -0.5  # measured < 1e-10
+    assert max(spec[m][0].real for m in range(2, L + 1)) < -0.5 and spec[0][0].real < -0.1

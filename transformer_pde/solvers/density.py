@@ -109,7 +109,7 @@ class DensitySolution(eqx.Module):
     Attributes:
         ts: save times ``(T,)``; densities: ``(T, ...)`` values on the grid of ``density``.
         density: the initial density (its grid: ``tp.solvers.circle.grid(density.modes)``,
-            ``density.points`` on the sphere).
+            ``density.points`` on the sphere, ``tp.solvers.zonal.nodes(L, d)`` for a zonal density).
         resolution_error: ``spatial_error + time_error``, the estimate of the answer's max-norm error.
         spatial_error: max over saves and grid of |ρ_N − ρ_{2N}| (ρ_{2N}: twice the modes or degree).
         time_error: max over saves and grid of |ρ_N − ρ_N'| (ρ_N': the step-size control
