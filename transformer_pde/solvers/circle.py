@@ -196,13 +196,6 @@ class CircleDensity(AbstractDensity):
         k = _wavenumbers(n, rho.dtype)
         return jnp.fft.irfft(-(self.sigma**2 / 2) * k**2 * jnp.fft.rfft(rho), n)
 
-    def vector_field(self, dynamics, t, y):
-        return self.transport(dynamics, y) + self.diffusion(y)
-
-    def term(self, dynamics):
-        return diffrax.MultiTerm(diffrax.ODETerm(lambda t, y, args: self.transport(dynamics, y)),
-                                 diffrax.ODETerm(lambda t, y, args: self.diffusion(y)))
-
     def default_solver(self):
         return imex_solver()
 

@@ -77,6 +77,21 @@ class AbstractDensity(AbstractState):
     def order_parameter(self, saved) -> jax.Array:
         """|∫ x ρ| at each save, ``(T,)``."""
 
+    @abc.abstractmethod
+    def transport(self, dynamics, y):
+        """The explicit part of the right-hand side: −div(ρ Γ_ρ) in this discretization."""
+
+    @abc.abstractmethod
+    def diffusion(self, y):
+        """The stiff, linear part: (σ²/2)Δρ, solved implicitly by the IMEX solver."""
+
+    def vector_field(self, dynamics, t, y):
+        return self.transport(dynamics, y) + self.diffusion(y)
+
+    def term(self, dynamics):
+        return diffrax.MultiTerm(diffrax.ODETerm(lambda t, y, args: self.transport(dynamics, y)),
+                                 diffrax.ODETerm(lambda t, y, args: self.diffusion(y)))
+
 
 class DiagonalSolve(lx.AbstractLinearSolver):
     """Solves M x = b for a diagonal M (here I − hγ·diffusion, the Jacobian of an implicit stage whose

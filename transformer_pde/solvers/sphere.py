@@ -256,8 +256,9 @@ class SphereDensity(AbstractDensity):
     def y(self):
         return self.coefficients
 
-    def transport(self, y):
-        """−div(ρ∇Ψ[ρ]) = −½[Δ(ρΨ) + ρΔΨ − ΨΔρ], its degree-0 coefficient (the mass's rate) set to 0."""
+    def transport(self, dynamics, y):
+        """−div(ρ∇Ψ[ρ]) = −½[Δ(ρΨ) + ρΔΨ − ΨΔρ], its degree-0 coefficient (the mass's rate) set to 0;
+        the dynamics entered through :meth:`prepare` (the potential)."""
         c = _as_complex(y)
         lap = laplacian(self.degree, y.dtype)
         psi = self.potential(c, self.transform)
@@ -269,13 +270,6 @@ class SphereDensity(AbstractDensity):
     def diffusion(self, y):
         """(σ²/2)Δρ."""
         return (self.sigma**2 / 2) * laplacian(self.degree, y.dtype)[None] * y
-
-    def vector_field(self, dynamics, t, y):
-        return self.transport(y) + self.diffusion(y)
-
-    def term(self, dynamics):
-        return diffrax.MultiTerm(diffrax.ODETerm(lambda t, y, args: self.transport(y)),
-                                 diffrax.ODETerm(lambda t, y, args: self.diffusion(y)))
 
     def default_solver(self):
         return diffrax.KenCarp4(root_finder=LinearStageSolve(linear_solver=DiagonalSolve()))

@@ -277,13 +277,6 @@ class ZonalDensity(AbstractDensity):
         """The coefficients of (σ²/2)Δρ."""
         return self.sigma**2 / 2 * laplacian_eigenvalues(a.shape[-1] - 1, self.d, a.dtype) * a
 
-    def vector_field(self, dynamics, t, y):
-        return self.transport(dynamics, y) + self.diffusion(y)
-
-    def term(self, dynamics):
-        return diffrax.MultiTerm(diffrax.ODETerm(lambda t, y, args: self.transport(dynamics, y)),
-                                 diffrax.ODETerm(lambda t, y, args: self.diffusion(y)))
-
     def default_solver(self):
         return diffrax.KenCarp4(root_finder=LinearStageSolve(linear_solver=DiagonalSolve()))
 
