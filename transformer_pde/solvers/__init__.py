@@ -6,8 +6,9 @@ systems, plain ODEs; densities checked by :func:`solve_density` (:mod:`.density`
 :mod:`.circle`, on S², :mod:`.sphere` with its transforms :mod:`.sphere_harmonics`, zonal densities
 on S^{d−1}, :mod:`.zonal`; stationary branches are :mod:`transformer_pde.stationary`'s); noise is
 a family of values (:mod:`.noise`: independent, common) drawing Brownian paths
-(:mod:`.brownian`); steps stop at a dynamics' switches (:mod:`.switches`); stop conditions are values (:mod:`.events`). :func:`layers` is the residual
-map, Euler step by step with the same noise increment. Nothing here writes a file: chunked,
+(:mod:`.brownian`); steps stop at a dynamics' switches (:mod:`.switches`); stop conditions are
+values (:mod:`.events`). :func:`layers` is the residual map, Euler step by step with the same
+noise increment. Nothing here writes a file: chunked,
 resumable runs are the runs layer's (:mod:`transformer_pde.runs`).
 """
 
