@@ -5,6 +5,11 @@ it equiangular and ρ(t) solves (GLPR `thm: orthogonal`)
 
 $$\text{SA: }\dot\rho=\frac{2e^{\beta\rho}(1-\rho)((n-1)\rho+1)}{e^\beta+(n-1)e^{\beta\rho}},\qquad
 \text{USA: }\dot\rho=\tfrac2n e^{\beta\rho}(1-\rho)((n-1)\rho+1).$$
+
+Scalar multi-head attention (head h: score matrix a_h I, value-output map w_h I; docs:
+math/sphere.md#equiangular-multi-head-attention) keeps it too, with one SA term per head:
+
+$$\dot\rho=2(1-\rho)((n-1)\rho+1)\sum_h\frac{w_h}{e^{\beta a_h(1-\rho)}+n-1}.$$
 """
 
 from __future__ import annotations
@@ -81,6 +86,95 @@ class USAReducedODE(AbstractReducedODE):
         return 2 / self.n * jnp.exp(self.beta * rho) * (1 - rho) * ((self.n - 1) * rho + 1)
 
 
+def _head_vector(x, name: str):
+    """A 1-D array of per-head reals (at least one head), checked finite."""
+    if is_concrete(x):
+        a = np.asarray(x)
+        if a.ndim != 1 or a.shape[0] < 1:
+            raise ValueError(f"{name} must be a 1-D array with one number per head, got shape {a.shape}")
+    return check_real(jnp.asarray(x, dtype=jnp.result_type(float)), name)
+
+
+class MultiHeadReducedODE(AbstractReducedODE):
+    r"""Scalar multi-head SA (docs: math/sphere.md#equiangular-multi-head-attention): head h scores
+    with β a_h⟨x, y⟩ and writes w_h times its softmax average (``tp.MultiHeadAttention.scalar``),
+
+    $$\dot\rho=2(1-\rho)((n-1)\rho+1)\sum_h\frac{w_h}{e^{\beta a_h(1-\rho)}+n-1}.$$
+
+    One head with a = w = 1 is :class:`SAReducedODE`.
+
+    Args:
+        n: the number of tokens.
+        beta: the inverse temperature, shared by the heads.
+        scores: the heads' score scales a_h, shape ``(H,)``.
+        values: the heads' value scales w_h, shape ``(H,)`` (w_h < 0: a repulsive head).
+    """
+
+    n: int = eqx.field(static=True)
+    beta: jax.Array
+    scores: jax.Array
+    values: jax.Array
+
+    def __init__(self, n: int, beta, scores, values):
+        self.n, self.beta = n, jnp.asarray(check_scalar(beta, "beta"), dtype=jnp.result_type(float))
+        self.scores = _head_vector(scores, "scores")
+        self.values = _head_vector(values, "values")
+        if is_concrete(self.scores) and is_concrete(self.values) and self.scores.shape != self.values.shape:
+            raise ValueError(f"scores and values must have one entry per head each, got shapes "
+                             f"{self.scores.shape} and {self.values.shape}")
+
+    def head_rates(self, rho):
+        """Each head's w_h/(e^{βa_h(1−ρ)} + n − 1), shape ``(H,)`` (1/(e^x + n − 1) as
+        e^{−logaddexp(x, log(n−1))}: no overflow at large β)."""
+        x = self.beta * self.scores * (1 - rho)
+        return self.values * jnp.exp(-jnp.logaddexp(x, jnp.log(self.n - 1.0)))
+
+    def rho_rate(self, rho):
+        return 2 * (1 - rho) * ((self.n - 1) * rho + 1) * jnp.sum(self.head_rates(rho))
+
+
+def multihead_critical_beta(n: int, score, value, repulsion, rho0=0.0):
+    r"""The critical β of an equiangular start under a selective head (score a > 0, value w > 0)
+    and a uniform repulsive head (score 0, value −c, c > 0) (docs:
+    math/sphere.md#equiangular-multi-head-attention):
+
+    $$\beta_c=\frac{\ln\big(1+n(w/c-1)\big)}{a(1-\rho_0)}.$$
+
+    Below β_c the common inner product ρ grows to 1 (one cluster); above it the selective head
+    attends mostly to the token itself, the repulsive head wins and ρ falls to the simplex
+    −1/(n − 1). Needs w > c: otherwise Σ_h w_h <= 0 and no β clusters.
+    """
+    n = check_count(n, "n", minimum=2)
+    score = check_scalar(score, "score", positive=True)
+    value = check_scalar(value, "value", positive=True)
+    repulsion = check_scalar(repulsion, "repulsion", positive=True)
+    check_in_range(rho0, "rho0", low=-1 / (n - 1), high=1.0, high_open=True,
+                   meaning="a common inner product of n unit vectors, below 1")
+    if not float(value) > float(repulsion):
+        raise ValueError(f"value must exceed repulsion (w > c), else Σ_h w_h = w − c <= 0 and no β "
+                         f"clusters; got value={value}, repulsion={repulsion}")
+    return float(np.log1p(n * (float(value) / float(repulsion) - 1)) / (float(score) * (1 - float(rho0))))
+
+
+def hitting_time(ode: AbstractReducedODE, rho0, rho1, num_nodes: int = 64):
+    r"""The time T = ∫_{ρ0}^{ρ1} dρ/ρ̇ for ρ to go from ``rho0`` to ``rho1`` under ``ode``
+    (Gauss–Legendre in ρ, ``num_nodes`` nodes; inf where ρ̇ <= 0 on the way): 1/T is the
+    clustering rate of docs: math/sphere.md#equiangular-multi-head-attention, super-additive over
+    heads."""
+    if not isinstance(ode, AbstractReducedODE):
+        raise ValueError(f"ode must be a reduced ODE such as MultiHeadReducedODE(...), got {type(ode).__name__}")
+    num_nodes = check_count(num_nodes, "num_nodes", minimum=2, maximum=4096)
+    check_in_range(rho0, "rho0", low=-1 / (ode.n - 1) if ode.n > 1 else -1.0, high=1.0, high_open=True,
+                   meaning="a common inner product of n unit vectors, below 1")
+    check_in_range(rho1, "rho1", low=float(rho0), high=1.0, low_open=True, high_open=True,
+                   meaning="the target inner product, between rho0 and 1")
+    t, w = np.polynomial.legendre.leggauss(num_nodes)
+    half = (float(rho1) - float(rho0)) / 2
+    rho = jnp.asarray(float(rho0) + half * (t + 1))
+    rate = jax.vmap(ode.rho_rate)(rho)
+    return float(jnp.where(jnp.all(rate > 0), half * jnp.sum(jnp.asarray(w) / rate), jnp.inf))
+
+
 @eqx.filter_jit
 def reduced_gap(ode: AbstractReducedODE, rho0, ts, controller):
     """The gap 1 − ρ(t) of ``ode`` at the times ``ts`` (adaptive steps by ``controller``)."""
@@ -97,4 +191,5 @@ def reduced_gap(ode: AbstractReducedODE, rho0, ts, controller):
                  max_steps=1_000_000).xs
 
 
-__all__ = ["AbstractReducedODE", "SAReducedODE", "USAReducedODE", "equiangular_start", "reduced_gap"]
+__all__ = ["AbstractReducedODE", "MultiHeadReducedODE", "SAReducedODE", "USAReducedODE", "equiangular_start",
+           "hitting_time", "multihead_critical_beta", "reduced_gap"]

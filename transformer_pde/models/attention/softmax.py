@@ -8,7 +8,7 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 
-from ..._checks import as_float_array, check_scalar
+from ..._checks import as_float_array, check_count, check_real, check_scalar
 from ..._types import Param
 from ...kernels.backends import AbstractBackend, bind_backend
 from ...kernels.exact import unchecked_log_weights
@@ -205,6 +205,29 @@ class MultiHeadAttention(AbstractKernelAttention, AbstractNormalizedAttention, A
         blocks = lambda a: a.reshape(num_heads, k, d)  # noqa: E731 - row blocks
         W = jnp.eye(d, dtype=V.dtype).reshape(d, num_heads, k).transpose(1, 0, 2)
         return cls(blocks(Q), blocks(K), blocks(V), W, beta, **kwargs)
+
+    @classmethod
+    def scalar(cls, d: int, scores, values, beta=1.0, **kwargs):
+        """Scalar heads: head h scores with β a_h⟨x, y⟩ (Q_h = a_h I, K_h = I) and writes w_h times its
+        softmax average (V = I, W_h = w_h I); w_h < 0 is a repulsive head, a_h = 0 a uniform one.
+        Equiangular starts keep a common inner product under it (docs:
+        math/sphere.md#equiangular-multi-head-attention, ``tp.theory.equiangular.MultiHeadReducedODE``).
+
+        Args:
+            d: the dimension.
+            scores, values: the heads' a_h and w_h, shape ``(H,)`` each.
+            beta: the inverse temperature (shared by the heads).
+        """
+        d = check_count(d, "d", minimum=1)
+        scores, values = (as_float_array(a, name) for a, name in ((scores, "scores"), (values, "values")))
+        if scores.ndim != 1 or scores.shape != values.shape or scores.shape[0] < 1:
+            raise ValueError(f"scores and values must be 1-D with one entry per head each, got shapes "
+                             f"{scores.shape} and {values.shape}")
+        scores, values = check_real(scores, "scores"), check_real(values, "values")
+        eye = jnp.eye(d, dtype=scores.dtype)
+        H = scores.shape[0]
+        return cls(jnp.einsum("h,de->hde", scores, eye), jnp.broadcast_to(eye, (H, d, d)), eye,
+                   jnp.einsum("h,de->hde", values, eye), beta, **kwargs)
 
     @property
     def num_heads(self) -> int:
