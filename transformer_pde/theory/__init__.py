@@ -14,6 +14,8 @@
   (docs: math/random_heads.md#overlaps-and-the-logistic-law).
 - :mod:`.noisy_sphere`: noisy SA/USA at the uniform law on S^{d−1}: growth rates, K_#, β_*
   (docs: math/noise.md#phase-transition).
+- :mod:`.spectral_selection`: pure-mode equilibria of symmetric attention (QᵀK = V = Vᵀ) and their
+  stability (docs: math/sphere.md#spectral-selection).
 """
 
 from . import (
@@ -25,7 +27,8 @@ from . import (
     lost_in_the_middle,
     metastability,
     noisy_sphere,
+    spectral_selection,
 )
 
 __all__ = ["causal_clustering", "equiangular", "gaussian", "interaction_energy", "logistic_overlap",
-           "lost_in_the_middle", "metastability", "noisy_sphere"]
+           "lost_in_the_middle", "metastability", "noisy_sphere", "spectral_selection"]
