@@ -21,7 +21,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .._checks import check_count, check_in_range, check_real, check_scalar, is_concrete
+from .._checks import as_float_array, check_count, check_in_range, check_real, check_scalar, is_concrete
 from ..solvers import AbstractODE, solve
 
 
@@ -88,11 +88,10 @@ class USAReducedODE(AbstractReducedODE):
 
 def _head_vector(x, name: str):
     """A 1-D array of per-head reals (at least one head), checked finite."""
-    if is_concrete(x):
-        a = np.asarray(x)
-        if a.ndim != 1 or a.shape[0] < 1:
-            raise ValueError(f"{name} must be a 1-D array with one number per head, got shape {a.shape}")
-    return check_real(jnp.asarray(x, dtype=jnp.result_type(float)), name)
+    a = as_float_array(x, name)
+    if a.ndim != 1 or a.shape[0] < 1:
+        raise ValueError(f"{name} must be a 1-D array with one number per head, got shape {a.shape}")
+    return check_real(a, name)
 
 
 class MultiHeadReducedODE(AbstractReducedODE):

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .._checks import as_float_array, check_count, check_real, check_scalar
+from .._checks import as_float_array, check_count, check_real, check_scalar, is_concrete
 
 
 def _spectrum(eigenvalues, k):
@@ -42,7 +42,7 @@ def symmetric_attention(V, beta):
     if V.ndim != 2 or V.shape[0] != V.shape[1]:
         raise ValueError(f"V must be a square (d, d) matrix, got shape {V.shape}")
     V = check_real(V, "V")
-    if not np.allclose(np.asarray(V), np.asarray(V).T, rtol=0, atol=1e-12 * (1 + float(np.abs(np.asarray(V)).max()))):
+    if is_concrete(V) and not np.allclose(np.asarray(V), np.asarray(V).T, rtol=0, atol=1e-12 * (1 + float(np.abs(np.asarray(V)).max()))):
         raise ValueError("V must be symmetric (QᵀK = V = Vᵀ), got V − Vᵀ with largest entry "
                          f"{float(np.abs(np.asarray(V) - np.asarray(V).T).max()):.3g}")
     return SoftmaxAttention(V, jnp.eye(V.shape[0], dtype=V.dtype), V, beta)
