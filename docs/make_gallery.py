@@ -65,6 +65,9 @@ ENTRIES: dict[str, tuple[str, str]] = {
     'krause': (
         'Krause (bounded-confidence) attention on [0, 1] with Q = K = V = I: tokens started evenly spaced, moved until they stop, for a grid of confidence radii r. The final positions against r draw the Hegselmann–Krause bifurcation diagram: clusters about 2r apart (their number close to 1/(2r)) for small r, consensus for large r.',
         'Liu–Yue–Welling–Song, Krause Synchronization Transformers, arXiv 2602.11534.'),
+    'multi-head': (
+        'Scalar multi-head attention (head h: score β a_h⟨x, y⟩, value w_h) on orthogonal starts: the common inner product ρ(t) of the particles against the multi-head reduced ODE; a selective head against a uniform repulsive one gives one cluster below the closed-form critical β_c and the regular simplex above; two heads of different selectivity reach ρ = 0.9 faster together than the sum of their rates alone (super-additive rates, by quadrature and on the particles).',
+        'Pendharkar, Gradient flow structure and quantitative dynamics of multi-head self-attention, arXiv 2605.04279 (reduced ODE, β_c and the rate inequality derived in docs/math/sphere.md).'),
     'large-n': (
         '10⁶ tokens uniform on S² under self-attention (Q = K = V = I), integrated as residual layers with the fast NUFFT kernel: snapshots of a random subsample and the mean overlap |x̄|² and the largest angle to the mean direction against depth. All tokens collapse to one cluster, as the theorem for d ≥ 3 says.',
         'Geshkovski–Letrouit–Polyanskiy–Rigollet, arXiv 2312.10794.'),
@@ -101,6 +104,9 @@ ENTRIES: dict[str, tuple[str, str]] = {
     'rd-spectrum': (
         'The unnormalized model in R^d followed in z = e^{−tV}x: for V = I the tokens converge to vertices of a polytope, for a simple top eigenvalue to hyperplanes, for negative spectra to the origin; in d = 1 the attention matrix becomes Boolean with leaders.',
         'Geshkovski–Letrouit–Polyanskiy–Rigollet, emergence of clusters, arXiv 2305.05465.'),
+    'spectral-selection': (
+        'Symmetric attention (QᵀK = V = Vᵀ) on the sphere from random starts: the share of each eigenvector of V over time; with a dominant positive eigenvalue all tokens align with its eigenvector, with V negative definite they split by sign along the most negative one. Every end state is a pure mode that the closed-form linear stability criterion calls stable; on the circle, V = diag(λ₊, −1), runs end split along e_2 only while λ₊ < tanh β.',
+        'Kuehn–Yoon, Spectral selection in symmetric self-attention dynamics, arXiv 2604.26085 (stability criteria derived in docs/math/sphere.md).'),
     'stability': (
         'The support radius and the W₂ stability ratio of two nearby particle systems against the a-priori bounds R(t) ≤ R₀exp(∫‖V‖) and W_p(μ_t, ν_t) ≤ exp(∫L) W_p(μ₀, ν₀), for softmax, ℓ², Sinkhorn and multi-head attention. The measured values stay below the bounds.',
         'Castin–Ablin–Carrillo–Peyré, arXiv 2501.18322 (§3).'),
