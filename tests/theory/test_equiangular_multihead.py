@@ -50,6 +50,30 @@ def test_particles_follow_the_reduced_ode():
     np.testing.assert_allclose([_mean_rho(x) for x in sol.xs], 1 - np.asarray(gap), atol=1e-8)
 
 
+@pytest.mark.parametrize("rho0", [-0.1, 0.25])
+def test_usa_heads_velocities_give_the_reduced_rate(rho0):
+    # the paper's gradient flow: head h is USA with Q = V = m_h I, K = I; the heads' fields add
+    n = d = 6
+    scores = np.array([0.8, -1.3, 0.4])
+    x = eq.equiangular_start(jax.random.key(5), n, d, rho0)
+    eye = np.eye(d)
+    v = sum(np.asarray(tp.Sphere(tp.UnnormalizedAttention(m * eye, eye, m * eye, 1.4)).velocity(x)) for m in scores)
+    pair_rates = v @ np.asarray(x).T + np.asarray(x) @ v.T
+    off = ~np.eye(n, dtype=bool)
+    np.testing.assert_allclose(pair_rates[off], eq.MultiHeadUSAReducedODE(n, 1.4, scores).rho_rate(rho0),
+                               rtol=1e-10, atol=1e-13)
+    np.testing.assert_allclose(eq.MultiHeadUSAReducedODE(n, 1.4, [1.0]).rho_rate(rho0),
+                               eq.USAReducedODE(n, jnp.asarray(1.4)).rho_rate(rho0), rtol=1e-13)
+
+
+def test_usa_critical_beta_is_where_the_reduced_rate_changes_sign():
+    m1, m, rho0 = 0.7, 1.2, 0.3
+    bc = eq.usa_critical_beta(m1, m, rho0)
+    rate = lambda b: float(eq.MultiHeadUSAReducedODE(6, b, [m1, -m]).rho_rate(rho0))  # noqa: E731
+    assert abs(rate(bc)) < 1e-14
+    assert rate(0.95 * bc) < 0 < rate(1.05 * bc)  # clusters above β_c
+
+
 def test_critical_beta_is_where_the_reduced_rate_changes_sign():
     n, a, w, c, rho0 = 8, 1.3, 1.0, 0.6, 0.2
     bc = eq.multihead_critical_beta(n, a, w, c, rho0)
@@ -99,6 +123,8 @@ def test_hitting_time_matches_the_integrated_ode():
 
 
 def test_bad_input():
+    with pytest.raises(ValueError, match="repulsion must exceed score"):
+        eq.usa_critical_beta(1.0, 0.5, 0.2)
     with pytest.raises(ValueError, match="value must exceed repulsion"):
         eq.multihead_critical_beta(4, 1.0, 0.5, 0.5)
     with pytest.raises(ValueError, match="one entry per head"):

@@ -132,6 +132,55 @@ class MultiHeadReducedODE(AbstractReducedODE):
         return 2 * (1 - rho) * ((self.n - 1) * rho + 1) * jnp.sum(self.head_rates(rho))
 
 
+class MultiHeadUSAReducedODE(AbstractReducedODE):
+    r"""Scalar multi-head USA, the gradient flow of arXiv 2605.04279's energy
+    Σ_h (2βn²)⁻¹ Σ_ij e^{β m_h⟨x_i, x_j⟩} (score and value matrices M_h = m_h I; docs:
+    math/sphere.md#equiangular-multi-head-attention):
+
+    $$\dot\rho=\tfrac2n(1-\rho)((n-1)\rho+1)\sum_h m_he^{\beta m_h\rho}.$$
+
+    One head with m = 1 is :class:`USAReducedODE`.
+
+    Args:
+        n: the number of tokens.
+        beta: the inverse temperature.
+        scores: the heads' m_h, shape ``(H,)`` (m_h < 0: a repulsive head).
+    """
+
+    n: int = eqx.field(static=True)
+    beta: jax.Array
+    scores: jax.Array
+
+    def __init__(self, n: int, beta, scores):
+        self.n, self.beta = n, jnp.asarray(check_scalar(beta, "beta"), dtype=jnp.result_type(float))
+        self.scores = _head_vector(scores, "scores")
+
+    def rho_rate(self, rho):
+        m = self.scores
+        return 2 / self.n * (1 - rho) * ((self.n - 1) * rho + 1) * jnp.sum(m * jnp.exp(self.beta * m * rho))
+
+
+def usa_critical_beta(score, repulsion, rho0):
+    r"""The critical β of an equiangular start ρ0 > 0 under two USA heads m₁ = ``score`` > 0 and
+    m₂ = −``repulsion`` < 0 (:class:`MultiHeadUSAReducedODE`; docs:
+    math/sphere.md#equiangular-multi-head-attention):
+
+    $$\beta_c=\frac{\ln(m/m_1)}{(m_1+m)\rho_0},\qquad m=|m_2|>m_1.$$
+
+    Σ_h m_he^{βm_hρ} is increasing in ρ and vanishes at ρ* = ln(m/m₁)/(β(m₁ + m)): the start
+    clusters (ρ → 1) iff ρ0 > ρ*, that is iff β > β_c, the reverse of the normalized case. Needs
+    m > m₁ (else every β > 0 clusters).
+    """
+    score = check_scalar(score, "score", positive=True)
+    repulsion = check_scalar(repulsion, "repulsion", positive=True)
+    check_in_range(rho0, "rho0", low=0.0, high=1.0, low_open=True, high_open=True,
+                   meaning="a positive common inner product, below 1")
+    if not float(repulsion) > float(score):
+        raise ValueError(f"repulsion must exceed score (|m2| > m1), else every β > 0 clusters; got score={score}, "
+                         f"repulsion={repulsion}")
+    return float(np.log(float(repulsion) / float(score)) / ((float(score) + float(repulsion)) * float(rho0)))
+
+
 def multihead_critical_beta(n: int, score, value, repulsion, rho0=0.0):
     r"""The critical β of an equiangular start under a selective head (score a > 0, value w > 0)
     and a uniform repulsive head (score 0, value −c, c > 0) (docs:
@@ -190,5 +239,5 @@ def reduced_gap(ode: AbstractReducedODE, rho0, ts, controller):
                  max_steps=1_000_000).xs
 
 
-__all__ = ["AbstractReducedODE", "MultiHeadReducedODE", "SAReducedODE", "USAReducedODE", "equiangular_start",
-           "hitting_time", "multihead_critical_beta", "reduced_gap"]
+__all__ = ["AbstractReducedODE", "MultiHeadReducedODE", "MultiHeadUSAReducedODE", "SAReducedODE", "USAReducedODE",
+           "equiangular_start", "hitting_time", "multihead_critical_beta", "reduced_gap", "usa_critical_beta"]
