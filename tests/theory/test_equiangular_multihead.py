@@ -3,6 +3,7 @@ the reduced ODE against the particles' velocities and trajectories, the closed-f
 the super-additive clustering rates of heterogeneous heads."""
 
 import diffrax
+import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -10,6 +11,11 @@ import pytest
 
 import transformer_pde as tp
 from transformer_pde.theory import equiangular as eq
+
+
+def _velocity(dynamics, x):
+    """The field at x, compiled once (op by op it costs more than the test)."""
+    return np.asarray(eqx.filter_jit(lambda m, y: m.velocity(y))(dynamics, x))
 
 
 def _mean_rho(x):
@@ -24,13 +30,13 @@ def test_one_head_is_sa():
         np.testing.assert_allclose(ode.rho_rate(rho), sa.rho_rate(rho), rtol=1e-13)
 
 
-@pytest.mark.parametrize("rho0", [-0.15, 0.0, 0.3])
+@pytest.mark.parametrize("rho0", [pytest.param(-0.15, marks=pytest.mark.slow), 0.0, pytest.param(0.3, marks=pytest.mark.slow)])
 def test_particle_velocities_give_the_reduced_rate(rho0):
     # every pair's d⟨x_i, x_j⟩/dt from the multi-head field equals the scalar ODE's rate
     n = d = 7
     scores, values = np.array([0.0, 1.5, -0.7]), np.array([-0.4, 1.0, 0.6])
     x = eq.equiangular_start(jax.random.key(1), n, d, rho0)
-    v = np.asarray(tp.Sphere(tp.MultiHeadAttention.scalar(d, scores, values, beta=1.7)).velocity(x))
+    v = _velocity(tp.Sphere(tp.MultiHeadAttention.scalar(d, scores, values, beta=1.7)), x)
     pair_rates = v @ np.asarray(x).T + np.asarray(x) @ v.T
     off = ~np.eye(n, dtype=bool)
     np.testing.assert_allclose(pair_rates[off], eq.MultiHeadReducedODE(n, 1.7, scores, values).rho_rate(rho0),
@@ -50,14 +56,14 @@ def test_particles_follow_the_reduced_ode():
     np.testing.assert_allclose([_mean_rho(x) for x in sol.xs], 1 - np.asarray(gap), atol=1e-8)
 
 
-@pytest.mark.parametrize("rho0", [-0.1, 0.25])
+@pytest.mark.parametrize("rho0", [pytest.param(-0.1, marks=pytest.mark.slow), 0.25])
 def test_usa_heads_velocities_give_the_reduced_rate(rho0):
     # the paper's gradient flow: head h is USA with Q = V = m_h I, K = I; the heads' fields add
     n = d = 6
     scores = np.array([0.8, -1.3, 0.4])
     x = eq.equiangular_start(jax.random.key(5), n, d, rho0)
     eye = np.eye(d)
-    v = sum(np.asarray(tp.Sphere(tp.UnnormalizedAttention(m * eye, eye, m * eye, 1.4)).velocity(x)) for m in scores)
+    v = sum(_velocity(tp.Sphere(tp.UnnormalizedAttention(m * eye, eye, m * eye, 1.4)), x) for m in scores)
     pair_rates = v @ np.asarray(x).T + np.asarray(x) @ v.T
     off = ~np.eye(n, dtype=bool)
     np.testing.assert_allclose(pair_rates[off], eq.MultiHeadUSAReducedODE(n, 1.4, scores).rho_rate(rho0),
@@ -114,6 +120,7 @@ def test_rates_are_super_additive_over_heterogeneous_heads():
     assert abs(hom) < 1e-12
 
 
+@pytest.mark.slow
 def test_hitting_time_matches_the_integrated_ode():
     ode, r0, r1 = eq.MultiHeadReducedODE(6, 2.0, [0.5, 3.0], [1.0, 0.5]), 0.1, 0.9
     T = eq.hitting_time(ode, r0, r1)
