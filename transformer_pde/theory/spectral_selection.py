@@ -18,9 +18,11 @@ stable too when the other eigenvalues lie below λ_k tanh(βλ_k).
 
 from __future__ import annotations
 
+import jax.numpy as jnp
 import numpy as np
 
 from .._checks import as_float_array, check_count, check_real, check_scalar, is_concrete
+from ..models import SoftmaxAttention
 
 
 def _spectrum(eigenvalues, k):
@@ -34,10 +36,6 @@ def _spectrum(eigenvalues, k):
 def symmetric_attention(V, beta):
     """The model of arXiv 2604.26085: softmax attention with QᵀK = V = Vᵀ (Q = V, K = I), to be
     wrapped in ``tp.Sphere``. ``V`` must be a symmetric (d, d) matrix."""
-    import jax.numpy as jnp
-
-    from ..models import SoftmaxAttention
-
     V = as_float_array(V, "V")
     if V.ndim != 2 or V.shape[0] != V.shape[1]:
         raise ValueError(f"V must be a square (d, d) matrix, got shape {V.shape}")
