@@ -63,13 +63,14 @@ def test_depth_part_is_first_order():
     coarse = tr.init_seeds(jr.key(3), 2, 64, 1)
     X = jr.normal(jr.key(4), (4, 8, tr.D))
     exact = np.asarray(tr.ode_seeds(coarse, X))
-    Ls = np.array([8, 16, 32, 64])
+    Ls = np.array([8, 16, 32])
     errs = [tr.rms(tr.layers_seeds(tr.refined(coarse, int(L), 64), X), exact)[0] for L in Ls]
     np.testing.assert_allclose(tr.ode_seeds(tr.refined(coarse, 8, 80), X), exact, rtol=0, atol=1e-12)
     slope = np.polyfit(np.log(Ls), np.log(errs), 1)[0]
     assert abs(slope + 1) < 0.1, (slope, errs)
 
 
+@pytest.mark.slow
 def test_heads_part_at_init_against_the_exact_mean_field():
     """Untrained heads have mean field exactly zero (V symmetric, independent of Q, K), so the
     mean-field ODE leaves the tokens where they are; the network's distance to them is the heads'
