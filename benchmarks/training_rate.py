@@ -234,6 +234,11 @@ def run(size: str, log=print):
                 f"jax {jax.__version__}")
 
 
+def _est(f, name):
+    """A joint fit's exponent with its interval."""
+    return f"{f[name]:.2f} [{f[name + '_ci'][0]:.2f}, {f[name + '_ci'][1]:.2f}]"
+
+
 def _ci(f):
     return f"{f['slope']:+.2f} [{f['ci'][0]:+.2f}, {f['ci'][1]:+.2f}]"
 
@@ -245,22 +250,21 @@ def markdown(r) -> str:
            "(trained) and init (untrained, exact mean field)", "",
            "| L \\ H | " + " | ".join(str(h) for h in Hs) + " |", "|---|" + "---|" * len(Hs)]
     for i, L in enumerate(Ls):
-        out.append(f"| {L} | " + " | ".join(f"{e['total'][i, j]:.2e} \\| {e['disc'][i, j]:.2e} \\| "
-                                           f"{e['heads'][i, j]:.2e} \\| {e['init'][i, j]:.2e}" for j in range(len(Hs))) + " |")
+        cells = (" \\| ".join(f"{e[k][i, j]:.2e}" for k in ("total", "disc", "heads", "init")) for j in range(len(Hs)))
+        out.append(f"| {L} | " + " | ".join(cells) + " |")
     j = r["fits"]["joint_total"]
     out += ["", "Fitted exponents (95 % bootstrap intervals over seeds):", "",
             "| fit | measured | Gibson–Reisinger bound |", "|---|---|---|",
-            f"| total = a L^-α + b L^-γ H^-δ: α | {j['alpha']:.2f} [{j['alpha_ci'][0]:.2f}, {j['alpha_ci'][1]:.2f}] | 1 |",
-            f"| γ | {j['gamma']:.2f} [{j['gamma_ci'][0]:.2f}, {j['gamma_ci'][1]:.2f}] | 1/3 |",
-            f"| δ | {j['delta']:.2f} [{j['delta_ci'][0]:.2f}, {j['delta_ci'][1]:.2f}] | 1/2 |",
+            f"| total = a L^-α + b L^-γ H^-δ: α | {_est(j, 'alpha')} | 1 |",
+            f"| γ | {_est(j, 'gamma')} | 1/3 |",
+            f"| δ | {_est(j, 'delta')} | 1/2 |",
             f"| total vs L at H = {Hs[-1]} | {_ci(r['fits']['total_vs_L_at_max_H'])} | −1 (then −1/3) |"]
     out += [f"| disc vs L at H = {H} | {_ci(f)} | −1 |" for H, f in r["fits"]["disc_vs_L"].items()]
     out += [f"| heads vs H at L = {L} | {_ci(f)} | −1/2 |" for L, f in r["fits"]["heads_vs_H"].items()]
     out += [f"| heads vs L at H = {H} | {_ci(f)} | −1/3 |" for H, f in r["fits"]["heads_vs_L"].items()]
     ji = r["fits"]["joint_init"]
-    out += [f"| init = a L^-α + b L^-γ H^-δ: α, γ, δ | {ji['alpha']:.2f} [{ji['alpha_ci'][0]:.2f}, "
-            f"{ji['alpha_ci'][1]:.2f}], {ji['gamma']:.2f} [{ji['gamma_ci'][0]:.2f}, {ji['gamma_ci'][1]:.2f}], "
-            f"{ji['delta']:.2f} [{ji['delta_ci'][0]:.2f}, {ji['delta_ci'][1]:.2f}] | 1, 1/3, 1/2 |"]
+    out += [f"| init = a L^-α + b L^-γ H^-δ: α, γ, δ | {_est(ji, 'alpha')}, {_est(ji, 'gamma')}, "
+            f"{_est(ji, 'delta')} | 1, 1/3, 1/2 |"]
     out += [f"| init vs H at L = {L} | {_ci(f)} | −1/2 |" for L, f in r["fits"]["init_vs_H"].items()]
     out += [f"| init vs L at H = {H} | {_ci(f)} | −1/3 |" for H, f in r["fits"]["init_vs_L"].items()]
     ref = r["reference"]
