@@ -43,11 +43,23 @@ def test_key_distances_are_archimedes_uniform_and_free_of_cancellation():
     np.testing.assert_allclose(np.asarray(u), 1 - np.asarray(keys)[:, 0], atol=1e-14)
     key = jax.random.key(1)
     _, u32 = lc.chunk_keys(key, 0, 2**16, 2, dtype=np.float32)
-    g = np.asarray(jax.random.normal(jax.random.fold_in(key, 0), (2**16, 2), dtype=np.float32), dtype=np.float64)
+    g = np.asarray(lc.fine_normal(jax.random.fold_in(key, 0), (2**16, 2), np.float32), dtype=np.float64)
     exact = 1 - g[:, 0] / np.linalg.norm(g, axis=1)  # the same normals, in float64
     small = exact < 1e-5  # where float32's 1 − k_1 would be off by 1e-2 relative
     assert small.sum() > 50
     np.testing.assert_allclose(np.asarray(u32)[small], exact[small], rtol=1e-4)
+
+
+def test_fine_normals_are_normal_and_not_on_a_grid_near_zero():
+    """jax.random.normal's float32 values near 0 lie on a grid of ~3e-7 (2^20 draws put ~10 pairs
+    of the ~80 below 1e-4 on one point); these have no ties there, and are N(0, 1)."""
+    g = np.asarray(lc.fine_normal(jax.random.key(4), (2**20,), np.float32), dtype=np.float64)
+    small = g[np.abs(g) < 1e-4]
+    assert small.size > 40 and np.unique(small).size == small.size
+    assert stats.kstest(g[:20000], "norm").pvalue > 1e-3
+    plain = np.asarray(jax.random.normal(jax.random.key(4), (2**20,), np.float32), dtype=np.float64)
+    tiny = plain[np.abs(plain) < 1e-4]
+    assert np.unique(tiny).size < tiny.size  # the grid this sampler avoids
 
 
 def test_below_criticality_the_normaliser_is_gaussian_and_the_entropy_is_mean_field():

@@ -88,12 +88,28 @@ class LongContextConfig(Options):
 # ----------------------------------------------------------------------------- streamed keys
 
 
+def fine_normal(key, shape, dtype):
+    """Standard normal numbers with relative precision near 0: √2 erfinv(U) with a random sign,
+    U uniform on [0, 1) built from 23 random bits plus a uniform fraction of the last bit.
+    ``jax.random.normal`` maps a uniform on a grid of spacing 2^-22 through erfinv, so its values
+    near 0 lie on a grid of ~3e-7: at d = 2 the nearest of 2^20 keys (angle ~1e-6) would sit on
+    a few grid points."""
+    k1, k2 = jax.random.split(key)
+    bits = jax.random.bits(k1, shape, jnp.uint32)
+    sign = jnp.where(bits >> 31 == 1, 1.0, -1.0).astype(dtype)
+    hi = (bits & (2**23 - 1)).astype(dtype)
+    lo = jax.random.uniform(k2, shape, dtype)
+    below_one = 1.0 - float(jnp.finfo(dtype).epsneg)
+    mag = jnp.minimum((hi + lo) * 2.0**-23, below_one)  # (hi + lo) may round up to 2^23 in float32
+    return sign * np.sqrt(2.0).astype(dtype) * jax.scipy.special.erfinv(mag)
+
+
 def chunk_keys(key, index, chunk: int, d: int, dtype=None):
     """The keys of chunk ``index`` (unit vectors, shape ``(chunk, d)``) for the query e_1, and
-    their distances u = 1 − k_1 to it: standard normal vectors g normalized, u computed as
+    their distances u = 1 − k_1 to it: standard normal vectors g (:func:`fine_normal`) normalized, u computed as
     |g_⊥|²/(|g|(|g| + g_1)) where g_1 > 0 (no cancellation as k_1 → 1). ``dtype``: JAX's default
     float unless given."""
-    g = jax.random.normal(jax.random.fold_in(key, index), (chunk, d), dtype=dtype or jnp.result_type(float))
+    g = fine_normal(jax.random.fold_in(key, index), (chunk, d), dtype or jnp.result_type(float))
     g1 = g[:, 0]
     r2 = jnp.sum(g[:, 1:] ** 2, axis=1)
     norm = jnp.sqrt(g1**2 + r2)
