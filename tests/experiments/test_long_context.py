@@ -131,3 +131,35 @@ def test_tiny_run_measures_exponents_with_intervals(tmp_path_factory):
     assert np.all(np.isfinite(res["entropy"])) and np.all(np.diff(res["entropy"], axis=-1) <= 1e-5)
     assert "| 3 | 1.000 |" in lc.exponent_table(res)
     assert (run_dir / "long-context.png").stat().st_size > 10_000
+
+
+def test_layer_rows_match_a_plain_softmax():
+    """Every row of the self-attention of 512 tokens (blocks of 128 rows), its own token included,
+    against the dense softmax of the Gram matrix in NumPy."""
+    betas = np.array([0.0, 3.0, 300.0, 3e4])
+    st = lc.layer_statistics(jax.random.key(2), 512, 3, betas, block=128)
+    x = st["tokens"]
+    for j, beta in enumerate(betas):
+        z = beta * (x @ x.T)
+        w = np.exp(z - z.max(axis=1, keepdims=True))
+        w /= w.sum(axis=1, keepdims=True)
+        ent = -np.sum(np.where(w > 0, w * np.log(np.where(w > 0, w, 1.0)), 0.0), axis=1)
+        np.testing.assert_allclose(st["entropy"][:, j], ent, rtol=1e-8, atol=1e-10)
+        np.testing.assert_allclose(st["max_weight"][:, j], w.max(axis=1), rtol=1e-8)
+
+
+@pytest.mark.parametrize("d", [4, pytest.param(2, marks=pytest.mark.slow)])
+def test_layer_rows_at_criticality_follow_the_poisson_limit_with_the_query_as_a_key(d):
+    """A row of self-attention is a fixed query (the token) against n − 1 uniform keys plus
+    itself at distance 0: its mean entropy at λ = 0.5, 1, 3 is the Poisson limit with one more
+    point at 0 (n = 2^11, 2 draws of the tokens), not the limit without it. (At d = 3 the two
+    limits are one law: a unit-rate Poisson process seen from its first point is again one.)"""
+    n = 2**11
+    lams = np.array([0.5, 1.0, 3.0])
+    ent = np.concatenate([lc.layer_statistics(jax.random.key(s), n, d, lams * theory.critical_scale(n, d))["entropy"]
+                          for s in range(2)])
+    lim, _ = theory.critical_limit(lams, d, samples=8000, points=300, seed=3, self_key=True)
+    se = np.sqrt(ent.var(axis=0) / ent.shape[0] + lim.var(axis=0) / lim.shape[0])
+    assert np.all(np.abs(ent.mean(axis=0) - lim.mean(axis=0)) < 4 * se + 0.01), (ent.mean(0), lim.mean(0), se)
+    free, _ = theory.critical_limit(lams, d, samples=8000, points=300, seed=3)
+    assert np.all(np.abs(ent.mean(axis=0) - free.mean(axis=0)) > 0.1)  # the self key matters

@@ -60,6 +60,13 @@ class LongContextConfig(Options):
     """Keys per streamed chunk."""
     limit_samples: Annotated[int, Ge(10)] = 4000
     """Draws of the Poisson process for the critical limit."""
+    layer_log2_n_min: Annotated[int, Ge(1)] = 7
+    """The full self-attention layer (every token a query against all, itself included): the
+    smallest n = 2^layer_log2_n_min tokens."""
+    layer_log2_n_max: Annotated[int, Ge(0), Le(16)] = 11
+    """The layer's largest n = 2^layer_log2_n_max (its cost is n² per β); 0: no layer."""
+    layer_seeds: Annotated[int, Ge(2)] = 3
+    """Independent draws of the layer's tokens per (d, n) (each averages over its n rows)."""
     seed: int = 0
 
     def validate(self):
@@ -70,15 +77,26 @@ class LongContextConfig(Options):
                              f"{self.log2_n_min} and {self.log2_n_max}")
         if self.lam_max <= self.lam_min:
             raise ValueError(f"need lam_max > lam_min, got {self.lam_min} and {self.lam_max}")
+        if self.layer_log2_n_max and self.layer_log2_n_max <= self.layer_log2_n_min:
+            raise ValueError(f"need layer_log2_n_max > layer_log2_n_min (or 0: no layer), got "
+                             f"{self.layer_log2_n_min} and {self.layer_log2_n_max}")
         if self.top > 2**self.log2_n_min:
             raise ValueError(f"top ({self.top}) must not exceed the smallest n = 2^{self.log2_n_min}")
 
     def footprint(self):
-        return {"weights of a chunk, every β and seed": sizes(self, "seeds", "chunk", "num_lambdas")}
+        return {"weights of a chunk, every β and seed": sizes(self, "seeds", "chunk", "num_lambdas"),
+                "weights of a block of the layer, every β": sizes(self, ("block rows", 256), ("block columns", 1024),
+                                                                  "num_lambdas")}
 
     @property
     def ns(self) -> np.ndarray:
         return 2 ** np.arange(self.log2_n_min, self.log2_n_max + 1)
+
+    @property
+    def layer_ns(self) -> np.ndarray:
+        if not self.layer_log2_n_max:
+            return np.zeros(0, dtype=int)
+        return 2 ** np.arange(self.layer_log2_n_min, self.layer_log2_n_max + 1)
 
     @property
     def lambdas(self) -> np.ndarray:
@@ -117,34 +135,80 @@ def chunk_keys(key, index, chunk: int, d: int, dtype=None):
     return g / norm[:, None], u
 
 
+def _accumulate(m, a, b, u, valid, betas):
+    """One chunk into the running sums, for every β at once: m the smallest u so far (shape
+    ``batch``), a(β) = Σ e^{−β(u − m)} and b(β) = Σ (u − m) e^{−β(u − m)} (``batch + (G,)``),
+    u the chunk's distances (``batch + (C,)``), ``valid`` which of them count."""
+    u = jnp.where(valid, u, jnp.inf)
+    m_new = jnp.minimum(m, jnp.min(u, axis=-1))
+    shift = (m - m_new)[..., None]  # >= 0: the old sums move to the new minimum
+    f = jnp.exp(-betas.reshape((1,) * m.ndim + (-1,)) * shift)
+    x = jnp.where(valid, u - m_new[..., None], 0.0)
+    e = jnp.where(valid[..., None], jnp.exp(-betas.reshape((1,) * x.ndim + (-1,)) * x[..., None]), 0.0)
+    b = f * (b + shift * a) + jnp.sum(x[..., None] * e, axis=-2)
+    a = f * a + jnp.sum(e, axis=-2)
+    return m_new, a, b
+
+
 @functools.partial(jax.jit, static_argnames=("chunk", "d", "top"))
 def _stream(keys, n, betas, *, chunk: int, d: int, top: int):
     """Per key of ``keys`` (a batch of PRNG keys, one per seed): the nearest distance u_min,
-    a(β) = Σ e^{−β(u − u_min)}, b(β) = Σ (u − u_min) e^{−β(u − u_min)} and the ``top`` smallest u,
-    accumulated over ceil(n/chunk) chunks (the last one masked beyond n)."""
+    a(β), b(β) of :func:`_accumulate` and the ``top`` smallest u, accumulated over ceil(n/chunk)
+    chunks (the last one masked beyond n)."""
     idx = jnp.arange(chunk)
 
     def one(key):
         def body(i, carry):
             m, a, b, best = carry
-            _, u = chunk_keys(key, i, chunk, d)
+            _, u = chunk_keys(key, i, chunk, d, betas.dtype)
             valid = i * chunk + idx < n
-            u = jnp.where(valid, u, jnp.inf)
-            m_new = jnp.minimum(m, jnp.min(u))
-            shift = m - m_new  # >= 0: the old sums move to the new minimum
-            f = jnp.exp(-betas * shift)
-            x = jnp.where(valid, u - m_new, 0.0)
-            e = jnp.where(valid[:, None], jnp.exp(-betas[None, :] * x[:, None]), 0.0)
-            b = f * (b + shift * a) + jnp.sum(x[:, None] * e, axis=0)
-            a = f * a + jnp.sum(e, axis=0)
-            best = -jax.lax.top_k(-jnp.concatenate([best, u]), top)[0]
-            return m_new, a, b, best
+            m, a, b = _accumulate(m, a, b, u, valid, betas)
+            best = -jax.lax.top_k(-jnp.concatenate([best, jnp.where(valid, u, jnp.inf)]), top)[0]
+            return m, a, b, best
 
         zeros = jnp.zeros_like(betas)
         init = (jnp.asarray(4.0, betas.dtype), zeros, zeros, jnp.full((top,), jnp.inf, betas.dtype))
         return jax.lax.fori_loop(0, (n + chunk - 1) // chunk, body, init)
 
     return jax.vmap(one)(keys)
+
+
+@functools.partial(jax.jit, static_argnames=("rows", "cols"))
+def _layer(x, betas, *, rows: int, cols: int):
+    """a(β), b(β) of every row of the self-attention of tokens ``x`` (each token a query against
+    all, itself included), in blocks of rows × cols pairs; u = |x_i − x_j|²/2 keeps its relative
+    precision for near pairs."""
+    n = x.shape[0]
+
+    def row_block(r):
+        xr = jax.lax.dynamic_slice_in_dim(x, r * rows, rows)
+
+        def body(c, carry):
+            xc = jax.lax.dynamic_slice_in_dim(x, c * cols, cols)
+            u = 0.5 * jnp.sum((xr[:, None, :] - xc[None, :, :]) ** 2, axis=-1)
+            return _accumulate(*carry, u, jnp.ones(cols, bool), betas)
+
+        zeros = jnp.zeros((rows, betas.size), betas.dtype)
+        m, a, b = jax.lax.fori_loop(0, n // cols, body, (jnp.full((rows,), 4.0, betas.dtype), zeros, zeros))
+        return a, b
+
+    a, b = jax.lax.map(row_block, jnp.arange(n // rows))
+    return a.reshape(n, -1), b.reshape(n, -1)
+
+
+def layer_statistics(key, n: int, d: int, betas, *, block: int = 256):
+    """Entropy and largest weight of every row of the self-attention of n tokens uniform on
+    S^{d−1} (``(n, len(betas))`` each; row i is token i's weights over all n tokens, its own
+    included). n a multiple of ``block`` or below it."""
+    betas = jnp.asarray(betas, dtype=jnp.result_type(float))
+    g = fine_normal(key, (n, d), betas.dtype)
+    x = g / jnp.linalg.norm(g, axis=1, keepdims=True)
+    rows = min(block, n)
+    if n % rows:
+        raise ValueError(f"n ({n}) must be a multiple of block ({block}) or below it")
+    a, b = _layer(x, betas, rows=rows, cols=min(4 * rows, n) if n % min(4 * rows, n) == 0 else rows)
+    a, b, beta = (np.asarray(v, dtype=np.float64) for v in (a, b, betas))
+    return {"entropy": np.log(a) + beta * b / a, "max_weight": 1 / a, "tokens": np.asarray(x)}
 
 
 def fixed_query_statistics(key, n: int, d: int, betas, *, chunk: int = 2**15, top: int = 2, seeds: int = 1):
@@ -216,6 +280,7 @@ def compute(cfg: LongContextConfig, progress: bool = False) -> Result:
     bar.close()
     level = np.log(cfg.collapse_keys)
     beta_star, clipped = collapse_point(betas[:, :, None, :], ent, level)  # (D, N, S)
+    layer = _layer_part(cfg, progress) if cfg.layer_log2_n_max else {}
 
     # the limits: mean field (sub-critical), Poisson (critical), and the normaliser's fluctuations
     mf = np.stack([theory.mean_field_entropy(ns[:, None], betas[i], d) for i, d in enumerate(cfg.dims)])
@@ -238,6 +303,12 @@ def compute(cfg: LongContextConfig, progress: bool = False) -> Result:
             f = tp.statistics.fit_rate(x, y[i], num_bootstrap=2000, seed=cfg.seed)
             slope[i], (lo[i], hi[i]) = f.slope, f.slope_ci
         fits[name], fits[f"{name}_lo"], fits[f"{name}_hi"] = slope, lo, hi
+    if layer:
+        slope, lo, hi = np.empty(D), np.empty(D), np.empty(D)
+        for i in range(D):
+            f = tp.statistics.fit_rate(cfg.layer_ns, layer["layer_beta_star"][i], num_bootstrap=2000, seed=cfg.seed)
+            slope[i], (lo[i], hi[i]) = f.slope, f.slope_ci
+        layer.update(layer_exponent=slope, layer_exponent_lo=lo, layer_exponent_hi=hi)
     scale = np.stack([theory.critical_scale(ns, d) for d in cfg.dims])  # (D, N)
     lam_star = np.exp(np.log(beta_star).mean(axis=2)) / scale
 
@@ -245,7 +316,7 @@ def compute(cfg: LongContextConfig, progress: bool = False) -> Result:
               "log_partition": logz, "gap_scale": gap, "beta_star": beta_star, "clipped": np.asarray(clipped),
               "predicted_exponent": 2.0 / (dims - 1), **fits, "lambda_star": lam_star,
               "lambda_star_limit": lam_star_lim, "mean_field_entropy": mf, "limit_entropy": lim_ent,
-              "limit_max_weight": lim_wmax, "z_partition": z_partition}
+              "limit_max_weight": lim_wmax, "z_partition": z_partition, **layer}
     coords = {"d": dims, "n": ns, "seed": np.arange(S), "lam": lams}
     labelled = grid(
         coords, entropy=(("d", "n", "seed", "lam"), ent), max_weight=(("d", "n", "seed", "lam"), wmax),
@@ -264,15 +335,45 @@ def compute(cfg: LongContextConfig, progress: bool = False) -> Result:
     return Result(arrays, {"long_context": labelled})
 
 
+def _layer_part(cfg: LongContextConfig, progress: bool) -> dict:
+    """The full self-attention layer: per (d, n, draw) the row-mean entropy and largest weight on
+    the λ grid, the collapse point of the row-mean entropy, and the Poisson limit of a row (the
+    token itself a key at distance 0)."""
+    theory = tp.theory.long_context
+    ns, lams = cfg.layer_ns, cfg.lambdas
+    D, N, S, G = len(cfg.dims), len(ns), cfg.layer_seeds, len(lams)
+    ent, wmax = np.empty((D, N, S, G)), np.empty((D, N, S, G))
+    betas = np.empty((D, N, G))
+    bar = progress_bar(progress, total=D * N * S, desc="long-context layer", unit="layer")
+    for i, d in enumerate(cfg.dims):
+        keys = jax.random.split(jax.random.fold_in(jax.random.key(cfg.seed), 1000 + d), S)
+        for j, n in enumerate(ns):
+            betas[i, j] = lams * theory.critical_scale(n, d)
+            for k in range(S):
+                st = layer_statistics(keys[k], int(n), d, betas[i, j])
+                ent[i, j, k], wmax[i, j, k] = st["entropy"].mean(axis=0), st["max_weight"].mean(axis=0)
+                bar.update()
+    bar.close()
+    beta_star, clipped = collapse_point(betas[:, :, None, :], ent, np.log(cfg.collapse_keys))
+    lim = np.stack([theory.critical_limit(lams, d, samples=cfg.limit_samples, seed=cfg.seed, self_key=True)[0].mean(axis=0)
+                    for d in cfg.dims])
+    return {"layer_ns": ns, "layer_betas": betas, "layer_entropy": ent, "layer_max_weight": wmax,
+            "layer_beta_star": beta_star, "layer_clipped": np.asarray(clipped), "layer_limit_entropy": lim}
+
+
 def exponent_table(res) -> str:
     """The fitted exponents per d as a Markdown table (benchmarks/README.md)."""
-    lines = ["| d | 2/(d−1) | β_n* ∝ n^p: p [95 %] | gap scale ∝ n^p | β_n* ∝ (log n)^p | λ* (largest n) | λ* limit |",
-             "|---|---|---|---|---|---|---|"]
+    layer = "layer_exponent" in res
+    lines = ["| d | 2/(d−1) | β_n* ∝ n^p: p [95 %] | gap scale ∝ n^p | β_n* ∝ (log n)^p | λ* (largest n) | λ* limit |"
+             + (" layer: p [95 %] |" if layer else ""),
+             "|---|---|---|---|---|---|---|" + ("---|" if layer else "")]
     for i, d in enumerate(res["dims"]):
         lines.append(f"| {d} | {res['predicted_exponent'][i]:.3f} | {res['exponent'][i]:.3f} "
                      f"[{res['exponent_lo'][i]:.3f}, {res['exponent_hi'][i]:.3f}] | {res['gap_exponent'][i]:.3f} | "
                      f"{res['log_exponent'][i]:.2f} | {res['lambda_star'][i, -1]:.3f} | "
-                     f"{res['lambda_star_limit'][i]:.3f} |")
+                     f"{res['lambda_star_limit'][i]:.3f} |"
+                     + (f" {res['layer_exponent'][i]:.3f} [{res['layer_exponent_lo'][i]:.3f}, "
+                        f"{res['layer_exponent_hi'][i]:.3f}] |" if layer else ""))
     return "\n".join(lines)
 
 
@@ -312,6 +413,9 @@ def figures(res: Result, cfg: LongContextConfig, out_dir) -> list:
                         (np.median(gap[i], axis=1), ":")):
             k = np.exp(np.mean(np.log(gm) - np.log(law)))
             ax.loglog(ns, k * law, ls, color=c, lw=1)
+        if "layer_beta_star" in res:
+            ax.loglog(res["layer_ns"], np.exp(np.log(res["layer_beta_star"][i]).mean(axis=1)), "s", mfc="none",
+                      color=c, ms=5, label=f"d = {d}: layer (p = {res['layer_exponent'][i]:.3f})")
     ax.plot([], [], "k-", label="c·n^{2/(d−1)}")
     ax.plot([], [], "k--", label="c·log n")
     ax.plot([], [], "k:", label="c·gap-counting scale")
@@ -337,6 +441,10 @@ def figures(res: Result, cfg: LongContextConfig, out_dir) -> list:
     x = np.arange(len(dims))
     ax.errorbar(x, res["exponent"], yerr=[res["exponent"] - res["exponent_lo"], res["exponent_hi"] - res["exponent"]],
                 fmt="o", capsize=4, label="fitted exponent of β_n* (95 % bootstrap)")
+    if "layer_exponent" in res:
+        ax.errorbar(x + 0.15, res["layer_exponent"], fmt="s", mfc="none", capsize=4,
+                    yerr=[res["layer_exponent"] - res["layer_exponent_lo"], res["layer_exponent_hi"] - res["layer_exponent"]],
+                    label="the same, full self-attention layer (row means)")
     ax.plot(x, res["predicted_exponent"], "r_", ms=20, mew=2, label="2/(d−1)")
     ax.plot(x, res["gap_exponent"], "gx", label="exponent of the gap-counting scale")
     ax.set_xticks(x, [f"d = {d}" for d in dims])
@@ -360,4 +468,4 @@ register(Experiment(
     "fixed query vs n uniform keys on S^(d-1): critical β_n* (entropy collapse) against n^(2/(d-1)), log n, gap counting",
     LongContextConfig, compute, figures,
     tiny=dict(dims=(2, 3), log2_n_min=8, log2_n_max=11, seeds=4, num_lambdas=13, top=16, chunk=512,
-              limit_samples=200)))
+              limit_samples=200, layer_log2_n_min=6, layer_log2_n_max=8, layer_seeds=2)))

@@ -82,10 +82,14 @@ def partition_variance(beta, d: int):
     return m2 / m**2 - 1
 
 
-def critical_limit(lam, d: int, *, samples: int = 4000, points: int = 1000, seed: int = 0):
+def critical_limit(lam, d: int, *, samples: int = 4000, points: int = 1000, seed: int = 0,
+                   self_key: bool = False):
     """Monte Carlo of the critical limit at β = λ (A_d n)^{2/(d−1)}, n → ∞: the weights
     e^{−λΓ_i^{1/α}}/Σ_j e^{−λΓ_j^{1/α}} of a unit-rate Poisson process (α = (d−1)/2), the first
     ``points`` points drawn and the rest replaced by their mean (an incomplete-gamma integral).
+
+    ``self_key``: the query is also a key, at distance 0 (a row of self-attention: the other
+    n − 1 tokens are i.i.d. uniform around it), one more point at 0.
 
     Returns ``(entropy, max_weight)``, each of shape ``(samples, len(lam))``: one row per draw of
     the process, so a statistic of the limit law (its mean, the crossing of a level) is taken as
@@ -95,10 +99,14 @@ def critical_limit(lam, d: int, *, samples: int = 4000, points: int = 1000, seed
     samples = check_count(samples, "samples", minimum=1)
     points = check_count(points, "points", minimum=2)
     seed = check_int(seed, "seed", minimum=0, maximum=None)
+    if not isinstance(self_key, bool):
+        raise ValueError(f"self_key must be True or False, got {self_key!r}")
     alpha = (d - 1) / 2
     rng = np.random.default_rng(seed)
     gam = np.cumsum(rng.exponential(size=(samples, points)), axis=1)
     t = gam ** (1 / alpha)  # β u_i / λ
+    if self_key:
+        t = np.concatenate([np.zeros((samples, 1)), t], axis=1)
     ent = np.empty((samples, lam.size))
     wmax = np.empty((samples, lam.size))
     for j, lj in enumerate(lam):
