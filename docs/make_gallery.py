@@ -71,6 +71,9 @@ ENTRIES: dict[str, tuple[str, str]] = {
     'large-n': (
         '10⁶ tokens uniform on S² under self-attention (Q = K = V = I), integrated as residual layers with the fast NUFFT kernel: snapshots of a random subsample and the mean overlap |x̄|² and the largest angle to the mean direction against depth. All tokens collapse to one cluster, as the theorem for d ≥ 3 says.',
         'Geshkovski–Letrouit–Polyanskiy–Rigollet, arXiv 2312.10794.'),
+    'long-context': (
+        'A fixed query against n i.i.d. uniform keys on S^{d−1}, streamed in chunks: the effective number of keys e^H against β in units of n^{2/(d−1)}, of log n and of the gap-counting scale (only the first makes the curves of all n fall on one, the Poisson limit), the entropy-collapse point β_n* against n with the three laws, and its fitted exponent per d with a bootstrap interval against 2/(d−1).',
+        'Bruno–Rigollet–Chen–Polyanskiy–Lin, arXiv 2605.08505; Chen–Lin–Polyanskiy–Rigollet, arXiv 2510.05554; Hayase–Karakida, arXiv 2605.12697.'),
     'lost-in-the-middle': (
         'The retrieval profile of causal attention with ALiBi weights on the circle: Monte Carlo over particle simulations against the closed form S_t(σ₀) (Bessel functions) and the mean field. The accuracy is U-shaped in the source position: tokens in the middle are lost.',
         'Duerinckx–Geshkovski–Rossi, Lost in the middle, arXiv 2605.09213.'),

@@ -5,6 +5,8 @@
   (docs: math/causal.md#lost-in-the-middle).
 - :mod:`.causal_clustering`: Rényi parking, the count of metastable centers
   (docs: math/causal.md#metastability-and-renyi-parking).
+- :mod:`.long_context`: a fixed query against n uniform keys: the critical scale, the mean-field
+  entropy and the Poisson limit (docs: math/attention.md#long-context-critical-temperature).
 - :mod:`.equiangular`: the reduced ODE of equiangular starts (docs: math/sphere.md#equiangular-starts).
 - :mod:`.interaction_energy`: the interaction energy's extremizers, the n-gon, the four-particle
   stationary state (docs: math/sphere.md#gradient-flows-of-the-interaction-energy).
@@ -24,6 +26,7 @@ from . import (
     gaussian,
     interaction_energy,
     logistic_overlap,
+    long_context,
     lost_in_the_middle,
     metastability,
     noisy_sphere,
@@ -31,4 +34,4 @@ from . import (
 )
 
 __all__ = ["causal_clustering", "equiangular", "gaussian", "interaction_energy", "logistic_overlap",
-           "lost_in_the_middle", "metastability", "noisy_sphere", "spectral_selection"]
+           "long_context", "lost_in_the_middle", "metastability", "noisy_sphere", "spectral_selection"]
