@@ -7,6 +7,9 @@ linkage at ``threshold``) against r. For bounded-confidence dynamics on an inter
 form about 2r apart, so their number is close to 1/(2r) for small r, and one cluster (consensus)
 once r is a sizeable fraction of the interval. The figure draws the final positions against r
 (the bifurcation diagram) and the count against 1/(2r).
+
+Large n (``--n 16384`` and up) runs on the streamed layout that ``tp.KrauseAttention`` picks
+above 512² pairs (tiles of 256 x 512, no n x n array; benchmarks/README.md#krause-attention-at-large-n).
 """
 
 from __future__ import annotations
@@ -42,7 +45,10 @@ class KrauseConfig(Options):
             raise ValueError(f"radii must all be > 0, got {self.radii}")
 
     def footprint(self):
-        return {"pair distances": sizes(self, "n", "n"), "final positions": sizes(self, ("len(radii)", len(self.radii)), "n")}
+        # the default layout streams tiles above 512² pairs: the n x n distances exist only below
+        blocks = tp.KrauseAttention.identity(1).layout.blocks(self.n, self.n, 1)
+        pairs = sizes(self, "n", "n") if blocks is None else (("query block", blocks[0]), ("key block", blocks[1]))
+        return {"pair distances": pairs, "final positions": sizes(self, ("len(radii)", len(self.radii)), "n")}
 
 
 def compute(cfg: KrauseConfig, progress: bool = False) -> Result:
