@@ -173,7 +173,8 @@ def figures(res: Result, cfg: BipodalConfig, out_dir) -> list:
     ax1.set_ylabel("bipodal phase length")
     ax1.legend(fontsize=7)
     ax1.grid(alpha=0.3)
-    i, s = len(ns) - 1, 0
+    i = len(ns) - 1
+    s = int(np.argmax(length[i]))  # the longest phase at the largest n
     ts, st = res["ts"], res["stats"][i, s]
     ax2.semilogy(ts, np.abs(st[:, 2]), label="|δ| (defect from antipodality)")
     ax2.semilogy(ts, 1 - st[:, 1], label="1 − R₂")
@@ -185,6 +186,7 @@ def figures(res: Result, cfg: BipodalConfig, out_dir) -> list:
         ax2.semilogy(t, np.abs(st[np.searchsorted(ts, start), 2]) * np.exp(float(res["rate_predicted"]) * (t - start)),
                      "k:", label=f"e^{{λt}}, λ = {float(res['rate_predicted']):.3f} "
                                  f"(measured {float(res['rate_measured']):.3f})")
+    ax2.set_ylim(1e-8, 4)  # below: round-off after the merge
     ax2.set_xlabel("t")
     ax2.set_title(f"n = {int(ns[i])}, seed {s}", fontsize=9)
     ax2.legend(fontsize=7)
