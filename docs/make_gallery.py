@@ -59,6 +59,9 @@ ENTRIES: dict[str, tuple[str, str]] = {
     'interpolation': (
         'A Transformer with perceptron layers on S², its parameters piecewise constant in time, trained with Adam through the solver to carry N input measures (caps) to N target measures; the loss is the Sinkhorn divergence. The figure shows inputs, outputs, targets and the loss curve.',
         'Geshkovski–Rigollet–Ruiz-Balet, measure-to-measure interpolation, arXiv 2411.04551.'),
+    'bipodal': (
+        'n tokens uniform on S¹ under self-attention with β = 1, Q = V = I, K = diag(a, b): they gather in two antipodal clusters along the dominant axis of K, a saddle left at the rate λ = 2/(e^{2γ*} + 1) from a defect of the size of the sampling noise, so the bipodal phase lasts C ln n + D. Left: phase lengths per seed against ln n, the fitted line with its bootstrap interval for C, the derived slope (e^{2γ*} + 1)/4. Right: one run, the defect |δ| growing as e^{λt} inside the phase.',
+        'Menon–Murray, metastability in transformer attention dynamics (vasumenon.pages.dev/projects/metastability-transformer-attention; no arXiv number found); the model: Geshkovski–Letrouit–Polyanskiy–Rigollet, arXiv 2312.10794.'),
     'kde-modes': (
         'Number of modes of a Gaussian kernel density estimate of n samples against the √(β log β) law, and the number of metastable clusters of one-dimensional self-attention (the blurring mean shift) started from the same samples.',
         'Gaussian KDE modes and attention, arXiv 2412.09080.'),

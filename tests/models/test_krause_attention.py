@@ -39,7 +39,7 @@ def test_krause_matches_a_numpy_masked_softmax(radius, top_k):
     w = rng.uniform(0.1, 1, 9)
     w[4] = 0.0  # a zero-mass key is never a neighbour
     w /= w.sum()
-    attn = tp.KrauseAttention(Q, K, V, sigma=0.7, radius=radius, top_k=top_k, query_block=4)  # 9 = 4 + 4 + 1: padding
+    attn = tp.KrauseAttention(Q, K, V, sigma=0.7, radius=radius, top_k=top_k, layout=tp.kernels.Dense())
     r = np.inf if radius is None else radius
     np.testing.assert_allclose(attn.velocity(x, w), _numpy_krause(x, x, w, Q, K, V, 0.7, r, top_k), atol=1e-12)
     queries = rng.normal(size=(5, 3))
@@ -169,3 +169,70 @@ def test_krause_gradient_matches_finite_differences_away_from_the_radius():
     h = 1e-6
     fd = (float(f(jnp.asarray(x + h * direction))) - float(f(jnp.asarray(x - h * direction)))) / (2 * h)
     np.testing.assert_allclose(g, fd, rtol=1e-6)
+
+
+def _lattice_with_ties(rng, n, d):
+    """Integer points (exact squared distances, so many keys tie at the k-th distance) with
+    some zero masses."""
+    x = rng.integers(-2, 3, size=(n, d)).astype(float)
+    w = rng.uniform(0.1, 1, n)
+    w[::7] = 0.0
+    return x, w / w.sum()
+
+
+@pytest.mark.parametrize("radius, top_k", [(1.5, None), (None, 4), (2.0, 3), (None, 1)])
+def test_streamed_krause_matches_the_dense_kernel_on_rd_ties_included(radius, top_k):
+    rng = np.random.default_rng(7)
+    x, w = _lattice_with_ties(rng, 23, 3)
+    eye = np.eye(3)
+    V = rng.normal(size=(3, 3))
+    dense = tp.KrauseAttention(eye, eye, V, sigma=0.8, radius=radius, top_k=top_k, layout=tp.kernels.Dense())
+    # tiles of 5 keys (23 = 4·5 + 3: a padded tile) and 4 queries: the k-th distance and its
+    # ties fall across tiles
+    streamed = tp.KrauseAttention(eye, eye, V, sigma=0.8, radius=radius, top_k=top_k,
+                                  layout=tp.kernels.Streaming(key_block=5, query_block=4))
+    np.testing.assert_allclose(streamed.velocity(x, w), dense.velocity(x, w), rtol=1e-12, atol=1e-14)
+    q = rng.integers(-2, 3, size=(6, 3)).astype(float)
+    np.testing.assert_allclose(streamed.field(q, x, w), dense.field(q, x, w), rtol=1e-12, atol=1e-14)
+    np.testing.assert_allclose(tp.Causal(streamed).velocity(x, w), tp.Causal(dense).velocity(x, w),
+                               rtol=1e-12, atol=1e-14)
+    # and both against the plain NumPy masked softmax
+    r = np.inf if radius is None else radius
+    np.testing.assert_allclose(streamed.velocity(x, w), _numpy_krause(x, x, w, eye, eye, np.asarray(dense.V), 0.8, r, top_k),
+                               atol=1e-12)
+
+
+def test_streamed_krause_with_general_q_k_and_far_keys_matches_dense():
+    """Q ≠ K, σ small: every kept score underflows without the running maximum; some queries
+    have no key within the radius."""
+    rng = np.random.default_rng(3)
+    Q, K, V = (np.eye(2) + 0.4 * rng.normal(size=(2, 2)) for _ in range(3))
+    x = 4 * rng.normal(size=(30, 2))
+    for radius, top_k in [(2.0, None), (None, 2), (3.0, 5)]:
+        dense = tp.KrauseAttention(Q, K, V, sigma=0.02, radius=radius, top_k=top_k, layout=tp.kernels.Dense())
+        streamed = tp.KrauseAttention(Q, K, V, sigma=0.02, radius=radius, top_k=top_k,
+                                      layout=tp.kernels.Streaming(key_block=7, query_block=8))
+        out = streamed.velocity(x)
+        assert np.all(np.isfinite(out))
+        np.testing.assert_allclose(out, dense.velocity(x), rtol=1e-12, atol=1e-14)
+
+
+@pytest.mark.parametrize("angle, top_k", [(0.8, None), (None, 5), (1.2, 3)])
+def test_streamed_krause_matches_dense_on_the_sphere(angle, top_k):
+    rng = np.random.default_rng(5)
+    x = rng.normal(size=(40, 3))
+    x /= np.linalg.norm(x, axis=1, keepdims=True)
+    x[10] = x[3]  # a repeated token: exact ties
+    x[11] = -x[3]
+    dense = tp.Sphere(tp.KrauseAttention.sphere(3, sigma=0.4, angle=angle, top_k=top_k, layout=tp.kernels.Dense()))
+    streamed = tp.Sphere(tp.KrauseAttention.sphere(3, sigma=0.4, angle=angle, top_k=top_k,
+                                                   layout=tp.kernels.Streaming(key_block=6, query_block=16)))
+    np.testing.assert_allclose(streamed.velocity(x), dense.velocity(x), rtol=1e-12, atol=1e-14)
+
+
+def test_krause_streams_by_default_above_512_squared_pairs():
+    attn = tp.KrauseAttention.identity(2, radius=0.3)
+    assert attn.layout.blocks(512, 512) is None
+    assert attn.layout.blocks(1024, 1024) == (256, 512)
+    with pytest.raises(ValueError, match="layout"):
+        tp.KrauseAttention.identity(2, layout="streaming")

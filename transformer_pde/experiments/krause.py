@@ -7,6 +7,9 @@ linkage at ``threshold``) against r. For bounded-confidence dynamics on an inter
 form about 2r apart, so their number is close to 1/(2r) for small r, and one cluster (consensus)
 once r is a sizeable fraction of the interval. The figure draws the final positions against r
 (the bifurcation diagram) and the count against 1/(2r).
+
+Large n (``--n 16384`` and up) runs on the streamed layout that ``tp.KrauseAttention`` picks
+above 512² pairs (tiles of 256 x 512, no n x n array; benchmarks/README.md#krause-attention-at-large-n).
 """
 
 from __future__ import annotations
@@ -42,7 +45,17 @@ class KrauseConfig(Options):
             raise ValueError(f"radii must all be > 0, got {self.radii}")
 
     def footprint(self):
-        return {"pair distances": sizes(self, "n", "n"), "final positions": sizes(self, ("len(radii)", len(self.radii)), "n")}
+        # the default layout streams tiles above 512² pairs: the n x n distances exist only below
+        blocks = tp.KrauseAttention.identity(1).layout.blocks(self.n, self.n, 1)
+        pairs = sizes(self, "n", "n") if blocks is None else (("query block", blocks[0]), ("key block", blocks[1]))
+        return {"pair distances": pairs, "final positions": sizes(self, ("len(radii)", len(self.radii)), "n")}
+
+
+def line_clusters(x, threshold) -> int:
+    """Single-linkage clusters of points on a line (tokens closer than ``threshold`` joined): one
+    more than the gaps >= threshold between sorted neighbours; O(n log n), where the pairwise
+    ``tp.diagnostics.cluster_count`` holds an n x n adjacency (17 GB at n = 2¹⁶)."""
+    return 1 + int(np.sum(np.diff(np.sort(x)) >= threshold))
 
 
 def compute(cfg: KrauseConfig, progress: bool = False) -> Result:
@@ -53,7 +66,7 @@ def compute(cfg: KrauseConfig, progress: bool = False) -> Result:
         x = tp.solve(attn, x0, t1=cfg.t1, dt0=cfg.dt, solver=diffrax.Euler(),
                      saveat=diffrax.SaveAt(t1=True)).xs[-1]
         finals.append(np.asarray(x[:, 0]))
-        counts.append(int(tp.diagnostics.cluster_count(x, cfg.threshold, metric=tp.diagnostics.Euclidean())))
+        counts.append(line_clusters(np.asarray(x[:, 0]), cfg.threshold))
     radii = np.asarray(cfg.radii, dtype=float)
     arrays = {"radii": radii, "final": np.stack(finals), "clusters": np.asarray(counts)}
     labelled = grid({"r": radii, "token": np.arange(cfg.n)},

@@ -12,8 +12,13 @@ import jax.numpy as jnp
 
 from ..._checks import check_count, check_scalar, cover_finiteness
 from ..._types import Param
+from ...kernels.exact import AbstractLayout, DenseOrStreaming, Streaming, check_layout
 from ...params import bilinear_params, evaluate, matrix_dim, scalar_param
 from .base import AbstractMaskableAttention
+
+KRAUSE_LAYOUT = DenseOrStreaming(streaming=Streaming(key_block=512, query_block=256))
+"""Krause attention's default layout: dense up to 512 x 512 pairs, then 256 x 512 tiles (a tile
+holds its (256, 512, d) differences and a top-k merge, so it is kept small)."""
 
 
 class KrauseAttention(AbstractMaskableAttention):
@@ -39,10 +44,14 @@ class KrauseAttention(AbstractMaskableAttention):
         sigma: σ > 0, the width of the Gaussian scores.
         radius: r > 0, the confidence bound in the key space R^k, or None (no bound).
         top_k: keep the ``top_k`` >= 1 nearest keys, or None (all within the radius).
-        query_block: queries per block of the dense computation (memory ``query_block · n``).
+        layout: how the m x n pairs are visited (``tp.kernels.Dense()``: the scores at once;
+            ``tp.kernels.Streaming(key_block, query_block)``: tiles of queries against tiles of keys,
+            memory O(query_block · key_block · d), never O(mn)). The default,
+            ``KRAUSE_LAYOUT``, is dense up to 512 x 512 pairs and streams 256 x 512 tiles above.
 
-    :meth:`sphere` gives the geodesic neighbourhood on S^{d−1}. Exact and dense, computed by
-    blocks of queries (no n x n matrix). Causal: ``tp.Causal(KrauseAttention(...))`` (no ALiBi:
+    :meth:`sphere` gives the geodesic neighbourhood on S^{d−1}. Exact on either layout: the
+    streamed one merges each query's running top-k over the key tiles (ties at the k-th
+    distance kept as in the dense path) and accumulates the masked softmax with a running maximum. Causal: ``tp.Causal(KrauseAttention(...))`` (no ALiBi:
     the velocity is not a plain average of values).
     """
 
@@ -52,26 +61,28 @@ class KrauseAttention(AbstractMaskableAttention):
     sigma: jax.Array
     radius: jax.Array | None
     top_k: int | None = eqx.field(static=True)
-    query_block: int = eqx.field(static=True)
+    layout: AbstractLayout = eqx.field(static=True)
 
-    def __init__(self, Q, K, V, *, sigma=1.0, radius=None, top_k=None, query_block: int = 256):
+    def __init__(self, Q, K, V, *, sigma=1.0, radius=None, top_k=None, layout=KRAUSE_LAYOUT):
         name = type(self).__name__
         self.Q, self.K, self.V, _ = bilinear_params(name, Q, K, V, 1.0)  # a placeholder β: none is used
         self.sigma = scalar_param(check_scalar(sigma, f"{name}.sigma", positive=True), f"{name}.sigma")
         self.radius = None if radius is None else scalar_param(
             check_scalar(radius, f"{name}.radius", positive=True), f"{name}.radius")
         self.top_k = None if top_k is None else check_count(top_k, f"{name}.top_k", minimum=1)
-        self.query_block = check_count(query_block, f"{name}.query_block", minimum=1)
+        self.layout = check_layout(layout, f"{name}.layout")
 
     @classmethod
-    def identity(cls, d: int, *, sigma=1.0, radius=None, top_k=None, dtype=None):
+    def identity(cls, d: int, *, sigma=1.0, radius=None, top_k=None, layout=KRAUSE_LAYOUT,
+                 dtype=None):
         """Q = K = V = I_d: the Hegselmann–Krause model on R^d with Gaussian weights."""
         eye = jnp.eye(check_count(d, f"{cls.__name__}.identity d", minimum=1), dtype=dtype)
         cover_finiteness([eye])
-        return cls(eye, eye, eye, sigma=sigma, radius=radius, top_k=top_k)
+        return cls(eye, eye, eye, sigma=sigma, radius=radius, top_k=top_k, layout=layout)
 
     @classmethod
-    def sphere(cls, d: int, *, sigma=1.0, angle=None, top_k=None, dtype=None):
+    def sphere(cls, d: int, *, sigma=1.0, angle=None, top_k=None, layout=KRAUSE_LAYOUT,
+               dtype=None):
         """Q = K = V = I_d for tokens on S^{d−1} (wrap it in ``tp.Sphere``): the neighbourhood is
         the geodesic ball of radius ``angle`` in (0, π] (None: the whole sphere). For unit vectors
         |x − y| = 2 sin(θ/2), increasing in the angle θ, so it is the chordal radius 2 sin(angle/2);
@@ -82,21 +93,28 @@ class KrauseAttention(AbstractMaskableAttention):
             if angle > math.pi:
                 raise ValueError(f"{cls.__name__}.sphere angle must be in (0, π], got {angle}")
             radius = 2.0 * math.sin(angle / 2)
-        return cls.identity(d, sigma=sigma, radius=radius, top_k=top_k, dtype=dtype)
+        return cls.identity(d, sigma=sigma, radius=radius, top_k=top_k, layout=layout, dtype=dtype)
 
     @property
     def dim(self):
         return matrix_dim(self.V)
 
-    def _block(self, queries, x, weights, t, mask):
-        """The field at a block of queries, ``mask`` (m, n) the keys each may see."""
-        Q, K, V = (evaluate(p, t) for p in (self.Q, self.K, self.V))
-        q, k = queries @ Q.T, x @ K.T
-        dist2 = jnp.sum(q * q, 1)[:, None] + jnp.sum(k * k, 1)[None, :] - 2.0 * q @ k.T
-        dist2 = jnp.maximum(dist2, 0.0)  # round-off below 0 at coincident points
+    def _scores(self, q, k):
+        """|q_i − k_j|² per pair, summed over the coordinates of the difference: the same
+        arithmetic for a pair in any tile (so dense and streamed paths see the same ties), and
+        no cancellation at close points (|q|² + |k|² − 2q·k loses them)."""
+        return jnp.sum((q[:, None, :] - k[None, :, :]) ** 2, axis=-1)
+
+    def _live(self, dist2, weights, mask):
         live = mask & (weights > 0)[None, :]
         if self.radius is not None:
             live = live & (dist2 <= self.radius ** 2)
+        return live
+
+    def _block(self, q, k, x, weights, mask):
+        """The field at a block of queries (projected ``q``) against all keys, dense (m, n)."""
+        dist2 = self._scores(q, k)
+        live = self._live(dist2, weights, mask)
         if self.top_k is not None and self.top_k < x.shape[0]:
             # the k-th smallest distance among the live keys; ties at it are all kept
             kth = -jax.lax.top_k(jnp.where(live, -dist2, -jnp.inf), self.top_k)[0][:, -1:]
@@ -104,26 +122,70 @@ class KrauseAttention(AbstractMaskableAttention):
         logits = jnp.where(live, -dist2 / (2.0 * self.sigma ** 2), -jnp.inf)
         top = jnp.max(logits, axis=1, keepdims=True)
         e = jnp.where(live, weights[None, :] * jnp.exp(logits - jnp.where(live.any(1, keepdims=True), top, 0.0)), 0.0)
-        mass = jnp.sum(e, axis=1, keepdims=True)
-        # Σ_j p_j (y_j − x); an empty neighbourhood: no motion
-        mean = jnp.where(mass > 0, e @ x, 0.0) / jnp.where(mass > 0, mass, 1.0)
-        return jnp.where(mass > 0, mean - queries, 0.0) @ V.T
+        return e @ x, jnp.sum(e, axis=1, keepdims=True)
+
+    def _streamed(self, q, k, x, weights, last, kb):
+        """The same sums over tiles of ``kb`` keys, never the (m, n) scores: a first pass keeps
+        each query's ``top_k`` smallest live distances (a running merge, so the k-th and its ties
+        are those of the dense path), a second accumulates the masked softmax with a running
+        maximum (flash-attention rescaling: the scores are <= 0 but may all underflow)."""
+        n, pad = x.shape[0], (-x.shape[0]) % kb
+        tiles = lambda a, fill: jnp.concatenate([a, jnp.full((pad,) + a.shape[1:], fill, a.dtype)]).reshape(
+            (-1, kb) + a.shape[1:])
+        # padded keys have mass 0: never live
+        kt, xt, wt = tiles(k, 0.0), tiles(x, 0.0), tiles(weights, 0.0)
+        ct = jnp.arange(n + pad).reshape(-1, kb)
+
+        def live_tile(kj, wj, cj):
+            dist2 = self._scores(q, kj)
+            return dist2, self._live(dist2, wj, cj[None, :] <= last[:, None])
+
+        kth = jnp.full((q.shape[0], 1), jnp.inf, q.dtype)
+        if self.top_k is not None and self.top_k < n:
+            def merge(best, tile):
+                dist2, live = live_tile(*tile)
+                both = jnp.concatenate([best, jnp.where(live, dist2, jnp.inf)], axis=1)
+                return -jax.lax.top_k(-both, self.top_k)[0], None
+
+            best, _ = jax.lax.scan(merge, jnp.full((q.shape[0], self.top_k), jnp.inf, q.dtype), (kt, wt, ct))
+            kth = best[:, -1:]  # inf when fewer than top_k keys are live: all live kept
+
+        def accumulate(carry, tile):
+            mx, mass, acc = carry
+            kj, xj, wj, cj = tile
+            dist2, live = live_tile(kj, wj, cj)
+            live = live & (dist2 <= kth)
+            logits = jnp.where(live, -dist2 / (2.0 * self.sigma ** 2), -jnp.inf)
+            new = jnp.maximum(mx, jnp.max(logits, axis=1, keepdims=True))
+            shift = jnp.where(jnp.isfinite(new), new, 0.0)
+            scale = jnp.where(jnp.isfinite(mx), jnp.exp(mx - shift), 0.0)
+            e = jnp.where(live, wj[None, :] * jnp.exp(logits - shift), 0.0)
+            return (new, mass * scale + jnp.sum(e, axis=1, keepdims=True), acc * scale + e @ xj), None
+
+        m, d = q.shape[0], x.shape[1]
+        init = (jnp.full((m, 1), -jnp.inf, q.dtype), jnp.zeros((m, 1), q.dtype), jnp.zeros((m, d), x.dtype))
+        (_, mass, acc), _ = jax.lax.scan(accumulate, init, (kt, xt, wt, ct))
+        return acc, mass
 
     def _field(self, queries, x, weights, t, last_key=None):
-        """By blocks of ``query_block`` queries; ``last_key`` (m,): query i sees keys j <= it."""
-        m, b = queries.shape[0], max(1, min(self.query_block, queries.shape[0]))
-        pad = (-m) % b
-        last = jnp.full((m,), x.shape[0], dtype=int) if last_key is None else last_key
-        qp = jnp.concatenate([queries, jnp.zeros((pad, queries.shape[1]), queries.dtype)])
-        lp = jnp.concatenate([last, jnp.full((pad,), -1, dtype=last.dtype)])
-        cols = jnp.arange(x.shape[0])
-
-        def one(args):
-            qb, lb = args
-            return self._block(qb, x, weights, t, cols[None, :] <= lb[:, None])
-
-        out = jax.lax.map(one, (qp.reshape(-1, b, qp.shape[1]), lp.reshape(-1, b)))
-        return out.reshape(-1, queries.shape[1])[:m]
+        """Dense or streamed as ``layout`` decides; ``last_key`` (m,): query i sees keys j <= it."""
+        Q, K, V = (evaluate(p, t) for p in (self.Q, self.K, self.V))
+        m, n = queries.shape[0], x.shape[0]
+        last = jnp.full((m,), n, dtype=int) if last_key is None else last_key
+        q, k = queries @ Q.T, x @ K.T
+        blocks = self.layout.blocks(m, n, k.shape[1])
+        if blocks is None:
+            total, mass = self._block(q, k, x, weights, jnp.arange(n)[None, :] <= last[:, None])
+        else:
+            qb, kb = blocks
+            pad = (-m) % qb
+            qp = jnp.concatenate([q, jnp.zeros((pad, q.shape[1]), q.dtype)]).reshape(-1, qb, q.shape[1])
+            lp = jnp.concatenate([last, jnp.full((pad,), -1, dtype=last.dtype)]).reshape(-1, qb)
+            total, mass = jax.lax.map(lambda a: self._streamed(a[0], k, x, weights, a[1], kb), (qp, lp))
+            total, mass = total.reshape(-1, x.shape[1])[:m], mass.reshape(-1, 1)[:m]
+        # Σ_j p_j (y_j − x); an empty neighbourhood: no motion
+        mean = jnp.where(mass > 0, total, 0.0) / jnp.where(mass > 0, mass, 1.0)
+        return jnp.where(mass > 0, mean - queries, 0.0) @ V.T
 
     def query_field(self, queries, x, weights, t, query_offset=0):
         return self._field(queries, x, weights, t)
