@@ -36,14 +36,20 @@ so the whole procedure (same n's, same number of seeds, same degree, same fit) i
 times on fresh samples; the target is the slope fitted to all R·S seeds pooled (and −1/2 is
 counted too). The measured coverage is that of the interval for laws of this shape.
 
-Default size (about 5 minutes on the shared 2-core box):
+Default size (n = 32..512, degree 12, all four cases, coverage with 200 repetitions): 5 minutes
+of CPU (user + sys), 19 minutes of wall on the 2-core box shared at load 12-18:
 
     python benchmarks/sphere_chaos.py --out benchmarks/results/sphere_chaos_default
 
-Full size (the table in benchmarks/README.md):
+Larger (the second table in benchmarks/README.md; the coverage study at this size costs about
+20x the default's, so it is left to the default's):
 
-    python benchmarks/sphere_chaos.py --log2-n-min 8 --log2-n-max 14 --degree 28 --log2-fast 12 \\
-        --out benchmarks/results/sphere_chaos
+    python benchmarks/sphere_chaos.py --cases sa,usa-noisy --log2-n-min 8 --log2-n-max 12 --log2-fast 11 \
+        --degree 28 --coverage-reps 0 --out benchmarks/results/sphere_chaos
+
+The cost of one fast-kernel field evaluation at large n (what n = 2^20 would cost per step):
+
+    python benchmarks/sphere_chaos.py --time-fast 14,16,18,20
 """
 
 from __future__ import annotations
@@ -265,18 +271,21 @@ def main(argv=None):
         row, dist, plain = run_case(name, a, ts, ns, tail)
         rows.append(row)
         dists[name], dists[name + "_plain"] = dist, plain
+    out = {"ns": ns.tolist(), "seeds": a.seeds, "beta": a.beta, "degree": a.degree, "s": a.s, "dt": a.dt,
+           "dt_noise": a.dt_noise, "log2_fast": a.log2_fast, "fast_tol": a.fast_tol, "cases": rows,
+           "cases_s": time.perf_counter() - start, "devices": str(jax.devices())}
+    if a.out is not None:  # the cases are kept before the coverage study starts
+        a.out.mkdir(parents=True, exist_ok=True)
+        (a.out / "sphere_chaos.json").write_text(json.dumps(out, indent=1))
+        np.savez(a.out / "distances.npz", **dists)
     t0 = time.perf_counter()
     c0 = tp.SphereDensity(rho0, degree=a.degree).coefficients  # (2, L+1, L+1): Re, Im
     cov = coverage(a, ns, np.asarray(jax.lax.complex(c0[0], c0[1]))) if a.coverage_reps else None
-    out = {"ns": ns.tolist(), "seeds": a.seeds, "beta": a.beta, "degree": a.degree, "s": a.s, "dt": a.dt,
-           "dt_noise": a.dt_noise, "log2_fast": a.log2_fast, "fast_tol": a.fast_tol, "cases": rows,
-           "coverage_t0": cov, "coverage_s": time.perf_counter() - t0, "total_s": time.perf_counter() - start,
-           "devices": str(jax.devices())}
+    out.update(coverage_t0=cov, coverage_s=time.perf_counter() - t0, total_s=time.perf_counter() - start)
     print(json.dumps(out, indent=1))
     if a.out is not None:
         a.out.mkdir(parents=True, exist_ok=True)
         (a.out / "sphere_chaos.json").write_text(json.dumps(out, indent=1))
-        np.savez(a.out / "distances.npz", **dists)
 
 
 if __name__ == "__main__":
