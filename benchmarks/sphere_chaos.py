@@ -1,17 +1,55 @@
 """Propagation of chaos on S² against the spectral PDE (issue 40 item 5): ‖μ^n_t − ρ_t‖_{H^{−2}} vs n.
 
-Tokens start i.i.d. from the smooth law ρ0 ∝ exp(a·x₃ + b·x₁) (against the uniform probability)
-and move by noiseless SA (``tp.Sphere(tp.SoftmaxAttention.identity(3, β))``, Tsit5, dt 0.05:
-its step error is far below the sampling error); the reference ρ_t is ``tp.SphereDensity`` at
-degree ``--degree``, checked by ``tp.solve_density`` (spatial + time-step error reported). The
-distance is the H^{−2} norm from the Y_lm coefficients ((1/n)Σ conj Y_lm(x_i) for the tokens,
-``sphere_harmonics.negative_sobolev``), truncated at the PDE's degree; the left-out tail,
-(1/n)Σ_{l>L}(2l+1)(1 + l(l+1))^{−2}, is reported relative to the mean square. For each time the
-slope of log distance against log n is fitted with a bootstrap interval over the seeds
-(``tp.statistics.fit_rate``); the prediction is −1/2.
+Tokens start i.i.d. from the smooth law ρ0 ∝ exp(a·x₃ + b·x₁) (against the uniform probability) and
+move by ``tp.Sphere(attention)``, Q = K = V = I, β = ``--beta``, for four cases: SA and USA
+(``tp.UnnormalizedAttention``, shift 0), each noiseless and with independent noise σ = ``--sigma``
+on every token. The reference ρ_t is ``tp.SphereDensity`` (with the same σ) at degree ``--degree``,
+checked by ``tp.solve_density`` (spatial error against degree 2L plus time-step error, max over the
+saves; one checked solve per save time, so each time's error is reported; aimed below 1e-8 at t = 1).
+A time whose reference error is not far below the distances is not a measurement: read the
+``pde`` rows before the slopes (the noiseless density sharpens, and degree 12 does not resolve
+it at t = 2, nor USA's at t = 1).
 
-    python benchmarks/sphere_chaos.py [--log2-n-min 8] [--log2-n-max 12] [--seeds 16] [--beta 1]
-                                      [--degree 28] [--out DIR]
+Particles (every seed of one n in one vmapped, compiled solve):
+- noiseless: Tsit5 at constant step h = ``--dt`` (0.125); its step error is measured at the
+  smallest n against h/2 (the H^{−2} distance between the two runs' measures, same seeds);
+- noisy: Euler–Maruyama at h = ``--dt-noise`` and h/2 on one Brownian path per seed
+  (``tp.BrownianGrid(dt=h/2)``), Richardson-extrapolated in the coefficients, 2μ̂_{h/2} − μ̂_h
+  (weak order 2; the coefficients are linear in the measure). The plain h/2 distances are saved
+  too.
+The kernel is exact (``tp.kernels.Exact()``) below n = 2^``--log2-fast`` and the NUFFT kernel
+(``tp.kernels.Fast(tol=--fast-tol)``) from there on. At the first fast n the run with seed 0 is
+repeated with the exact kernel and the H^{−2} distance between the two is reported beside the
+sampling distance; at every fast n the fast kernel's a-posteriori field bound on the initial
+tokens is reported (``attn.kernel_report``).
+
+The distance is the H^{−2} norm from the Y_lm coefficients ((1/n)Σ conj Y_lm(x_i) for the tokens,
+``sphere_harmonics.negative_sobolev``), truncated at the PDE's degree; the left-out tail,
+(1/n)Σ_{l>L}(2l+1)(1 + l(l+1))^{−2}, is reported relative to the mean square. For each case and
+time the slope of log distance against log n is fitted with a bootstrap interval over the seeds
+(``tp.statistics.fit_rate``); the prediction is −1/2. A bias check: the seeds' pooled coefficients
+against the PDE, bias² = ‖mean_s μ̂_s − ρ̂‖² − var/S, as a fraction of the mean square distance
+(the step, kernel and PDE errors show here; chaos's own bias is O(1/n²) of it).
+
+Coverage of the 95 % interval (``--coverage-reps`` R): at t = 0 the tokens are i.i.d. from ρ0,
+so the whole procedure (same n's, same number of seeds, same degree, same fit) is repeated R
+times on fresh samples; the target is the slope fitted to all R·S seeds pooled (and −1/2 is
+counted too). The measured coverage is that of the interval for laws of this shape.
+
+Default size (n = 32..512, degree 12, all four cases, coverage with 200 repetitions): 5 minutes
+of CPU (user + sys), 19 minutes of wall on the 2-core box shared at load 12-18:
+
+    python benchmarks/sphere_chaos.py --out benchmarks/results/sphere_chaos_default
+
+Larger (the second table in benchmarks/README.md; the coverage study at this size costs about
+20x the default's, so it is left to the default's):
+
+    python benchmarks/sphere_chaos.py --cases sa,usa-noisy --log2-n-min 8 --log2-n-max 12 --log2-fast 11 \
+        --degree 28 --coverage-reps 0 --out benchmarks/results/sphere_chaos
+
+The cost of one fast-kernel field evaluation at large n (what n = 2^20 would cost per step):
+
+    python benchmarks/sphere_chaos.py --time-fast 14,16,18,20
 """
 
 from __future__ import annotations
@@ -22,6 +60,7 @@ import time
 from pathlib import Path
 
 import diffrax
+import equinox as eqx
 import jax
 
 jax.config.update("jax_enable_x64", True)
@@ -33,6 +72,7 @@ import transformer_pde as tp  # noqa: E402
 from transformer_pde.solvers import sphere_harmonics as sh  # noqa: E402
 
 A, B = 1.0, 0.5  # ρ0 ∝ exp(A x₃ + B x₁)
+ATTENTIONS = {"sa": tp.SoftmaxAttention, "usa": tp.UnnormalizedAttention}
 
 
 def rho0(x):
@@ -50,36 +90,51 @@ def sample(rng, n):
     return np.concatenate(out)[:n]
 
 
-def main(argv=None):
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--log2-n-min", type=int, default=8)
-    p.add_argument("--log2-n-max", type=int, default=12)
-    p.add_argument("--seeds", type=int, default=16)
-    p.add_argument("--beta", type=float, default=1.0)
-    p.add_argument("--degree", type=int, default=28)
-    p.add_argument("--s", type=float, default=2.0)
-    p.add_argument("--out", type=Path, default=None)
-    a = p.parse_args(argv)
-    ts = np.array([0.5, 1.0])
-    dyn = tp.Sphere(tp.SoftmaxAttention.identity(3, a.beta))
-    t0 = time.perf_counter()
-    ref = tp.solve_density(dyn, tp.SphereDensity(rho0, 0.0, degree=a.degree), t1=float(ts[-1]), saveat=ts, tol=1e-8,
-                           stepsize_controller=diffrax.PIDController(rtol=1e-11, atol=1e-13), throw=False)
-    pde_s = time.perf_counter() - t0
-    ref_c = jax.lax.complex(ref.solution.xs[:, 0], ref.solution.xs[:, 1])  # (T, L+1, L+1)
-    ns = 2 ** np.arange(a.log2_n_min, a.log2_n_max + 1)
-    dist = np.zeros((len(ts), len(ns), a.seeds))
-    t0 = time.perf_counter()
-    for i, n in enumerate(ns):
-        for k in range(a.seeds):
-            x0 = jnp.asarray(sample(np.random.default_rng([int(n), k]), int(n)))
-            xs = tp.solve(dyn, x0, t1=float(ts[-1]), dt0=0.05, saveat=jnp.asarray(ts)).xs
-            for j in range(len(ts)):
-                c = sh.empirical_coefficients(xs[j], a.degree)
-                dist[j, i, k] = float(sh.negative_sobolev(c, ref_c[j], a.s))
-    particle_s = time.perf_counter() - t0
-    ls = np.arange(a.degree + 1, 20 * a.degree)
-    tail = np.sum((2 * ls + 1) * (1 + ls * (ls + 1.0)) ** -a.s)
+def starts(n, seeds, size):
+    """The seeds' initial tokens ``(S, size, 3)`` and weights ``(S, size)``: seed k of size n draws
+    from rng([n, k]); rows past n are the north pole with weight 0 (they move but act on nothing), so
+    every n up to ``size`` runs one compiled program."""
+    x = np.stack([sample(np.random.default_rng([int(n), k]), int(n)) for k in range(seeds)])
+    x = np.concatenate([x, np.tile([0.0, 0.0, 1.0], (seeds, size - n, 1))], 1)
+    w = np.concatenate([np.full((seeds, n), 1.0 / n), np.zeros((seeds, size - n))], 1)
+    return jnp.asarray(x), jnp.asarray(w)
+
+
+@eqx.filter_jit
+def coefficients(xs, ws, degree):
+    """μ̂ of every seed and save, ``(S, T, L+1, L+1)``, from tokens ``(S, T, n, 3)``, weights ``(S, n)``."""
+    return jax.vmap(lambda x, w: jax.vmap(lambda y: sh.empirical_coefficients(y, degree, w, chunk=1024))(x))(xs, ws)
+
+
+@eqx.filter_jit
+def noiseless(dyn, x0s, ws, ts, h):
+    return jax.vmap(lambda x, w: tp.solve(dyn, tp.Particles(x, w), t1=ts[-1], dt0=h, saveat=ts).xs)(x0s, ws)
+
+
+@eqx.filter_jit
+def noisy(dyn, x0s, ws, keys, ts, sigma, h, cell):
+    noise = tp.Noise(sigma, path=tp.BrownianGrid(dt=cell))
+    return jax.vmap(lambda x, w, k: tp.solve(dyn, tp.Particles(x, w), t1=ts[-1], dt0=h, saveat=ts, noise=noise,
+                                             key=k).xs)(x0s, ws, keys)
+
+
+def particle_coefficients(dyn, x0s, ws, ts, sigma, a, degree, seed):
+    """(μ̂ used for the distance, μ̂ plain) ``(S, T, L+1, L+1)`` each."""
+    if sigma == 0.0:
+        c = coefficients(noiseless(dyn, x0s, ws, ts, a.dt), ws, degree)
+        return c, c
+    keys = jax.random.split(jax.random.key(seed), x0s.shape[0])
+    h = a.dt_noise
+    coarse = coefficients(noisy(dyn, x0s, ws, keys, ts, sigma, h, h / 2), ws, degree)
+    fine = coefficients(noisy(dyn, x0s, ws, keys, ts, sigma, h / 2, h / 2), ws, degree)
+    return 2 * fine - coarse, fine
+
+
+def h2(c, ref, s):
+    return np.asarray(sh.negative_sobolev(c, ref, s))
+
+
+def fit_rows(ns, dist, ts, tail, s_fit):
     rows = []
     for j, t in enumerate(ts):
         fit = tp.statistics.fit_rate(ns, dist[j], level=0.95, num_bootstrap=4000)
@@ -87,16 +142,150 @@ def main(argv=None):
                      "covers_-1/2": bool(fit.slope_ci[0] <= -0.5 <= fit.slope_ci[1]),
                      "mean_distance": dist[j].mean(1).tolist(),
                      "tail_over_mean_square": (tail / ns / np.mean(dist[j] ** 2, 1)).tolist()})
-    out = {"ns": ns.tolist(), "seeds": a.seeds, "beta": a.beta, "degree": a.degree, "s": a.s, "times": rows,
-           "pde_resolved_to_1e-8": ref.resolved, "pde_resolution_error": ref.resolution_error,
-           "pde_spatial_error": ref.spatial_error,
-           "pde_time_error": ref.time_error, "pde_mass_error": ref.mass_error, "pde_s": pde_s,
-           "particles_s": particle_s, "devices": str(jax.devices())}
+    return rows
+
+
+def run_case(name, a, ts, ns, tail):
+    attention, sigma = ATTENTIONS[name.split("-")[0]], (a.sigma if name.endswith("-noisy") else 0.0)
+    pde_dyn = tp.Sphere(attention.identity(3, a.beta))
+    t0 = time.perf_counter()
+    refs = []  # one checked solve per save time: each time's own error (solve_density reports the max over saves)
+    for t in ts:
+        r = tp.solve_density(pde_dyn, tp.SphereDensity(rho0, sigma, degree=a.degree), t1=float(t), saveat=np.array([t]),
+                             tol=1e-8, stepsize_controller=diffrax.PIDController(rtol=1e-11, atol=1e-13), throw=False)
+        refs.append(r)
+    pde_s = time.perf_counter() - t0
+    ref_c = np.concatenate([np.asarray(jax.lax.complex(r.solution.xs[:, 0], r.solution.xs[:, 1])) for r in refs])
+    exact = tp.Sphere(attention.identity(3, a.beta, backend=tp.kernels.Exact()))
+    fast = tp.Sphere(attention.identity(3, a.beta, backend=tp.kernels.Fast(tol=a.fast_tol)))
+    dist = np.zeros((len(ts), len(ns), a.seeds))
+    plain = np.zeros_like(dist)
+    bias = np.zeros((len(ts), len(ns)))
+    fast_rows, step_check, seconds = [], None, []
+    for i, n in enumerate(ns):
+        t1 = time.perf_counter()
+        x0s, ws = starts(n, a.seeds, max(int(n), 2**a.log2_pad))
+        dyn = fast if n >= 2**a.log2_fast else exact
+        c, c_plain = particle_coefficients(dyn, x0s, ws, jnp.asarray(ts), sigma, a, a.degree, int(n))
+        dist[:, i] = h2(c, ref_c[None], a.s).T
+        plain[:, i] = h2(c_plain, ref_c[None], a.s).T
+        pooled = np.asarray(c).mean(0)
+        var = np.sum(h2(c, pooled[None], a.s) ** 2, 0) / (a.seeds - 1)
+        bias[:, i] = (h2(pooled, ref_c, a.s) ** 2 - var / a.seeds) / np.mean(dist[:, i] ** 2, 1)
+        if i == 0 and sigma == 0.0:  # Tsit5's step error: the same seeds at h/2
+            half = coefficients(noiseless(dyn, x0s, ws, jnp.asarray(ts), a.dt / 2), ws, a.degree)
+            step = h2(c, half, a.s)  # (S, T)
+            step_check = {"n": int(n), "step_over_distance": (step.mean(0) / dist[:, i].mean(1)).tolist()}
+        if dyn is fast:
+            report = fast.dynamics.kernel_report(x0s[0], ws[0])
+            row = {"n": int(n), "max_field_bound": report.max_avg_bound, "max_lse_bound": report.max_lse_bound}
+            if not fast_rows:  # the first fast n: seed 0 again with the exact kernel
+                ce, _ = particle_coefficients(exact, x0s[:1], ws[:1], jnp.asarray(ts), sigma, a, a.degree, int(n))
+                row["fast_vs_exact_over_distance"] = (h2(c[:1], ce, a.s)[0] / dist[:, i].mean(1)).tolist()
+            fast_rows.append(row)
+        seconds.append(time.perf_counter() - t1)
+        print(f"{name} n={n}: {seconds[-1]:.1f} s, mean distance {dist[:, i].mean(1).round(5).tolist()}", flush=True)
+    return {"case": name, "sigma": sigma, "times": fit_rows(ns, dist, ts, tail, a.s),
+            "plain_times": fit_rows(ns, plain, ts, tail, a.s) if sigma else None,
+            "bias_over_mean_square": bias.tolist(), "step_check": step_check, "fast_kernel": fast_rows,
+            "pde": [{"t": float(t), "resolution_error": r.resolution_error, "spatial_error": r.spatial_error,
+                     "time_error": r.time_error, "mass_error": r.mass_error, "resolved_to_1e-8": r.resolved}
+                    for t, r in zip(ts, refs)], "pde_s": pde_s, "seconds_per_n": seconds}, dist, plain
+
+
+def coverage(a, ns, rho_c):
+    """Coverage of fit_rate's 95 % interval at t = 0 (i.i.d. tokens), R repetitions of S seeds."""
+    R, S = a.coverage_reps, a.seeds
+    dist = np.zeros((len(ns), R * S))
+    for i, n in enumerate(ns):
+        rng = np.random.default_rng([int(n), 10**6])
+        for r in range(R):
+            x = jnp.asarray(np.stack([sample(rng, int(n)) for _ in range(S)]))[:, None]
+            c = coefficients(x, jnp.full((S, int(n)), 1.0 / n), a.degree)[:, 0]
+            dist[i, r * S:(r + 1) * S] = h2(c, rho_c[None], a.s)
+    target = tp.statistics.fit_rate(ns, dist, num_bootstrap=1).slope
+    cis = np.array([tp.statistics.fit_rate(ns, dist[:, r * S:(r + 1) * S], num_bootstrap=4000, seed=r).slope_ci
+                    for r in range(R)])
+    inside = (cis[:, 0] <= target) & (target <= cis[:, 1])
+    return {"reps": R, "seeds": S, "target_slope": target, "coverage_95": float(inside.mean()),
+            "coverage_95_stderr": float(np.sqrt(inside.mean() * (1 - inside.mean()) / R)),
+            "covers_-1/2": float(np.mean((cis[:, 0] <= -0.5) & (-0.5 <= cis[:, 1])))}
+
+
+def time_fast(a, log2s):
+    """CPU and wall seconds of one field evaluation (SA, fast kernel) at each n = 2^k, k in ``log2s``:
+    a Tsit5 step is 6 of them, a noisy Euler step 1 plus the draws."""
+    dyn = tp.Sphere(tp.SoftmaxAttention.identity(3, a.beta, backend=tp.kernels.Fast(tol=a.fast_tol)))
+    field = eqx.filter_jit(lambda x: dyn.velocity(x))
+    rows = []
+    for k in log2s:
+        x = jnp.asarray(sample(np.random.default_rng(k), 2**k))
+        field(x).block_until_ready()
+        cpu, wall = time.process_time(), time.perf_counter()
+        for _ in range(3):
+            field(x).block_until_ready()
+        rows.append({"n": 2**k, "cpu_s": (time.process_time() - cpu) / 3, "wall_s": (time.perf_counter() - wall) / 3})
+        print(json.dumps(rows[-1]), flush=True)
+    return rows
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--log2-n-min", type=int, default=5)
+    p.add_argument("--log2-n-max", type=int, default=9)
+    p.add_argument("--log2-fast", type=int, default=10, help="the fast (NUFFT) kernel from n = 2^this on")
+    p.add_argument("--log2-pad", type=int, default=9,
+                   help="n below 2^this is padded to it (zero weights): one compiled program for those n")
+    p.add_argument("--fast-tol", type=float, default=1e-10)
+    p.add_argument("--seeds", type=int, default=16)
+    p.add_argument("--beta", type=float, default=1.0)
+    p.add_argument("--sigma", type=float, default=0.5)
+    p.add_argument("--degree", type=int, default=12)
+    p.add_argument("--s", type=float, default=2.0)
+    p.add_argument("--dt", type=float, default=0.125)
+    p.add_argument("--dt-noise", type=float, default=0.05)
+    p.add_argument("--times", type=str, default="0.5,1,2")
+    p.add_argument("--cases", type=str, default="sa,usa,sa-noisy,usa-noisy")
+    p.add_argument("--coverage-reps", type=int, default=200)
+    p.add_argument("--out", type=Path, default=None)
+    p.add_argument("--time-fast", type=str, default=None,
+                   help="only time one fast-kernel field evaluation at n = 2^k for these k (e.g. 14,16,18,20)")
+    a = p.parse_args(argv)
+    if a.time_fast is not None:
+        rows = time_fast(a, [int(k) for k in a.time_fast.split(",")])
+        if a.out is not None:
+            a.out.mkdir(parents=True, exist_ok=True)
+            (a.out / "fast_field_seconds.json").write_text(json.dumps(rows, indent=1))
+        return
+    cases = a.cases.split(",")
+    bad = [c for c in cases if c.removesuffix("-noisy") not in ATTENTIONS]
+    if bad or a.seeds < 2:
+        raise ValueError(f"--cases must name sa, usa, sa-noisy, usa-noisy (got {bad}); --seeds >= 2 (got {a.seeds})")
+    ts = np.array([float(t) for t in a.times.split(",")])
+    ns = 2 ** np.arange(a.log2_n_min, a.log2_n_max + 1)
+    ls = np.arange(a.degree + 1, 20 * a.degree)
+    tail = np.sum((2 * ls + 1) * (1 + ls * (ls + 1.0)) ** -a.s)
+    start = time.perf_counter()
+    rows, dists = [], {}
+    for name in cases:
+        row, dist, plain = run_case(name, a, ts, ns, tail)
+        rows.append(row)
+        dists[name], dists[name + "_plain"] = dist, plain
+    out = {"ns": ns.tolist(), "seeds": a.seeds, "beta": a.beta, "degree": a.degree, "s": a.s, "dt": a.dt,
+           "dt_noise": a.dt_noise, "log2_fast": a.log2_fast, "fast_tol": a.fast_tol, "cases": rows,
+           "cases_s": time.perf_counter() - start, "devices": str(jax.devices())}
+    if a.out is not None:  # the cases are kept before the coverage study starts
+        a.out.mkdir(parents=True, exist_ok=True)
+        (a.out / "sphere_chaos.json").write_text(json.dumps(out, indent=1))
+        np.savez(a.out / "distances.npz", **dists)
+    t0 = time.perf_counter()
+    c0 = tp.SphereDensity(rho0, degree=a.degree).coefficients  # (2, L+1, L+1): Re, Im
+    cov = coverage(a, ns, np.asarray(jax.lax.complex(c0[0], c0[1]))) if a.coverage_reps else None
+    out.update(coverage_t0=cov, coverage_s=time.perf_counter() - t0, total_s=time.perf_counter() - start)
     print(json.dumps(out, indent=1))
     if a.out is not None:
         a.out.mkdir(parents=True, exist_ok=True)
         (a.out / "sphere_chaos.json").write_text(json.dumps(out, indent=1))
-        np.save(a.out / "distances.npy", dist)
 
 
 if __name__ == "__main__":

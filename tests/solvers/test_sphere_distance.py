@@ -1,0 +1,55 @@
+"""The H^{−s} distance of benchmarks/sphere_chaos.py (issue 40 item 5) on what can go wrong there: the
+tokens' coefficients and the PDE's in one convention (an exact quadrature measure is the density),
+and the expected square for i.i.d. tokens of a non-uniform law against its closed form."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+import transformer_pde as tp
+from transformer_pde.solvers import sphere_harmonics as sh
+from transformer_pde.theory.noisy_sphere import funk_hecke
+
+
+def test_quadrature_measure_is_the_density():
+    # Σ_j w_j ρ(x_j) δ_{x_j} on the 3/2 grid of degree L (Gauss weights) has the same coefficients up
+    # to L as tp.SphereDensity(ρ, degree=L), every m (ρ not zonal): distance at round-off, while the
+    # same measure with the longitudes turned by one grid cell is far
+    L = 8
+    f = lambda x: np.exp(0.7 * x[..., 0] - 0.4 * x[..., 1] + 0.9 * x[..., 2])  # noqa: E731
+    rho = tp.SphereDensity(f, degree=L).coefficients  # (2, L+1, L+1): Re, Im
+    rho = jax.lax.complex(rho[0], rho[1])
+    nlat, nlon = sh.grid_shape(L)
+    pts = sh.grid_points(nlat, nlon)
+    u, gw = np.polynomial.legendre.leggauss(nlat)
+    w = (gw[:, None] / 2 / nlon) * f(pts)
+    w = (w / w.sum()).reshape(-1)
+    c = sh.empirical_coefficients(jnp.asarray(pts.reshape(-1, 3)), L, jnp.asarray(w))
+    assert float(sh.negative_sobolev(c, rho, 2.0)) < 1e-14
+    turned = sh.empirical_coefficients(jnp.asarray(np.roll(pts, 1, axis=1).reshape(-1, 3)), L, jnp.asarray(w))
+    assert float(sh.negative_sobolev(turned, rho, 2.0)) > 1e-3
+
+
+def test_expected_square_of_a_sample_of_a_non_uniform_law():
+    # X_i i.i.d. with density ∝ e^{κ⟨x, e₃⟩}: E‖μ^n − ρ‖²_{H^{−s}} = (1/n) Σ_{1<=l<=L} (1 + l(l+1))^{−s}
+    # [(2l+1) − Σ_m |ρ̂_lm|²] (Σ_m |Y_lm|² = 2l+1), with ρ̂_l0 = sqrt(2l+1) c_l(κ)/c_0(κ) by Funk–Hecke;
+    # R samples of n tokens by exact inversion in u = cos ϑ; the mean within 4 standard errors, and
+    # the uniform law's (1/n)Σ(2l+1)(1 + l(l+1))^{−s} (a missed ρ̂ term) rejected
+    L, s, kappa, n, R = 6, 2.0, 2.0, 40, 2000
+    l = np.arange(1, L + 1)
+    rho_l0 = np.sqrt(2 * l + 1) * funk_hecke(l, kappa, 3) / funk_hecke(0, kappa, 3)
+    weight = (1 + l * (l + 1.0)) ** -s
+    closed = np.sum(weight * ((2 * l + 1) - rho_l0**2)) / n
+    uniform = np.sum(weight * (2 * l + 1)) / n
+    ref = np.zeros((L + 1, L + 1), complex)
+    ref[0, 0], ref[1:, 0] = 1.0, rho_l0
+    k1, k2 = jax.random.split(jax.random.key(0))
+    U = jax.random.uniform(k1, (R, n))
+    uu = 1 + jnp.log1p(-U * (1 - np.exp(-2 * kappa))) / kappa
+    phi = 2 * np.pi * jax.random.uniform(k2, (R, n))
+    r = jnp.sqrt(jnp.clip(1 - uu**2, 0.0))
+    x = jnp.stack([r * jnp.cos(phi), r * jnp.sin(phi), uu], -1)
+    d2 = np.asarray(jax.vmap(lambda p: sh.negative_sobolev(sh.empirical_coefficients(p, L), ref, s))(x)) ** 2
+    se = d2.std() / np.sqrt(R)
+    assert abs(d2.mean() - closed) < 4 * se, (d2.mean(), closed, se)
+    assert abs(d2.mean() - uniform) > 8 * se, (d2.mean(), uniform, se)
