@@ -22,12 +22,14 @@ _BOUNDARY_SLACK = 1e-4
 
 def _checked_values(values):
     """Per-layer values: a leading layer axis of length >= 1, finite (ValueError naming them;
-    traced, through eqx.error_if on the returned values)."""
+    traced, through eqx.error_if on the returned values). Concrete values are stored as a JAX
+    array: a NumPy array indexed by a traced layer (inside a jitted solve) would fail."""
     if jnp.ndim(values) < 1 or jnp.shape(values)[0] < 1:
         raise ValueError(f"PiecewiseConstant.values must have a leading layer axis of length >= 1, "
                          f"got shape {jnp.shape(values)}")
     if is_concrete(values):
-        check_finite(as_float_array(values, "PiecewiseConstant.values"), "PiecewiseConstant.values")
+        values = as_float_array(values, "PiecewiseConstant.values")
+        check_finite(values, "PiecewiseConstant.values")
         return values
     return check_finite(values, "PiecewiseConstant.values")
 

@@ -11,9 +11,11 @@ from transformer_pde.experiments import gaussian_control as gc
 from transformer_pde.experiments import get
 
 
-def test_gradient_through_the_moment_odes_matches_finite_differences():
+@pytest.mark.parametrize("end", ["moments", "factor"])
+def test_gradient_through_the_moment_odes_matches_finite_differences(end):
     """d/dε loss(p + ε v) at ε = 0 by reverse mode through tp.solve (checkpointed adjoint) and by
-    a central difference (step 1e-5: error ~1e-10 against a derivative of order 1)."""
+    a central difference (step 1e-5: error ~1e-10 against a derivative of order 1), for the
+    moment ODEs (tp.Gaussian) and the factor form the fits use (tp.GaussianFactorFlow)."""
     exp = get("gaussian-control")
     cfg = exp.make_config(max_step=0.125, init_scale=0.4)
     d, L = 2, 2
@@ -21,8 +23,10 @@ def test_gradient_through_the_moment_odes_matches_finite_differences():
     v = gc._initial_controls(jax.random.key(1), d, L, 1.0)
     tm, tc = jnp.array([0.5, -1.0]), jnp.array([[1.5, 0.3], [0.3, 0.7]])
 
+    end_fn = gc.gaussian_end if end == "moments" else gc.factor_end
+
     def loss(q):
-        return gc.moment_loss(gc.gaussian_end(q, cfg, L, jnp.zeros(d), jnp.eye(d)), tm, tc)
+        return gc.moment_loss(end_fn(q, cfg, L, jnp.zeros(d), jnp.eye(d)), tm, tc)
 
     grad = jax.grad(loss)(p)
     directional = sum(float(jnp.vdot(grad[k], v[k])) for k in gc.CONTROLS)

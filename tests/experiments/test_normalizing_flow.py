@@ -41,11 +41,12 @@ def test_affine_piece_pushes_the_base_to_the_closed_form_gaussian():
 
 
 @pytest.mark.slow
-def test_gradient_through_the_density_track_matches_finite_differences():
-    controls = nf.init_controls(jax.random.key(1), switches=2)
+@pytest.mark.parametrize("activation, width", [("relu", 1), ("tanh", 4)])
+def test_gradient_through_the_density_track_matches_finite_differences(activation, width):
+    controls = nf.init_controls(jax.random.key(1), switches=2, width=width)
     controls = (3.0 * controls[0], controls[1], controls[2])  # a flow that moves the tokens
     x0 = jax.random.normal(jax.random.key(2), (24, 2))
-    kw = dict(t1=2.0, substeps=3, solver=diffrax.Heun())
+    kw = dict(t1=2.0, substeps=3, solver=diffrax.Heun(), activation=nf.activation_function(activation))
 
     def loss(c):
         return nf.flow_kl(c, x0, nf.moons_log_density, **kw)
@@ -87,18 +88,19 @@ def test_tiny_run_lowers_the_relative_entropy_and_never_worsens_with_switches(tm
     np.testing.assert_array_equal(res["kl_train"], res["losses"][..., -1])
     assert np.all(np.diff(res["kl_train"], axis=1) <= 1e-6 * np.abs(res["kl_train"][:, 1:]))
     np.testing.assert_allclose(res["losses"][:, 1:, 0], res["kl_train"][:, :-1], rtol=1e-5)
-    assert np.all(np.isfinite(res["log_rho"]))
+    assert np.all(np.isfinite(res["log_rho"])) and np.all(np.isfinite(res["kl_fine"]))
 
 
 @pytest.mark.slow
-def test_embedded_controls_define_the_same_flow():
+@pytest.mark.parametrize("activation, width", [("relu", 1), ("tanh", 3)])
+def test_embedded_controls_define_the_same_flow(activation, width):
     """s = 1 (2 pieces) embedded in s = 4 (5 pieces: not a multiple): the same tokens and log ρ."""
-    c = nf.init_controls(jax.random.key(8), switches=1)
+    c = nf.init_controls(jax.random.key(8), switches=1, width=width)
     c = (3.0 * c[0], c[1], c[2])
     big = nf.embed_controls(c, 4, jax.random.key(9))
-    assert big[1].shape == (5, 1, 2)
+    assert big[1].shape == (5, width, 2)
     x0 = jax.random.normal(jax.random.key(10), (50, 2))
-    kw = dict(t1=2.0, substeps=3, solver=diffrax.Heun())
+    kw = dict(t1=2.0, substeps=3, solver=diffrax.Heun(), activation=nf.activation_function(activation))
     small_out = nf.push(c, x0, nf.base_log_density(x0), **kw)
     big_out = nf.push(big, x0, nf.base_log_density(x0), **kw)
     for u, v in zip(small_out, big_out):

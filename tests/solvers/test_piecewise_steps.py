@@ -60,3 +60,25 @@ def test_left_open_right_closed_layers():
         b = np.float64(0.5 + 0.25 * l)
         assert float(pc(b)) == l and float(pc(np.nextafter(b, -np.inf))) == l - 1
     assert float(pc(-3.0)) == 0 and float(pc(9.0)) == 3
+
+
+def test_numpy_values_inside_a_traced_solve():
+    """Layers built from NumPy arrays are selected by a traced time: in a jitted call, and in the
+    Gaussian closure's solve (it failed on indexing a NumPy array with a tracer). Oracle: with
+    Q = K = 0 every token sees the mean, so m' = V(t) m (the product of exponentials) and Σ stays."""
+    import jax
+    import jax.numpy as jnp
+
+    rng = np.random.default_rng(3)
+    Vs = 0.5 * rng.normal(size=(L, 3, 3))
+    pc = tp.PiecewiseConstant(Vs, dt=T1 / L)
+    np.testing.assert_array_equal(jax.jit(lambda t: pc(t))(0.6), Vs[2])
+    m0 = rng.normal(size=3)
+    exact = m0
+    for V in Vs:
+        exact = scipy.linalg.expm(V * T1 / L) @ exact
+    zero = np.zeros((3, 3))
+    sol = tp.solve(tp.SoftmaxAttention(zero, zero, pc, beta=1.0), tp.Gaussian(m0, np.eye(3)), t1=T1,
+                   dt0=T1 / (8 * L), solver=diffrax.Tsit5())
+    np.testing.assert_allclose(sol.final_mean, exact, atol=1e-9)
+    np.testing.assert_allclose(sol.final_cov, np.eye(3), atol=1e-12)
