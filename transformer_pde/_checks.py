@@ -49,6 +49,77 @@ def without_checks(messages: tuple[str, ...]):
         errors.branched_error_if_impl_jit = checked
 
 
+_AS_VALUES = []
+"""A JAX user context, made on first use (``jax.make_user_context``): set while a function is traced
+with its checks as values, so that a jitted function traced there is cached apart from its trace
+outside (whose checks are host callbacks), both ways round."""
+
+
+def _as_values_context():
+    if not _AS_VALUES:
+        _AS_VALUES.append(jax.make_user_context(False))
+    return _AS_VALUES[0]
+
+
+def checks_as_values(fn, messages: list):
+    """``fn`` traced with every ``eqx.error_if`` in it (a host callback: JAX's persistent compilation
+    cache keeps no program holding one) made a value instead: the returned function gives
+    ``(code, fn(*args))``, ``code`` the index in ``messages`` of the first check that failed, -1
+    when none did; tracing it fills ``messages`` (the checks' messages, in the order traced; an
+    ``eqx.branched_error_if`` adds all of its own). :func:`raise_failed_check` raises the failure
+    after the program, with the check's own message. Checks inside loops, ``vmap`` and ``cond``
+    are carried out through ``jax.experimental.checkify``. A check whose ``on_error`` is not
+    "raise" (``EQX_ON_ERROR``) stays as it is. Trace the returned function only (the user context
+    set while it is traced keeps jitted functions traced inside apart from their other traces)."""
+    def traced(*args):
+        from jax.experimental import checkify
+
+        errors = importlib.import_module("equinox._errors")
+        checked = errors.branched_error_if_impl_jit
+        table = []
+
+        def as_value(x, pred, index, msgs, *, on_error):
+            if (errors.EQX_ON_ERROR if on_error == "default" else on_error) != "raise":
+                return checked(x, pred, index, msgs, on_error=on_error)
+            offset = len(table)
+            table.extend(str(m) for m in msgs)
+            # the message travels as its index (the payload); the format string has no braces to read
+            checkify.check(jnp.logical_not(jnp.asarray(pred)), "{}", jnp.asarray(index, jnp.int32) + offset)
+            return x
+
+        errors.branched_error_if_impl_jit = as_value
+        try:
+            with _as_values_context()(True):
+                err, out = checkify.checkify(fn, errors=checkify.user_checks)(*args)
+        finally:
+            errors.branched_error_if_impl_jit = checked
+        messages[:] = table
+        code = jnp.asarray(-1, jnp.int32)
+        # checkify's error: per kind of check, whether one failed and its payload (here every check
+        # is one kind, an int32 index)
+        for effect, failed in err._pred.items():
+            payload = err._payload.get(effect, ())
+            if len(payload) == 1 and jnp.shape(payload[0]) == () and not jnp.shape(failed):
+                code = jnp.where(failed & (code < 0), jnp.asarray(payload[0], jnp.int32), code)
+        return code, out
+
+    return traced
+
+
+def raise_failed_check(code, messages, out):
+    """Raise the check :func:`checks_as_values` reported by ``code`` (``eqx.EquinoxRuntimeError``
+    with its message) when ``code`` is concrete; under an outer ``jit`` (``code`` traced), the
+    same check is made inside that program (``eqx.branched_error_if``). Returns ``out``."""
+    if not messages:
+        return out
+    if is_concrete(code):
+        index = int(np.asarray(code))
+        if index >= 0:
+            raise eqx.EquinoxRuntimeError(messages[index])
+        return out
+    return eqx.branched_error_if(out, code >= 0, jnp.maximum(code, 0), list(messages))
+
+
 def is_concrete(x) -> bool:
     """True when ``x`` holds values (not a tracer inside ``jit``/``vmap``/``grad``)."""
     return not isinstance(x, jax.core.Tracer)

@@ -175,13 +175,22 @@ def test_a_damaged_file_is_traced_again_and_replaced(store):
     assert TRACED == [1.0, 1.0]  # the replacement loads
 
 
-def test_a_program_with_a_host_callback_runs_and_is_not_kept(store):
+def test_a_program_with_a_check_is_kept_and_raises_its_message_after_running(store):
+    """The check (eqx.error_if, a host callback no cache keeps) is traced as a value: the kept
+    program holds no callback, and the loaded one raises the same message."""
     x = jnp.arange(3.0)
-    program = programs.lower_program(_checked, (), (x,)).compile()
+    lowered = programs.lower_program(_checked, (), (x,))
+    assert _callbacks(lowered.lowered) == 0 and lowered.messages == ("x must be >= 0",)
+    program = lowered.compile()
     np.testing.assert_array_equal(np.asarray(program(x)), np.arange(3.0))
-    with pytest.raises(Exception, match="x must be >= 0"):
-        jax.block_until_ready(program(-x - 1))
-    assert not store.exists() or not any(store.iterdir())
+    with pytest.raises(eqx.EquinoxRuntimeError, match="x must be >= 0"):
+        program(-x - 1)
+    assert len(list(store.iterdir())) == 1
+    _new_process()
+    loaded = programs.lower_program(_checked, (), (x,)).compile()
+    with pytest.raises(eqx.EquinoxRuntimeError, match="x must be >= 0"):
+        loaded(-x - 1)
+    np.testing.assert_array_equal(np.asarray(loaded(x)), np.arange(3.0))
 
 
 def _callbacks(lowered) -> int:

@@ -22,9 +22,11 @@ numbers are the same bits. Not seen: a dependency edited in place without a new 
 it on; ``--compile-cache off`` turns both off), in ``<cache>/programs``, written atomically.
 Each file carries its key and the SHA-256 of its payload, both checked when it is loaded: a
 file copied over another key's, edited, truncated or not a regular file is never run; it is
-traced again and replaced. A program holding a host callback (a runtime
-check, ``eqx.error_if``) cannot be serialized: it is lowered as before and not kept, as JAX's
-compilation cache does not keep its executable.
+traced again and replaced. A program's runtime checks (``eqx.error_if``, host callbacks, which
+neither ``jax.export`` nor JAX's compilation cache can keep) are traced as values
+(:func:`~transformer_pde._checks.checks_as_values`): the program reports the first that failed,
+and its compiled form raises it after running, with the check's own message
+(``eqx.EquinoxRuntimeError``); the messages are kept with the program.
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import importlib.metadata
+import json
 import os
 import stat
 import sys
@@ -39,7 +42,7 @@ import tempfile
 import types
 from pathlib import Path
 
-__all__ = ["finite_by_construction", "lower_program", "program_dir", "program_key", "unit_row_tolerance",
+__all__ = ["LoweredProgram", "finite_by_construction", "lower_program", "program_dir", "program_key", "unit_row_tolerance",
            "unit_rows_by_construction"]
 
 TRACED_THROUGH = ("jax", "jaxlib", "equinox", "diffrax", "optimistix", "lineax", "ott-jax",
@@ -140,11 +143,38 @@ def program_dir() -> Path | None:
     return Path(cache) / "programs" if cache else None
 
 
-def lower_program(fn, static: tuple = (), args: tuple = (), *, compiler_options=None):
-    """``jax.stages.Lowered`` of ``fn(*static, *args)`` (``static`` hashable, not traced),
-    through the program kept on disk under :func:`program_key` when there is one; else traced,
-    exported, kept, then lowered from the export (so every run runs the same program). A later
-    call in the same process returns the same ``Lowered``, whose ``compile()`` reuses its
+class LoweredProgram:
+    """A program lowered by :func:`lower_program`, its checks traced as values: ``compile()``
+    gives a function of the program's arguments that runs it and raises the first check that
+    failed (``eqx.EquinoxRuntimeError`` with the check's message), else returns its outputs.
+
+    Attributes:
+        lowered: the ``jax.stages.Lowered`` program; it returns ``(code, outputs)``, ``code`` the
+            index in ``messages`` of the check that failed (-1: none).
+        messages: the program's checks' messages.
+    """
+
+    def __init__(self, lowered, messages: tuple[str, ...]):
+        self.lowered = lowered
+        self.messages = tuple(messages)
+
+    def compile(self):
+        from .._checks import raise_failed_check
+
+        compiled, messages = self.lowered.compile(), self.messages
+
+        def run(*args):
+            code, out = compiled(*args)
+            return raise_failed_check(code, messages, out)
+
+        return run
+
+
+def lower_program(fn, static: tuple = (), args: tuple = (), *, compiler_options=None) -> LoweredProgram:
+    """:class:`LoweredProgram` of ``fn(*static, *args)`` (``static`` hashable, not traced), through
+    the program kept on disk under :func:`program_key` when there is one; else traced (its checks
+    as values), exported, kept, then lowered from the export (so every run runs the same program).
+    A later call in the same process returns the same object, whose ``compile()`` reuses its
     executable."""
     if compiler_options is not None and not isinstance(compiler_options, dict):
         raise ValueError(f"lower_program: compiler_options must be a dict of XLA options or None, got "
@@ -162,33 +192,40 @@ _LOWERED: dict = {}
 _KEEP_LOWERED = 32
 
 
-def _lower(fn, static, args, key, compiler_options):
+def _lower(fn, static, args, key, compiler_options) -> LoweredProgram:
     import jax
 
+    from .._checks import checks_as_values
+
     jit = functools.partial(jax.jit, compiler_options=compiler_options)
+    messages: list = []
+    program = checks_as_values(functools.partial(fn, *static), messages)
     directory = program_dir()
     if directory is not None:
         path = directory / f"{fn.__name__}-{key}.jaxexport"
-        exported = _load(path, key)
-        if exported is None:
+        kept = _load(path, key)
+        if kept is None:
             try:
-                exported = jax.export.export(jax.jit(functools.partial(fn, *static)))(*args)
-            except NotImplementedError as e:  # a host callback (a runtime check) cannot be serialized
+                exported = jax.export.export(jax.jit(program))(*args)
+            except NotImplementedError as e:  # a host callback left (a check not made to raise)
                 if "host_callbacks" not in str(e):
                     raise
             else:
-                _save(path, key, exported.serialize())
-        if exported is not None:
-            return jit(exported.call).trace(*args).lower()
-    return jit(fn, static_argnums=tuple(range(len(static)))).trace(*static, *args).lower()
+                kept = exported, tuple(messages)
+                _save(path, key, json.dumps(kept[1]).encode() + b"\n" + exported.serialize())
+        if kept is not None:
+            return LoweredProgram(jit(kept[0].call).trace(*args).lower(), kept[1])
+    lowered = jit(program).trace(*args).lower()
+    return LoweredProgram(lowered, tuple(messages))
 
 
-MAGIC = b"transformer-pde program 1\n"
-"""The first line of a kept program; the key and the payload's SHA-256 follow, a line each."""
+MAGIC = b"transformer-pde program 2\n"
+"""The first line of a kept program; the key and the payload's SHA-256 follow, a line each; the
+payload is the checks' messages (a JSON list, one line) and the serialized ``jax.export``."""
 
 
 def _load(path: Path, key: str):
-    """The program kept at ``path`` if it is a regular file written under ``key`` whose payload
+    """The program kept at ``path`` and its checks' messages, if it is a regular file written under ``key`` whose payload
     hashes as it says (else None: it is traced again and replaced)."""
     import jax
 
@@ -212,8 +249,12 @@ def _load(path: Path, key: str):
     payload = data[header:]
     if stored_key != key or digest != hashlib.sha256(payload).hexdigest():
         return None
+    head, _, program = payload.partition(b"\n")
     try:
-        return jax.export.deserialize(bytearray(payload))
+        messages = json.loads(head)
+        if not (isinstance(messages, list) and all(isinstance(m, str) for m in messages)):
+            return None
+        return jax.export.deserialize(bytearray(program)), tuple(messages)
     except Exception:  # noqa: BLE001 - a payload this version cannot read is traced again
         return None
 
