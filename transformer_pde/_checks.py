@@ -73,6 +73,7 @@ def checks_as_values(fn, messages: list):
     set while it is traced keeps jitted functions traced inside apart from their other traces)."""
     def traced(*args):
         from jax.experimental import checkify
+        from jax.extend.core import jaxpr_as_fun
 
         errors = importlib.import_module("equinox._errors")
         checked = errors.branched_error_if_impl_jit
@@ -87,21 +88,33 @@ def checks_as_values(fn, messages: list):
             checkify.check(jnp.logical_not(jnp.asarray(pred)), "{}", jnp.asarray(index, jnp.int32) + offset)
             return x
 
+        flat_args = jax.tree_util.tree_leaves(args)
         errors.branched_error_if_impl_jit = as_value
         try:
             with _as_values_context()(True):
-                err, out = checkify.checkify(fn, errors=checkify.user_checks)(*args)
+                closed, shape = jax.make_jaxpr(fn, return_shape=True)(*args)
         finally:
             errors.branched_error_if_impl_jit = checked
-        messages[:] = table
+        program = jaxpr_as_fun(closed)  # the traced program, replayed: no second trace of fn
         code = jnp.asarray(-1, jnp.int32)
+        if not table:  # nothing to check (checkify would refuse a batched while loop for nothing)
+            messages[:] = []
+            return code, jax.tree_util.tree_unflatten(jax.tree_util.tree_structure(shape), program(*flat_args))
+        try:
+            err, out = checkify.checkify(program, errors=checkify.user_checks)(*flat_args)
+        except ValueError as e:  # checkify takes no batched while loop: the checks stay callbacks
+            if "batched while" not in str(e):
+                raise
+            messages[:] = []
+            return code, fn(*args)
+        messages[:] = table
         # checkify's error: per kind of check, whether one failed and its payload (here every check
         # is one kind, an int32 index)
         for effect, failed in err._pred.items():
             payload = err._payload.get(effect, ())
             if len(payload) == 1 and jnp.shape(payload[0]) == () and not jnp.shape(failed):
                 code = jnp.where(failed & (code < 0), jnp.asarray(payload[0], jnp.int32), code)
-        return code, out
+        return code, jax.tree_util.tree_unflatten(jax.tree_util.tree_structure(shape), out)
 
     return traced
 

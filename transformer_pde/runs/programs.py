@@ -31,19 +31,28 @@ and its compiled form raises it after running, with the check's own message
 
 from __future__ import annotations
 
+import base64
+import contextlib
 import functools
 import hashlib
 import importlib.metadata
+import io
 import json
 import os
+import pickle
 import stat
 import sys
 import tempfile
 import types
 from pathlib import Path
 
-__all__ = ["LoweredProgram", "finite_by_construction", "lower_program", "program_dir", "program_key", "unit_row_tolerance",
+__all__ = ["LoweredProgram", "call_kept", "finite_by_construction", "kept_programs", "lower_program", "program_dir", "program_key", "unit_row_tolerance",
            "unit_rows_by_construction"]
+
+_LIBRARY_ROOTS = {"jax", "jaxlib", "numpy", "equinox", "diffrax", "optax", "ott", "lineax", "optimistix",
+                  "transformer_pde", "scipy", "functools", "operator"}
+"""The libraries whose functions the checkpoint fingerprint names only; a program's key reads their
+closures too."""
 
 TRACED_THROUGH = ("jax", "jaxlib", "equinox", "diffrax", "optimistix", "lineax", "ott-jax",
                   "jax-finufft", "numpy")
@@ -75,8 +84,6 @@ def program_key(fn, static: tuple, args: tuple) -> str:
     import jax
     import numpy as np
 
-    from .fingerprint import run_fingerprint
-
     if not isinstance(fn, types.FunctionType):
         raise ValueError(f"lower_program: fn must be a Python function, got {type(fn).__name__} "
                          f"{fn!r}"[:300])
@@ -89,7 +96,7 @@ def program_key(fn, static: tuple, args: tuple) -> str:
                          f"{args!r}"[:300])
     name = f"{fn.__module__}.{fn.__qualname__}"
     try:
-        identity = run_fingerprint(fn=fn, static=static)
+        identity = _program_fingerprint(fn=fn, static=static)
     except ValueError as e:
         raise ValueError(f"lower_program cannot key the program {name}: {e}") from None
     parts = [
@@ -102,6 +109,34 @@ def program_key(fn, static: tuple, args: tuple) -> str:
         jax.default_backend(), repr(sorted({d.device_kind for d in jax.devices()})),
     ]
     return hashlib.sha256("\n".join(parts).encode()).hexdigest()
+
+
+def _program_fingerprint(**named) -> str:
+    """:func:`~transformer_pde.runs.run_fingerprint`, stricter where a program could be taken for
+    another: a library function made at run time (a closure of this package, diffrax, ...) is
+    identified by its closure's contents too, not by its name alone."""
+    from .fingerprint import _Fingerprint
+
+    class Strict(_Fingerprint):
+        def _add_function(self, fn, where):
+            super()._add_function(fn, where)
+            library = str(fn.__module__).split(".")[0] in _LIBRARY_ROOTS
+            if library and isinstance(getattr(fn, "__wrapped__", None), types.FunctionType):
+                self.add(fn.__wrapped__, f"{where} (wrapped)")  # a decorator's wrapper (runtime type checks)
+            elif library and fn.__closure__:
+                for var, cell in zip(fn.__code__.co_freevars, fn.__closure__):
+                    try:
+                        value = cell.cell_contents
+                    except ValueError:  # an empty cell (a name not yet bound)
+                        continue
+                    self.tag(f"free:{var}")
+                    self.add(value, f"{where} closure variable {var!r}")
+
+    fp = Strict()
+    for name in sorted(named):
+        fp.tag(f"named:{name}")
+        fp.add(named[name], name)
+    return fp.h.hexdigest()
 
 
 def finite_by_construction(arrays) -> None:
@@ -204,6 +239,8 @@ def _lower(fn, static, args, key, compiler_options) -> LoweredProgram:
     if directory is not None:
         path = directory / f"{fn.__name__}-{key}.jaxexport"
         kept = _load(path, key)
+        if kept is not None:
+            kept = None if _messages(kept[1]) is None else (kept[0], _messages(kept[1]))
         if kept is None:
             try:
                 exported = jax.export.export(jax.jit(program))(*args)
@@ -219,14 +256,134 @@ def _lower(fn, static, args, key, compiler_options) -> LoweredProgram:
     return LoweredProgram(lowered, tuple(messages))
 
 
+def call_kept(fn, args: tuple):
+    """``fn(*args)`` as ``eqx.filter_jit`` runs it (the arrays in ``args`` traced, everything else
+    static), through a program kept on disk beside the compile cache (:func:`lower_program`'s
+    store, keyed by :func:`program_key` of ``fn``, the static part and the arrays' shapes): a later
+    process loads it instead of tracing. The program's checks are values, raised after it ran
+    (``eqx.EquinoxRuntimeError`` with the check's message). Returns None, having run nothing, when
+    the program cannot be kept (a static part that cannot be identified, a program ``jax.export``
+    cannot serialize, an output that is not arrays): the caller then runs ``fn`` itself."""
+    import equinox as eqx
+    import jax
+
+    from .._checks import raise_failed_check
+
+    directory = program_dir()
+    if directory is None:
+        return None
+    dynamic, static = eqx.partition(args, eqx.is_array)
+    leaves, in_tree = jax.tree.flatten(dynamic)
+    try:
+        key = program_key(fn, (static,), tuple(leaves))
+    except ValueError:
+        return None
+    if key not in _CALLED:
+        _CALLED[key] = _compile_call(fn, static, in_tree, leaves, directory / f"{fn.__name__}-{key}.jaxcall", key)
+        while len(_CALLED) > _KEEP_LOWERED:
+            del _CALLED[next(iter(_CALLED))]
+    entry = _CALLED[key]
+    if entry is None:
+        return None
+    compiled, messages, out_tree = entry
+    code, out = compiled(*leaves)
+    return jax.tree.unflatten(out_tree, raise_failed_check(code, messages, out))
+
+
+@contextlib.contextmanager
+def kept_programs():
+    """While in this block, every concrete ``tp.solve`` (not under a ``jit``/``vmap`` of the
+    caller's) runs its program through :func:`call_kept`: traced once, kept beside JAX's
+    compilation cache (when it is on, :func:`program_dir`), loaded by a later process instead of
+    traced. :func:`~transformer_pde.runs.run_experiment` runs every experiment's ``compute`` so."""
+    from ..solvers.solve import PROGRAMS
+
+    token = PROGRAMS.set(call_kept if program_dir() is not None else None)
+    try:
+        yield
+    finally:
+        PROGRAMS.reset(token)
+
+
+_CALLED: dict = {}
+"""The programs :func:`call_kept` compiled in this process, by key (None: cannot be kept)."""
+
+
+def _compile_call(fn, static, in_tree, leaves, path: Path, key: str):
+    """(compiled program, checks' messages, output tree) of ``fn`` on ``leaves``, loaded from
+    ``path`` or traced, exported and kept there; None when it cannot be kept."""
+    import equinox as eqx
+    import jax
+
+    from .._checks import checks_as_values
+
+    kept = _load(path, key)
+    if kept is not None:
+        exported, header = kept
+        messages = _messages(header)
+        try:
+            out_tree = _load_tree(header["tree"])
+        except Exception:  # noqa: BLE001 - a header this version cannot read: traced again
+            kept = None
+        if messages is None:
+            kept = None
+    if kept is None:
+        trees: list = []
+
+        def flat(*arrays):
+            out = fn(*eqx.combine(jax.tree.unflatten(in_tree, arrays), static))
+            out_leaves, out_tree = jax.tree.flatten(out)
+            trees[:] = [out_tree]
+            return out_leaves
+
+        messages_list: list = []
+        try:
+            exported = jax.export.export(jax.jit(checks_as_values(flat, messages_list)))(*leaves)
+            out_tree, messages = trees[0], tuple(messages_list)
+            header = {"messages": list(messages), "tree": _dump_tree(out_tree)}
+            if _load_tree(header["tree"]) != out_tree:  # a tree that does not read back as itself is not kept
+                return None
+        except Exception:  # noqa: BLE001 - a callback left, a custom call export refuses, a tree pickle cannot hold
+            return None
+        _save(path, key, json.dumps(header).encode() + b"\n" + exported.serialize())
+    return jax.jit(exported.call).trace(*leaves).lower().compile(), messages, out_tree
+
+
+def _dump_tree(tree) -> str:
+    """A program's output tree (equinox Modules: a solution) as text: pickled, equinox's marker of a
+    dynamic field kept as itself (it is compared by identity)."""
+    from equinox._module._flatten import MISSING
+
+    class Pickler(pickle.Pickler):
+        def persistent_id(self, obj):
+            return "equinox-missing" if obj is MISSING else None
+
+    buffer = io.BytesIO()
+    Pickler(buffer).dump(tree)
+    return base64.b64encode(buffer.getvalue()).decode()
+
+
+def _load_tree(text: str):
+    from equinox._module._flatten import MISSING
+
+    class Unpickler(pickle.Unpickler):
+        def persistent_load(self, pid):
+            if pid != "equinox-missing":
+                raise pickle.UnpicklingError(f"unknown persistent id {pid!r}")
+            return MISSING
+
+    return Unpickler(io.BytesIO(base64.b64decode(text))).load()
+
+
 MAGIC = b"transformer-pde program 2\n"
 """The first line of a kept program; the key and the payload's SHA-256 follow, a line each; the
 payload is the checks' messages (a JSON list, one line) and the serialized ``jax.export``."""
 
 
 def _load(path: Path, key: str):
-    """The program kept at ``path`` and its checks' messages, if it is a regular file written under ``key`` whose payload
-    hashes as it says (else None: it is traced again and replaced)."""
+    """The program kept at ``path`` and its header (a JSON value: its checks' messages, ...), if it
+    is a regular file written under ``key`` whose payload hashes as it says (else None: it is
+    traced again and replaced)."""
     import jax
 
     try:
@@ -251,12 +408,17 @@ def _load(path: Path, key: str):
         return None
     head, _, program = payload.partition(b"\n")
     try:
-        messages = json.loads(head)
-        if not (isinstance(messages, list) and all(isinstance(m, str) for m in messages)):
-            return None
-        return jax.export.deserialize(bytearray(program)), tuple(messages)
+        return jax.export.deserialize(bytearray(program)), json.loads(head)
     except Exception:  # noqa: BLE001 - a payload this version cannot read is traced again
         return None
+
+
+def _messages(header) -> tuple[str, ...] | None:
+    """The checks' messages a kept program's header holds (None: not a list of strings)."""
+    messages = header.get("messages") if isinstance(header, dict) else header
+    if isinstance(messages, list) and all(isinstance(m, str) for m in messages):
+        return tuple(messages)
+    return None
 
 
 def _save(path: Path, key: str, payload: bytes | bytearray) -> None:
