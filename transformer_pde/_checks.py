@@ -7,6 +7,7 @@ Three layers (see STYLE.md): a ``ValueError`` naming the bad value when it is co
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import importlib
 import math
 import weakref
@@ -47,6 +48,13 @@ def without_checks(messages: tuple[str, ...]):
         yield
     finally:
         errors.branched_error_if_impl_jit = checked
+
+
+SOLVE_PROGRAMS: contextvars.ContextVar = contextvars.ContextVar("transformer_pde_solve_programs", default=None)
+"""Who runs a concrete ``tp.solve``'s program: None (``eqx.filter_jit``), or ``keep(program, args)``
+giving its solution, or None to leave it to ``eqx.filter_jit``; the runs layer keeps traced programs
+on disk so while it runs an experiment (``transformer_pde.runs.programs.kept_programs``). Here, not
+in the solver, so that setting it imports no JAX."""
 
 
 _AS_VALUES = []

@@ -296,13 +296,13 @@ def kept_programs():
     caller's) runs its program through :func:`call_kept`: traced once, kept beside JAX's
     compilation cache (when it is on, :func:`program_dir`), loaded by a later process instead of
     traced. :func:`~transformer_pde.runs.run_experiment` runs every experiment's ``compute`` so."""
-    from ..solvers.solve import PROGRAMS
+    from .._checks import SOLVE_PROGRAMS
 
-    token = PROGRAMS.set(call_kept if program_dir() is not None else None)
+    token = SOLVE_PROGRAMS.set(call_kept if program_dir() is not None else None)
     try:
         yield
     finally:
-        PROGRAMS.reset(token)
+        SOLVE_PROGRAMS.reset(token)
 
 
 _CALLED: dict = {}

@@ -9,7 +9,6 @@ step-size controller, adjoint and ``SaveAt``, the progress meter, and the stop c
 
 from __future__ import annotations
 
-import contextvars
 import functools
 import warnings
 
@@ -19,7 +18,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .._checks import NonFiniteStateError, check_int, check_scalar, cover_finiteness, is_concrete, without_checks
+from .._checks import (SOLVE_PROGRAMS, NonFiniteStateError, check_int, check_scalar, cover_finiteness, is_concrete,
+                       without_checks)
 from ..models.base import AbstractDynamics, AbstractRetraction
 from ..models.switched import AbstractSwitched
 from .events import AbstractBlowUp, BlowUp
@@ -221,7 +221,7 @@ def solve(
             event, criterion, noise, brownian, several,
             # a constant σ was checked above (Noise.check): the program need not check it again
             noise is not None and not noise.time_dependent and is_concrete(noise.sigma))
-    keep, sol = PROGRAMS.get(), None
+    keep, sol = SOLVE_PROGRAMS.get(), None
     if keep is not None and not any(isinstance(a, jax.core.Tracer) for a in jax.tree_util.tree_leaves(args)):
         sol = keep(_solve_program, args)
     if sol is None:
@@ -257,12 +257,6 @@ def _check_traced_times(ts, t0, t1):
         return ts
     ts = eqx.error_if(ts, jnp.any(ts[1:] < ts[:-1]), "saveat.ts must be increasing or decreasing.")
     return eqx.error_if(ts, jnp.any((ts > t1) | (ts < t0)), "saveat.ts must lie between t0 and t1.")
-
-
-PROGRAMS: contextvars.ContextVar = contextvars.ContextVar("transformer_pde_solve_programs", default=None)
-"""Who runs a concrete solve's program: None (``eqx.filter_jit``), or ``keep(program, args)`` giving
-its solution, or None to leave it to ``eqx.filter_jit`` (the runs layer keeps traced programs on
-disk this way while it runs an experiment: :func:`transformer_pde.runs.kept_programs`)."""
 
 
 def _solve_program(dynamics, state, t0, t1, dt0, ts, fn, solver, controller, adjoint, max_steps, meter,
