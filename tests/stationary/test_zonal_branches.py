@@ -71,6 +71,21 @@ def test_d2_fold_agrees_with_the_circle_continuation():
     assert f.K_c == pytest.approx(0.19353, abs=1e-5)
 
 
+@pytest.mark.slow
+def test_d8_fold_at_beta_4_resolved_degree_against_twice_it():
+    # d = 8, beta = 4 (issue 40 item 4): the branch reaches its fold at degree 96 once the continuation may step
+    # far enough (ds_max = 1: with 0.2 x 400 points beta = 6 stops short of it); degree 192 gives the same
+    # fold, K_# is the closed form, and the published value holds
+    d, beta = 8, 4.0
+    Ks = float(K_sharp(beta, d))
+    folds = [critical_coupling(usa(d, beta), 1.0, degree=L, ds_max=1.0, max_points=2000, K_max=1.05 * Ks)
+             for L in (96, 192)]
+    assert folds[0].K_sharp == pytest.approx(Ks, rel=1e-12)
+    assert abs(folds[0].K_c - folds[1].K_c) < 1e-10 and abs(folds[0].order - folds[1].order) < 1e-7
+    assert folds[0].K_c < folds[0].K_sharp and folds[0].branch.coeffs.shape[1] == 97
+    assert folds[0].K_c == pytest.approx(0.82886680, abs=1e-8)  # docs/math/fold_table.md
+
+
 def test_bad_input():
     with pytest.raises(ValueError, match="d >= 2"):
         zonal_branch(tp.Sphere(tp.UnnormalizedAttention(jnp.eye(1), jnp.eye(1), jnp.eye(1), 1.0)), 1.0)
@@ -78,6 +93,8 @@ def test_bad_input():
         zonal_branch(usa(3, 1.0), 1.0, degree=8, tol=1e-300, ds_min=1e-2)
     with pytest.raises(tp.solvers.UnderResolvedError, match="degree 8 is too few for beta = 4"):
         critical_coupling(usa(3, 4.0), 1.0, degree=8)
+    with pytest.raises(ValueError, match="does not turn before it stops .max_points.: raise max_points or ds_max"):
+        critical_coupling(usa(3, 4.0), 1.0, degree=16, max_points=3)
     with pytest.raises(ValueError, match="degree must be >= 2"):
         zonal_branch(usa(3, 1.0), 1.0, degree=1)
     with pytest.raises(ValueError, match="tp.ZonalDensity"):

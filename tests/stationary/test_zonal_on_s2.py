@@ -124,3 +124,30 @@ def test_upper_branch_state_has_no_unstable_s2_mode_but_the_rotations():
     np.testing.assert_allclose(spec[0][:4].real, np.asarray(zonal)[:4].real, rtol=1e-6, atol=1e-8)
     assert np.all(np.abs(spec[1][:2]) < 1e-6) and spec[1][2].real < -0.5  # measured < 1e-10
     assert max(spec[m][0].real for m in range(2, L + 1)) < -0.5 and spec[0][0].real < -0.1
+
+
+def test_published_s2_route_agrees_with_the_zonal_states():
+    # docs/math/fold_table.md (benchmarks/fold_table.py): for every d = 3 row the full S² solver at a
+    # K_m in (K_c, K_#) ends in two states: from the perturbed uniform start ⟨cos ϑ⟩ decays towards 0, from the
+    # tilted (non-zonal) clustered start it ends on the zonal time-stepper's stable state (another solver), which
+    # lies between the continuation's neighbouring branch points
+    from pathlib import Path
+
+    lines = (Path(__file__).parents[2] / "docs" / "math" / "fold_table.md").read_text().splitlines()
+    main = [c for c in ([c.strip() for c in r.strip("|").split("|")] for r in lines if r.startswith("| 3 | "))
+            if len(c) == 11]
+    start = next(i for i, r in enumerate(lines) if r.startswith("| β | K_m (f) | L_S² |"))
+    route = [[c.strip() for c in r.strip("|").split("|")] for r in lines[start + 2:] if r.startswith("| ")]
+    route = route[: next((i for i, c in enumerate(route) if not c[0][0].isdigit()), len(route))]
+    assert [c[0] for c in route] == [c[1] for c in main] and len(route) >= 5
+    for r in route:
+        K, frac = float(r[1].split()[0]), float(r[1].split("(")[1].rstrip(")"))
+        row = next(c for c in main if c[1] == r[0])
+        assert float(row[3]) < K < float(row[2]) and K == pytest.approx(
+            float(row[3]) + frac * (float(row[2]) - float(row[3])), abs=1e-6), r
+        before, after = (float(v) for v in r[4].split("→"))
+        clustered, nonzonal = float(r[5].split(",")[0]), float(r[5].split(",")[3])
+        zonal, bracket = float(r[6].split("[")[0]), [float(v) for v in r[6].split("[")[1].strip("]").split(",")]
+        assert after < min(before, 1e-3), r
+        assert nonzonal > 1e-3 and bracket[0] < zonal < bracket[1], r
+        assert abs(clustered - zonal) < 1e-8 and float(r[7]) < 1e-8, r

@@ -230,7 +230,6 @@ def compute(cfg: NoisyTransitionConfig, progress: bool = False) -> Result:
 def figures(res: Result, cfg: NoisyTransitionConfig, out_dir) -> list:
     import matplotlib.pyplot as plt
 
-    parts = "particle_K_ratio" in res
     s2 = "particle_order_d3" in res
     fig, axes = plt.subplots(1, 3 if s2 else 2, figsize=(18 if s2 else 12, 4.5))
     ax = axes[0]
@@ -252,7 +251,7 @@ def figures(res: Result, cfg: NoisyTransitionConfig, out_dir) -> list:
     ax.set_xlabel("K / K_#(β)")
     ax.set_ylabel("order parameter m = |∫x dρ|")
     ax.set_title(f"{cfg.model} on S¹, σ = {cfg.sigma:g}: stationary branches (solid stable)"
-                 + (",\nparticles swept K up (▲) then down (▼)" if "particle_order_d2" in res else ""))
+                 + (",\nparticles swept K up (▲) then down (▼)" if "particle_order_d2" in res else ""), fontsize=10)
     if "particle_order_d2" in res:
         _particle_markers(ax, res, cfg, 2)
     ax.legend(fontsize=8)
@@ -268,7 +267,7 @@ def figures(res: Result, cfg: NoisyTransitionConfig, out_dir) -> list:
         ax.set_ylabel("order parameter |(1/n)Σ X_i|")
         bs = float(res["beta_star_d3"])
         ax.set_title(f"{cfg.model} on S², σ = {cfg.sigma:g} (β_*^(3) = {bs:.3f}): particles and the zonal\n"
-                     "PDE branch (solid stable, dashed unstable, ▼ fold K_c; hysteresis on [K_c, K_#])")
+                     "PDE branch (solid stable, dashed unstable),\n▼ fold K_c; hysteresis on [K_c, K_#]", fontsize=10)
         ax.legend(fontsize=8)
         ax.grid(alpha=0.3)
     ax = axes[-1]
@@ -284,7 +283,7 @@ def figures(res: Result, cfg: NoisyTransitionConfig, out_dir) -> list:
     ax.set_yscale("log")
     ax.set_xlabel("β")
     ax.set_ylabel("K")
-    ax.set_title("phase diagram: uniform below, clustered above")
+    ax.set_title("phase diagram: uniform below, clustered above", fontsize=10)
     ax.legend(fontsize=8)
     ax.grid(alpha=0.3, which="both")
     return [tp.plot.save_figure(fig, out_dir / "noisy_transition.png")]

@@ -14,7 +14,7 @@ h(ψ) = ⟨V e(ψ), e(0)^⊥⟩, e(ψ) = (cos ψ, sin ψ),
 two cross-correlations by FFT. :class:`CircleDensity` is a state of ``tp.solve``: its term splits
 into the transport −∂_θ(ρv) (explicit) and the diffusion (σ²/2)∂²_θρ (implicit: stiff, its
 eigenvalues −σ²k²/2 reach −σ²·modes²/2). Its default solver is diffrax's IMEX ``KenCarp4`` whose
-implicit stages are solved exactly by :class:`CirculantSolve` (the diffusion is circulant on the
+implicit stages are solved exactly by :class:`~.density.CirculantSolve` (the diffusion is circulant on the
 grid: one FFT per solve, no dense Jacobian), with an adaptive ``PIDController`` by default.
 Mass (the k = 0 mode) is conserved to round-off. :func:`solve_density` adds the checks: the run is
 repeated with twice the modes and with tightened steps and compared, and positivity is watched;
@@ -25,19 +25,23 @@ Noiseless (σ = 0) the same solver runs for as long as the density stays resolve
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 import diffrax
 import equinox as eqx
 import jax
 import jax.numpy as jnp
-import lineax as lx
 import numpy as np
-import optimistix as optx
 
 from .._checks import as_float_array, check_int, check_scalar, is_concrete
 from ..models.attention.softmax import SoftmaxAttention
-from .density import AbstractDensity, DensitySolution, UnderResolvedError, solve_density, sphere_attention
+from .density import (
+    AbstractDensity,
+    CirculantSolve,
+    DensitySolution,
+    LinearStageSolve,
+    UnderResolvedError,
+    solve_density,
+    sphere_attention,
+)
 
 _J = np.array([[0.0, -1.0], [1.0, 0.0]])
 
@@ -196,74 +200,14 @@ class CircleDensity(AbstractDensity):
         k = _wavenumbers(n, rho.dtype)
         return jnp.fft.irfft(-(self.sigma**2 / 2) * k**2 * jnp.fft.rfft(rho), n)
 
-    def default_solver(self):
-        return imex_solver()
-
-    def default_controller(self):
-        # in float32 too: a looser rtol (ten ulps) lets the time error reach the resolution check
-        return diffrax.PIDController(rtol=1e-8, atol=1e-10)
-
-
-class CirculantSolve(lx.AbstractLinearSolver):
-    """Solves M x = b for a circulant M on a 1-D grid (here I − hγ·diffusion, the Jacobian of an
-    implicit stage): M's first column c = M e_0 gives its eigenvalues fft(c), so x = ifft(fft(b)/fft(c)).
-    Exact for circulant operators only; give it to the implicit stages of an IMEX solver whose
-    implicit term is translation invariant."""
-
-    def init(self, operator, options):
-        del options
-        struct = operator.in_structure()
-        leaves = jax.tree_util.tree_leaves(struct)
-        if len(leaves) != 1 or len(leaves[0].shape) != 1:
-            raise ValueError("CirculantSolve needs an operator on a single 1-D array")
-        e0 = jnp.zeros(leaves[0].shape, leaves[0].dtype).at[0].set(1.0)
-        return jnp.fft.fft(operator.mv(e0))
-
-    def compute(self, state, vector, options):
-        x = jnp.fft.ifft(jnp.fft.fft(vector) / state)
-        x = jnp.real(x) if not jnp.iscomplexobj(vector) else x
-        return x.astype(vector.dtype), lx.RESULTS.successful, {}
-
-    def transpose(self, state, options):
-        return jnp.conj(state), {}  # a real circulant's transpose: conjugate eigenvalues
-
-    def conj(self, state, options):
-        return state, {}
-
-    def assume_full_rank(self):
-        return True
-
-
-class LinearStageSolve(optx.AbstractRootFinder):
-    """The root finder of an implicit stage whose implicit term is linear: one chord (Newton)
-    step with the exact linear solve, then stop. diffrax's ``VeryChord`` instead iterates until
-    the contraction rate is measurable, and on a linear term (exact after one step) it reads
-    round-off as divergence once the predictor is good, rejecting every step."""
-
-    rtol: float = 1e-10
-    atol: float = 1e-12
-    norm: Callable = optx.max_norm
-    linear_solver: lx.AbstractLinearSolver = CirculantSolve()
-
-    def _chord(self):
-        return diffrax.VeryChord(rtol=self.rtol, atol=self.atol, norm=self.norm, linear_solver=self.linear_solver)
-
-    def init(self, fn, y, args, options, f_struct, aux_struct, tags):
-        return self._chord().init(fn, y, args, options, f_struct, aux_struct, tags)
-
-    def step(self, fn, y, args, options, state, tags):
-        return self._chord().step(fn, y, args, options, state, tags)
-
-    def terminate(self, fn, y, args, options, state, tags):
-        return state.step >= 1, state.result
-
-    def postprocess(self, fn, y, aux, args, options, state, tags, result):
-        return y, aux, {}
+    def stage_solver(self):
+        """The implicit stage's exact solve: the diffusion is circulant on the grid."""
+        return CirculantSolve()
 
 
 def imex_solver(solver: type[diffrax.AbstractSolver] = diffrax.KenCarp4):
     """A diffrax IMEX solver (``KenCarp3/4/5``) whose implicit stages (the diffusion) are solved
-    exactly by :class:`LinearStageSolve` with :class:`CirculantSolve`: the default of
+    exactly by :class:`~.density.LinearStageSolve` with :class:`~.density.CirculantSolve`: the default of
     :class:`CircleDensity`."""
     return solver(root_finder=LinearStageSolve())
 
@@ -294,6 +238,6 @@ def refine(rho, modes: int):
     return jnp.fft.irfft(c, m, axis=-1) * (m / n)
 
 
-__all__ = ["CircleDensity", "CirculantSolve", "DensitySolution", "UnderResolvedError", "circle_velocity",
-           "LinearStageSolve", "fourier_coefficients", "grid", "imex_solver", "order_parameter", "refine",
+__all__ = ["CircleDensity", "DensitySolution", "UnderResolvedError", "circle_velocity",
+           "fourier_coefficients", "grid", "imex_solver", "order_parameter", "refine",
            "solve_density"]

@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import abc
 
-import diffrax
 import equinox as eqx
 import jax
 import jax.numpy as jnp
@@ -33,7 +32,6 @@ from scipy import special
 from .._checks import check_int, check_scalar, is_concrete
 from ..models.attention.softmax import SoftmaxAttention
 from ..models.attention.unnormalized import UnnormalizedAttention
-from .circle import LinearStageSolve
 from .density import AbstractDensity, DiagonalSolve, sphere_attention
 from .sphere_harmonics import SphereTransform, grid_points, laplacian
 
@@ -271,11 +269,9 @@ class SphereDensity(AbstractDensity):
         """(σ²/2)Δρ."""
         return (self.sigma**2 / 2) * laplacian(self.degree, y.dtype)[None] * y
 
-    def default_solver(self):
-        return diffrax.KenCarp4(root_finder=LinearStageSolve(linear_solver=DiagonalSolve()))
-
-    def default_controller(self):
-        return diffrax.PIDController(rtol=1e-8, atol=1e-10)
+    def stage_solver(self):
+        """The implicit stage's exact solve: the diffusion is diagonal in the coefficients."""
+        return DiagonalSolve()
 
 
 __all__ = ["AbstractSpherePotential", "KERNEL_TAIL", "SoftmaxPotential", "SphereDensity",

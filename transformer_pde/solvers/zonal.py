@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import functools
 
-import diffrax
 import equinox as eqx
 import jax
 import jax.numpy as jnp
@@ -29,7 +28,6 @@ import numpy as np
 
 from .._checks import as_float_array, check_int, check_scalar, is_concrete
 from ..models.attention.softmax import SoftmaxAttention
-from .circle import LinearStageSolve
 from .density import AbstractDensity, DiagonalSolve, sphere_attention
 
 # ----------------------------------------------------------------------------- quadrature, basis
@@ -277,11 +275,9 @@ class ZonalDensity(AbstractDensity):
         """The coefficients of (σ²/2)Δρ."""
         return self.sigma**2 / 2 * laplacian_eigenvalues(a.shape[-1] - 1, self.d, a.dtype) * a
 
-    def default_solver(self):
-        return diffrax.KenCarp4(root_finder=LinearStageSolve(linear_solver=DiagonalSolve()))
-
-    def default_controller(self):
-        return diffrax.PIDController(rtol=1e-8, atol=1e-10)
+    def stage_solver(self):
+        """The implicit stage's exact solve: the diffusion is diagonal in the coefficients."""
+        return DiagonalSolve()
 
 
 # ------------------------------------------------------------------------------ checked solves

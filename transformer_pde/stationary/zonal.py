@@ -215,7 +215,9 @@ def critical_coupling(dynamics, sigma, *, degree: int = 32, **kwargs) -> Fold:
 
     ValueError if the branch has no fold: the transition is continuous (β <= β_*: the branch
     leaves K_# forwards), or — :class:`~transformer_pde.solvers.UnderResolvedError` — ``degree`` is
-    too few for β: the density outgrew it before the branch turned.
+    too few for β: the density outgrew it before the branch turned, or the continuation stopped
+    first (``max_points`` × ``ds_max`` is the arclength it may cover, and the path to the fold in
+    the coefficients is long for large d and β: d = 8, β = 6 needs ``ds_max=1.0``).
     """
     b = zonal_branch(dynamics, sigma, degree=degree, **kwargs)
     if not b.folds:
@@ -229,8 +231,9 @@ def critical_coupling(dynamics, sigma, *, degree: int = 32, **kwargs) -> Fold:
                 f"outgrew it (|a_L| > 1e-8 or order {b.order[-1]:.3g}) at K = {b.K[-1]:.6g} before the branch "
                 "turned; use a higher degree")
         raise ValueError(f"critical_coupling: the branch at beta = {beta:g} on S^{b.d - 1} leaves K_# = "
-                         f"{b.bifurcation:.6g} backwards and does not turn before it stops ({b.stop}): widen K_min or "
-                         "max_points")
+                         f"{b.bifurcation:.6g} backwards and does not turn before it stops ({b.stop}): raise max_points "
+                         "or ds_max (the arclength to the fold, in the coefficients, grows with d and beta), or lower "
+                         "K_min")
     return Fold(K_c=b.folds[0], order=b.fold_orders[0], K_sharp=b.bifurcation, width=b.bifurcation - b.folds[0],
                 branch=b)
 
