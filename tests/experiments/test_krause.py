@@ -17,3 +17,16 @@ def test_krause_clusters_against_the_radius(tmp_path_factory):
     for r, xs in zip(radii, final):
         centres = np.unique(np.round(xs, 3))
         assert np.all(np.diff(centres) > r)
+
+
+@pytest.mark.parametrize("n", [2, 512, 513, 4096])
+def test_footprint_names_the_layout_the_model_uses(n):
+    """The experiment's footprint (written without JAX, for `list`) states the tiles that
+    tp.KrauseAttention's default layout really streams: dense exactly where the layout is."""
+    import transformer_pde as tp
+    from transformer_pde.experiments.krause import DENSE_PAIRS, TILE
+
+    blocks = tp.KrauseAttention.identity(1).layout.blocks(n, n, 1)
+    assert (blocks is None) == (n * n <= DENSE_PAIRS)
+    if blocks is not None:
+        assert tuple(blocks) == TILE

@@ -22,10 +22,15 @@ from annotated_types import Ge, Gt, Interval
 
 import transformer_pde as tp
 
-from .._lazy import diffrax, jax, jnp
+from .._lazy import diffrax, jnp
 from ..runs.result import Result, grid
 from ._base import Experiment, register
 from ._options import Options, sizes
+
+# tp.KrauseAttention's default layout (KRAUSE_LAYOUT): dense up to 512² pairs, then tiles of
+# 256 queries x 512 keys. Restated here so that `list` and `--help` import no JAX
+# (tests/experiments/test_krause.py checks it against the layout itself).
+DENSE_PAIRS, TILE = 512 * 512, (256, 512)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -46,8 +51,8 @@ class KrauseConfig(Options):
 
     def footprint(self):
         # the default layout streams tiles above 512² pairs: the n x n distances exist only below
-        blocks = tp.KrauseAttention.identity(1).layout.blocks(self.n, self.n, 1)
-        pairs = sizes(self, "n", "n") if blocks is None else (("query block", blocks[0]), ("key block", blocks[1]))
+        dense = self.n * self.n <= DENSE_PAIRS
+        pairs = sizes(self, "n", "n") if dense else (("query block", TILE[0]), ("key block", TILE[1]))
         return {"pair distances": pairs, "final positions": sizes(self, ("len(radii)", len(self.radii)), "n")}
 
 

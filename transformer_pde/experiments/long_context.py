@@ -150,7 +150,12 @@ def _accumulate(m, a, b, u, valid, betas):
     return m_new, a, b
 
 
-@functools.partial(jax.jit, static_argnames=("chunk", "d", "top"))
+@functools.cache
+def _jitted(fun, static: tuple[str, ...]):
+    # jitted on first use, not at import: `list` and `--help` import this module without JAX
+    return jax.jit(fun, static_argnames=static)
+
+
 def _stream(keys, n, betas, *, chunk: int, d: int, top: int):
     """Per key of ``keys`` (a batch of PRNG keys, one per seed): the nearest distance u_min,
     a(β), b(β) of :func:`_accumulate` and the ``top`` smallest u, accumulated over ceil(n/chunk)
@@ -173,7 +178,6 @@ def _stream(keys, n, betas, *, chunk: int, d: int, top: int):
     return jax.vmap(one)(keys)
 
 
-@functools.partial(jax.jit, static_argnames=("rows", "cols"))
 def _layer(x, betas, *, rows: int, cols: int):
     """a(β), b(β) of every row of the self-attention of tokens ``x`` (each token a query against
     all, itself included), in blocks of rows × cols pairs; u = |x_i − x_j|²/2 keeps its relative
@@ -206,7 +210,8 @@ def layer_statistics(key, n: int, d: int, betas, *, block: int = 256):
     rows = min(block, n)
     if n % rows:
         raise ValueError(f"n ({n}) must be a multiple of block ({block}) or below it")
-    a, b = _layer(x, betas, rows=rows, cols=min(4 * rows, n) if n % min(4 * rows, n) == 0 else rows)
+    cols = min(4 * rows, n) if n % min(4 * rows, n) == 0 else rows
+    a, b = _jitted(_layer, ("rows", "cols"))(x, betas, rows=rows, cols=cols)
     a, b, beta = (np.asarray(v, dtype=np.float64) for v in (a, b, betas))
     return {"entropy": np.log(a) + beta * b / a, "max_weight": 1 / a, "tokens": np.asarray(x)}
 
@@ -219,7 +224,8 @@ def fixed_query_statistics(key, n: int, d: int, betas, *, chunk: int = 2**15, to
     log Σ e^{−βu_i} (the normaliser of e^{β⟨q,k⟩} divided by e^β), ``nearest`` the ``top``
     smallest distances u (ascending, ``(seeds, top)``)."""
     betas = jnp.asarray(betas, dtype=jnp.result_type(float))
-    m, a, b, best = _stream(jax.random.split(key, seeds), n, betas, chunk=chunk, d=d, top=top)
+    stream = _jitted(_stream, ("chunk", "d", "top"))
+    m, a, b, best = stream(jax.random.split(key, seeds), n, betas, chunk=chunk, d=d, top=top)
     m, a, b, best, beta = (np.asarray(v, dtype=np.float64) for v in (m, a, b, best, betas))
     return {"entropy": np.log(a) + beta * b / a, "max_weight": 1 / a,
             "log_partition": np.log(a) - beta * m[:, None], "nearest": best}
@@ -355,8 +361,8 @@ def _layer_part(cfg: LongContextConfig, progress: bool) -> dict:
                 bar.update()
     bar.close()
     beta_star, clipped = collapse_point(betas[:, :, None, :], ent, np.log(cfg.collapse_keys))
-    lim = np.stack([theory.critical_limit(lams, d, samples=cfg.limit_samples, seed=cfg.seed, self_key=True)[0].mean(axis=0)
-                    for d in cfg.dims])
+    lim = np.stack([theory.critical_limit(lams, d, samples=cfg.limit_samples, seed=cfg.seed,
+                                          self_key=True)[0].mean(axis=0) for d in cfg.dims])
     return {"layer_ns": ns, "layer_betas": betas, "layer_entropy": ent, "layer_max_weight": wmax,
             "layer_beta_star": beta_star, "layer_clipped": np.asarray(clipped), "layer_limit_entropy": lim}
 
@@ -443,7 +449,8 @@ def figures(res: Result, cfg: LongContextConfig, out_dir) -> list:
                 fmt="o", capsize=4, label="fitted exponent of β_n* (95 % bootstrap)")
     if "layer_exponent" in res:
         ax.errorbar(x + 0.15, res["layer_exponent"], fmt="s", mfc="none", capsize=4,
-                    yerr=[res["layer_exponent"] - res["layer_exponent_lo"], res["layer_exponent_hi"] - res["layer_exponent"]],
+                    yerr=[res["layer_exponent"] - res["layer_exponent_lo"],
+                          res["layer_exponent_hi"] - res["layer_exponent"]],
                     label="the same, full self-attention layer (row means)")
     ax.plot(x, res["predicted_exponent"], "r_", ms=20, mew=2, label="2/(d−1)")
     ax.plot(x, res["gap_exponent"], "gx", label="exponent of the gap-counting scale")
@@ -465,7 +472,7 @@ def figures(res: Result, cfg: LongContextConfig, out_dir) -> list:
 
 register(Experiment(
     "long-context",
-    "fixed query vs n uniform keys on S^(d-1): critical β_n* (entropy collapse) against n^(2/(d-1)), log n, gap counting",
+    "fixed query vs n uniform keys on S^(d-1): critical β_n* (entropy collapse) vs n^(2/(d-1)), log n, gap counting",
     LongContextConfig, compute, figures,
     tiny=dict(dims=(2, 3), log2_n_min=8, log2_n_max=11, seeds=4, num_lambdas=13, top=16, chunk=512,
               limit_samples=200, layer_log2_n_min=6, layer_log2_n_max=8, layer_seeds=2)))
