@@ -5,7 +5,6 @@ import subprocess
 import sys
 import textwrap
 
-import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -15,27 +14,6 @@ from _runs import tiny_run
 
 import transformer_pde as tp
 from transformer_pde.sweeps import first_time
-
-
-def test_a_sweeps_checks_are_values_raised_after_its_program():
-    """The program holds no host callback (JAX's persistent cache keeps it) though a solve's and
-    the function's checks are traced into it; a check that fails raises its own message after."""
-    from transformer_pde import sweeps
-
-    x0 = tp.uniform_sphere(jax.random.key(0), n=4, d=3)
-
-    def mean_cosine(beta):
-        x = tp.solve(tp.Sphere(tp.SoftmaxAttention.identity(3, beta)), x0, t1=0.5, dt0=0.25).xs[-1]
-        return eqx.error_if(x, beta < 0, "beta must be >= 0 here")[0, 0]
-
-    params = {"beta": jnp.array([[1.0, 2.0]])}
-    text = jax.jit(lambda p: sweeps._checked_chunks(mean_cosine, p, {})).trace(params).lower().as_text()
-    assert "callback" not in text
-    assert "beta must be >= 0 here" in sweeps._MESSAGES[sweeps._program_key(mean_cosine, params, {})]
-    with pytest.raises(eqx.EquinoxRuntimeError, match="b must be >= 0"):
-        tp.sweep(lambda b: eqx.error_if(b, b < 0, "b must be >= 0"), {"b": [1.0, -1.0]})
-    np.testing.assert_array_equal(tp.sweep(lambda b: eqx.error_if(b, b < 0, "b must be >= 0"),
-                                           {"b": [1.0, 2.0]}).values, [1.0, 2.0])
 
 
 def test_sweep_returns_labelled_xarray():

@@ -7,7 +7,6 @@ Three layers (see STYLE.md): a ``ValueError`` naming the bad value when it is co
 from __future__ import annotations
 
 import contextlib
-import contextvars
 import importlib
 import math
 import weakref
@@ -48,97 +47,6 @@ def without_checks(messages: tuple[str, ...]):
         yield
     finally:
         errors.branched_error_if_impl_jit = checked
-
-
-SOLVE_PROGRAMS: contextvars.ContextVar = contextvars.ContextVar("transformer_pde_solve_programs", default=None)
-"""Who runs a concrete ``tp.solve``'s program: None (``eqx.filter_jit``), or ``keep(program, args)``
-giving its solution, or None to leave it to ``eqx.filter_jit``; the runs layer keeps traced programs
-on disk so while it runs an experiment (``transformer_pde.runs.programs.kept_programs``). Here, not
-in the solver, so that setting it imports no JAX."""
-
-
-_AS_VALUES = []
-"""A JAX user context, made on first use (``jax.make_user_context``): set while a function is traced
-with its checks as values, so that a jitted function traced there is cached apart from its trace
-outside (whose checks are host callbacks), both ways round."""
-
-
-def _as_values_context():
-    if not _AS_VALUES:
-        _AS_VALUES.append(jax.make_user_context(False))
-    return _AS_VALUES[0]
-
-
-def checks_as_values(fn, messages: list):
-    """``fn`` traced with every ``eqx.error_if`` in it (a host callback: JAX's persistent compilation
-    cache keeps no program holding one) made a value instead: the returned function gives
-    ``(code, fn(*args))``, ``code`` the index in ``messages`` of the first check that failed, -1
-    when none did; tracing it fills ``messages`` (the checks' messages, in the order traced; an
-    ``eqx.branched_error_if`` adds all of its own). :func:`raise_failed_check` raises the failure
-    after the program, with the check's own message. Checks inside loops, ``vmap`` and ``cond``
-    are carried out through ``jax.experimental.checkify``. A check whose ``on_error`` is not
-    "raise" (``EQX_ON_ERROR``) stays as it is. Trace the returned function only (the user context
-    set while it is traced keeps jitted functions traced inside apart from their other traces)."""
-    def traced(*args):
-        from jax.experimental import checkify
-        from jax.extend.core import jaxpr_as_fun
-
-        errors = importlib.import_module("equinox._errors")
-        checked = errors.branched_error_if_impl_jit
-        table = []
-
-        def as_value(x, pred, index, msgs, *, on_error):
-            if (errors.EQX_ON_ERROR if on_error == "default" else on_error) != "raise":
-                return checked(x, pred, index, msgs, on_error=on_error)
-            offset = len(table)
-            table.extend(str(m) for m in msgs)
-            # the message travels as its index (the payload); the format string has no braces to read
-            checkify.check(jnp.logical_not(jnp.asarray(pred)), "{}", jnp.asarray(index, jnp.int32) + offset)
-            return x
-
-        flat_args = jax.tree_util.tree_leaves(args)
-        errors.branched_error_if_impl_jit = as_value
-        try:
-            with _as_values_context()(True):
-                closed, shape = jax.make_jaxpr(fn, return_shape=True)(*args)
-        finally:
-            errors.branched_error_if_impl_jit = checked
-        program = jaxpr_as_fun(closed)  # the traced program, replayed: no second trace of fn
-        code = jnp.asarray(-1, jnp.int32)
-        if not table:  # nothing to check (checkify would refuse a batched while loop for nothing)
-            messages[:] = []
-            return code, jax.tree_util.tree_unflatten(jax.tree_util.tree_structure(shape), program(*flat_args))
-        try:
-            err, out = checkify.checkify(program, errors=checkify.user_checks)(*flat_args)
-        except ValueError as e:  # checkify takes no batched while loop: the checks stay callbacks
-            if "batched while" not in str(e):
-                raise
-            messages[:] = []
-            return code, fn(*args)
-        messages[:] = table
-        # checkify's error: per kind of check, whether one failed and its payload (here every check
-        # is one kind, an int32 index)
-        for effect, failed in err._pred.items():
-            payload = err._payload.get(effect, ())
-            if len(payload) == 1 and jnp.shape(payload[0]) == () and not jnp.shape(failed):
-                code = jnp.where(failed & (code < 0), jnp.asarray(payload[0], jnp.int32), code)
-        return code, jax.tree_util.tree_unflatten(jax.tree_util.tree_structure(shape), out)
-
-    return traced
-
-
-def raise_failed_check(code, messages, out):
-    """Raise the check :func:`checks_as_values` reported by ``code`` (``eqx.EquinoxRuntimeError``
-    with its message) when ``code`` is concrete; under an outer ``jit`` (``code`` traced), the
-    same check is made inside that program (``eqx.branched_error_if``). Returns ``out``."""
-    if not messages:
-        return out
-    if is_concrete(code):
-        index = int(np.asarray(code))
-        if index >= 0:
-            raise eqx.EquinoxRuntimeError(messages[index])
-        return out
-    return eqx.branched_error_if(out, code >= 0, jnp.maximum(code, 0), list(messages))
 
 
 def is_concrete(x) -> bool:

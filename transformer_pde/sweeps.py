@@ -28,7 +28,7 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import ArrayLike
 
-from ._checks import check_count, check_real, checks_as_values, raise_failed_check
+from ._checks import check_count, check_real
 
 if TYPE_CHECKING:  # imported when a sweep returns (importing the package stays light)
     import xarray as xr
@@ -50,29 +50,10 @@ def _device_mesh(devices):
     return Mesh(np.asarray(devices), ("points",))
 
 
-def _map_chunks(fn, params, static_kwargs):
-    """params: dict of (num_chunks, chunk) arrays -> outputs (num_chunks, chunk, ...); a check
-    that failed inside (an ``eqx.error_if`` of a solve, a diagnostic) raised after the program,
-    with its message."""
-    code, out = _checked_chunks(fn, params, static_kwargs)
-    return raise_failed_check(code, _MESSAGES[_program_key(fn, params, static_kwargs)], out)
-
-
-_MESSAGES: dict = {}
-"""The checks' messages of each traced sweep program, by :func:`_program_key`."""
-
-
-def _program_key(fn, params, static_kwargs):
-    return fn, tuple(static_kwargs.items()), tuple((k, v.shape, str(v.dtype)) for k, v in params.items())
-
-
 @eqx.filter_jit
-def _checked_chunks(fn, params, static_kwargs):
-    """The sweep's program, its checks as values (a program holding none of their host callbacks is
-    kept by JAX's persistent compilation cache): ``(code, outputs)``."""
-    messages = _MESSAGES.setdefault(_program_key(fn, params, static_kwargs), [])
-    mapped = checks_as_values(lambda p: jax.lax.map(jax.vmap(lambda q: fn(**q, **static_kwargs)), p), messages)
-    return mapped(params)
+def _map_chunks(fn, params, static_kwargs):
+    """params: dict of (num_chunks, chunk) arrays -> outputs (num_chunks, chunk, ...)."""
+    return jax.lax.map(jax.vmap(lambda p: fn(**p, **static_kwargs)), params)
 
 
 def _estimate_bytes_per_point(fn, flat, static_kwargs):
@@ -80,7 +61,7 @@ def _estimate_bytes_per_point(fn, flat, static_kwargs):
     sizes = []
     for c in (1, 2):
         params = {k: jnp.asarray(v[:1]).repeat(c)[None] for k, v in flat.items()}
-        compiled = jax.jit(lambda p: _checked_chunks(fn, p, static_kwargs)).lower(params).compile()
+        compiled = jax.jit(lambda p: _map_chunks(fn, p, static_kwargs)).lower(params).compile()
         mem = compiled.memory_analysis()
         if mem is None:
             return None

@@ -175,22 +175,13 @@ def test_a_damaged_file_is_traced_again_and_replaced(store):
     assert TRACED == [1.0, 1.0]  # the replacement loads
 
 
-def test_a_program_with_a_check_is_kept_and_raises_its_message_after_running(store):
-    """The check (eqx.error_if, a host callback no cache keeps) is traced as a value: the kept
-    program holds no callback, and the loaded one raises the same message."""
+def test_a_program_with_a_host_callback_runs_and_is_not_kept(store):
     x = jnp.arange(3.0)
-    lowered = programs.lower_program(_checked, (), (x,))
-    assert _callbacks(lowered.lowered) == 0 and lowered.messages == ("x must be >= 0",)
-    program = lowered.compile()
+    program = programs.lower_program(_checked, (), (x,)).compile()
     np.testing.assert_array_equal(np.asarray(program(x)), np.arange(3.0))
-    with pytest.raises(eqx.EquinoxRuntimeError, match="x must be >= 0"):
-        program(-x - 1)
-    assert len(list(store.iterdir())) == 1
-    _new_process()
-    loaded = programs.lower_program(_checked, (), (x,)).compile()
-    with pytest.raises(eqx.EquinoxRuntimeError, match="x must be >= 0"):
-        loaded(-x - 1)
-    np.testing.assert_array_equal(np.asarray(loaded(x)), np.arange(3.0))
+    with pytest.raises(Exception, match="x must be >= 0"):
+        jax.block_until_ready(program(-x - 1))
+    assert not store.exists() or not any(store.iterdir())
 
 
 def _callbacks(lowered) -> int:
@@ -243,47 +234,3 @@ def test_a_second_cli_run_loads_its_program(tmp_path):
     assert sorted(a.files) == sorted(b.files)
     for k in a.files:
         np.testing.assert_array_equal(a[k], b[k])
-
-
-def _traced_mean(t, x, args):
-    _Log.traced.append("solve")  # runs only while tracing
-    return jnp.mean(x, axis=0)
-
-
-def test_a_solve_in_kept_programs_is_loaded_by_a_later_process_with_the_same_bits(store):
-    """run_experiment computes in this block: a concrete tp.solve keeps its program, a later
-    process loads it (its statistic is not traced again) and gets the same bits as the plain solve;
-    a blow-up is still raised after the program, named."""
-    import diffrax
-
-    import transformer_pde as tp
-
-    x0 = tp.uniform_sphere(jax.random.key(0), n=6, d=3)
-    dyn = tp.Sphere(tp.SoftmaxAttention.identity(3, 2.0))
-    saveat = diffrax.SaveAt(ts=jnp.linspace(0.0, 1.0, 3), fn=_traced_mean)
-    plain = tp.solve(dyn, x0, t1=1.0, dt0=0.25, saveat=saveat)
-    TRACED.clear()
-    with programs.kept_programs():
-        first = tp.solve(dyn, x0, t1=1.0, dt0=0.25, saveat=saveat)
-    assert TRACED and len(list(store.iterdir())) == 1
-    programs._CALLED.clear()  # a later process
-    TRACED.clear()
-    with programs.kept_programs():
-        second = tp.solve(dyn, x0, t1=1.0, dt0=0.25, saveat=saveat)
-    assert TRACED == []
-    for a, b, c in zip(jax.tree.leaves(plain), jax.tree.leaves(first), jax.tree.leaves(second)):
-        assert np.asarray(a).tobytes() == np.asarray(b).tobytes() == np.asarray(c).tobytes()
-    assert type(second) is type(plain) and second.stats.shape == (3, 3)
-    usa = tp.UnnormalizedAttention.identity(3, 40.0)  # blows up in R^3 from these tokens
-    with programs.kept_programs(), pytest.raises(tp.NonFiniteStateError, match="became non-finite"):
-        tp.solve(usa, 3.0 * x0, t1=1.0, dt0=0.01)
-
-
-def test_kept_programs_leave_solves_under_a_callers_jit_alone(store):
-    import transformer_pde as tp
-
-    x0 = tp.uniform_sphere(jax.random.key(1), n=4, d=3)
-    with programs.kept_programs():
-        out = jax.jit(lambda x: tp.solve(tp.Sphere(tp.SoftmaxAttention.identity(3, 1.0)), x, t1=0.5,
-                                         dt0=0.25).xs)(x0)
-    assert out.shape == (1, 4, 3) and not store.exists()

@@ -21,9 +21,7 @@ idea per module:
   is turned off);
 * :mod:`.programs`: :func:`lower_program`, traced programs kept beside that cache
   (``jax.export``), so a second run neither traces nor compiles; keyed by what the program
-  computes and checked against its key and payload hash on load; their checks are values raised
-  after the program. :func:`run_experiment` computes every experiment inside
-  ``programs.kept_programs()``, which keeps each concrete ``tp.solve``'s program so.
+  computes and checked against its key and payload hash on load.
 
 Importing this package does not import JAX: :func:`solve_checkpointed` and
 :func:`run_fingerprint` load :mod:`.chunked` on first use, :class:`NonFiniteRun` and
