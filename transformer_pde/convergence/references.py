@@ -94,13 +94,11 @@ class AbstractMeanFieldReference(eqx.Module):
         return sinkhorn
 
 
-class GaussianClosureReference(AbstractMeanFieldReference):
-    """μ_t = N(α(t), Σ(t)) from the moment ODEs of the Gaussian closure, started at
-    N(``mean``, ``cov``); the tracers move along the closure's affine field. W₂ is measured to an
-    independent n-sample of μ_t."""
-
-    mean: jax.Array
-    cov: jax.Array
+class _AbstractMomentReference(AbstractMeanFieldReference):
+    """A reference whose fields ``mean``, ``cov`` (each subclass's own, so that its constructor
+    keeps its argument order) are the moments of the initial law μ_0 in the study's dtype, and
+    which follows μ_t exactly (its own error 0, up to the time stepping): the dimension and dtype
+    are the mean's."""
 
     @property
     def dim(self) -> int:
@@ -109,6 +107,19 @@ class GaussianClosureReference(AbstractMeanFieldReference):
     @property
     def dtype(self):
         return self.mean.dtype
+
+    @property
+    def own_error(self) -> float:
+        return 0.0
+
+
+class GaussianClosureReference(_AbstractMomentReference):
+    """μ_t = N(α(t), Σ(t)) from the moment ODEs of the Gaussian closure, started at
+    N(``mean``, ``cov``); the tracers move along the closure's affine field. W₂ is measured to an
+    independent n-sample of μ_t."""
+
+    mean: jax.Array
+    cov: jax.Array
 
     def initial(self, key, n):
         kx, ky = jax.random.split(key)
@@ -124,15 +135,11 @@ class GaussianClosureReference(AbstractMeanFieldReference):
         y = m[None, :] + jax.random.normal(key, x.shape, self.dtype) @ jnp.linalg.cholesky(S).T
         return ((z, m, S, y, None),)
 
-    @property
-    def own_error(self) -> float:
-        return 0.0
-
     def __str__(self):
         return "gaussian"
 
 
-class StationaryReference(AbstractMeanFieldReference):
+class StationaryReference(_AbstractMomentReference):
     """μ_t = μ_0 for a :class:`~transformer_pde.convergence.StationaryLaw` (its sampler
     ``sample`` and moments ``mean``, ``cov`` in the study's dtype): exact at every n, the tracers
     at rest; W₂ is measured to an independent n-sample of μ_0."""
@@ -140,14 +147,6 @@ class StationaryReference(AbstractMeanFieldReference):
     sample: Callable
     mean: jax.Array
     cov: jax.Array
-
-    @property
-    def dim(self) -> int:
-        return int(self.mean.shape[0])
-
-    @property
-    def dtype(self):
-        return self.mean.dtype
 
     def initial(self, key, n):
         return self.sample(key, n).astype(self.dtype), jax.random.fold_in(key, 1)
@@ -158,10 +157,6 @@ class StationaryReference(AbstractMeanFieldReference):
     def compared(self, x, x0, key, parts):
         # tracers of a vanishing field stay at x0
         return ((x0, self.mean, self.cov, self.sample(key, x.shape[0]).astype(self.dtype), None),)
-
-    @property
-    def own_error(self) -> float:
-        return 0.0
 
     def __str__(self):
         return "stationary"
