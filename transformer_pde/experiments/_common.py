@@ -45,6 +45,15 @@ def kernel_backend(name: str, tol: float, radius: float = STAGE_RADIUS):
             "auto": lambda: kernels.Auto(tol=tol, radius=radius)}[name]()
 
 
+def finish_panel(ax, *, legend: float = 8, grid: str = "major", **props) -> None:
+    """The experiments' finish of a figure panel: ``ax.set(**props)`` (title, labels, scales,
+    limits), a legend in font size ``legend`` and the light grid (alpha 0.3) on the ``grid``
+    ticks (matplotlib's ``which``: "both" for the decades of a log axis)."""
+    ax.set(**props)
+    ax.legend(fontsize=legend)
+    ax.grid(alpha=0.3, which=grid)
+
+
 ATTENTIONS = {"SA": lambda: tp.SoftmaxAttention, "USA": lambda: tp.UnnormalizedAttention}
 """GLPR's two models on the sphere (docs: math/sphere.md#the-projected-flow), by option name: SA (softmax) and USA
 (unnormalized, GLPR's 1/n); each entry gives its class (reached lazily: printing ``--help``

@@ -23,6 +23,7 @@ import transformer_pde as tp
 from .._lazy import diffrax, jax, jnp
 from ..runs.result import Result, grid
 from ._base import Experiment, register
+from ._common import finish_panel
 from ._options import Options, sizes
 
 
@@ -125,14 +126,8 @@ def figures(res: Result, cfg: CausalClusteringConfig, out_dir) -> list:
     law = (cfg.d - 1) / 2
     c0 = np.exp(np.mean(np.log(res["mean_count"]) - law * np.log(b)))
     ax.plot(bb, c0 * bb**law, "k--", lw=1, label=f"β^{{{law:g}}} law")
-    ax.set_xscale("log")
-    ax.set_yscale("log")
-    ax.set_xlabel("β")
-    ax.set_ylabel("clusters")
-    ax.set_title(f"causal SA, n={cfg.n}, d={cfg.d}: fitted slope {float(res['slope']):.2f} "
-                 f"(law {law:g})")
-    ax.legend(fontsize=8)
-    ax.grid(alpha=0.3, which="both")
+    finish_panel(ax, grid="both", xscale="log", yscale="log", xlabel="β", ylabel="clusters",
+                 title=f"causal SA, n={cfg.n}, d={cfg.d}: fitted slope {float(res['slope']):.2f} (law {law:g})")
     ax = axes[1]
     for s in range(res["long_dist"].shape[0]):
         ax.semilogy(res["long_ts"], np.maximum(res["long_dist"][s], 1e-16))

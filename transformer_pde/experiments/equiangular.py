@@ -28,7 +28,7 @@ import transformer_pde as tp
 from .._lazy import diffrax, jax, jnp
 from ..runs.result import Result
 from ._base import Experiment, register
-from ._common import MODELS, model_dynamics, pid
+from ._common import MODELS, finish_panel, model_dynamics, pid
 from ._options import Options, sizes
 from ._progress import solver_meter
 
@@ -138,9 +138,7 @@ def figures(res: Result, cfg: EquiangularConfig, out_dir) -> list:
         axs[r, 1].set_ylabel("1 − ρ(t)")
         axs[r, 1].set_ylim(1e-12, 2)
         for ax in axs[r]:
-            ax.set_xlabel("t")
-            ax.grid(alpha=0.3)
-            ax.legend(fontsize=7)
+            finish_panel(ax, legend=7, xlabel="t")
     return [tp.plot.save_figure(fig, out_dir / "equiangular.png")]
 
 

@@ -30,7 +30,7 @@ import transformer_pde as tp
 from .._lazy import diffrax, jax, jnp
 from ..runs.result import Result, grid
 from ._base import Experiment, register
-from ._common import ATTENTIONS
+from ._common import ATTENTIONS, finish_panel
 from ._options import Options, sizes
 
 
@@ -192,20 +192,14 @@ def figures(res: Result, cfg: InstabilityConfig, out_dir) -> list:
         ax.plot(ks, res["pde"][a], "o", color=f"C{a}", mfc="none", ms=8, label=f"PDE σ = {s:g}")
     ax.plot(ks, res["particles"], "x", color="C0", ms=8, label=f"weighted particles n = {cfg.n} (σ = 0)")
     ax.axhline(0, color="k", lw=0.5)
-    ax.set_xlabel("mode k")
-    ax.set_ylabel("growth rate λ_k")
-    ax.set_title(f"{cfg.model}, β = {cfg.beta:g}, K = {cfg.K:g}: λ_k = k²(K g_k − σ²/2)")
-    ax.legend(fontsize=8)
-    ax.grid(alpha=0.3)
+    finish_panel(ax, xlabel="mode k", ylabel="growth rate λ_k",
+                 title=f"{cfg.model}, β = {cfg.beta:g}, K = {cfg.K:g}: λ_k = k²(K g_k − σ²/2)")
     ax = axes[1]
     for a, s in enumerate(res["sigma"]):
         ax.semilogy(ks, np.maximum(res["pde_rel_error"][a], 1e-16), "o-", label=f"PDE σ = {s:g}")
     ax.semilogy(ks, np.maximum(res["particles_rel_error"], 1e-16), "x--", label="particles σ = 0")
     ax.axhline(1e-2, color="k", ls=":", label="1 %")
-    ax.set_xlabel("mode k")
-    ax.set_title("relative error against the formula")
-    ax.legend(fontsize=8)
-    ax.grid(alpha=0.3, which="both")
+    finish_panel(ax, grid="both", xlabel="mode k", title="relative error against the formula")
     ax = axes[2]
     lam = float(res["lambda_max"])
     x = np.log(res["follow_n"]) / (2 * lam)
@@ -214,11 +208,8 @@ def figures(res: Result, cfg: InstabilityConfig, out_dir) -> list:
     ax.plot(x, res["follow_mean"], "o-", color="C3", label=f"mean, slope {float(res['follow_slope']) * 2 * lam:.3g}")
     c = np.mean(res["follow_mean"] - x)
     ax.plot(x, x + c, "k--", lw=1, label="slope 1: log(δ√n)/λ_max")
-    ax.set_xlabel("log n / (2 λ_max)")
-    ax.set_ylabel(f"T_n: max_k |ρ̂_k| reaches δ = {cfg.follow_delta:g}")
-    ax.set_title("how long i.i.d. particles follow the mean field (σ = 0)")
-    ax.legend(fontsize=8)
-    ax.grid(alpha=0.3)
+    finish_panel(ax, xlabel="log n / (2 λ_max)", ylabel=f"T_n: max_k |ρ̂_k| reaches δ = {cfg.follow_delta:g}",
+                 title="how long i.i.d. particles follow the mean field (σ = 0)")
     return [tp.plot.save_figure(fig, out_dir / "instability.png")]
 
 

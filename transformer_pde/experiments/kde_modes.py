@@ -20,6 +20,7 @@ import transformer_pde as tp
 from .._lazy import diffrax, jnp
 from ..runs.result import Result, grid
 from ._base import Experiment, register
+from ._common import finish_panel
 from ._options import Options, sizes
 
 
@@ -123,25 +124,17 @@ def figures(res: Result, cfg: KDEModesConfig, out_dir) -> list:
     bb = np.geomspace(b.min(), b.max(), 60)
     ax.plot(bb, float(res["const"]) * np.sqrt(bb * np.log(bb)), "k--",
             label=f"{float(res['const']):.2f}·√(β log β)")
-    ax.set_xscale("log")
-    ax.set_yscale("log")
-    ax.set_xlabel("β")
-    ax.set_title(f"KDE modes: slope vs β log β = {float(res['slope_beta_log_beta']):.2f}, "
-                 f"vs β = {float(res['slope_beta']):.2f}")
-    ax.legend(fontsize=8)
-    ax.grid(alpha=0.3, which="both")
+    finish_panel(ax, grid="both", xscale="log", yscale="log", xlabel="β",
+                 title=f"KDE modes: slope vs β log β = {float(res['slope_beta_log_beta']):.2f}, "
+                       f"vs β = {float(res['slope_beta']):.2f}")
     ax = axes[1]
     bd = res["betas_dynamics"]
     ax.plot(bd, res["modes_dynamics"], "o-", label="modes of the initial KDE")
     for k in range(1, len(res["ts_dynamics"])):
         ax.plot(bd, res["clusters"][:, k], "s--", ms=4,
                 label=f"mean-shift clusters, t={float(res['ts_dynamics'][k]):g}")
-    ax.set_xscale("log")
-    ax.set_yscale("log")
-    ax.set_xlabel("β")
-    ax.set_title(f"1-D self-attention (mean shift), n={cfg.n_dynamics}")
-    ax.legend(fontsize=8)
-    ax.grid(alpha=0.3, which="both")
+    finish_panel(ax, grid="both", xscale="log", yscale="log", xlabel="β",
+                 title=f"1-D self-attention (mean shift), n={cfg.n_dynamics}")
     return [tp.plot.save_figure(fig, out_dir / "kde_modes.png")]
 
 

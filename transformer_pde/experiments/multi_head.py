@@ -26,7 +26,7 @@ import transformer_pde as tp
 from .._lazy import diffrax, jax, jnp
 from ..runs.result import Result
 from ._base import Experiment, register
-from ._common import pid
+from ._common import finish_panel, pid
 from ._options import Options, sizes
 
 
@@ -155,23 +155,21 @@ def figures(res: Result, cfg: MultiHeadConfig, out_dir) -> list:
                f"(−{cfg.repulsion:g}) head, n={cfg.n}\nlines: reduced ODE, dots: particles "
                f"(max dev {res['max_deviation'].max():.1e})")
     axs[0].legend(fontsize=6, ncol=2)
+    axs[0].grid(alpha=0.3)
     axs[1].plot(ratios, res["rho_ode"][:, -1], "-", color="C0", label="reduced ODE")
     axs[1].plot(ratios, res["rho"][:, -1], "o", color="C1", label="particles")
     axs[1].axvline(1.0, color="k", ls="--", lw=0.8, label=f"closed form β_c = {float(res['beta_c']):.4g}")
-    axs[1].set(xscale="log", xlabel="β / β_c", ylabel=f"ρ(t = {cfg.t1:g})", title="one cluster below β_c, simplex above")
-    axs[1].legend(fontsize=7)
+    finish_panel(axs[1], legend=7, xscale="log", xlabel="β / β_c", ylabel=f"ρ(t = {cfg.t1:g})",
+                 title="one cluster below β_c, simplex above")
     labels = [f"a={cfg.rate_scores[0]:g}", f"a={cfg.rate_scores[1]:g}", "sum", "both heads"]
     rq, rp = res["rate_quadrature"], res["rate_particles"]
     x = np.arange(4)
     axs[2].bar(x - 0.2, [rq[0], rq[1], rq[0] + rq[1], rq[2]], 0.4, label="quadrature of the reduced ODE")
     axs[2].bar(x + 0.2, [rp[0], rp[1], rp[0] + rp[1], rp[2]], 0.4, label="particles")
     axs[2].set_xticks(x, labels)
-    axs[2].set(ylabel=f"rate 1/T, T: ρ0 → {cfg.rho_target:g}",
-               title=f"super-additive: excess {float(res['excess_quadrature']):.3g} (ODE), "
-                     f"{float(res['excess_particles']):.3g} (particles)")
-    axs[2].legend(fontsize=7)
-    for ax in axs:
-        ax.grid(alpha=0.3)
+    finish_panel(axs[2], legend=7, ylabel=f"rate 1/T, T: ρ0 → {cfg.rho_target:g}",
+                 title=f"super-additive: excess {float(res['excess_quadrature']):.3g} (ODE), "
+                       f"{float(res['excess_particles']):.3g} (particles)")
     return [tp.plot.save_figure(fig, out_dir / "multi_head.png")]
 
 

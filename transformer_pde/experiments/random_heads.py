@@ -23,6 +23,7 @@ import transformer_pde as tp
 from .._lazy import jax
 from ..runs.result import Result, grid
 from ._base import Experiment, register
+from ._common import finish_panel
 from ._options import Options, sizes
 from ._progress import progress_bar
 
@@ -176,12 +177,8 @@ def figures(res: Result, cfg: RandomHeadsConfig, out_dir) -> list:
     ax.errorbar(L, e, yerr=2 * se, fmt="o-", capsize=3, label="|E m_chain − E m_SDE| (±2 s.e.)")
     ax.plot(L, e[0] / L, "k--", lw=1, label="1/L")
     ax.axhline(float(2 * np.median(se)), color="0.6", ls=":", label="Monte Carlo floor")
-    ax.set_xscale("log")
-    ax.set_yscale("log")
-    ax.set_xlabel("depth L (fixed diffusive time s)")
-    ax.set_title(f"weak error at s={cfg.s1:g}: slope {float(res['weak_slope']):.2f}")
-    ax.legend(fontsize=8)
-    ax.grid(alpha=0.3, which="both")
+    finish_panel(ax, grid="both", xscale="log", yscale="log", xlabel="depth L (fixed diffusive time s)",
+                 title=f"weak error at s={cfg.s1:g}: slope {float(res['weak_slope']):.2f}")
     ax = axes[2]
     for i, d in enumerate(res["logistic_dims"]):
         ax.errorbar(res["logistic_s"], res["logistic_m"][i], yerr=2 * res["logistic_se"][i], fmt="o",
@@ -189,10 +186,7 @@ def figures(res: Result, cfg: RandomHeadsConfig, out_dir) -> list:
     for i in range(len(res["logistic_dims"])):
         ax.plot(res["logistic_s"], res["logistic_u"][i], "-", color=f"C{i}",
                 label="logistic u' = u(1−u)" if i == 0 else None)
-    ax.set_xlabel("s")
-    ax.set_title(f"mean overlap, β={cfg.logistic_beta:g}: error ~ 1/d")
-    ax.legend(fontsize=8)
-    ax.grid(alpha=0.3)
+    finish_panel(ax, xlabel="s", title=f"mean overlap, β={cfg.logistic_beta:g}: error ~ 1/d")
     return [tp.plot.save_figure(fig, out_dir / "random_heads.png")]
 
 

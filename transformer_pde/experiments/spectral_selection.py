@@ -29,7 +29,7 @@ import transformer_pde as tp
 from .._lazy import diffrax, jax, jnp
 from ..runs.result import Result
 from ._base import Experiment, register
-from ._common import pid
+from ._common import finish_panel, pid
 from ._options import Options, sizes
 
 
@@ -172,11 +172,10 @@ def figures(res: Result, cfg: SpectralSelectionConfig, out_dir) -> list:
                         label=f"e_{k + 1} (λ = {lam:g})" if r == 0 else None)
         pure = res[f"{case}_mode"] == res[f"{case}_predicted"]
         stable = np.nan_to_num(res[f"{case}_growth"], nan=1.0) < 0
-        ax.set(xlabel="t", ylabel="mean ⟨x_i, e_k⟩²", xscale="symlog",
-               title=f"{title} (n={cfg.n}, β={cfg.beta:g}): {pure.sum()}/{pure.size} runs end\nin the "
-                     f"predicted mode, {stable.sum()} at a stable pure mode", )
+        finish_panel(ax, legend=7, xlabel="t", ylabel="mean ⟨x_i, e_k⟩²", xscale="symlog",
+                     title=f"{title} (n={cfg.n}, β={cfg.beta:g}): {pure.sum()}/{pure.size} runs end\nin the "
+                           f"predicted mode, {stable.sum()} at a stable pure mode")
         ax.title.set_fontsize(9)
-        ax.legend(fontsize=7)
     if "negative_sign_kept" in res:
         axs[1].text(0.02, 0.5, f"tokens ending on their starting side: {np.mean(res['negative_sign_kept']):.0%}",
                     transform=axs[1].transAxes, fontsize=7)
@@ -186,12 +185,9 @@ def figures(res: Result, cfg: SpectralSelectionConfig, out_dir) -> list:
     axs[2].axvline(np.tanh(cfg.sweep_beta), color="k", ls="--", lw=0.8,
                    label=f"balanced split stable iff λ₊ < tanh(β) = {np.tanh(cfg.sweep_beta):.3f}")
     axs[2].axvline(1.0, color="gray", ls=":", lw=0.8, label="λ₊ = |λ₋|: dominance")
-    axs[2].set(xlabel="λ₊ (V = diag(λ₊, −1), S¹)", ylabel="fraction of runs", ylim=(-0.05, 1.05),
-               title=f"S¹: split or alignment ({cfg.runs} random starts each, β={cfg.sweep_beta:g})")
+    finish_panel(axs[2], legend=7, xlabel="λ₊ (V = diag(λ₊, −1), S¹)", ylabel="fraction of runs", ylim=(-0.05, 1.05),
+                 title=f"S¹: split or alignment ({cfg.runs} random starts each, β={cfg.sweep_beta:g})")
     axs[2].title.set_fontsize(9)
-    axs[2].legend(fontsize=7)
-    for ax in axs:
-        ax.grid(alpha=0.3)
     return [tp.plot.save_figure(fig, out_dir / "spectral_selection.png")]
 
 
