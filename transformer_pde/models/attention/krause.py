@@ -207,11 +207,15 @@ class KrauseAttention(AbstractMaskableAttention):
         key_tiles = (tiles(k, kb, 0.0), tiles(x, kb, 0.0), tiles(weights, kb, 0.0), tiles(index, kb, n))
         qt, lt = tiles(q, qb, 0.0), tiles(last, qb, -1)
         if skip:
-            qvalid, kvalid = tiles(jnp.ones(m, bool), qb, False), tiles(jnp.ones(n, bool), kb, False)
-            visit = near_tiles(tile_boxes(qt, qvalid), tile_boxes(key_tiles[0], kvalid), self.radius)
-            # causal: a key tile whose first key comes after every query's last is empty too
-            visit = visit & (jnp.min(key_tiles[3], axis=1)[None, :] <= jnp.max(lt, axis=1)[:, None])
-            total, mass, count = jax.lax.map(lambda a: self._streamed(a[0], a[1], key_tiles, a[2]), (qt, lt, visit))
+            qboxes = tile_boxes(qt, tiles(jnp.ones(m, bool), qb, False))
+            kboxes, first = tile_boxes(key_tiles[0], tiles(jnp.ones(n, bool), kb, False)), jnp.min(key_tiles[3], axis=1)
+
+            def near(qlo, qhi, lj):  # one query tile's row, not the (qt, kt) matrix: memory O(n / kb)
+                # causal: a key tile whose first key comes after every query's last is empty too
+                return near_tiles((qlo[None], qhi[None]), kboxes, self.radius)[0] & (first <= jnp.max(lj))
+
+            total, mass, count = jax.lax.map(
+                lambda a: self._streamed(a[0], a[1], key_tiles, near(a[2], a[3], a[1])), (qt, lt, *qboxes))
         else:
             total, mass, count = jax.lax.map(lambda a: self._streamed(a[0], a[1], key_tiles, None), (qt, lt))
         total, mass = total.reshape(-1, x.shape[1])[:m], mass.reshape(-1, 1)[:m]
