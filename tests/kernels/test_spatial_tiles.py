@@ -2,6 +2,7 @@
 one dimension), and the box gap never skips a tile pair holding a pair within the radius, checked
 pair by pair against NumPy."""
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
@@ -13,7 +14,7 @@ def test_morton_order_is_a_permutation_and_a_sort_in_one_dimension():
     rng = np.random.default_rng(0)
     x = rng.uniform(-3, 5, size=(200, 1))
     order = np.asarray(morton_order(*map(jnp.asarray, (x, x.min(0), x.max(0)))))
-    # 2^32 cells on the line: distinct points in distinct cells, so the order is np.argsort's
+    # 2^20 cells on the line: these points fall in distinct cells, so the order is np.argsort's
     np.testing.assert_array_equal(order, np.argsort(x[:, 0], kind="stable"))
     y = rng.normal(size=(300, 4))
     assert sorted(np.asarray(morton_order(*map(jnp.asarray, (y, y.min(0) + 0.5, y.max(0) - 0.5))))) == list(range(300))  # clipped
@@ -45,3 +46,17 @@ def test_tile_boxes_ignore_padding():
     lo, hi = tile_boxes(jnp.asarray(pts), jnp.array([[True, True, False]]))
     np.testing.assert_array_equal(lo, [[0.0, -1.0]])
     np.testing.assert_array_equal(hi, [[2.0, 1.0]])
+
+
+@pytest.mark.parametrize("d", [1, 2])
+def test_spatial_tiles_in_float32_without_x64(d):
+    """The default precision (x64 off, float32 tokens): the Morton cells fit float32 and uint32,
+    and the skipping layout gives the plain streamed field to float32 round-off."""
+    import transformer_pde as tp
+
+    with jax.enable_x64(False):
+        x = jax.random.uniform(jax.random.key(0), (300, d), dtype=jnp.float32)
+        out = [tp.KrauseAttention.identity(d, sigma=0.1, radius=0.05, layout=lay).velocity(x)
+               for lay in (tp.kernels.Streaming(32, 32), tp.kernels.SpatialTiles(tp.kernels.Streaming(32, 32)))]
+        assert out[1].dtype == jnp.float32
+    np.testing.assert_allclose(np.asarray(out[1]), np.asarray(out[0]), atol=1e-6)

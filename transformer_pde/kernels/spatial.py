@@ -19,8 +19,13 @@ from jaxtyping import Array, Bool, Float, Int
 from .exact import AbstractLayout, DenseOrStreaming
 
 MORTON_BITS = 32
-"""Bits of a Morton code (uint32): ``32 // p`` per coordinate for p <= 32 coordinates; above, the
-first 32 coordinates order the points (the skip loses sharpness, never exactness)."""
+"""Bits of a Morton code (uint32): ``32 // p`` per coordinate (at most ``CELL_BITS``) for p <= 32
+coordinates; above, the first 32 coordinates order the points (the skip loses sharpness, never
+exactness)."""
+
+CELL_BITS = 20
+"""At most 2^20 cells per coordinate: the cell index is computed in the points' dtype, and
+float32 holds integers exactly only up to 2^24."""
 
 
 class SpatialTiles(AbstractLayout):
@@ -53,12 +58,12 @@ class SpatialTiles(AbstractLayout):
 
 def morton_order(points: Float[Array, "n p"], lo: Float[Array, " p"], hi: Float[Array, " p"]) -> Int[Array, " n"]:
     """The permutation that sorts ``points`` along the Morton curve of the box [lo, hi] (points
-    outside are clipped to it): each coordinate cut into 2^b cells, b = 32 // p, and the cell
-    indices' bits interleaved."""
+    outside are clipped to it): each coordinate cut into 2^b cells, b = min(32 // p, 20), and the
+    cell indices' bits interleaved (points in one cell keep their order)."""
     p = min(points.shape[1], MORTON_BITS)
-    bits = MORTON_BITS // p
+    bits = min(MORTON_BITS // p, CELL_BITS)
     span = jnp.where(hi > lo, hi - lo, 1.0)[None, :p]
-    cells = jnp.clip(jnp.floor((points[:, :p] - lo[None, :p]) / span * (1 << bits)), 0, (1 << bits) - 1)
+    cells = jnp.clip(jnp.floor((points[:, :p] - lo[None, :p]) / span * float(1 << bits)), 0.0, float((1 << bits) - 1))
     cells = cells.astype(jnp.uint32)
     code = jnp.zeros(points.shape[0], jnp.uint32)
     for b in range(bits):
@@ -89,4 +94,4 @@ def near_tiles(query_boxes, key_boxes, radius) -> Bool[Array, "qt kt"]:
     return gap2 <= radius ** 2 * margin
 
 
-__all__ = ["MORTON_BITS", "SpatialTiles", "morton_order", "near_tiles", "tile_boxes"]
+__all__ = ["CELL_BITS", "MORTON_BITS", "SpatialTiles", "morton_order", "near_tiles", "tile_boxes"]
