@@ -188,8 +188,12 @@ def _spatial(kb, qb):
 TILED = [tp.kernels.Streaming, _spatial]  # SpatialTiles only with a radius: without one it is its tiles
 
 
+SLOW = pytest.mark.slow
+
+
 @pytest.mark.parametrize("radius, top_k, tiled", [(1.5, None, TILED[0]), (None, 4, TILED[0]), (2.0, 3, TILED[0]),
-                                                  (None, 1, TILED[0]), (1.5, None, TILED[1]), (2.0, 3, TILED[1])])
+                                                  (None, 1, TILED[0]), pytest.param(1.5, None, TILED[1], marks=SLOW),
+                                                  pytest.param(2.0, 3, TILED[1], marks=SLOW)])
 def test_streamed_krause_matches_the_dense_kernel_on_rd_ties_included(radius, top_k, tiled):
     rng = np.random.default_rng(7)
     x, w = _lattice_with_ties(rng, 23, 3)
@@ -228,7 +232,7 @@ def test_streamed_krause_with_general_q_k_and_far_keys_matches_dense(tiled):
 
 
 @pytest.mark.parametrize("angle, top_k, tiled", [(0.8, None, TILED[0]), (None, 5, TILED[0]), (1.2, 3, TILED[0]),
-                                                 (0.8, None, TILED[1]), (1.2, 3, TILED[1])])
+                                                 pytest.param(0.8, None, TILED[1], marks=SLOW), (1.2, 3, TILED[1])])
 def test_streamed_krause_matches_dense_on_the_sphere(angle, top_k, tiled):
     rng = np.random.default_rng(5)
     x = rng.normal(size=(40, 3))
@@ -262,8 +266,9 @@ def _data(kind, rng):
     return rng.permutation(grid)
 
 
-@pytest.mark.parametrize("kind, radius, top_k", [pytest.param("uniform", 1.0, None, marks=pytest.mark.slow), ("clustered", 2.0, 5),
-                                                 ("lattice", 1.0, None), ("lattice", 2.0, 5)])
+@pytest.mark.parametrize("kind, radius, top_k", [pytest.param("uniform", 1.0, None, marks=pytest.mark.slow),
+                                                 ("clustered", 2.0, 5), ("lattice", 1.0, None),
+                                                 pytest.param("lattice", 2.0, 5, marks=pytest.mark.slow)])
 def test_spatial_tiles_match_the_dense_kernel_and_skip_far_tiles(kind, radius, top_k):
     """Sorted tiles, only the near ones computed: the dense field to 1e-12 (velocity, causal and
     at other queries), keys exactly at the radius kept, and fewer tile pairs computed than exist."""

@@ -148,7 +148,10 @@ class KrauseAttention(AbstractMaskableAttention):
         def over_tiles(body, init):
             if visit is None:
                 return jax.lax.scan(lambda c, tile: (body(c, tile), None), init, tiles)[0]
-            step = lambda c, vt: (jax.lax.cond(vt[0], body, lambda c, _: c, c, vt[1]), None)  # noqa: E731
+
+            def step(c, visit_tile):
+                return jax.lax.cond(visit_tile[0], body, lambda c, _: c, c, visit_tile[1]), None
+
             return jax.lax.scan(step, init, (visit, tiles))[0]
 
         def live_tile(kj, wj, cj):
