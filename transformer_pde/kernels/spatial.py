@@ -16,7 +16,7 @@ import equinox as eqx
 import jax.numpy as jnp
 from jaxtyping import Array, Bool, Float, Int
 
-from .exact import AbstractLayout, DenseOrStreaming
+from .exact import AbstractLayout, DenseOrStreaming, Streaming
 
 MORTON_BITS = 32
 """Bits of a Morton code (uint32): ``32 // p`` per coordinate (at most ``CELL_BITS``) for p <= 32
@@ -37,7 +37,9 @@ class SpatialTiles(AbstractLayout):
     Args:
         tiles: the layout whose blocks are used (``tp.kernels.Streaming(key_block, query_block)``,
             or ``DenseOrStreaming`` to stay dense for small problems: the dense path visits all
-            pairs at once, nothing to skip).
+            pairs at once, nothing to skip). Default: dense up to 512² pairs, tiles of 128 queries
+            x 128 keys above (small tiles have tight boxes: more of them are skipped, at some
+            cost per tile where none is; benchmarks/README.md#krause-attention-at-large-n).
 
     Only a reduction with a locality radius can skip: Krause attention with ``radius``. Without one
     (Krause with only ``top_k``: the k nearest keys may be anywhere; softmax reductions) every
@@ -45,7 +47,8 @@ class SpatialTiles(AbstractLayout):
     becomes a select that computes both branches: the result is the same, the time not saved.
     """
 
-    tiles: AbstractLayout = eqx.field(static=True, default=DenseOrStreaming())
+    tiles: AbstractLayout = eqx.field(
+        static=True, default=DenseOrStreaming(streaming=Streaming(key_block=128, query_block=128)))
 
     def __check_init__(self):
         if not isinstance(self.tiles, AbstractLayout) or isinstance(self.tiles, SpatialTiles):

@@ -12,12 +12,12 @@ import jax.numpy as jnp
 
 from ..._checks import check_count, check_points, check_scalar, check_weights, cover_finiteness
 from ..._types import Param, PointsLike, QueriesLike, WeightsLike
-from ...kernels.exact import AbstractLayout, DenseOrStreaming, Streaming, check_layout
+from ...kernels.exact import AbstractLayout, check_layout
 from ...kernels.spatial import SpatialTiles, morton_order, near_tiles, tile_boxes
 from ...params import bilinear_params, evaluate, matrix_dim, scalar_param
 from .base import AbstractMaskableAttention
 
-KRAUSE_LAYOUT = SpatialTiles(DenseOrStreaming(streaming=Streaming(key_block=128, query_block=128)))
+KRAUSE_LAYOUT = SpatialTiles()
 """Krause attention's default layout: dense up to 512 x 512 pairs, then 128 x 128 tiles of
 queries and keys sorted along a Morton curve, a key tile computed only for the query tiles
 within the radius of it (every tile without a radius). Small tiles have tight boxes, so more of
