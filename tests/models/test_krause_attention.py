@@ -5,6 +5,7 @@ Hegselmann–Krause picture: separated groups never interact, a large radius giv
 import math
 
 import diffrax
+import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
@@ -180,8 +181,20 @@ def _lattice_with_ties(rng, n, d):
     return x, w / w.sum()
 
 
-@pytest.mark.parametrize("radius, top_k", [(1.5, None), (None, 4), (2.0, 3), (None, 1)])
-def test_streamed_krause_matches_the_dense_kernel_on_rd_ties_included(radius, top_k):
+def _spatial(kb, qb):
+    return tp.kernels.SpatialTiles(tp.kernels.Streaming(key_block=kb, query_block=qb))
+
+
+TILED = [tp.kernels.Streaming, _spatial]  # SpatialTiles only with a radius: without one it is its tiles
+
+
+SLOW = pytest.mark.slow
+
+
+@pytest.mark.parametrize("radius, top_k, tiled", [(1.5, None, TILED[0]), (None, 4, TILED[0]), (2.0, 3, TILED[0]),
+                                                  (None, 1, TILED[0]), pytest.param(1.5, None, TILED[1], marks=SLOW),
+                                                  pytest.param(2.0, 3, TILED[1], marks=SLOW)])
+def test_streamed_krause_matches_the_dense_kernel_on_rd_ties_included(radius, top_k, tiled):
     rng = np.random.default_rng(7)
     x, w = _lattice_with_ties(rng, 23, 3)
     eye = np.eye(3)
@@ -190,7 +203,7 @@ def test_streamed_krause_matches_the_dense_kernel_on_rd_ties_included(radius, to
     # tiles of 5 keys (23 = 4·5 + 3: a padded tile) and 4 queries: the k-th distance and its
     # ties fall across tiles
     streamed = tp.KrauseAttention(eye, eye, V, sigma=0.8, radius=radius, top_k=top_k,
-                                  layout=tp.kernels.Streaming(key_block=5, query_block=4))
+                                  layout=tiled(5, 4))
     np.testing.assert_allclose(streamed.velocity(x, w), dense.velocity(x, w), rtol=1e-12, atol=1e-14)
     q = rng.integers(-2, 3, size=(6, 3)).astype(float)
     np.testing.assert_allclose(streamed.field(q, x, w), dense.field(q, x, w), rtol=1e-12, atol=1e-14)
@@ -202,7 +215,8 @@ def test_streamed_krause_matches_the_dense_kernel_on_rd_ties_included(radius, to
                                atol=1e-12)
 
 
-def test_streamed_krause_with_general_q_k_and_far_keys_matches_dense():
+@pytest.mark.parametrize("tiled", TILED, ids=["streaming", "spatial"])
+def test_streamed_krause_with_general_q_k_and_far_keys_matches_dense(tiled):
     """Q ≠ K, σ small: every kept score underflows without the running maximum; some queries
     have no key within the radius."""
     rng = np.random.default_rng(3)
@@ -211,14 +225,15 @@ def test_streamed_krause_with_general_q_k_and_far_keys_matches_dense():
     for radius, top_k in [(2.0, None), (None, 2), (3.0, 5)]:
         dense = tp.KrauseAttention(Q, K, V, sigma=0.02, radius=radius, top_k=top_k, layout=tp.kernels.Dense())
         streamed = tp.KrauseAttention(Q, K, V, sigma=0.02, radius=radius, top_k=top_k,
-                                      layout=tp.kernels.Streaming(key_block=7, query_block=8))
+                                      layout=tiled(7, 8))
         out = streamed.velocity(x)
         assert np.all(np.isfinite(out))
         np.testing.assert_allclose(out, dense.velocity(x), rtol=1e-12, atol=1e-14)
 
 
-@pytest.mark.parametrize("angle, top_k", [(0.8, None), (None, 5), (1.2, 3)])
-def test_streamed_krause_matches_dense_on_the_sphere(angle, top_k):
+@pytest.mark.parametrize("angle, top_k, tiled", [(0.8, None, TILED[0]), (None, 5, TILED[0]), (1.2, 3, TILED[0]),
+                                                 pytest.param(0.8, None, TILED[1], marks=SLOW), (1.2, 3, TILED[1])])
+def test_streamed_krause_matches_dense_on_the_sphere(angle, top_k, tiled):
     rng = np.random.default_rng(5)
     x = rng.normal(size=(40, 3))
     x /= np.linalg.norm(x, axis=1, keepdims=True)
@@ -226,13 +241,106 @@ def test_streamed_krause_matches_dense_on_the_sphere(angle, top_k):
     x[11] = -x[3]
     dense = tp.Sphere(tp.KrauseAttention.sphere(3, sigma=0.4, angle=angle, top_k=top_k, layout=tp.kernels.Dense()))
     streamed = tp.Sphere(tp.KrauseAttention.sphere(3, sigma=0.4, angle=angle, top_k=top_k,
-                                                   layout=tp.kernels.Streaming(key_block=6, query_block=16)))
+                                                   layout=tiled(6, 16)))
     np.testing.assert_allclose(streamed.velocity(x), dense.velocity(x), rtol=1e-12, atol=1e-14)
 
 
-def test_krause_streams_by_default_above_512_squared_pairs():
+def test_krause_streams_spatial_tiles_by_default_above_512_squared_pairs():
     attn = tp.KrauseAttention.identity(2, radius=0.3)
+    assert isinstance(attn.layout, tp.kernels.SpatialTiles)
     assert attn.layout.blocks(512, 512) is None
-    assert attn.layout.blocks(1024, 1024) == (256, 512)
+    assert attn.layout.blocks(1024, 1024) == (128, 128)
     with pytest.raises(ValueError, match="layout"):
         tp.KrauseAttention.identity(2, layout="streaming")
+
+
+def _data(kind, rng):
+    """Uniform, clustered (four tight groups 6 apart, so most tiles are farther than the radius),
+    and a shuffled integer lattice (distances exactly at the radius 1 or 2, ties everywhere)."""
+    if kind == "uniform":
+        return rng.uniform(0, 4, size=(150, 2))
+    if kind == "clustered":
+        centres = np.array([[0.0, 0.0], [6.0, 0.0], [0.0, 6.0], [6.0, 6.0]])
+        return centres[rng.integers(0, 4, 150)] + 0.4 * rng.normal(size=(150, 2))
+    grid = np.stack(np.meshgrid(np.arange(12.0), np.arange(12.0)), -1).reshape(-1, 2)
+    return rng.permutation(grid)
+
+
+@pytest.mark.parametrize("kind, radius, top_k", [pytest.param("uniform", 1.0, None, marks=pytest.mark.slow),
+                                                 ("clustered", 2.0, 5), ("lattice", 1.0, None),
+                                                 pytest.param("lattice", 2.0, 5, marks=pytest.mark.slow)])
+def test_spatial_tiles_match_the_dense_kernel_and_skip_far_tiles(kind, radius, top_k):
+    """Sorted tiles, only the near ones computed: the dense field to 1e-12 (velocity, causal and
+    at other queries), keys exactly at the radius kept, and fewer tile pairs computed than exist."""
+    rng = np.random.default_rng(11)
+    x = _data(kind, rng)
+    w = rng.uniform(0.1, 1, len(x))
+    w[::9] = 0.0
+    w /= w.sum()
+    V = np.eye(2) + 0.3 * rng.normal(size=(2, 2))
+    dense, spatial = (tp.KrauseAttention(np.eye(2), np.eye(2), V, sigma=0.7, radius=radius, top_k=top_k, layout=lay)
+                      for lay in (tp.kernels.Dense(), _spatial(8, 8)))
+    np.testing.assert_allclose(spatial.velocity(x, w), dense.velocity(x, w), rtol=1e-12, atol=1e-14)
+    np.testing.assert_allclose(tp.Causal(spatial).velocity(x, w), tp.Causal(dense).velocity(x, w),
+                               rtol=1e-12, atol=1e-14)
+    q = x[rng.integers(0, len(x), 20)] + np.where(kind == "lattice", 0.0, 0.1)  # lattice queries: exactly at r
+    np.testing.assert_allclose(spatial.field(q, x, w), dense.field(q, x, w), rtol=1e-12, atol=1e-14)
+    visits, pairs = spatial.tile_visits(x, x, w)
+    assert pairs == (-(-len(x) // 8)) ** 2 and 0 < int(visits) < pairs
+    if kind == "lattice":  # and the plain NumPy masked softmax, keys at distance exactly r in
+        ref = _numpy_krause(x, x, w, np.eye(2), np.eye(2), V, 0.7, radius, top_k)
+        np.testing.assert_allclose(spatial.velocity(x, w), ref, atol=1e-12)
+
+
+def test_spatial_tiles_compute_only_the_tiles_of_each_cluster():
+    """Four clusters of 64 tokens, 10 apart with spread 0.1, radius 0.5, tiles of 16: each
+    cluster fills one quadrant, hence 4 consecutive tiles of the Morton order, and each of its
+    query tiles computes its 4 key tiles only: 4 · 4 · 4 = 64 of the 16 · 16 tile pairs, counted
+    inside the kernel's computed branch. With only top_k nothing can be skipped."""
+    rng = np.random.default_rng(12)
+    centres = np.repeat(np.array([[0.0, 0.0], [10.0, 0.0], [0.0, 10.0], [10.0, 10.0]]), 64, axis=0)
+    x = rng.permutation(centres + rng.uniform(-0.1, 0.1, size=centres.shape))
+    attn = tp.KrauseAttention.identity(2, sigma=0.3, radius=0.5, layout=_spatial(16, 16))
+    visits, pairs = attn.tile_visits(x, x)
+    assert (int(visits), pairs) == (64, 256)
+    dense = tp.KrauseAttention.identity(2, sigma=0.3, radius=0.5, layout=tp.kernels.Dense())
+    np.testing.assert_allclose(attn.velocity(x), dense.velocity(x), rtol=1e-12, atol=1e-14)
+    top_k_only = tp.KrauseAttention.identity(2, sigma=0.3, top_k=3, layout=_spatial(16, 16))
+    assert int(top_k_only.tile_visits(x, x)[0]) == 256
+    assert tuple(int(v) for v in dense.tile_visits(x, x)) == (1, 1)
+
+
+@pytest.mark.parametrize("top_k", [None, 4])
+def test_spatial_tiles_on_the_sphere_use_the_chordal_radius(top_k):
+    """Tokens on S², a geodesic radius of 0.3: the same field as the dense kernel (repeated and
+    antipodal tokens: exact ties), with tiles skipped."""
+    rng = np.random.default_rng(13)
+    x = rng.normal(size=(256, 3))
+    x /= np.linalg.norm(x, axis=1, keepdims=True)
+    x[100:110] = x[:10]
+    x[110:120] = -x[:10]
+    dense, spatial = (tp.KrauseAttention.sphere(3, sigma=0.4, angle=0.3, top_k=top_k, layout=lay)
+                      for lay in (tp.kernels.Dense(), _spatial(8, 8)))
+    np.testing.assert_allclose(tp.Sphere(spatial).velocity(x), tp.Sphere(dense).velocity(x), rtol=1e-12, atol=1e-14)
+    visits, pairs = spatial.tile_visits(x, x)
+    assert int(visits) < pairs // 2
+
+
+@pytest.mark.slow
+def test_spatial_tiles_gradient_matches_dense():
+    rng = np.random.default_rng(14)
+    x = rng.uniform(0, 3, size=(60, 2))
+    u = rng.normal(size=x.shape)
+    grads = []
+    for lay in (tp.kernels.Dense(), _spatial(8, 8)):
+        attn = tp.KrauseAttention.identity(2, sigma=0.8, radius=0.7, top_k=4, layout=lay)
+        grads.append(jax.grad(lambda y: jnp.sum(attn.velocity(y) * u))(jnp.asarray(x)))  # noqa: B023
+    np.testing.assert_allclose(grads[1], grads[0], rtol=1e-10, atol=1e-12)
+
+
+@pytest.mark.package_errors
+def test_spatial_tiles_refuse_a_non_layout():
+    with pytest.raises(ValueError, match="SpatialTiles.tiles"):
+        tp.kernels.SpatialTiles("streaming")
+    with pytest.raises(ValueError, match="SpatialTiles.tiles"):
+        tp.kernels.SpatialTiles(tp.kernels.SpatialTiles())

@@ -8,8 +8,10 @@ form about 2r apart, so their number is close to 1/(2r) for small r, and one clu
 once r is a sizeable fraction of the interval. The figure draws the final positions against r
 (the bifurcation diagram) and the count against 1/(2r).
 
-Large n (``--n 16384`` and up) runs on the streamed layout that ``tp.KrauseAttention`` picks
-above 512² pairs (tiles of 256 x 512, no n x n array; benchmarks/README.md#krause-attention-at-large-n).
+Large n (``--n 16384`` and up) runs on the layout that ``tp.KrauseAttention`` picks above 512²
+pairs: tiles of 128 x 128 over the tokens sorted along the line, each query tile computing only
+the key tiles within r of it (no n x n array, time O(n · neighbours);
+benchmarks/README.md#krause-attention-at-large-n).
 """
 
 from __future__ import annotations
@@ -27,10 +29,10 @@ from ..runs.result import Result, grid
 from ._base import Experiment, register
 from ._options import Options, sizes
 
-# tp.KrauseAttention's default layout (KRAUSE_LAYOUT): dense up to 512² pairs, then tiles of
-# 256 queries x 512 keys. Restated here so that `list` and `--help` import no JAX
+# tp.KrauseAttention's default layout (KRAUSE_LAYOUT): dense up to 512² pairs, then spatially
+# sorted tiles of 128 queries x 128 keys. Restated here so that `list` and `--help` import no JAX
 # (tests/experiments/test_krause.py checks it against the layout itself).
-DENSE_PAIRS, TILE = 512 * 512, (256, 512)
+DENSE_PAIRS, TILE = 512 * 512, (128, 128)
 
 
 @dataclasses.dataclass(frozen=True)

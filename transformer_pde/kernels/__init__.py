@@ -2,6 +2,8 @@
 
 - :mod:`.exact`: dense and exact streaming (blocked, flash-style) log-sum-exp reductions, with
   their layouts as values (:class:`Dense`, :class:`Streaming`, :class:`DenseOrStreaming`).
+- :mod:`.spatial`: :class:`SpatialTiles`, a layout that sorts queries and keys along a Morton
+  curve so that a reduction with a locality radius (Krause attention) skips far key tiles.
 - :mod:`.fast`: the NUFFT Gaussian sum, O(n + M log M) for scores in R^k, k <= 3.
 - :mod:`.reduction`: :class:`SoftmaxReduction`, the reduction an attention hands its backend,
   as a value.
@@ -18,7 +20,7 @@
   field each token feels inside its batch).
 """
 
-from . import backends, binding, exact, fast, platforms, random_partition, reduction
+from . import backends, binding, exact, fast, platforms, random_partition, reduction, spatial
 from .backends import AbstractBackend, Auto, Exact, Fast, KernelReport, automatic, bind_backend
 from .binding import ScoreBox
 from .exact import (
@@ -36,6 +38,7 @@ from .exact import (
 from .fast import PLAN_MEMORY_BUDGET, PlanTooLarge
 from .platforms import fast_platforms
 from .reduction import SoftmaxReduction
+from .spatial import SpatialTiles
 
 __all__ = [
     "AbstractBackend",
@@ -67,6 +70,8 @@ __all__ = [
     "lse_average",
     "sigmoid_kernel_sum",
     "softmax_average",
+    "spatial",
+    "SpatialTiles",
     "Streaming",
 ]
 

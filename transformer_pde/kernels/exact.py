@@ -518,7 +518,7 @@ def check_layout(layout, name: str = "layout") -> AbstractLayout:
     """``layout`` if it is an exact-kernel layout, else a ValueError naming it."""
     if not isinstance(layout, AbstractLayout):
         raise ValueError(f"{name} must be an exact-kernel layout (tp.kernels.Dense(), "
-                         f"Streaming(key_block, query_block) or DenseOrStreaming()), got {layout!r}")
+                         f"Streaming(key_block, query_block), DenseOrStreaming() or SpatialTiles(tiles)), got {layout!r}")
     return layout
 
 

@@ -10,15 +10,18 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 
-from ..._checks import check_count, check_scalar, cover_finiteness
-from ..._types import Param
-from ...kernels.exact import AbstractLayout, DenseOrStreaming, Streaming, check_layout
+from ..._checks import check_count, check_points, check_scalar, check_weights, cover_finiteness
+from ..._types import Param, PointsLike, QueriesLike, WeightsLike
+from ...kernels.exact import AbstractLayout, check_layout
+from ...kernels.spatial import SpatialTiles, morton_order, near_tiles, tile_boxes
 from ...params import bilinear_params, evaluate, matrix_dim, scalar_param
 from .base import AbstractMaskableAttention
 
-KRAUSE_LAYOUT = DenseOrStreaming(streaming=Streaming(key_block=512, query_block=256))
-"""Krause attention's default layout: dense up to 512 x 512 pairs, then 256 x 512 tiles (a tile
-holds its (256, 512, d) differences and a top-k merge, so it is kept small)."""
+KRAUSE_LAYOUT = SpatialTiles()
+"""Krause attention's default layout: dense up to 512 x 512 pairs, then 128 x 128 tiles of
+queries and keys sorted along a Morton curve, a key tile computed only for the query tiles
+within the radius of it (every tile without a radius). Small tiles have tight boxes, so more of
+them are skipped (benchmarks/README.md#krause-attention-at-large-n)."""
 
 
 class KrauseAttention(AbstractMaskableAttention):
@@ -46,13 +49,21 @@ class KrauseAttention(AbstractMaskableAttention):
         top_k: keep the ``top_k`` >= 1 nearest keys, or None (all within the radius).
         layout: how the m x n pairs are visited (``tp.kernels.Dense()``: the scores at once;
             ``tp.kernels.Streaming(key_block, query_block)``: tiles of queries against tiles of keys,
-            memory O(query_block · key_block · d), never O(mn)). The default,
-            ``KRAUSE_LAYOUT``, is dense up to 512 x 512 pairs and streams 256 x 512 tiles above.
+            memory O(query_block · key_block · d), never O(mn), time O(mn);
+            ``tp.kernels.SpatialTiles(tiles)``: the tiles of ``tiles`` over queries and keys sorted
+            along a Morton curve, a key tile skipped by every query tile whose bounding box lies
+            farther than ``radius`` from its own, time O(n · neighbours) for a small radius). The
+            default, ``KRAUSE_LAYOUT``, is dense up to 512 x 512 pairs and spatial 128 x 128
+            tiles above. With ``top_k`` and no radius no tile can be skipped (the k nearest keys
+            may lie anywhere): every tile is visited, as with ``Streaming``.
 
-    :meth:`sphere` gives the geodesic neighbourhood on S^{d−1}. Exact on either layout: the
-    streamed one merges each query's running top-k over the key tiles (ties at the k-th
-    distance kept as in the dense path) and accumulates the masked softmax with a running maximum. Causal: ``tp.Causal(KrauseAttention(...))`` (no ALiBi:
-    the velocity is not a plain average of values).
+    :meth:`sphere` gives the geodesic neighbourhood on S^{d−1} (its chordal radius bounds the
+    tiles' boxes in R^d). Exact on every layout: the streamed ones merge each query's running
+    top-k over the key tiles (ties at the k-th distance kept as in the dense path: the set does not
+    depend on the order of the keys, so the spatial sort changes no neighbourhood) and accumulate
+    the masked softmax with a running maximum; the tiles change only the order of the sums.
+    :meth:`tile_visits` counts the tile pairs computed. Causal: ``tp.Causal(KrauseAttention(...))``
+    (no ALiBi: the velocity is not a plain average of values).
     """
 
     Q: Param
@@ -124,17 +135,24 @@ class KrauseAttention(AbstractMaskableAttention):
         e = jnp.where(live, weights[None, :] * jnp.exp(logits - jnp.where(live.any(1, keepdims=True), top, 0.0)), 0.0)
         return e @ x, jnp.sum(e, axis=1, keepdims=True)
 
-    def _streamed(self, q, k, x, weights, last, kb):
-        """The same sums over tiles of ``kb`` keys, never the (m, n) scores: a first pass keeps
-        each query's ``top_k`` smallest live distances (a running merge, so the k-th and its ties
-        are those of the dense path), a second accumulates the masked softmax with a running
-        maximum (flash-attention rescaling: the scores are <= 0 but may all underflow)."""
-        n, pad = x.shape[0], (-x.shape[0]) % kb
-        tiles = lambda a, fill: jnp.concatenate([a, jnp.full((pad,) + a.shape[1:], fill, a.dtype)]).reshape(
-            (-1, kb) + a.shape[1:])
-        # padded keys have mass 0: never live
-        kt, xt, wt = tiles(k, 0.0), tiles(x, 0.0), tiles(weights, 0.0)
-        ct = jnp.arange(n + pad).reshape(-1, kb)
+    def _streamed(self, q, last, tiles, visit):
+        """The sums for one block of queries over ``tiles`` (keys, values, masses, original key
+        indices, each cut in tiles of kb), never the (m, n) scores: a first pass keeps each
+        query's ``top_k`` smallest live distances (a running merge, so the k-th and its ties are
+        those of the dense path), a second accumulates the masked softmax with a running maximum
+        (flash-attention rescaling: the scores are <= 0 but may all underflow). ``visit``
+        (tiles,): the key tiles to compute (``lax.cond``; a skipped one holds no live key), or
+        None: all. Also returns the number of key tiles computed."""
+        n = tiles[0].shape[0] * tiles[0].shape[1]
+
+        def over_tiles(body, init):
+            if visit is None:
+                return jax.lax.scan(lambda c, tile: (body(c, tile), None), init, tiles)[0]
+
+            def step(c, visit_tile):
+                return jax.lax.cond(visit_tile[0], body, lambda c, _: c, c, visit_tile[1]), None
+
+            return jax.lax.scan(step, init, (visit, tiles))[0]
 
         def live_tile(kj, wj, cj):
             dist2 = self._scores(q, kj)
@@ -143,15 +161,16 @@ class KrauseAttention(AbstractMaskableAttention):
         kth = jnp.full((q.shape[0], 1), jnp.inf, q.dtype)
         if self.top_k is not None and self.top_k < n:
             def merge(best, tile):
-                dist2, live = live_tile(*tile)
+                kj, _, wj, cj = tile
+                dist2, live = live_tile(kj, wj, cj)
                 both = jnp.concatenate([best, jnp.where(live, dist2, jnp.inf)], axis=1)
-                return -jax.lax.top_k(-both, self.top_k)[0], None
+                return -jax.lax.top_k(-both, self.top_k)[0]
 
-            best, _ = jax.lax.scan(merge, jnp.full((q.shape[0], self.top_k), jnp.inf, q.dtype), (kt, wt, ct))
-            kth = best[:, -1:]  # inf when fewer than top_k keys are live: all live kept
+            # the k-th: inf when fewer than top_k keys are live (all live kept)
+            kth = over_tiles(merge, jnp.full((q.shape[0], self.top_k), jnp.inf, q.dtype))[:, -1:]
 
         def accumulate(carry, tile):
-            mx, mass, acc = carry
+            mx, mass, acc, count = carry
             kj, xj, wj, cj = tile
             dist2, live = live_tile(kj, wj, cj)
             live = live & (dist2 <= kth)
@@ -160,15 +179,56 @@ class KrauseAttention(AbstractMaskableAttention):
             shift = jnp.where(jnp.isfinite(new), new, 0.0)
             scale = jnp.where(jnp.isfinite(mx), jnp.exp(mx - shift), 0.0)
             e = jnp.where(live, wj[None, :] * jnp.exp(logits - shift), 0.0)
-            return (new, mass * scale + jnp.sum(e, axis=1, keepdims=True), acc * scale + e @ xj), None
+            return new, mass * scale + jnp.sum(e, axis=1, keepdims=True), acc * scale + e @ xj, count + 1
 
-        m, d = q.shape[0], x.shape[1]
-        init = (jnp.full((m, 1), -jnp.inf, q.dtype), jnp.zeros((m, 1), q.dtype), jnp.zeros((m, d), x.dtype))
-        (_, mass, acc), _ = jax.lax.scan(accumulate, init, (kt, xt, wt, ct))
-        return acc, mass
+        m, d = q.shape[0], tiles[1].shape[2]
+        init = (jnp.full((m, 1), -jnp.inf, q.dtype), jnp.zeros((m, 1), q.dtype),
+                jnp.zeros((m, d), tiles[1].dtype), jnp.zeros((), jnp.int32))
+        _, mass, acc, count = over_tiles(accumulate, init)
+        return acc, mass, count
 
-    def _field(self, queries, x, weights, t, last_key=None):
-        """Dense or streamed as ``layout`` decides; ``last_key`` (m,): query i sees keys j <= it."""
+    def _tiled(self, q, k, x, weights, last, blocks):
+        """The streamed sums: queries in blocks of qb (``lax.map``) against keys in tiles of kb;
+        with ``SpatialTiles`` and a radius, both sorted along a Morton curve and only the key
+        tiles near each query tile computed (the sums put back in the queries' order)."""
+        (qb, kb), m, n = blocks, q.shape[0], k.shape[0]
+        index = jnp.arange(n)
+        skip = isinstance(self.layout, SpatialTiles) and self.radius is not None
+        if skip:
+            both = jnp.concatenate([q, k])
+            lo, hi = jnp.min(both, axis=0), jnp.max(both, axis=0)
+            qorder, korder = morton_order(q, lo, hi), morton_order(k, lo, hi)
+            q, last = q[qorder], last[qorder]
+            k, x, weights, index = k[korder], x[korder], weights[korder], index[korder]
+
+        def tiles(a, size, fill):
+            pad = (-a.shape[0]) % size
+            a = jnp.concatenate([a, jnp.full((pad,) + a.shape[1:], fill, a.dtype)])
+            return a.reshape((-1, size) + a.shape[1:])
+
+        # padded keys have mass 0 and padded queries see no key (last = -1): never live
+        key_tiles = (tiles(k, kb, 0.0), tiles(x, kb, 0.0), tiles(weights, kb, 0.0), tiles(index, kb, n))
+        qt, lt = tiles(q, qb, 0.0), tiles(last, qb, -1)
+        if skip:
+            qboxes = tile_boxes(qt, tiles(jnp.ones(m, bool), qb, False))
+            kboxes, first = tile_boxes(key_tiles[0], tiles(jnp.ones(n, bool), kb, False)), jnp.min(key_tiles[3], axis=1)
+
+            def near(qlo, qhi, lj):  # one query tile's row, not the (qt, kt) matrix: memory O(n / kb)
+                # causal: a key tile whose first key comes after every query's last is empty too
+                return near_tiles((qlo[None], qhi[None]), kboxes, self.radius)[0] & (first <= jnp.max(lj))
+
+            total, mass, count = jax.lax.map(
+                lambda a: self._streamed(a[0], a[1], key_tiles, near(a[2], a[3], a[1])), (qt, lt, *qboxes))
+        else:
+            total, mass, count = jax.lax.map(lambda a: self._streamed(a[0], a[1], key_tiles, None), (qt, lt))
+        total, mass = total.reshape(-1, x.shape[1])[:m], mass.reshape(-1, 1)[:m]
+        if skip:
+            total, mass = (jnp.zeros_like(a).at[qorder].set(a) for a in (total, mass))
+        return total, mass, jnp.sum(count), qt.shape[0] * key_tiles[0].shape[0]
+
+    def _field_and_visits(self, queries, x, weights, t, last_key=None):
+        """The field and the (query tile, key tile) pairs computed, dense or tiled as ``layout``
+        decides; ``last_key`` (m,): query i sees keys j <= it."""
         Q, K, V = (evaluate(p, t) for p in (self.Q, self.K, self.V))
         m, n = queries.shape[0], x.shape[0]
         last = jnp.full((m,), n, dtype=int) if last_key is None else last_key
@@ -176,16 +236,28 @@ class KrauseAttention(AbstractMaskableAttention):
         blocks = self.layout.blocks(m, n, k.shape[1])
         if blocks is None:
             total, mass = self._block(q, k, x, weights, jnp.arange(n)[None, :] <= last[:, None])
+            visits, pairs = jnp.ones((), jnp.int32), 1
         else:
-            qb, kb = blocks
-            pad = (-m) % qb
-            qp = jnp.concatenate([q, jnp.zeros((pad, q.shape[1]), q.dtype)]).reshape(-1, qb, q.shape[1])
-            lp = jnp.concatenate([last, jnp.full((pad,), -1, dtype=last.dtype)]).reshape(-1, qb)
-            total, mass = jax.lax.map(lambda a: self._streamed(a[0], k, x, weights, a[1], kb), (qp, lp))
-            total, mass = total.reshape(-1, x.shape[1])[:m], mass.reshape(-1, 1)[:m]
+            total, mass, visits, pairs = self._tiled(q, k, x, weights, last, blocks)
         # Σ_j p_j (y_j − x); an empty neighbourhood: no motion
         mean = jnp.where(mass > 0, total, 0.0) / jnp.where(mass > 0, mass, 1.0)
-        return jnp.where(mass > 0, mean - queries, 0.0) @ V.T
+        return jnp.where(mass > 0, mean - queries, 0.0) @ V.T, visits, pairs
+
+    def _field(self, queries, x, weights, t, last_key=None):
+        return self._field_and_visits(queries, x, weights, t, last_key)[0]
+
+    def tile_visits(self, queries: QueriesLike, x: PointsLike, weights: WeightsLike | None = None,
+                    t=0.0) -> tuple[jax.Array, int]:
+        """The (query tile, key tile) pairs that :meth:`field` at ``queries`` computes, counted
+        inside the kernel's computed branch, and all the pairs of tiles (the dense layout: one
+        tile, ``(1, 1)``). With ``tp.kernels.SpatialTiles`` and a radius the first is below the
+        second as soon as some tiles lie farther apart than the radius."""
+        x = self.check_state(x, "x")
+        queries = check_points(queries, "queries", x.shape[1])
+        w = check_weights(weights, x.shape[0], x.dtype)
+        check_scalar(t, "t")
+        _, visits, pairs = self._field_and_visits(queries, x, w, jnp.asarray(t, x.dtype))
+        return visits, pairs
 
     def query_field(self, queries, x, weights, t, query_offset=0):
         return self._field(queries, x, weights, t)
