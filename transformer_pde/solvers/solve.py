@@ -222,7 +222,9 @@ def solve(
             # a constant σ was checked above (Noise.check): the program need not check it again
             noise is not None and not noise.time_dependent and is_concrete(noise.sigma))
     runner, sol = SOLVE_RUNNER.get(), None
-    if runner is not None:  # the runs layer keeps the program between processes (None: it cannot)
+    # the runs layer keeps the program between processes (None: it cannot); a progress meter is a
+    # host callback, which no kept program can hold (not traced twice to find that out)
+    if runner is not None and progress_meter is None:
         sol = runner(_solve_program, args)
     if sol is None:
         sol = _solve(*args)
