@@ -47,7 +47,10 @@ def _timed(command: list[str]) -> tuple[float, int]:
     return seconds, done.stderr.count(REFUSED)
 
 
-def measure(names: list[str], repeats: int, work: Path) -> dict:
+def measure(names: list[str], repeats: int, work: Path, progress: Path | None = None) -> dict:
+    """First and second runs of each experiment, ``repeats`` times, with the 1-minute load average
+    before each run (a shared machine's other work shows there); ``progress`` gets the results so
+    far after each experiment (JSON)."""
     from transformer_pde.experiments import get
 
     results = {}
@@ -55,26 +58,31 @@ def measure(names: list[str], repeats: int, work: Path) -> dict:
         exp = get(name)
         config = work / f"{name}.toml"
         config.write_text(exp.config_toml(exp.make_config(**exp.tiny)))
-        first, second, refused = [], [], 0
+        first, second, refused, load = [], [], 0, []
         for r in range(repeats):
             cache = work / f"cache-{name}-{r}"
+            load.append(os.getloadavg()[0])
             seconds, refused = _timed(_command(name, config, work / f"{name}-{r}-first", cache))
             first.append(seconds)
+            load.append(os.getloadavg()[0])
             second.append(_timed(_command(name, config, work / f"{name}-{r}-second", cache))[0])
-        results[name] = {"first": first, "second": second, "refused": refused}
-        print(f"{name}: first {first}, second {second}, refused {refused}", file=sys.stderr, flush=True)
+        results[name] = {"first": first, "second": second, "refused": refused, "load": load,
+                         "utc": time.strftime("%H:%M", time.gmtime())}
+        print(f"{name}: first {first}, second {second}, refused {refused}, load {load}", file=sys.stderr, flush=True)
+        if progress is not None:
+            progress.write_text(json.dumps(results, indent=1))
     return results
 
 
 def table(results: dict) -> str:
     rows = ["| experiment | first run s (median) | second run s (median) | second / first | first runs | second runs "
-            "| programs the cache refused (host callbacks) |",
-            "|---|---|---|---|---|---|---|"]
+            "| load average (1 min) before each run | programs the cache refused (host callbacks) |",
+            "|---|---|---|---|---|---|---|---|"]
     for name, r in results.items():
         a, b = statistics.median(r["first"]), statistics.median(r["second"])
         rows.append(f"| {name} | {a:.1f} | {b:.1f} | {b / a:.2f} | "
                     f"{', '.join(f'{v:.1f}' for v in r['first'])} | {', '.join(f'{v:.1f}' for v in r['second'])} "
-                    f"| {r['refused']} |")
+                    f"| {', '.join(f'{v:.1f}' for v in r.get('load', []))} | {r['refused']} |")
     return "\n".join(rows) + "\n"
 
 
@@ -89,9 +97,9 @@ def main(argv=None) -> dict:
     from transformer_pde.experiments import REGISTRY
 
     names = sorted(REGISTRY) if args.only is None else args.only.split(",")
-    with tempfile.TemporaryDirectory(prefix="tiny-runs-") as work:
-        results = measure(names, args.repeats, Path(work))
     args.out.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix="tiny-runs-") as work:
+        results = measure(names, args.repeats, Path(work), args.out / "tiny_runs.partial.json")
     meta = {"machine": f"{platform.machine()} {platform.processor() or ''}".strip(), "cpus": os.cpu_count(),
             "python": platform.python_version(), "repeats": args.repeats,
             "command": "python -m transformer_pde.cli run NAME --config TINY.toml --out OUT "

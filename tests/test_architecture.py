@@ -12,7 +12,7 @@ PKG = Path(__file__).resolve().parents[1] / "transformer_pde"
 
 # rooms, lowest first; a module may import its own room and rooms listed before it
 LAYERS = [
-    {"_types", "_checks", "_io", "_lazy", "_linalg", "params"},
+    {"_types", "_checks", "_io", "_lazy", "_linalg", "_programs", "params"},
     {"kernels"},
     {"models"},
     {"solvers"},

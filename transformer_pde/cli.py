@@ -25,9 +25,9 @@ is written atomically, so even SIGKILL leaves a consistent directory.
 
 Compiled programs are kept in JAX's persistent compilation cache, per user
 (``$XDG_CACHE_HOME/transformer_pde/jax``, ``~/.cache/...`` by default): a second run loads them
-instead of compiling; the experiments whose programs hold no run-time check (phase-diagram,
-normalization) also keep their traced programs there (``programs/``, runs/programs.py), so a
-second run neither traces nor compiles. ``--compile-cache DIR`` moves it, ``--compile-cache off``
+instead of compiling; every experiment's concrete solves (and phase-diagram's and
+normalization's whole programs) also keep their traced programs there (``programs/``,
+runs/programs.py), so a second run does not trace them either. ``--compile-cache DIR`` moves it, ``--compile-cache off``
 turns both off, as does the environment variable ``TRANSFORMER_PDE_COMPILE_CACHE`` (a directory
 or ``off``).
 
@@ -119,7 +119,7 @@ def _common_options(p: argparse.ArgumentParser) -> None:
                         "$TRANSFORMER_PDE_COMPILE_CACHE, else $XDG_CACHE_HOME/transformer_pde/jax); "
                         "a second run loads the compiled programs it can keep instead of compiling "
                         "them (JAX keeps none that holds a run-time check's host callback), and "
-                        "phase-diagram and normalization their traced programs too")
+                        "the traced programs of its solves too")
 
 
 def option_flag(name: str) -> str:

@@ -713,6 +713,8 @@ REGISTRY: list[Entry] = [
           lambda: dict(fn=_program_to_lower, static=(2.0,), args=(X.copy(),)),
           (Param("fn", bad=OBJECT), Param("static", bad=OBJECT), Param("args", bad=OBJECT + ("shape",)),
            Param("compiler_options", bad=("str",))), covers=("runs.program_key",)),
+    Entry("runs.call_kept", tp.runs.call_kept, lambda: dict(fn=_program_to_lower, args=(2.0, X.copy())),
+          (Param("fn", bad=OBJECT), Param("args", bad=OBJECT))),
     Entry("runs.finite_by_construction", tp.runs.finite_by_construction, lambda: dict(arrays=[X.copy()]),
           (Param("arrays", bad=OBJECT),)),
     Entry("runs.raise_if_nonfinite", tp.runs.raise_if_nonfinite,
@@ -755,6 +757,8 @@ _exempt("a module (its public names are registered one by one)",
 _exempt("marks a traced array for the library's trace-time checks (returns it; any array is valid)",
         "runs.unit_rows_by_construction")
 _exempt("a tolerance of a dtype (fuzzed through the sphere's unit-row check, which uses it)", "runs.unit_row_tolerance")
+_exempt("a context manager taking nothing (what it changes is fuzzed through runs.call_kept)",
+        "runs.kept_programs")
 _exempt("a constant", "measures.MAX_NODES",
         "kernels.PLAN_MEMORY_BUDGET", "kernels.DENSE_MAX_PAIRS", "runs.DEFAULT_EVERY")
 _exempt("an exception the library raises", "NonFiniteStateError", "kernels.PlanTooLarge", "solvers.UnderResolvedError",

@@ -234,3 +234,134 @@ def test_a_second_cli_run_loads_its_program(tmp_path):
     assert sorted(a.files) == sorted(b.files)
     for k in a.files:
         np.testing.assert_array_equal(a[k], b[k])
+
+
+# -- every concrete solve's program kept (issue 36 item 5): runs.programs.kept_programs / call_kept
+
+
+@pytest.fixture
+def calls(store, monkeypatch):
+    """``call_kept``'s store, empty, and no program of this process's."""
+    monkeypatch.setattr(programs, "_CALLS", {})
+    monkeypatch.setattr(programs, "_BY_KEY", {})
+    return store
+
+
+def _new_call_process():
+    """What a later process starts with: none of this one's programs (the files stay)."""
+    programs._CALLS.clear()
+    programs._BY_KEY.clear()
+
+
+def _mean_square(t, x, args):
+    _Log.traced.append("statistic")  # runs only while tracing
+    return jnp.mean(x**2)
+
+
+def _a_solve():
+    import transformer_pde as tp
+
+    x0 = jnp.array([[1.0, 0.0], [0.0, 0.6], [0.3, 0.3]])
+    import diffrax
+
+    return tp.solve(tp.SoftmaxAttention.identity(2, 1.7), x0, t1=0.7, dt0=0.1,
+                    saveat=diffrax.SaveAt(ts=jnp.linspace(0, 0.7, 3), fn=_mean_square))
+
+
+def _compiles(run) -> int:
+    """How many XLA compilations ``run()`` makes."""
+    compiled = []
+
+    def listen(event, duration, **kwargs):
+        if event == "/jax/core/compile/backend_compile_duration":
+            compiled.append(duration)
+
+    jax.monitoring.register_event_duration_secs_listener(listen)
+    try:
+        run()
+    finally:
+        jax.monitoring.unregister_event_duration_listener(listen)
+    return len(compiled)
+
+
+def test_a_kept_solve_is_traced_once_per_process_and_loaded_by_a_later_one(calls):
+    plain = _a_solve()
+    TRACED.clear()
+    with programs.kept_programs():
+        first = _a_solve()
+        traced = len(TRACED)  # diffrax traces a statistic a few times in one trace of the program
+        assert traced > 0 and [p.suffix for p in calls.iterdir()] == [".jaxcall"]
+        assert _compiles(_a_solve) == 0 and len(TRACED) == traced  # this process: the same program
+        _new_call_process()
+        second = _a_solve()
+    assert len(TRACED) == traced  # loaded, not traced
+    for sol in (first, second):
+        assert type(sol) is type(plain) and jax.tree.structure(sol) == jax.tree.structure(plain)
+        for a, b in zip(jax.tree.leaves(sol), jax.tree.leaves(plain)):
+            np.testing.assert_array_equal(np.asarray(a), np.asarray(b))  # the same bits as the solve's own jit
+
+
+def test_a_kept_solve_leaves_the_solves_own_jit_cache_alone(calls):
+    """A solve outside the block after one inside compiles nothing again (the kept route neither
+    replaces nor clears ``eqx.filter_jit``'s programs), and outside the block nothing is kept."""
+    _a_solve()
+    with programs.kept_programs():
+        _a_solve()
+    assert _compiles(_a_solve) == 0
+    assert len(list(calls.iterdir())) == 1
+
+
+def test_nothing_is_kept_with_the_compile_cache_off(calls, monkeypatch):
+    monkeypatch.setattr(programs, "program_dir", lambda: None)
+    with programs.kept_programs():
+        _a_solve()
+    assert not calls.exists()
+
+
+def _checked_logged(x):
+    _Log.traced.append("checked")
+    return eqx.error_if(x, jnp.any(x < 0), "x must be >= 0")
+
+
+def test_a_program_with_a_host_callback_is_marked_and_left_to_the_caller(calls):
+    """``call_kept`` runs nothing and returns None (the caller runs it under its own jit); the mark
+    it leaves spares a later process the export's trace."""
+    x = jnp.arange(3.0)
+    assert programs.call_kept(_checked_logged, (x,)) is None
+    assert TRACED == ["checked"] and [p.suffix for p in calls.iterdir()] == [".refused"]
+    assert programs.call_kept(_checked_logged, (x,)) is None and TRACED == ["checked"]
+    _new_call_process()
+    assert programs.call_kept(_checked_logged, (x,)) is None and TRACED == ["checked"]
+
+
+def _scaled_by(c):
+    def scaled(x):
+        _Log.traced.append(c)
+        return c * x
+
+    scaled.__module__ = "transformer_pde.experiments.example"  # named as the package's own
+    return scaled
+
+
+def test_a_library_closure_is_keyed_by_what_it_holds(calls):
+    """A closure made by the package (an experiment's statistic capturing a sample) is another
+    program when it captures another value, though its name is the same."""
+    x = jnp.arange(3.0)
+    two, three = _scaled_by(2.0), _scaled_by(3.0)
+    np.testing.assert_array_equal(np.asarray(programs.call_kept(two, (x,))), [0.0, 2.0, 4.0])
+    np.testing.assert_array_equal(np.asarray(programs.call_kept(three, (x,))), [0.0, 3.0, 6.0])
+    assert TRACED == [2.0, 3.0] and len(list(calls.iterdir())) == 2
+    _new_call_process()
+    np.testing.assert_array_equal(np.asarray(programs.call_kept(_scaled_by(3.0), (x,))), [0.0, 3.0, 6.0])
+    assert TRACED == [2.0, 3.0]  # the same key as `three`: loaded
+
+
+def test_call_kept_keeps_what_it_cannot_identify_out(calls):
+    """A static argument known only by its address: run by the caller, nothing written."""
+    x = jnp.arange(3.0)
+
+    class Opaque:
+        pass
+
+    assert programs.call_kept(lambda o, x: x, (Opaque(), x)) is None
+    assert not calls.exists()

@@ -130,7 +130,7 @@ def test_the_persistent_cache_keeps_a_solve_program(persistent_cache, caplog):
     entries = lambda: {p.name for p in persistent_cache.iterdir() if p.name.endswith("-cache")}  # noqa: E731
     with caplog.at_level(logging.DEBUG, logger="jax._src.compiler"):
         tp.solve(attn, x0, t1=0.7, dt0=0.1, saveat=jnp.linspace(0, 0.7, 3))
-        assert len([e for e in entries() if e.startswith("jit__solve-")]) == 1
+        assert len([e for e in entries() if e.startswith("jit__solve_program-")]) == 1
         assert "host callbacks" not in caplog.text
         x = jnp.arange(3.0)
         seen = entries()

@@ -21,7 +21,9 @@ idea per module:
   is turned off);
 * :mod:`.programs`: :func:`lower_program`, traced programs kept beside that cache
   (``jax.export``), so a second run neither traces nor compiles; keyed by what the program
-  computes and checked against its key and payload hash on load.
+  computes and checked against its key and payload hash on load; :func:`kept_programs`, in which
+  :func:`run_experiment` computes: every concrete ``tp.solve`` keeps its program
+  (:func:`call_kept`).
 
 Importing this package does not import JAX: :func:`solve_checkpointed` and
 :func:`run_fingerprint` load :mod:`.chunked` on first use, :class:`NonFiniteRun` and
@@ -36,7 +38,9 @@ from typing import TYPE_CHECKING
 from .checkpoint import DEFAULT_EVERY, Checkpoint
 from .info import run_info
 from .programs import (
+    call_kept,
     finite_by_construction,
+    kept_programs,
     lower_program,
     program_key,
     unit_row_tolerance,
@@ -67,6 +71,6 @@ def __dir__():
 
 
 __all__ = ["DEFAULT_EVERY", "Checkpoint", "FailedRun", "InterruptedRun", "NonFiniteRun", "Result", "SignalReceived",
-           "finite_by_construction", "grid",
+           "call_kept", "finite_by_construction", "grid", "kept_programs",
            "load_run", "lower_program", "program_key", "raise_if_nonfinite", "redraw", "run_experiment", "run_fingerprint", "run_info",
            "solve_checkpointed", "stop_on_signals", "unit_row_tolerance", "unit_rows_by_construction"]

@@ -30,9 +30,12 @@ class _Fingerprint:
     Modules and dataclasses field by field (static fields included); containers item by item.
     What cannot be identified (an object whose repr is its address) is refused."""
 
-    def __init__(self):
+    def __init__(self, closures: bool = False):
         self.h = hashlib.sha256()
         self.active: set[int] = set()  # objects on the path (recursive functions, cycles)
+        # library functions by their closure cells and defaults too, not by name alone: a closure
+        # made at run time (an experiment's statistic capturing a sample) is another program
+        self.closures = closures
 
     def tag(self, s: str) -> None:
         self.h.update(s.encode())
@@ -148,8 +151,24 @@ class _Fingerprint:
         name = f"{fn.__module__}.{fn.__qualname__}"
         self.tag(f"function:{name}")
         if str(fn.__module__).split(".")[0] in _LIBRARIES:
-            return  # library code: its name (and the versions in metadata.json) identify it
+            # library code: its name (and the versions in metadata.json) identify it
+            if self.closures:
+                wrapped = inspect.unwrap(fn)
+                if wrapped is not fn:  # a decorator's wrapper (a runtime type checker): what it wraps
+                    self.add(wrapped, f"{name} (wrapped)")
+                else:
+                    self._add_cells(fn, name)
+            return
         self._add_code(fn.__code__, name)
+        self._add_cells(fn, name)
+        # the globals the code reads (a module-level constant changed between runs)
+        for gname in sorted(_global_names(fn.__code__)):
+            if gname in fn.__globals__:
+                self.tag(f"global:{gname}")
+                self.add(fn.__globals__[gname], f"{name} global {gname!r}")
+
+    def _add_cells(self, fn, name):
+        """A function's defaults and closure cells (what a function made at run time holds)."""
         self.add(fn.__defaults__, f"{name} defaults")
         self.add(fn.__kwdefaults__, f"{name} keyword defaults")
         for var, cell in zip(fn.__code__.co_freevars, fn.__closure__ or ()):
@@ -159,11 +178,6 @@ class _Fingerprint:
                 value = _MISSING
             self.tag(f"free:{var}")
             self.add(value, f"{name} closure variable {var!r}")
-        # the globals the code reads (a module-level constant changed between runs)
-        for gname in sorted(_global_names(fn.__code__)):
-            if gname in fn.__globals__:
-                self.tag(f"global:{gname}")
-                self.add(fn.__globals__[gname], f"{name} global {gname!r}")
 
 
 _MISSING = object()

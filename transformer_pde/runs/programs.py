@@ -29,18 +29,20 @@ compilation cache does not keep its executable.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import hashlib
 import importlib.metadata
 import os
+import pickle
 import stat
 import sys
 import tempfile
 import types
 from pathlib import Path
 
-__all__ = ["finite_by_construction", "lower_program", "program_dir", "program_key", "unit_row_tolerance",
-           "unit_rows_by_construction"]
+__all__ = ["call_kept", "finite_by_construction", "kept_programs", "lower_program", "program_dir", "program_key",
+           "unit_row_tolerance", "unit_rows_by_construction"]
 
 TRACED_THROUGH = ("jax", "jaxlib", "equinox", "diffrax", "optimistix", "lineax", "ott-jax",
                   "jax-finufft", "numpy")
@@ -89,6 +91,14 @@ def program_key(fn, static: tuple, args: tuple) -> str:
         identity = run_fingerprint(fn=fn, static=static)
     except ValueError as e:
         raise ValueError(f"lower_program cannot key the program {name}: {e}") from None
+    return _key(name, identity, args)
+
+
+def _key(name: str, identity: str, args) -> str:
+    """SHA-256 of a program's name and identity, its arguments' shapes and dtypes, and what
+    tracing reads besides (the package source, library versions, JAX's configuration, platform)."""
+    import jax
+
     parts = [
         name, identity,
         repr([(tuple(a.shape), str(a.dtype), bool(getattr(a, "weak_type", False))) for a in args]),
@@ -183,6 +193,182 @@ def _lower(fn, static, args, key, compiler_options):
     return jit(fn, static_argnums=tuple(range(len(static)))).trace(*static, *args).lower()
 
 
+@contextlib.contextmanager
+def kept_programs():
+    """While in this block, with JAX's compilation cache on (:func:`program_dir`), every concrete
+    ``tp.solve`` (not under a ``jit``/``vmap`` of the caller's) runs its program through
+    :func:`call_kept`: traced once, kept beside the cache, loaded by a later process instead of
+    traced. :func:`~transformer_pde.runs.run_experiment` computes every experiment in it."""
+    from .._programs import SOLVE_RUNNER
+
+    token = SOLVE_RUNNER.set(call_kept if program_dir() is not None else None)
+    try:
+        yield
+    finally:
+        SOLVE_RUNNER.reset(token)
+
+
+def call_kept(fn, args: tuple):
+    """``fn(*args)`` as ``eqx.filter_jit(fn)`` runs it (the arrays in ``args`` traced, the rest
+    static), through a program kept in :func:`program_dir` (``<key>.jaxcall``: the ``jax.export``
+    of ``fn`` on the arrays, and the pickled shape of its output), keyed as :func:`lower_program`
+    keys its programs, the static part fingerprinted with the closures and defaults of library
+    functions too (an experiment's statistic capturing a sample is another program). A later
+    process loads it instead of tracing; a later call in this process with the same static part
+    and shapes (or another static part with the same key) runs the same compiled program. Both
+    the first run and later ones run the exported program, so their numbers are the same bits.
+
+    Returns None, having run nothing, when the program cannot be kept (the compilation cache off,
+    traced or multi-device arrays, a static part that cannot be identified or hashed, a program
+    holding a host callback, which ``jax.export`` cannot serialize, an output that cannot be
+    pickled): the caller then runs ``fn`` itself. A program refused for a host callback leaves a
+    ``<key>.refused`` mark, so a later process does not trace it twice."""
+    import equinox as eqx
+    import jax
+
+    if not callable(fn):
+        raise ValueError(f"call_kept: fn must be a function, got {type(fn).__name__} {fn!r}"[:300])
+    if not isinstance(args, tuple):
+        raise ValueError(f"call_kept: args must be a tuple (fn's arguments), got {type(args).__name__} "
+                         f"{args!r}"[:300])
+    directory = program_dir()
+    if directory is None:
+        return None
+    leaves, treedef = jax.tree.flatten(args)
+    arrays = [v for v in leaves if eqx.is_array(v)]
+    if any(isinstance(a, jax.core.Tracer) or (isinstance(a, jax.Array) and len(a.sharding.device_set) > 1)
+           for a in arrays):
+        return None
+    spec = tuple(_Aval.of(v) if eqx.is_array(v) else v for v in leaves)
+    memo = (fn, treedef, spec)
+    try:
+        entry = _CALLS.get(memo, _MISSING)
+    except TypeError:  # an unhashable static part: eqx.filter_jit refuses it too
+        return None
+    if entry is _MISSING:
+        entry = _CALLS[memo] = _kept_call(fn, treedef, spec, arrays, directory)
+        while len(_CALLS) > _KEEP_CALLS:
+            del _CALLS[next(iter(_CALLS))]
+    if entry is None:
+        return None
+    call, skeleton = entry
+    outputs = call(*arrays)
+    return jax.tree.map(lambda v: outputs[v.index] if isinstance(v, _Slot) else v, skeleton,
+                        is_leaf=lambda v: isinstance(v, _Slot))
+
+
+_MISSING = object()
+_CALLS: dict = {}
+""":func:`call_kept`'s programs in this process, by function, tree and static leaves and shapes
+(as ``eqx.filter_jit`` caches them; None: not kept), oldest first."""
+_BY_KEY: dict = {}
+"""The same programs by their key (a static part equal by fingerprint, not by ``==``)."""
+_KEEP_CALLS = 64
+
+
+class _Aval(tuple):
+    """An array argument as the program sees it: shape, dtype, weak type."""
+
+    @classmethod
+    def of(cls, a):
+        import numpy as np
+
+        return cls((tuple(np.shape(a)), str(a.dtype), bool(getattr(a, "weak_type", False))))
+
+
+class _Slot:
+    """Where an output array goes in the output's tree (picklable, unlike a tree definition)."""
+
+    def __init__(self, index: int):
+        self.index = index
+
+    def __eq__(self, other):
+        return isinstance(other, _Slot) and other.index == self.index
+
+    def __hash__(self):
+        return hash(("slot", self.index))
+
+
+def _kept_call(fn, treedef, spec, arrays, directory: Path):
+    """(jitted program, output skeleton) of ``fn`` on ``arrays``: loaded from ``directory``, or
+    traced, exported and kept there; None when it cannot be kept."""
+    import jax
+
+    from .fingerprint import _Fingerprint
+
+    name = f"{fn.__module__}.{fn.__qualname__}"
+    fingerprint = _Fingerprint(closures=True)
+    try:
+        fingerprint.add(fn, "fn")
+        # the arguments with each array replaced by its place: the arrays' shapes go in the key
+        fingerprint.add(jax.tree.unflatten(treedef, [("array",) if isinstance(v, _Aval) else v for v in spec]),
+                        "static arguments")
+    except ValueError:  # an object known only by its address: cannot be told from another
+        return None
+    key = _key(name, fingerprint.h.hexdigest(), arrays)
+    if key in _BY_KEY:
+        return _BY_KEY[key]
+    path = directory / f"{fn.__name__}-{key}"
+    if _read(path.with_suffix(".refused"), key) is not None:
+        return None
+    entry = _load_call(path.with_suffix(".jaxcall"), key)
+    if entry is None:
+        entry = _export_call(fn, treedef, spec, arrays, path, key)
+    _BY_KEY[key] = entry
+    while len(_BY_KEY) > _KEEP_CALLS:
+        del _BY_KEY[next(iter(_BY_KEY))]
+    return entry
+
+
+def _export_call(fn, treedef, spec, arrays, path: Path, key: str):
+    import equinox as eqx
+    import jax
+
+    skeleton = []
+
+    def flat(*traced):
+        given = iter(traced)
+        out = fn(*jax.tree.unflatten(treedef, [next(given) if isinstance(v, _Aval) else v for v in spec]))
+        leaves, out_tree = jax.tree.flatten(out)
+        index = iter(range(len(leaves)))
+        skeleton[:] = [jax.tree.unflatten(out_tree, [_Slot(next(index)) if eqx.is_array(v) else v
+                                                      for v in leaves])]
+        return [v for v in leaves if eqx.is_array(v)]
+
+    try:
+        exported = jax.export.export(jax.jit(flat))(*arrays)
+    except NotImplementedError as e:  # a host callback (a runtime check) cannot be serialized
+        if "host_callbacks" in str(e):
+            _save(path.with_suffix(".refused"), key, b"")
+        return None
+    except Exception:  # noqa: BLE001 - anything else export refuses: the caller traces as before
+        return None
+    try:
+        tree = pickle.dumps(skeleton[0])
+        if jax.tree.structure(pickle.loads(tree)) != jax.tree.structure(skeleton[0]):
+            return None
+    except Exception:  # noqa: BLE001 - an output pickle cannot hold as itself is not kept
+        return None
+    _save(path.with_suffix(".jaxcall"), key, f"{len(tree)}\n".encode() + tree + exported.serialize())
+    return jax.jit(exported.call), skeleton[0]
+
+
+def _load_call(path: Path, key: str):
+    """(jitted program, output skeleton) kept at ``path`` under ``key``, else None."""
+    import jax
+
+    payload = _read(path, key)
+    if payload is None:
+        return None
+    try:
+        size, _, rest = payload.partition(b"\n")
+        skeleton = pickle.loads(rest[:int(size)])
+        exported = jax.export.deserialize(bytearray(rest[int(size):]))
+    except Exception:  # noqa: BLE001 - a payload this version cannot read is traced again
+        return None
+    return jax.jit(exported.call), skeleton
+
+
 MAGIC = b"transformer-pde program 1\n"
 """The first line of a kept program; the key and the payload's SHA-256 follow, a line each."""
 
@@ -192,6 +378,18 @@ def _load(path: Path, key: str):
     hashes as it says (else None: it is traced again and replaced)."""
     import jax
 
+    payload = _read(path, key)
+    if payload is None:
+        return None
+    try:
+        return jax.export.deserialize(bytearray(payload))
+    except Exception:  # noqa: BLE001 - a payload this version cannot read is traced again
+        return None
+
+
+def _read(path: Path, key: str) -> bytes | None:
+    """The payload of the file at ``path`` if it is a regular file written under ``key`` whose
+    payload hashes as it says, else None."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)  # a FIFO must not block the run
     except OSError:
@@ -212,10 +410,7 @@ def _load(path: Path, key: str):
     payload = data[header:]
     if stored_key != key or digest != hashlib.sha256(payload).hexdigest():
         return None
-    try:
-        return jax.export.deserialize(bytearray(payload))
-    except Exception:  # noqa: BLE001 - a payload this version cannot read is traced again
-        return None
+    return payload
 
 
 def _save(path: Path, key: str, payload: bytes | bytearray) -> None:

@@ -33,6 +33,7 @@ from .directory import (
     STATUS_INTERRUPTED,
     STATUS_RUNNING,
 )
+from .programs import kept_programs
 from .provenance import environment
 from .result import DATA_FILE, GRIDS_FILE, Result
 from .runnable import RunnableExperiment
@@ -222,10 +223,11 @@ def _compute_and_save(exp, config, out_dir, progress, prepare, meta, meta_path, 
     try:
         checkpoint = prepare()
         check_interrupt()
-        if exp.resumable:
-            results = exp.compute(config, progress, checkpoint=checkpoint)
-        else:
-            results = exp.compute(config, progress)
+        with kept_programs():  # with the compile cache on, a later run loads its solves' programs
+            if exp.resumable:
+                results = exp.compute(config, progress, checkpoint=checkpoint)
+            else:
+                results = exp.compute(config, progress)
         wall = time.perf_counter() - start
         check_interrupt()
         if not isinstance(results, Result):

@@ -19,6 +19,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from .._checks import NonFiniteStateError, check_int, check_scalar, cover_finiteness, is_concrete, without_checks
+from .._programs import SOLVE_RUNNER
 from ..models.base import AbstractDynamics, AbstractRetraction
 from ..models.switched import AbstractSwitched
 from .events import AbstractBlowUp, BlowUp
@@ -214,12 +215,19 @@ def solve(
     if not (is_concrete(t0) and is_concrete(t1)):  # the concrete case was refused above
         t1a = eqx.error_if(t1a, ~(t1a > t0a), "solve: must have t1 > t0 (time runs forward)")
     ts = tuple(_check_traced_times(times, t0a, t1a) for times in ts)
-    sol = _solve(dynamics, state, t0a, t1a,
-                 None if dt0 is None else jnp.asarray(check_scalar(dt0, "dt0", positive=True), dtype), ts, fn, solver, stepsize_controller,
-                 adjoint, int(max_steps), progress_meter or diffrax.NoProgressMeter(),
-                 event, criterion, noise, brownian, several,
-                 # a constant σ was checked above (Noise.check): the program need not check it again
-                 noise is not None and not noise.time_dependent and is_concrete(noise.sigma))
+    args = (dynamics, state, t0a, t1a,
+            None if dt0 is None else jnp.asarray(check_scalar(dt0, "dt0", positive=True), dtype), ts, fn, solver,
+            stepsize_controller, adjoint, int(max_steps), progress_meter or diffrax.NoProgressMeter(),
+            event, criterion, noise, brownian, several,
+            # a constant σ was checked above (Noise.check): the program need not check it again
+            noise is not None and not noise.time_dependent and is_concrete(noise.sigma))
+    runner, sol = SOLVE_RUNNER.get(), None
+    # the runs layer keeps the program between processes (None: it cannot); a progress meter is a
+    # host callback, which no kept program can hold (not traced twice to find that out)
+    if runner is not None and progress_meter is None:
+        sol = runner(_solve_program, args)
+    if sol is None:
+        sol = _solve(*args)
     if throw:  # the program reports a failure as its result code: raised here, after it ran
         sol = _raise_if_failed(sol)
     if throw and event is not None and isinstance(sol, Solution):
@@ -253,9 +261,8 @@ def _check_traced_times(ts, t0, t1):
     return eqx.error_if(ts, jnp.any((ts > t1) | (ts < t0)), "saveat.ts must lie between t0 and t1.")
 
 
-@eqx.filter_jit
-def _solve(dynamics, state, t0, t1, dt0, ts, fn, solver, controller, adjoint, max_steps, meter,
-           watch, criterion, noise, brownian, several, sigma_checked):
+def _solve_program(dynamics, state, t0, t1, dt0, ts, fn, solver, controller, adjoint, max_steps, meter,
+                   watch, criterion, noise, brownian, several, sigma_checked):
     """The program of a solve. It holds no host callback (JAX's persistent cache keeps no program
     that does): diffrax runs with ``throw=False`` and reports a failure as the result code that
     :func:`_raise_if_failed` raises after the program, and diffrax's checks of the times (as
@@ -263,6 +270,9 @@ def _solve(dynamics, state, t0, t1, dt0, ts, fn, solver, controller, adjoint, ma
     with without_checks(_DIFFRAX_TIME_CHECKS):
         return _program(dynamics, state, t0, t1, dt0, ts, fn, solver, controller, adjoint, max_steps, meter,
                         watch, criterion, noise, brownian, several, sigma_checked)
+
+
+_solve = eqx.filter_jit(_solve_program)
 
 
 def _program(dynamics, state, t0, t1, dt0, ts, fn, solver, controller, adjoint, max_steps, meter,
