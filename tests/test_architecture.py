@@ -108,13 +108,31 @@ def test_no_experiment_defines_a_dynamics():
 
 
 def test_experiments_share_through_common_not_each_other():
-    """An experiment imports the library and the experiments' private helpers (``_common``,
-    ``_options``, ...), never another experiment."""
+    """An experiment imports the library, the experiments' private helpers (``_common``,
+    ``_options``, ...) and its own entry (``configs/<name>``), never another experiment or entry."""
     pkg = "transformer_pde.experiments."
+    entries = pkg + "configs."
     public = lambda m: m.startswith(pkg) and not m[len(pkg):].startswith("_")  # noqa: E731
+    own_entry = lambda m, t: t == entries + m[len(pkg):]  # noqa: E731
     bad = [f"{m} imports {t}" for m, targets in _edges(_modules()).items() if public(m)
-           for t in sorted(targets) if public(t)]
+           for t in sorted(targets) if public(t) and not own_entry(m, t) and t != entries[:-1]]
     assert not bad, "\n".join(bad)
+
+
+def test_experiment_entries_import_no_computation():
+    """An entry (``experiments/configs/<name>.py``) imports only light modules: no JAX and no
+    experiment's computation, so ``list`` and ``--help`` read every entry without loading them."""
+    heavy = ("jax", "jaxlib", "equinox", "diffrax", "optax", "ott", "jax_finufft", "matplotlib", "xarray")
+    for p in sorted((PKG / "experiments" / "configs").glob("[a-z]*.py")):
+        for node in ast.walk(ast.parse(p.read_text())):
+            if isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                names = [node.module or ""] if node.level == 0 else []
+                assert node.level != 1 or node.module is None, f"{p.name} imports another entry"
+            else:
+                continue
+            assert not [n for n in names if n.split(".")[0] in heavy], f"{p.name} imports {names}"
 
 
 def test_no_attribute_sniffing_of_models():

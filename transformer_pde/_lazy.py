@@ -1,8 +1,10 @@
 """Heavy third-party modules imported on first use (the bottom floor).
 
-``from .._lazy import jax, jnp`` gives stand-ins for ``jax`` and ``jax.numpy`` that import the
-real module when one of its attributes is first read, so a module that only *names* JAX at its
-top (the experiments: their configs are read to print ``--help``) can be imported without it.
+``from ._lazy import eqx, jax, jnp`` gives stand-ins for ``equinox``, ``jax`` and ``jax.numpy`` that
+import the real module when one of its attributes is first read, so a bottom-floor module that only
+*names* JAX at its top (``_checks``, which the experiments' options read to print ``--help``) can be
+imported without it. The experiments import JAX plainly: their entries (``experiments/configs/``)
+are what ``list`` and ``--help`` read.
 After the first read the stand-in holds the module's attributes itself, so later reads cost
 what a plain module's do. Nothing is put in ``sys.modules``: ``import jax`` elsewhere is
 unaffected, and ``"jax" in sys.modules`` still says whether JAX was loaded.
@@ -36,9 +38,7 @@ class LazyModule(types.ModuleType):
 
 jax = LazyModule("jax")
 jnp = LazyModule("jax.numpy")
-diffrax = LazyModule("diffrax")
 eqx = LazyModule("equinox")
-optax = LazyModule("optax")
 
 
 
@@ -79,4 +79,4 @@ def attach_stub(package: str, init_file: str):
     return __getattr__, __dir__, sorted(exports)
 
 
-__all__ = ["LazyModule", "attach_stub", "diffrax", "eqx", "jax", "jnp", "optax", "stub_exports"]
+__all__ = ["LazyModule", "attach_stub", "eqx", "jax", "jnp", "stub_exports"]

@@ -9,6 +9,7 @@ docstrings), so the page cannot drift from the code. ``experiments_page()`` is a
 from __future__ import annotations
 
 import dataclasses
+import importlib
 import sys
 from pathlib import Path
 
@@ -31,8 +32,8 @@ def _flag(name: str, value) -> str:
 
 
 def _module_doc(exp) -> str:
-    mod = sys.modules[exp.compute.__module__]
-    return (mod.__doc__ or "").strip()
+    """The docstring of the experiment's computation (its entry names it: ``Deferred(module, ...)``)."""
+    return (importlib.import_module(exp.compute.module).__doc__ or "").strip()
 
 
 def experiments_page() -> str:

@@ -24,7 +24,7 @@ def test_footprint_names_the_layout_the_model_uses(n):
     """The experiment's footprint (written without JAX, for `list`) states the tiles that
     tp.KrauseAttention's default layout really streams: dense exactly where the layout is."""
     import transformer_pde as tp
-    from transformer_pde.experiments.krause import DENSE_PAIRS, TILE
+    from transformer_pde.experiments.configs.krause import DENSE_PAIRS, TILE
 
     blocks = tp.KrauseAttention.identity(1).layout.blocks(n, n, 1)
     assert (blocks is None) == (n * n <= DENSE_PAIRS)

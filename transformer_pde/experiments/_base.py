@@ -16,6 +16,7 @@ types; unknown keys are an error naming them.
 from __future__ import annotations
 
 import dataclasses
+import importlib
 import json
 import math
 import sys
@@ -173,9 +174,22 @@ def config_to_toml(exp: Experiment, config) -> str:
     return "\n".join(lines) + "\n"
 
 
+@dataclasses.dataclass(frozen=True)
+class Deferred:
+    """The function ``name`` of the module ``module``, imported when first called: an experiment's
+    entry (``configs/<name>.py``) names its ``compute`` and ``figures`` so, and listing or printing
+    ``--help`` imports none of the computation (JAX among it)."""
+
+    module: str
+    name: str
+
+    def __call__(self, *args, **kwargs):
+        return vars(importlib.import_module(self.module))[self.name](*args, **kwargs)
+
+
 def register(experiment: Experiment) -> Experiment:
     """Add ``experiment`` to :data:`REGISTRY` under its name (an error if the name is taken);
-    returns it. Each experiment module calls this once, on import."""
+    returns it. Each experiment's entry (``configs/<name>.py``) calls this once, on import."""
     if experiment.name in REGISTRY:
         raise ValueError(f"experiment '{experiment.name}' is registered twice")
     REGISTRY[experiment.name] = experiment

@@ -1,5 +1,6 @@
 """Helpers shared by the experiments (not experiments themselves): experiments share through this
-module or the library, never by importing each other."""
+module or the library, never by importing each other. Light: the entries (``configs/``) read its
+option vocabularies (:data:`MODELS`, ...), so it imports JAX only inside the functions that use it."""
 
 from __future__ import annotations
 
@@ -11,11 +12,11 @@ import numpy as np
 
 import transformer_pde as tp
 
-from .._lazy import jnp
-
 
 def circle_angles(x):
     """Angles in (−π, π] of tokens on S^1 (shape ``(..., n, 2)``)."""
+    import jax.numpy as jnp  # here: the entries (configs/) read this module's names without JAX
+
     return jnp.arctan2(x[..., 1], x[..., 0])
 
 

@@ -21,51 +21,18 @@ bootstrap intervals (:func:`transformer_pde.statistics.fit_log_law`), against th
 and the growth rate of ln|δ| inside the phase (a least-squares slope per run, median over runs)
 against λ.
 """
-
 from __future__ import annotations
 
-import dataclasses
-from typing import Annotated
-
+import diffrax
+import jax
+import jax.numpy as jnp
 import numpy as np
-from annotated_types import Ge, Gt, Interval
 
 import transformer_pde as tp
 
-from .._lazy import diffrax, jax, jnp
 from ..runs.result import Result, grid
-from ._base import Experiment, register
 from ._common import pid
-from ._options import Options, sizes
-
-
-@dataclasses.dataclass(frozen=True)
-class BipodalConfig(Options):
-    a: float = 0.0
-    """K = diag(a, b): the weaker axis."""
-    b: float = 2.0
-    """K = diag(a, b): the stronger axis (b > a; γ* = b)."""
-    ns: tuple[int, ...] = (16, 32, 64, 128, 256)
-    """Token counts n (>= 4); the full law of the issue: 16,32,...,4096."""
-    seeds: Annotated[int, Ge(2)] = 12
-    """Independent uniform starts per n."""
-    t1: Annotated[float, Gt(0)] = 250.0
-    """End of each run; it should pass the merge of the two clusters."""
-    saves: Annotated[int, Ge(10)] = 2001
-    """Equally spaced saves of (R₁, R₂, δ) on [0, t1]: the time resolution of the phase."""
-    eps: Annotated[float, Interval(gt=0, lt=0.5)] = 0.05
-    """Detection threshold ε of R₂ >= 1 − ε and R₁ <= 1 − ε."""
-    rtol: Annotated[float, Interval(gt=0, lt=1)] = 1e-7
-
-    def validate(self):
-        if not self.b > self.a:
-            raise ValueError(f"need b > a (a dominant axis of K = diag(a, b)), got a = {self.a}, b = {self.b}")
-        if any(n < 4 for n in self.ns) or len(self.ns) < 2:
-            raise ValueError(f"ns must list >= 2 token counts, each >= 4, got {self.ns}")
-
-    def footprint(self):
-        return {"attention scores": sizes(self, "seeds", ("max(ns)", max(self.ns)), ("max(ns)", max(self.ns))),
-                "saved statistics": sizes(self, "ns", "seeds", "saves", ("statistics", 3))}
+from .configs.bipodal import BipodalConfig
 
 
 def order_parameters(t, x, args=None):
@@ -192,8 +159,3 @@ def figures(res: Result, cfg: BipodalConfig, out_dir) -> list:
     ax2.legend(fontsize=7)
     fig.suptitle(f"bipodal metastability on S¹: K = diag({cfg.a:g}, {cfg.b:g}), β = 1, {cfg.seeds} seeds per n")
     return [tp.plot.save_figure(fig, out_dir / "bipodal.png")]
-
-
-register(Experiment(
-    "bipodal", "the bipodal phase on S¹ (K = diag(a, b)) lasts C ln n + D: fitted C against 1/(2λ), λ = 2/(e^{2γ*}+1)",
-    BipodalConfig, compute, figures, tiny=dict(ns=(16, 32, 64), seeds=4, t1=120.0, saves=601)))

@@ -9,47 +9,18 @@ metastable clusters around the strong Rényi centers, tokens farther than δ = c
 their expected number among n i.i.d. uniform tokens is (1 − (1 − p)^n)/p with p = σ(B_δ), which
 is Θ(β^{(d−1)/2}) for n large.
 """
-
 from __future__ import annotations
 
-import dataclasses
-from typing import Annotated
-
+import diffrax
+import jax
+import jax.numpy as jnp
 import numpy as np
-from annotated_types import Ge, Gt, Interval
 
 import transformer_pde as tp
 
-from .._lazy import diffrax, jax, jnp
 from ..runs.result import Result, grid
-from ._base import Experiment, register
 from ._common import finish_panel
-from ._options import Options, sizes
-
-
-@dataclasses.dataclass(frozen=True)
-class CausalClusteringConfig(Options):
-    n: Annotated[int, Ge(2)] = 128
-    d: Annotated[int, Ge(2)] = 2
-    range_reasons = {"betas": "the predicted cluster counts scale with √β (Rényi radii c/√β, a fit in log β)"}
-    betas: Annotated[tuple[float, ...], Gt(0)] = (4.0, 9.0, 16.0, 36.0, 64.0)
-    """Inverse temperatures β at which the metastable clusters are counted (at t1)."""
-    seeds: Annotated[int, Ge(1)] = 4
-    t1: Annotated[float, Gt(0)] = 200.0
-    """time at which metastable clusters are counted"""
-    dt: Annotated[float, Gt(0)] = 0.1
-    c_low: float = 3.0
-    """Parking radius δ = c_low/√β of the blog code: the higher count of Rényi centers."""
-    c_high: float = 4.4
-    """parking radii δ = c/√β of the blog code (c_high gives the lower count)"""
-    threshold: Annotated[float, Interval(ge=-1, lt=1)] = 0.9995
-    beta_long: float = 1.0
-    """β of the long run (t_long) in which every token reaches x_1(0)."""
-    t_long: Annotated[float, Gt(0)] = 100.0
-    """a run long enough to reach the limit x_1(0) (small β)"""
-
-    def footprint(self):
-        return {"attention scores": sizes(self, "n", "n")}  # one run at a time, dense causal scores
+from .configs.causal_clustering import CausalClusteringConfig
 
 
 def compute(cfg: CausalClusteringConfig, progress: bool = False) -> Result:
@@ -136,9 +107,3 @@ def figures(res: Result, cfg: CausalClusteringConfig, out_dir) -> list:
     ax.set_title(f"β={cfg.beta_long:g}: all tokens go to x_1(0)")
     ax.grid(alpha=0.3)
     return [tp.plot.save_figure(fig, out_dir / "causal_clustering.png")]
-
-
-register(Experiment(
-    "causal-clustering", "causal SA: tokens go to x_1(0); metastable clusters vs β and the Rényi-parking count",
-    CausalClusteringConfig, compute, figures,
-    tiny=dict(n=32, betas=(4.0, 36.0), seeds=2, t1=40.0, dt=0.25, t_long=40.0)))

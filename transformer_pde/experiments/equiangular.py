@@ -14,52 +14,19 @@ n-token system and the scalar ODE (for the gap u = 1 − ρ, accurate however sm
 with the same adaptive solver and reports the largest deviation over all pairs and times,
 and the late-time decay rates of the gap.
 """
-
 from __future__ import annotations
 
-import dataclasses
-from typing import Annotated, Literal
-
+import diffrax
+import jax
+import jax.numpy as jnp
 import numpy as np
-from annotated_types import Ge, Gt
 
 import transformer_pde as tp
 
-from .._lazy import diffrax, jax, jnp
 from ..runs.result import Result
-from ._base import Experiment, register
-from ._common import MODELS, finish_panel, model_dynamics, pid
-from ._options import Options, sizes
+from ._common import finish_panel, model_dynamics, pid
 from ._progress import solver_meter
-
-
-@dataclasses.dataclass(frozen=True)
-class EquiangularConfig(Options):
-    n: int = 16
-    d: int = 16
-    betas: tuple[float, ...] = (0.5, 1.0, 4.0)
-    """Inverse temperatures β, any real numbers (the reduced ODE holds for β < 0, repulsive
-    attention, too); each runs every model of ``models`` against the reduced ODE."""
-    models: tuple[Literal["SA", "USA"], ...] = MODELS
-    """The models run: ``SA`` alone runs the published setting (n = d = 128, β up to 9), where
-    USA's rate 2e^β makes its solve stiff."""
-    rho0: float = 0.0
-    """Common initial inner product, in [−1/(n−1), 1); 0 = orthogonal tokens."""
-    t1: Annotated[float, Gt(0)] = 10.0
-    num_saves: Annotated[int, Ge(2)] = 101
-    rtol: Annotated[float, Gt(0)] = 1e-8
-    """Relative tolerance of both adaptive solves (Tsit5 with a PID controller)."""
-    seed: int = 0
-
-    def validate(self):
-        if self.n < 2 or self.d < self.n:
-            raise ValueError(f"equiangular starts need n >= 2 and d >= n, got n={self.n}, d={self.d}")
-        if not -1.0 / (self.n - 1) - 1e-12 <= self.rho0 < 1:
-            raise ValueError(f"rho0 must lie in [-1/(n-1), 1) = [{-1 / (self.n - 1):.4g}, 1), "
-                             f"got {self.rho0}")
-
-    def footprint(self):
-        return {"pair statistics of the saves": sizes(self, "betas", "models", "num_saves", "n", "n")}
+from .configs.equiangular import EquiangularConfig
 
 
 def _controller(cfg, dtype):
@@ -140,8 +107,3 @@ def figures(res: Result, cfg: EquiangularConfig, out_dir) -> list:
         for ax in axs[r]:
             finish_panel(ax, legend=7, xlabel="t")
     return [tp.plot.save_figure(fig, out_dir / "equiangular.png")]
-
-
-register(Experiment(
-    "equiangular", "orthogonal starts (d >= n) against the reduced ODE for the common inner product, SA/USA",
-    EquiangularConfig, compute, figures, tiny=dict(n=6, d=6, betas=(1.0, 3.0), t1=8.0, num_saves=33)))

@@ -41,72 +41,24 @@ L = 32 (the fitted controls are large), Monte Carlo (n = 1024) within twice its 
 1 → 2 fit ends at 0.5577287797 (L = 4) and 0.5577287803 (L = 32) against the bound
 0.5577287816 (2e-9 below it: W₂'s accuracy at a singular covariance).
 """
-
 from __future__ import annotations
 
-import dataclasses
 import math
-from typing import Annotated
 
+import diffrax
+import jax
+import jax.numpy as jnp
 import numpy as np
-from annotated_types import Ge, Gt
+import optax
 
 import transformer_pde as tp
 
-from .._lazy import diffrax, jax, jnp, optax
 from ..runs.result import Result
-from ._base import Experiment, register
-from ._options import Options, format_value, sizes
+from ._options import format_value
 from ._progress import progress_bar
+from .configs.gaussian_control import GaussianControlConfig
 
 CONTROLS = ("Q", "K", "V", "W", "b")
-
-
-@dataclasses.dataclass(frozen=True)
-class GaussianControlConfig(Options):
-    dims: Annotated[tuple[int, ...], Ge(1)] = (2, 4)
-    """Dimensions d of the Gaussians."""
-    depths: Annotated[tuple[int, ...], Ge(1)] = (4, 32)
-    """Numbers of layers L (piecewise-constant pieces of the controls on [0, T]); each (d, L)
-    compiles its own fit (most of a run's time), hence two depths by default."""
-    targets: Annotated[int, Ge(1)] = 3
-    """Random same-rank targets per dimension."""
-    t1: Annotated[float, Gt(0)] = 1.0
-    """Horizon T."""
-    max_step: Annotated[float, Gt(0)] = 1 / 64
-    """Largest Tsit5 step of the fits (each layer gets ⌈T/(L·max_step)⌉ equal steps): at 1/64 the
-    steps' error is far below w2_goal (the report gives W₂ of an adaptive rtol = 1e-12 solve
-    with the fitted controls)."""
-    beta: Annotated[float, Gt(0)] = 1.0
-    """Inverse temperature of the attention."""
-    init_scale: Annotated[float, Gt(0)] = 0.5
-    """Standard deviation of the random initial controls."""
-    iterations: Annotated[int, Ge(1)] = 300
-    """Most L-BFGS iterations per fit (a fit stops earlier once W₂ < w2_stop)."""
-    w2_goal: Annotated[float, Gt(0)] = 1e-8
-    """The distance a same-rank fit must reach (reported as reached or not)."""
-    w2_stop: Annotated[float, Gt(0)] = 1e-11
-    """A fit stops once W₂ is below this."""
-    start_rank: Annotated[int, Ge(1)] = 1
-    """Rank r of the start of the rank-change fit (d = min(dims), target of rank d > r)."""
-    gh_order: Annotated[int, Ge(1)] = 8
-    """Gauss–Hermite nodes per axis of the particle check (order**d weighted particles)."""
-    mc_n: Annotated[int, Ge(2)] = 1024
-    """Monte Carlo particles of the particle check."""
-    seed: int = 0
-
-    def validate(self):
-        if self.start_rank >= min(self.dims):
-            raise ValueError(f"start_rank={self.start_rank} must be below the smallest dimension "
-                             f"{min(self.dims)} (the rank-change fit starts below the target's rank)")
-        if self.gh_order ** max(self.dims) > 10**5:
-            raise ValueError(f"gh_order**max(dims) = {self.gh_order}**{max(self.dims)} particles is too many "
-                             "for the particle check; lower gh_order")
-
-    def footprint(self):
-        n = max(self.mc_n, self.gh_order ** max(self.dims))
-        return {"particle check": sizes(self, ("max(mc_n, gh_order**max(dims))", n), ("max(dims)", max(self.dims))),
-                "fit histories": sizes(self, "dims", "depths", "targets", "iterations")}
 
 
 # ----------------------------------------------------------------------------- the control problem
@@ -387,11 +339,3 @@ def _ellipse(ax, Ellipse, m, S, **kw):
     angle = np.degrees(np.arctan2(U[1, -1], U[0, -1]))
     ax.add_patch(Ellipse(m, 2 * np.sqrt(max(lam[-1], 0)), 2 * np.sqrt(max(lam[0], 0)), angle=angle,
                          fill=False, **kw))
-
-
-register(Experiment(
-    "gaussian-control",
-    "attention + affine feed-forward steer N(m0, S0) to any same-rank Gaussian (W2 < 1e-8); "
-    "a rank change stalls at its bound",
-    GaussianControlConfig, compute, figures,
-    tiny=dict(dims=(2,), depths=(4,), targets=1, iterations=40, gh_order=10, mc_n=256)))

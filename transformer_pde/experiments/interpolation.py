@@ -8,52 +8,21 @@ the mean Sinkhorn divergence S_ε(Φ_T#μ^i, ν^i) (ott-jax, explicit ε) by dif
 through the solver (:func:`flow` pushes the measures, :func:`interpolation_loss` is the loss
 ``tp.fit`` minimizes); the figure shows inputs, outputs and targets, and the loss curve.
 """
-
 from __future__ import annotations
 
-import dataclasses
 import functools
-from typing import Annotated, Literal
 
+import diffrax
+import equinox as eqx
+import jax
+import jax.numpy as jnp
 import numpy as np
-from annotated_types import Ge, Gt
+import optax
 
 import transformer_pde as tp
 
-from .._lazy import diffrax, eqx, jax, jnp, optax
 from ..runs.result import Result
-from ._base import Experiment, register
-from ._options import Options, sizes
-
-
-@dataclasses.dataclass(frozen=True)
-class InterpolationConfig(Options):
-    num_measures: Annotated[int, Ge(1)] = 3
-    """Number N of input measures, each carried to its own target cap."""
-    n: Annotated[int, Ge(2)] = 48
-    """Tokens per measure."""
-    layers: Annotated[int, Ge(1)] = 6
-    """Layers of the Transformer: its parameters are piecewise constant over this many pieces of [0, t1]."""
-    width: Annotated[int, Ge(1)] = 16
-    """Hidden width of the perceptron block."""
-    t1: Annotated[float, Gt(0)] = 3.0
-    substeps: Annotated[int, Ge(1)] = 2
-    """solver steps per layer."""
-    solver: Literal["euler", "heun", "tsit5"] = "heun"
-    """'euler' (the discrete layer-normalized Transformer), 'heun' or 'tsit5'."""
-    epsilon: Annotated[float, Gt(0)] = 0.01
-    """Entropic regularization ε of the Sinkhorn divergence in the loss."""
-    steps: Annotated[int, Ge(1)] = 300
-    """Adam steps of the training."""
-    learning_rate: Annotated[float, Gt(0)] = 0.03
-    """Adam learning rate."""
-    spread: Annotated[float, Gt(0)] = 0.15
-    """Spread of the caps: tokens are normalize(centre + spread · N(0, I))."""
-    seed: int = 0
-
-    def footprint(self):
-        return {"attention scores": sizes(self, "num_measures", "n", "n"),
-                "layer states": sizes(self, "num_measures", "layers", "substeps", "n", "width")}
+from .configs.interpolation import InterpolationConfig
 
 
 def problem(cfg: InterpolationConfig, d: int = 3):
@@ -164,9 +133,3 @@ def figures(res: Result, cfg: InterpolationConfig, out_dir) -> list:
     fig.suptitle(f"measure-to-measure interpolation: {cfg.num_measures} measures, {cfg.layers} layers, "
                  f"perceptron width {cfg.width}")
     return [tp.plot.save_figure(fig, out_dir / "interpolation.png")]
-
-
-register(Experiment(
-    "interpolation", "learn a Transformer mapping input measures to target measures on S^2 (Sinkhorn loss)",
-    InterpolationConfig, compute, figures,
-    tiny=dict(num_measures=2, n=12, layers=3, width=8, substeps=1, steps=60, learning_rate=0.05)))

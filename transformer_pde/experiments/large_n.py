@@ -11,46 +11,19 @@ in minutes. Every save keeps O(n) statistics only:
 * the spread 1 − |x̄| and the largest angle of a token from the mean direction,
 * a fixed random subsample of ``num_plotted`` tokens (for the figure and a cluster count).
 """
-
 from __future__ import annotations
 
-import dataclasses
-from typing import Annotated, Literal
-
+import diffrax
+import jax
+import jax.numpy as jnp
 import numpy as np
-from annotated_types import Ge, Gt, Interval
 
 import transformer_pde as tp
 
-from .._lazy import diffrax, jax, jnp
 from ..runs.result import Result, grid
-from ._base import Experiment, register
 from ._common import kernel_backend
-from ._options import Options, sizes
 from ._progress import solver_meter
-
-
-@dataclasses.dataclass(frozen=True)
-class LargeNConfig(Options):
-    n: Annotated[int, Ge(2)] = 1_000_000
-    beta: float = 1.0
-    t1: Annotated[float, Gt(0)] = 30.0
-    dt: Annotated[float, Gt(0)] = 0.2
-    """layer step: one Euler step is one residual attention layer + normalization."""
-    num_saves: Annotated[int, Ge(2)] = 16
-    backend: Literal["fast", "auto", "exact"] = "fast"
-    """Pair kernel: 'fast' (NUFFT Gaussian sums), 'auto' (fast where predicted cheaper and accurate) or 'exact'."""
-    tol: Annotated[float, Interval(gt=0, lt=1)] = 1e-8
-    """the fast kernel's planned error, relative to the total mass (kernels/backends.py)."""
-    num_plotted: Annotated[int, Ge(1)] = 3000
-    """Size of the fixed random subsample of tokens saved, drawn and counted in clusters."""
-    threshold: Annotated[float, Interval(ge=-1, lt=1)] = 0.999
-    seed: int = 0
-
-    def footprint(self):
-        m = ("min(n, num_plotted)", min(self.n, self.num_plotted))
-        return {"pair statistics of the saved sample": sizes(self, "num_saves", m, m),
-                "tokens": sizes(self, "n", ("d", 3))}
+from .configs.large_n import LargeNConfig
 
 
 def compute(cfg: LargeNConfig, progress: bool = False) -> Result:
@@ -105,8 +78,3 @@ def figures(res: Result, cfg: LargeNConfig, out_dir) -> list:
     fig.suptitle(f"SA on S², n = {cfg.n:,} tokens (β = {cfg.beta:g}, {cfg.backend} kernel, "
                  f"{len(xs[0])} plotted)")
     return [tp.plot.save_figure(fig, out_dir / "large-n.png")]
-
-
-register(Experiment(
-    "large-n", "10^6 tokens on S^2 collapse to one cluster (fast NUFFT kernel, residual layers)",
-    LargeNConfig, compute, figures, tiny=dict(n=2048, t1=16.0, dt=0.5, num_saves=5, num_plotted=200)))

@@ -34,71 +34,23 @@ t = 10⁴ … 10⁷). Such a run is solved again to the next decade (with ``late
 sorted eigenvalues alone, counted the slowly vanishing ones as rank ⌈d/2⌉ + 1 and the slowly
 settling ones (and a small persisting eigenvalue being passed) as ⌈d/2⌉ − 1.
 """
-
 from __future__ import annotations
 
-import dataclasses
-from typing import Annotated, Literal
-
+import diffrax
+import jax
 import numpy as np
-from annotated_types import Ge, Gt, Interval
 
 import transformer_pde as tp
 
-from .._lazy import diffrax, jax
 from ..runs.result import Result
-from ._base import Experiment, register
-from ._options import Options, sizes
 from ._progress import progress_bar
+from .configs.rank_histograms import RankConfig
 
-VARIANTS = ("softmax", "l2")
 VALUES = ("identity", "spd")
 UNFINISHED = -1
 """Rank code of a run whose solver failed (step budget exhausted, or a blow-up)."""
 UNCONVERGED = -2
 """Rank code of a run with an eigenvalue still shrinking, undecided at ``t_max``."""
-
-
-@dataclasses.dataclass(frozen=True)
-class RankConfig(Options):
-    dims: Annotated[tuple[int, ...], Ge(2)] = (3, 4, 5)
-    """Dimensions d of the covariances."""
-    runs: Annotated[int, Ge(1)] = 100
-    """Initial covariances (and parameter draws) per dimension."""
-    t_long: Annotated[float, Gt(0)] = 1e5
-    """Every run is integrated to t_long; the eigenvalues are read at t_long/100, /10 and 1."""
-    t_max: float = 1e8
-    """Runs undecided at t_long are integrated on to t_max (read at every decade); still
-    undecided there, they are 'unconverged' (rank -2)."""
-    keep_ratio: Annotated[float, Interval(gt=0, lt=1)] = 0.5
-    """An eigenvalue that fell below keep_ratio times its value a decade earlier has vanished."""
-    settle_tol: Annotated[float, Gt(0)] = 0.1
-    """An eigenvalue whose relative change over the last decade is below settle_tol, and no
-    larger than over the decade before, has settled (it persists in the limit)."""
-    rtol: Annotated[float, Gt(0)] = 1e-7
-    late_rtol: Annotated[float, Gt(0)] = 1e-6
-    """Tolerance of the longer solves of runs undecided at t_long: past t ≈ 1e5 Kvaerno5 at
-    rtol = 1e-7 stalls (rounding limits its steps: 80 000 steps short of t = 1e6 for some draws,
-    240 at 1e-6)."""
-    max_steps: int = 50_000
-    """Step budget per solve; runs that exhaust it are reported with rank -1 ('unfinished')."""
-    seed: int = 40
-    variants: tuple[Literal["softmax", "l2"], ...] = VARIANTS
-    """Attention variants: softmax and/or l2."""
-
-    def validate(self):
-        if not self.t_max >= self.t_long:
-            raise ValueError(f"need t_max >= t_long; got t_max={self.t_max}, t_long={self.t_long}")
-
-    @property
-    def decades(self) -> np.ndarray:
-        """The save times: t_long/100, t_long/10, t_long, then every decade up to t_max."""
-        extra = int(np.floor(np.log10(self.t_max / self.t_long) + 1e-9))
-        return self.t_long * 10.0 ** np.arange(-2, extra + 1)
-
-    def footprint(self):
-        d = ("max(dims)", max(self.dims))
-        return {"runs' matrices": sizes(self, "variants", "runs", d, d)}
 
 
 def draw(d: int, runs: int, seed: int):
@@ -270,8 +222,3 @@ def figures(res: Result, cfg: RankConfig, out_dir) -> list:
     fig.suptitle(f"Q ∈ R^{{⌊d/2⌋×d}}, K = −Q: limit ranks ≤ ⌈d/2⌉ (decided by t ≤ {cfg.t_max:g})")
     fig.tight_layout()
     return [tp.plot.save_figure(fig, out_dir / "rank_histograms.png")]
-
-
-register(Experiment(
-    "rank-histograms", "ranks of limit covariances for d=3,4,5 with K=-Q (softmax, L2): always <= ceil(d/2)",
-    RankConfig, compute, figures, tiny=dict(dims=(3, 4), runs=4, t_long=1e4, rtol=1e-6, variants=("softmax",))))

@@ -20,22 +20,17 @@ Limits by the spectrum of V (Q = K = I here; docs: math/attention.md#the-rescale
 * d = 1, V > 0, QK > 0 ("leaders"): P(t) converges to a Boolean matrix whose rows are e_a
   or e_b, a and b the extreme tokens (rank <= 2 generically, <= 3 in general).
 """
-
 from __future__ import annotations
 
-import dataclasses
-from typing import Annotated
-
+import jax
+import jax.numpy as jnp
 import numpy as np
-from annotated_types import Ge, Gt, Interval
 
 import transformer_pde as tp
 
-from .._lazy import jax, jnp
 from ..runs.result import Result
-from ._base import Experiment, register
 from ._common import pid
-from ._options import Options, sizes
+from .configs.rd_spectrum import RdSpectrumConfig
 
 
 def convex_hull_vertices(p) -> np.ndarray:
@@ -62,37 +57,6 @@ def distinct_values(v, tol) -> int:
     """Number of groups of sorted values separated by gaps > tol."""
     v = np.sort(np.asarray(v).ravel())
     return int(1 + np.sum(np.diff(v) > tol))
-
-
-@dataclasses.dataclass(frozen=True)
-class RdSpectrumConfig(Options):
-    n: int = 20
-    d: int = 2
-    box: Annotated[float, Gt(0)] = 5.0
-    """Start: i.i.d. uniform on [−box, box]^d (the authors' set-up,
-    docs: math/attention.md#the-rescaled-model-and-the-spectrum-of-v)."""
-    t1: Annotated[float, Gt(0)] = 10.0
-    top_ratio: Annotated[float, Interval(ge=0, lt=1)] = 0.5
-    """V = diag(1, top_ratio, ...) for the simple-top-eigenvalue case (needs top_ratio < 1)."""
-    n1d: Annotated[int, Ge(2)] = 12
-    """Tokens of the d = 1 'leaders' run."""
-    t1_1d: Annotated[float, Gt(0)] = 8.0
-    """Final time of the d = 1 'leaders' run."""
-    num_saves: Annotated[int, Ge(2)] = 41
-    rtol: Annotated[float, Interval(gt=0, lt=1)] = 1e-8
-    rank_rtol: Annotated[float, Interval(gt=0, lt=1)] = 1e-3
-    """Relative tolerance of the numerical rank of the attention matrix P."""
-    tol: float = 0.1
-    """Distance at which a token counts as at a hull vertex / on a hyperplane."""
-    seed: int = 0
-
-    def validate(self):
-        if self.n < 3 or self.d != 2:
-            raise ValueError(f"rd-spectrum uses d = 2 (hull vertices in the plane) and n >= 3, "
-                             f"got n={self.n}, d={self.d}")
-
-    def footprint(self):
-        return {"attention matrices of the saves": sizes(self, "num_saves", "n", "n")}
 
 
 def _solve(dyn, z0, t1, ts, cfg):
@@ -214,8 +178,3 @@ def figures(res: Result, cfg: RdSpectrumConfig, out_dir) -> list:
     ax.set_xlabel("key j")
     ax.set_ylabel("query i")
     return [tp.plot.save_figure(fig, out_dir / "rd_spectrum.png")]
-
-
-register(Experiment(
-    "rd-spectrum", "unnormalized R^d model, z = e^{-tV}x: polytope, hyperplanes, origin, Boolean leaders",
-    RdSpectrumConfig, compute, figures, tiny=dict(n=12, n1d=8, t1=8.0, t1_1d=6.0, num_saves=9, rtol=1e-6)))
