@@ -101,7 +101,7 @@ def _key(name: str, identity: str, args) -> str:
 
     parts = [
         name, identity,
-        repr([(tuple(a.shape), str(a.dtype), bool(getattr(a, "weak_type", False))) for a in args]),
+        repr([_Aval.of(a) for a in args]),
         _source_digest(),
         repr([(d, _version(d)) for d in TRACED_THROUGH]), sys.version.split()[0],
         repr(sorted((k, repr(v)) for k, v in jax.config.values.items())),
@@ -267,13 +267,12 @@ _KEEP_CALLS = 64
 
 
 class _Aval(tuple):
-    """An array argument as the program sees it: shape, dtype, weak type."""
+    """An array argument as the program sees it: shape, dtype, weak type (an array, a NumPy array
+    or a ``jax.ShapeDtypeStruct``; NumPy's have no weak type). Also what a program's key holds."""
 
     @classmethod
     def of(cls, a):
-        import numpy as np
-
-        return cls((tuple(np.shape(a)), str(a.dtype), bool(getattr(a, "weak_type", False))))
+        return cls((tuple(a.shape), str(a.dtype), bool(getattr(a, "weak_type", False))))
 
 
 class _Slot:
