@@ -250,7 +250,8 @@ def fit_flow(log_target, x0, controls, *, t1, substeps, solver=None, steps=400, 
                   keep=tp.BestIterate())
 
 
-_SOLVERS = {"euler": "Euler", "heun": "Heun", "tsit5": "Tsit5"}
+_SOLVERS = {"euler": diffrax.Euler, "heun": diffrax.Heun, "tsit5": diffrax.Tsit5}
+"""The diffrax solver class of each value of the ``solver`` option."""
 
 
 def activation_function(name: str):
@@ -261,7 +262,7 @@ def activation_function(name: str):
 def compute(cfg: NormalizingFlowConfig, progress: bool = False) -> Result:
     if not cfg.targets:
         raise ValueError("targets must name at least one target")
-    solver = getattr(diffrax, _SOLVERS[cfg.solver])()
+    solver = _SOLVERS[cfg.solver]()
     act = activation_function(cfg.activation)
     flow = dict(t1=cfg.t1, activation=act)
     k_train, k_eval, k_init = jax.random.split(jax.random.key(cfg.seed), 3)

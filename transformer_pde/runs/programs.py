@@ -272,7 +272,11 @@ class _Aval(tuple):
 
     @classmethod
     def of(cls, a):
-        return cls((tuple(a.shape), str(a.dtype), bool(getattr(a, "weak_type", False))))
+        import jax
+
+        # a JAX array (a tracer too) and a ShapeDtypeStruct carry a weak type; NumPy's arrays and scalars none
+        weak = a.weak_type if isinstance(a, (jax.Array, jax.ShapeDtypeStruct)) else False
+        return cls((tuple(a.shape), str(a.dtype), bool(weak)))
 
 
 class _Slot:
