@@ -3,6 +3,8 @@ item 5): traced once, loaded by a later process (0 traces), the same bits as ``e
 keyed by what it maps (a vmap's in_axes, a closure's values); a runtime check still raises its
 message, inside the block and out."""
 
+import functools
+
 import equinox as eqx
 import jax
 import jax.numpy as jnp
@@ -128,3 +130,22 @@ def test_under_a_callers_jit_it_is_inlined_and_checks_raise(store):
         with pytest.raises(Exception, match="x must be >= 0"):
             jax.block_until_ready(eqx.filter_jit(lambda xs: tp.runs.kept(_checked)(xs))(-jnp.ones(2)))
     assert not store.exists()  # traced arguments: nothing kept
+
+
+def _logged(f):
+    @functools.wraps(f)
+    def wrapper(*args):
+        return f(*args)
+
+    return wrapper
+
+
+def test_a_decorated_function_is_kept_as_what_it_computes(store):
+    """A decorator that is no JAX transform (a type checker's wrapper) is accepted; its key holds
+    what it wraps, so another wrapped function is another program."""
+    x = jnp.ones((2, 2))
+    with tp.runs.kept_programs():
+        np.testing.assert_array_equal(np.asarray(tp.runs.kept(_logged(_batched(2.0)))(x)[1]), [[1.0, 2.0]] * 2)
+        third = tp.runs.kept(_logged(_batched(3.0)))(x)
+    assert TRACED == [2.0, 3.0] and len(list(store.iterdir())) == 2
+    np.testing.assert_allclose(np.asarray(third[0]), 2 * np.sin(3.0), rtol=1e-14)

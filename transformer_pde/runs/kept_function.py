@@ -17,10 +17,12 @@ the key would see the function it wraps but not how it maps it (``in_axes``); wr
 from __future__ import annotations
 
 import inspect
+import os
 import types
 from collections.abc import Callable
 
 import equinox as eqx
+import jax
 
 from .._programs import SOLVE_RUNNER
 
@@ -35,7 +37,7 @@ class Kept(eqx.Module):
     jitted: Callable
 
     def __init__(self, fn):
-        if not isinstance(fn, types.FunctionType) or inspect.unwrap(fn) is not fn:
+        if not isinstance(fn, types.FunctionType) or _transformed(fn):
             raise ValueError(f"kept: fn must be a plain function (a def or a lambda; put a jax.vmap or "
                              f"jax.jit of one inside a def, whose code then says how it maps), got "
                              f"{type(fn).__name__} {fn!r}"[:300])
@@ -46,6 +48,20 @@ class Kept(eqx.Module):
         runner = SOLVE_RUNNER.get()
         out = None if runner is None else runner(self.fn, args)
         return self.jitted(*args) if out is None else out
+
+
+def _transformed(fn) -> bool:
+    """Whether ``fn`` is a JAX or Equinox transform of a function (``jax.vmap``, ``jax.jit``,
+    ``eqx.filter_jit``, ...: wrapper code of those libraries); a type checker's wrapper (the
+    jaxtyping hook of the tests) is not, and is keyed by its code and what it wraps."""
+    import equinox
+
+    roots = tuple(os.path.dirname(m.__file__) + os.sep for m in (jax, equinox))
+
+    def transform(layer) -> bool:
+        return not isinstance(layer, types.FunctionType) or layer.__code__.co_filename.startswith(roots)
+
+    return transform(inspect.unwrap(fn, stop=transform))
 
 
 def kept(fn) -> Kept:
