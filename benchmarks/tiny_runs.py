@@ -19,6 +19,7 @@ import argparse
 import json
 import os
 import platform
+import shutil
 import statistics
 import subprocess
 import sys
@@ -47,10 +48,12 @@ def _timed(command: list[str]) -> tuple[float, int]:
     return seconds, done.stderr.count(REFUSED)
 
 
-def measure(names: list[str], repeats: int, work: Path, progress: Path | None = None) -> dict:
+def measure(names: list[str], repeats: int, work: Path, progress: Path | None = None,
+            keep: Path | None = None) -> dict:
     """First and second runs of each experiment, ``repeats`` times, with the 1-minute load average
     before each run (a shared machine's other work shows there); ``progress`` gets the results so
-    far after each experiment (JSON)."""
+    far after each experiment (JSON); ``keep`` the first repeat's saved arrays of both runs
+    (``NAME-first.npz``, ``NAME-second.npz``: the run's ``data.npz``) to compare bitwise."""
     from transformer_pde.experiments import get
 
     results = {}
@@ -66,6 +69,10 @@ def measure(names: list[str], repeats: int, work: Path, progress: Path | None = 
             first.append(seconds)
             load.append(os.getloadavg()[0])
             second.append(_timed(_command(name, config, work / f"{name}-{r}-second", cache))[0])
+            if keep is not None and r == 0:
+                keep.mkdir(parents=True, exist_ok=True)
+                for run in ("first", "second"):
+                    shutil.copyfile(work / f"{name}-{r}-{run}" / "data.npz", keep / f"{name}-{run}.npz")
         results[name] = {"first": first, "second": second, "refused": refused, "load": load,
                          "utc": time.strftime("%H:%M", time.gmtime())}
         print(f"{name}: first {first}, second {second}, refused {refused}, load {load}", file=sys.stderr, flush=True)
@@ -91,6 +98,8 @@ def main(argv=None) -> dict:
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--only", default=None, help="comma-separated experiment names (default: all)")
     p.add_argument("--out", type=Path, required=True)
+    p.add_argument("--keep", type=Path, default=None,
+                   help="folder for each experiment's saved arrays of both runs (to compare them bitwise)")
     args = p.parse_args(argv)
     if args.repeats < 1:
         p.error(f"--repeats must be at least 1, got {args.repeats}")
@@ -99,7 +108,7 @@ def main(argv=None) -> dict:
     names = sorted(REGISTRY) if args.only is None else args.only.split(",")
     args.out.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="tiny-runs-") as work:
-        results = measure(names, args.repeats, Path(work), args.out / "tiny_runs.partial.json")
+        results = measure(names, args.repeats, Path(work), args.out / "tiny_runs.partial.json", args.keep)
     meta = {"machine": f"{platform.machine()} {platform.processor() or ''}".strip(), "cpus": os.cpu_count(),
             "python": platform.python_version(), "repeats": args.repeats,
             "command": "python -m transformer_pde.cli run NAME --config TINY.toml --out OUT "

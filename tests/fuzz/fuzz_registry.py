@@ -703,6 +703,8 @@ REGISTRY: list[Entry] = [
            Param("compiler_options", bad=("str",))), covers=("runs.program_key",)),
     Entry("runs.call_kept", tp.runs.call_kept, lambda: dict(fn=_program_to_lower, args=(2.0, X.copy())),
           (Param("fn", bad=OBJECT), Param("args", bad=OBJECT))),
+    Entry("runs.kept", tp.runs.kept, lambda: dict(fn=_program_to_lower), (Param("fn", bad=OBJECT),),
+          covers=("runs.Kept",)),
     Entry("runs.finite_by_construction", tp.runs.finite_by_construction, lambda: dict(arrays=[X.copy()]),
           (Param("arrays", bad=OBJECT),)),
     Entry("runs.raise_if_nonfinite", tp.runs.raise_if_nonfinite,

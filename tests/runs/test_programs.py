@@ -318,20 +318,60 @@ def test_nothing_is_kept_with_the_compile_cache_off(calls, monkeypatch):
     assert not calls.exists()
 
 
-def _checked_logged(x):
-    _Log.traced.append("checked")
-    return eqx.error_if(x, jnp.any(x < 0), "x must be >= 0")
+def _printed_logged(x):
+    _Log.traced.append("printed")
+    jax.debug.callback(lambda v: None, x)  # a host callback that is no check
+    return x
 
 
 def test_a_program_with_a_host_callback_is_marked_and_left_to_the_caller(calls):
     """``call_kept`` runs nothing and returns None (the caller runs it under its own jit); the mark
     it leaves spares a later process the export's trace."""
     x = jnp.arange(3.0)
-    assert programs.call_kept(_checked_logged, (x,)) is None
-    assert TRACED == ["checked"] and [p.suffix for p in calls.iterdir()] == [".refused"]
-    assert programs.call_kept(_checked_logged, (x,)) is None and TRACED == ["checked"]
+    assert programs.call_kept(_printed_logged, (x,)) is None
+    assert TRACED == ["printed"] and [p.suffix for p in calls.iterdir()] == [".refused"]
+    assert programs.call_kept(_printed_logged, (x,)) is None and TRACED == ["printed"]
     _new_call_process()
-    assert programs.call_kept(_checked_logged, (x,)) is None and TRACED == ["checked"]
+    assert programs.call_kept(_printed_logged, (x,)) is None and TRACED == ["printed"]
+
+
+def _checked_logged(x):
+    _Log.traced.append("checked")
+    y = eqx.error_if(x, jnp.any(x < 0), "x must be >= 0")
+    return jax.vmap(lambda r: eqx.error_if(2 * r, r > 10, "x must be <= 10 {here}"))(y)
+
+
+def test_a_program_with_runtime_checks_is_kept_and_raises_their_messages_after_it(calls):
+    """The checks (eqx.error_if) are reported as values: the program is kept (loaded by a later
+    process, no trace), its numbers are filter_jit's, and a failed check raises its own message,
+    the first that fails, also from the loaded program."""
+    x = jnp.arange(3.0)
+    plain = eqx.filter_jit(_checked_logged)(x)
+    TRACED.clear()
+    first = programs.call_kept(_checked_logged, (x,))
+    assert [p.suffix for p in calls.iterdir()] == [".jaxcall"] and TRACED == ["checked"]
+    _new_call_process()
+    second = programs.call_kept(_checked_logged, (x,))
+    assert TRACED == ["checked"]  # loaded, not traced
+    np.testing.assert_array_equal(np.asarray(first), np.asarray(plain))
+    np.testing.assert_array_equal(np.asarray(second), [0.0, 2.0, 4.0])
+    for bad, message in (([-1.0, 11.0, 0.0], "x must be >= 0"), ([1.0, 11.0, 0.0], "x must be <= 10 {here}")):
+        with pytest.raises(eqx.EquinoxRuntimeError, match=re.escape(message)):
+            eqx.filter_jit(_checked_logged)(jnp.asarray(bad))
+        with pytest.raises(eqx.EquinoxRuntimeError, match=re.escape(message)):
+            programs.call_kept(_checked_logged, (jnp.asarray(bad),))
+    assert TRACED == ["checked"]
+
+
+def test_checks_reported_inside_leave_the_plain_programs_checks(calls):
+    """A jitted function traced while a program's checks are reported (its own trace cached apart)
+    still raises through its own check when called plainly afterwards."""
+    inner = eqx.filter_jit(lambda x: eqx.error_if(x, jnp.any(x < 0), "inner: x must be >= 0"))
+    x = jnp.arange(3.0)
+    np.testing.assert_array_equal(np.asarray(programs.call_kept(lambda v: inner(v) + 1, (x,))), [1.0, 2.0, 3.0])
+    np.testing.assert_array_equal(np.asarray(inner(x)), [0.0, 1.0, 2.0])
+    with pytest.raises(eqx.EquinoxRuntimeError, match="inner: x must be >= 0"):
+        inner(-x - 1)
 
 
 def _scaled_by(c):

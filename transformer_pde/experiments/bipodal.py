@@ -88,8 +88,11 @@ def run_size(cfg: BipodalConfig, n: int):
         return tp.solve(tp.Sphere(attn), x0, t1=cfg.t1, dt0=0.05, stepsize_controller=pid(cfg.rtol, x0.dtype),
                         max_steps=200_000, saveat=diffrax.SaveAt(ts=ts, fn=order_parameters)).stats
 
+    def seeds(keys):
+        return jax.vmap(one)(keys)
+
     keys = jax.random.split(jax.random.key(n), cfg.seeds)
-    return np.asarray(jax.jit(jax.vmap(one))(keys))
+    return np.asarray(tp.runs.kept(seeds)(keys))
 
 
 def compute(cfg: BipodalConfig, progress: bool = False) -> Result:

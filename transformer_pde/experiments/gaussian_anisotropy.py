@@ -148,7 +148,10 @@ def _solve_batch(attns, covs0, t1s, tss, cfg):
                              event=tp.BlowUp(cfg.tol_high), throw=False)
         return sol.covs, sol.final_cov, sol.final_time, sol.blowup_time, sol.succeeded
 
-    out = jax.vmap(one)(stacked, jnp.asarray(covs0), jnp.asarray(t1s), jnp.asarray(tss))
+    def batch(stacked, covs0, t1s, tss):
+        return jax.vmap(one)(stacked, covs0, t1s, tss)
+
+    out = tp.runs.kept(batch)(stacked, jnp.asarray(covs0), jnp.asarray(t1s), jnp.asarray(tss))
     return [np.asarray(o) for o in out]
 
 

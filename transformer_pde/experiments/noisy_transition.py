@@ -84,8 +84,10 @@ def particle_sweeps(cfg, d, betas, Ks, key):
     x0 = jax.random.normal(k0, (B, cfg.seeds, cfg.n, d))
     x0 = x0 / jnp.linalg.norm(x0, axis=-1, keepdims=True)
     keys = jax.random.split(k1, (B, cfg.seeds))
-    run = jax.vmap(jax.vmap(one, in_axes=(None, None, 0, 0)), in_axes=(0, 0, 0, 0))
-    return np.asarray(jax.jit(run)(jnp.asarray(betas, jnp.float64), jnp.asarray(Ks), keys, x0))
+    def run(betas, Ks, keys, x0):
+        return jax.vmap(jax.vmap(one, in_axes=(None, None, 0, 0)), in_axes=(0, 0, 0, 0))(betas, Ks, keys, x0)
+
+    return np.asarray(tp.runs.kept(run)(jnp.asarray(betas, jnp.float64), jnp.asarray(Ks), keys, x0))
 
 
 def sphere_branches(cfg) -> dict:

@@ -35,9 +35,9 @@ def compute(cfg: RandomHeadsConfig, progress: bool = False) -> Result:
                                  cfg.drift_samples)
     bar.update(2)
     # 2. weak error, chain vs SDE at s1
-    sde_x = jax.lax.map(lambda k: runs.sde(k, heads, x0, cfg.s1, cfg.s1 / cfg.sde_steps,
-                                         num_nodes=cfg.sde_nodes)[-1],
-                        jax.random.split(k_sde, cfg.sde_paths), batch_size=256)
+    sde_x = tp.runs.kept(lambda keys: jax.lax.map(
+        lambda k: runs.sde(k, heads, x0, cfg.s1, cfg.s1 / cfg.sde_steps, num_nodes=cfg.sde_nodes)[-1],
+        keys, batch_size=256))(jax.random.split(k_sde, cfg.sde_paths))
     m_sde = np.asarray(tp.diagnostics.mean_overlap(sde_x))
     bar.update()
     depths = np.asarray(cfg.depths)
@@ -65,8 +65,8 @@ def compute(cfg: RandomHeadsConfig, progress: bool = False) -> Result:
         hd = tp.GaussianHeads(int(d), beta=cfg.logistic_beta, sigma_A=float(d) ** -0.5)
         y0 = tp.uniform_sphere(jax.random.fold_in(k_log, 100 + i), cfg.logistic_n, int(d))
         keys = jax.random.split(jax.random.fold_in(k_log, i), cfg.logistic_paths)
-        xs = jax.vmap(lambda k, hd=hd, y0=y0: runs.diffusive_chain(k, hd, y0, cfg.logistic_s1, cfg.logistic_layers,
-                                                   save_every=cfg.logistic_layers // 10))(keys)
+        xs = tp.runs.kept(lambda keys, hd=hd, y0=y0: jax.vmap(lambda k: runs.diffusive_chain(
+            k, hd, y0, cfg.logistic_s1, cfg.logistic_layers, save_every=cfg.logistic_layers // 10))(keys))(keys)
         m = np.asarray(tp.diagnostics.mean_overlap(xs))
         m_log.append(m.mean(0))
         se_log.append(m.std(0, ddof=1) / np.sqrt(m.shape[0]))

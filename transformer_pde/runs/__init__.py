@@ -23,10 +23,14 @@ idea per module:
   (``jax.export``), so a second run neither traces nor compiles; keyed by what the program
   computes and checked against its key and payload hash on load; :func:`kept_programs`, in which
   :func:`run_experiment` computes: every concrete ``tp.solve`` keeps its program
-  (:func:`call_kept`).
+  (:func:`call_kept`);
+* :mod:`.kept_function`: :class:`Kept` (:func:`kept`), an experiment's own jitted (vmapped) function,
+  its program kept as a solve's is;
+* :mod:`.reported_checks`: a kept program's runtime checks (``eqx.error_if``) reported as values
+  and raised after it with their messages, so that a program holding them can be kept.
 
 Importing this package does not import JAX: :func:`solve_checkpointed` and
-:func:`run_fingerprint` load :mod:`.chunked` on first use, :class:`NonFiniteRun` and
+:func:`run_fingerprint` load :mod:`.chunked` on first use, :class:`Kept` :mod:`.kept_function`, :class:`NonFiniteRun` and
 :func:`raise_if_nonfinite` :mod:`.nonfinite`.
 """
 
@@ -52,9 +56,10 @@ from .signals import SignalReceived, stop_on_signals
 
 if TYPE_CHECKING:
     from .chunked import run_fingerprint, solve_checkpointed
+    from .kept_function import Kept, kept
     from .nonfinite import NonFiniteRun, raise_if_nonfinite
 
-_LAZY = {"run_fingerprint": ".chunked", "solve_checkpointed": ".chunked", "NonFiniteRun": ".nonfinite",
+_LAZY = {"Kept": ".kept_function", "kept": ".kept_function", "run_fingerprint": ".chunked", "solve_checkpointed": ".chunked", "NonFiniteRun": ".nonfinite",
          "raise_if_nonfinite": ".nonfinite"}
 
 
@@ -70,7 +75,7 @@ def __dir__():
     return sorted(set(globals()) | set(_LAZY))
 
 
-__all__ = ["DEFAULT_EVERY", "Checkpoint", "FailedRun", "InterruptedRun", "NonFiniteRun", "Result", "SignalReceived",
-           "call_kept", "finite_by_construction", "grid", "kept_programs",
+__all__ = ["DEFAULT_EVERY", "Checkpoint", "FailedRun", "InterruptedRun", "Kept", "NonFiniteRun", "Result", "SignalReceived",
+           "call_kept", "finite_by_construction", "grid", "kept", "kept_programs",
            "load_run", "lower_program", "program_key", "raise_if_nonfinite", "redraw", "run_experiment", "run_fingerprint", "run_info",
            "solve_checkpointed", "stop_on_signals", "unit_row_tolerance", "unit_rows_by_construction"]

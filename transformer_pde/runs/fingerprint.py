@@ -157,6 +157,8 @@ class _Fingerprint:
                 if wrapped is not fn:  # a decorator's wrapper (a runtime type checker): what it wraps
                     self.add(wrapped, f"{name} (wrapped)")
                 else:
+                    # its code too: two lambdas of one function share a name
+                    self._add_code(fn.__code__, name)
                     self._add_cells(fn, name)
             return
         self._add_code(fn.__code__, name)

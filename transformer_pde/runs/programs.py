@@ -23,8 +23,9 @@ it on; ``--compile-cache off`` turns both off), in ``<cache>/programs``, written
 Each file carries its key and the SHA-256 of its payload, both checked when it is loaded: a
 file copied over another key's, edited, truncated or not a regular file is never run; it is
 traced again and replaced. A program holding a host callback (a runtime
-check, ``eqx.error_if``) cannot be serialized: it is lowered as before and not kept, as JAX's
-compilation cache does not keep its executable.
+check, ``eqx.error_if``) cannot be serialized: :func:`lower_program` lowers it as before and does
+not keep it, as JAX's compilation cache does not keep its executable; :func:`call_kept` reports
+its checks as values instead (:mod:`.reported_checks`) and keeps it.
 """
 
 from __future__ import annotations
@@ -201,6 +202,10 @@ def kept_programs():
     traced. :func:`~transformer_pde.runs.run_experiment` computes every experiment in it."""
     from .._programs import SOLVE_RUNNER
 
+    if program_dir() is not None:
+        from .reported_checks import prepare_reporting
+
+        prepare_reporting()
     token = SOLVE_RUNNER.set(call_kept if program_dir() is not None else None)
     try:
         yield
@@ -218,13 +223,20 @@ def call_kept(fn, args: tuple):
     and shapes (or another static part with the same key) runs the same compiled program. Both
     the first run and later ones run the exported program, so their numbers are the same bits.
 
+    The program's runtime checks (``eqx.error_if``, host callbacks, which ``jax.export`` cannot
+    serialize) are reported as values (:mod:`.reported_checks`): a failed one raises
+    ``eqx.EquinoxRuntimeError`` with its message after the program ran.
+
     Returns None, having run nothing, when the program cannot be kept (the compilation cache off,
     traced or multi-device arrays, a static part that cannot be identified or hashed, a program
-    holding a host callback, which ``jax.export`` cannot serialize, an output that cannot be
-    pickled): the caller then runs ``fn`` itself. A program refused for a host callback leaves a
-    ``<key>.refused`` mark, so a later process does not trace it twice."""
+    holding a host callback that is no check, or a check inside a vmapped while loop, which
+    ``checkify`` cannot report, an output that cannot be pickled): the caller then runs ``fn``
+    itself. A program export refused leaves a ``<key>.refused`` mark, so a later process does not
+    trace it twice."""
     import equinox as eqx
     import jax
+
+    from .reported_checks import raise_reported
 
     if not callable(fn):
         raise ValueError(f"call_kept: fn must be a function, got {type(fn).__name__} {fn!r}"[:300])
@@ -253,6 +265,9 @@ def call_kept(fn, args: tuple):
         return None
     call, skeleton = entry
     outputs = call(*arrays)
+    if isinstance(skeleton, _Reported):  # its checks reported as values: raised now, as they would have
+        raise_reported(outputs[-2], outputs[-1], skeleton.messages)
+        outputs, skeleton = outputs[:-2], skeleton.skeleton
     return jax.tree.map(lambda v: outputs[v.index] if isinstance(v, _Slot) else v, skeleton,
                         is_leaf=lambda v: isinstance(v, _Slot))
 
@@ -292,6 +307,20 @@ class _Slot:
         return hash(("slot", self.index))
 
 
+class _Reported:
+    """A kept program's output skeleton when the program reports its runtime checks as values
+    (:mod:`.reported_checks`): its last two outputs say whether one failed and which of
+    ``messages``."""
+
+    def __init__(self, skeleton, messages: tuple):
+        self.skeleton, self.messages = skeleton, messages
+
+
+def _outputs_of(kept):
+    """The output skeleton of a kept program's pickled part."""
+    return kept.skeleton if isinstance(kept, _Reported) else kept
+
+
 def _kept_call(fn, treedef, spec, arrays, directory: Path):
     """(jitted program, output skeleton) of ``fn`` on ``arrays``: loaded from ``directory``, or
     traced, exported and kept there; None when it cannot be kept."""
@@ -327,6 +356,8 @@ def _export_call(fn, treedef, spec, arrays, path: Path, key: str):
     import equinox as eqx
     import jax
 
+    from .reported_checks import reporting
+
     skeleton = []
 
     def flat(*traced):
@@ -338,22 +369,27 @@ def _export_call(fn, treedef, spec, arrays, path: Path, key: str):
                                                       for v in leaves])]
         return [v for v in leaves if eqx.is_array(v)]
 
+    # traced once, its eqx.error_if checks reported as values (raised after it runs): a program
+    # holding them is kept too; a program with no check reports none
+    program, messages = reporting(flat)
     try:
-        exported = jax.export.export(jax.jit(flat))(*arrays)
-    except NotImplementedError as e:  # a host callback (a runtime check) cannot be serialized
-        if "host_callbacks" in str(e):
-            _save(path.with_suffix(".refused"), key, b"")
+        exported = jax.export.export(jax.jit(program))(*arrays)
+    except Exception:  # noqa: BLE001 - a host callback of another kind (which cannot be serialized), a
+        # check checkify cannot carry (in a vmapped while loop), anything else export refuses: the
+        # caller traces as before, and a later process does not try again (the key fixes the outcome)
+        _save(path.with_suffix(".refused"), key, b"")
         return None
-    except Exception:  # noqa: BLE001 - anything else export refuses: the caller traces as before
-        return None
+    kept = _Reported(skeleton[0], tuple(messages))
     try:
-        tree = pickle.dumps(skeleton[0])
-        if jax.tree.structure(pickle.loads(tree)) != jax.tree.structure(skeleton[0]):
+        tree = pickle.dumps(kept)
+        loaded = pickle.loads(tree)
+        if (jax.tree.structure(_outputs_of(loaded)) != jax.tree.structure(_outputs_of(kept))
+                or isinstance(loaded, _Reported) and loaded.messages != kept.messages):
             return None
     except Exception:  # noqa: BLE001 - an output pickle cannot hold as itself is not kept
         return None
     _save(path.with_suffix(".jaxcall"), key, f"{len(tree)}\n".encode() + tree + exported.serialize())
-    return jax.jit(exported.call), skeleton[0]
+    return jax.jit(exported.call), kept
 
 
 def _load_call(path: Path, key: str):
