@@ -20,6 +20,11 @@ Measured: the phase length for each n and seed, the fit length ≈ C ln n + D ov
 bootstrap intervals (:func:`transformer_pde.statistics.fit_log_law`), against the predicted C;
 and the growth rate of ln|δ| inside the phase (a least-squares slope per run, median over runs)
 against λ.
+
+**Kernel.** The exact O(n²) kernel up to ``fast_from`` tokens, the NUFFT Gaussian sum
+(``tp.kernels.Fast(tol=fast_tol)``, the scores Kx live in R²) from there on: the default full law
+n = 2⁴ … 2¹² then runs in minutes on two cores (benchmarks/README.md, "Bipodal metastability"),
+and at n = 1024 and 2048 the two kernels detect the same phase to one save.
 """
 from __future__ import annotations
 
@@ -78,9 +83,19 @@ def uniform_circle(key, n: int, dtype=None):
     return jnp.stack([jnp.cos(theta), jnp.sin(theta)], axis=1)
 
 
+def backend(cfg: BipodalConfig, n: int):
+    """The kernel for n tokens: exact below ``cfg.fast_from``, the NUFFT sum (error ``cfg.fast_tol``
+    of the total mass) from there on. Planned for |x| <= 1: ``tp.Sphere`` shows its attention the
+    normalized tokens at every Runge–Kutta stage."""
+    if n >= cfg.fast_from:
+        return tp.kernels.Fast(tol=cfg.fast_tol, radius=1.0)
+    return tp.kernels.Exact()
+
+
 def run_size(cfg: BipodalConfig, n: int):
     """(R₁, R₂, δ) at the saves for ``cfg.seeds`` uniform starts of n tokens, shape (seeds, saves, 3)."""
-    attn = tp.SoftmaxAttention(jnp.eye(2), jnp.diag(jnp.asarray([cfg.a, cfg.b])), jnp.eye(2), 1.0)
+    attn = tp.SoftmaxAttention(jnp.eye(2), jnp.diag(jnp.asarray([cfg.a, cfg.b])), jnp.eye(2), 1.0,
+                               backend=backend(cfg, n))
     ts = jnp.linspace(0.0, cfg.t1, cfg.saves)
 
     def one(key):
