@@ -134,6 +134,15 @@ def h2(c, ref, s):
     return np.asarray(sh.negative_sobolev(c, ref, s))
 
 
+def bias_over_mean_square(c, ref, dist, s):
+    """bias² = ‖mean_s μ̂_s − ref‖² − var/S over the mean square distance, per save: c ``(S, T, ...)``,
+    ref ``(T, ...)``, dist ``(T, S)``."""
+    seeds = c.shape[0]
+    pooled = np.asarray(c).mean(0)
+    var = np.sum(h2(c, pooled[None], s) ** 2, 0) / (seeds - 1)
+    return (h2(pooled, ref, s) ** 2 - var / seeds) / np.mean(dist ** 2, 1)
+
+
 def fit_rows(ns, dist, ts, tail, s_fit):
     rows = []
     for j, t in enumerate(ts):
@@ -156,11 +165,14 @@ def run_case(name, a, ts, ns, tail):
         refs.append(r)
     pde_s = time.perf_counter() - t0
     ref_c = np.concatenate([np.asarray(jax.lax.complex(r.solution.xs[:, 0], r.solution.xs[:, 1])) for r in refs])
+    c0 = tp.SphereDensity(rho0, degree=a.degree).coefficients  # ρ0's own, for the starts at t = 0
+    ref0 = np.asarray(jax.lax.complex(c0[0], c0[1]))[None]
     exact = tp.Sphere(attention.identity(3, a.beta, backend=tp.kernels.Exact()))
     fast = tp.Sphere(attention.identity(3, a.beta, backend=tp.kernels.Fast(tol=a.fast_tol)))
     dist = np.zeros((len(ts), len(ns), a.seeds))
     plain = np.zeros_like(dist)
     bias = np.zeros((len(ts), len(ns)))
+    dist0, bias0 = np.zeros((1, len(ns), a.seeds)), np.zeros(len(ns))  # the same starts at t = 0
     fast_rows, step_check, seconds = [], None, []
     for i, n in enumerate(ns):
         t1 = time.perf_counter()
@@ -169,9 +181,10 @@ def run_case(name, a, ts, ns, tail):
         c, c_plain = particle_coefficients(dyn, x0s, ws, jnp.asarray(ts), sigma, a, a.degree, int(n))
         dist[:, i] = h2(c, ref_c[None], a.s).T
         plain[:, i] = h2(c_plain, ref_c[None], a.s).T
-        pooled = np.asarray(c).mean(0)
-        var = np.sum(h2(c, pooled[None], a.s) ** 2, 0) / (a.seeds - 1)
-        bias[:, i] = (h2(pooled, ref_c, a.s) ** 2 - var / a.seeds) / np.mean(dist[:, i] ** 2, 1)
+        bias[:, i] = bias_over_mean_square(c, ref_c, dist[:, i], a.s)
+        start = coefficients(x0s[:, None], ws, a.degree)
+        dist0[:, i] = h2(start, ref0[None], a.s).T
+        bias0[i] = bias_over_mean_square(start, ref0, dist0[:, i], a.s)[0]
         if i == 0 and sigma == 0.0:  # Tsit5's step error: the same seeds at h/2
             half = coefficients(noiseless(dyn, x0s, ws, jnp.asarray(ts), a.dt / 2), ws, a.degree)
             step = h2(c, half, a.s)  # (S, T)
@@ -187,7 +200,8 @@ def run_case(name, a, ts, ns, tail):
         print(f"{name} n={n}: {seconds[-1]:.1f} s, mean distance {dist[:, i].mean(1).round(5).tolist()}", flush=True)
     return {"case": name, "sigma": sigma, "times": fit_rows(ns, dist, ts, tail, a.s),
             "plain_times": fit_rows(ns, plain, ts, tail, a.s) if sigma else None,
-            "bias_over_mean_square": bias.tolist(), "step_check": step_check, "fast_kernel": fast_rows,
+            "bias_over_mean_square": bias.tolist(), "t0": fit_rows(ns, dist0, [0.0], tail, a.s)[0],
+            "bias_over_mean_square_t0": bias0.tolist(), "step_check": step_check, "fast_kernel": fast_rows,
             "pde": [{"t": float(t), "resolution_error": r.resolution_error, "spatial_error": r.spatial_error,
                      "time_error": r.time_error, "mass_error": r.mass_error, "resolved_to_1e-8": r.resolved}
                     for t, r in zip(ts, refs)], "pde_s": pde_s, "seconds_per_n": seconds}, dist, plain
