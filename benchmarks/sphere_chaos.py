@@ -30,6 +30,11 @@ time the slope of log distance against log n is fitted with a bootstrap interval
 (``tp.statistics.fit_rate``); the prediction is −1/2. A bias check: the seeds' pooled coefficients
 against the PDE, bias² = ‖mean_s μ̂_s − ρ̂‖² − var/S, as a fraction of the mean square distance
 (the step, kernel and PDE errors show here; chaos's own bias is O(1/n²) of it).
+The same starts at t = 0 (against ρ0's own coefficients) get the same fit and bias check (``t0``),
+and each time's slope minus the t = 0 slope is fitted with the seeds paired (``minus_t0``: the line
+of the seeds' mean log(d_t / d_0) against ln n, ``tp.statistics.fit_log_law``), which tells what the
+dynamics do to the slope apart from the draw of the starts. ``--paired-from DIR`` adds those paired
+rows to a finished run (DIR/paired.json; the run's own flags; the starts are recomputed and checked).
 
 Coverage of the 95 % interval (``--coverage-reps`` R): at t = 0 the tokens are i.i.d. from ρ0,
 so the whole procedure (same n's, same number of seeds, same degree, same fit) is repeated R
@@ -46,6 +51,12 @@ Larger (the second table in benchmarks/README.md; the coverage study at this siz
 
     python benchmarks/sphere_chaos.py --cases sa,usa-noisy --log2-n-min 8 --log2-n-max 12 --log2-fast 11 \
         --degree 28 --coverage-reps 0 --out benchmarks/results/sphere_chaos
+
+and the same with 64 seeds, one case per process (the third table; seeds 0-15 are the run above's,
+bit for bit), 23 minutes of CPU:
+
+    for c in sa usa-noisy; do python benchmarks/sphere_chaos.py --cases $c --log2-n-min 8 --log2-n-max 12 \
+        --log2-fast 11 --degree 28 --coverage-reps 0 --seeds 64 --out benchmarks/results/sphere_chaos_64seeds/$c; done
 
 The cost of one fast-kernel field evaluation at large n (what n = 2^20 would cost per step):
 
@@ -88,6 +99,12 @@ def sample(rng, n):
         x /= np.linalg.norm(x, axis=1, keepdims=True)
         out.append(x[rng.random(2 * n) < rho0(x) / top])
     return np.concatenate(out)[:n]
+
+
+def rho0_coefficients(degree):
+    """ρ0's own Y_lm coefficients ``(L+1, L+1)`` complex: the reference of the starts at t = 0."""
+    c0 = tp.SphereDensity(rho0, degree=degree).coefficients  # (2, L+1, L+1): Re, Im
+    return np.asarray(jax.lax.complex(c0[0], c0[1]))
 
 
 def starts(n, seeds, size):
@@ -154,6 +171,42 @@ def fit_rows(ns, dist, ts, tail, s_fit):
     return rows
 
 
+def paired_rows(ns, dist, dist0, ts):
+    """slope(t) − slope(0) with the seeds paired: the line of the mean log ratio log(d_t / d_0) of each
+    seed against ln n (the slopes are fitted to mean logs, so this is exactly their difference), its
+    interval from resampling the seeds (each seed keeps its own start)."""
+    fits = [tp.statistics.fit_log_law(ns, np.log(dist[j] / dist0[0]), num_bootstrap=4000) for j in range(len(ts))]
+    return [{"t": float(t), "slope_minus_t0": f.slope, "ci95": list(f.slope_ci),
+             "covers_0": bool(f.slope_ci[0] <= 0.0 <= f.slope_ci[1])} for t, f in zip(ts, fits)]
+
+
+def start_distances(a, ns):
+    """The t = 0 distances ``(1, N, S)`` of the starts of every n, as run_case computes them."""
+    ref0 = rho0_coefficients(a.degree)[None]
+    dist0 = np.zeros((1, len(ns), a.seeds))
+    for i, n in enumerate(ns):
+        x0s, ws = starts(n, a.seeds, max(int(n), 2**a.log2_pad))
+        dist0[:, i] = h2(coefficients(x0s[:, None], ws, a.degree), ref0[None], a.s).T
+    return dist0
+
+
+def paired_from(a, ts, ns, run):
+    """``--paired-from DIR``: the paired rows of a finished run (its distances.npz; the starts' distances
+    recomputed and checked against the run's own t = 0 means), written to DIR/paired.json."""
+    out = json.loads((run / "sphere_chaos.json").read_text())
+    if out["ns"] != ns.tolist() or out["seeds"] != a.seeds or out["degree"] != a.degree:
+        raise ValueError(f"--paired-from {run}: its ns, seeds, degree {out['ns'], out['seeds'], out['degree']} differ "
+                         f"from these flags' {ns.tolist(), a.seeds, a.degree}")
+    dists, dist0 = np.load(run / "distances.npz"), start_distances(a, ns)
+    rows = {}
+    for case in out["cases"]:
+        if not np.allclose(dist0[0].mean(1), case["t0"]["mean_distance"], rtol=1e-12, atol=0):
+            raise ValueError(f"--paired-from {run}: the recomputed starts do not match the run's ({case['case']})")
+        rows[case["case"]] = paired_rows(ns, dists[case["case"]], dist0, ts)
+    (run / "paired.json").write_text(json.dumps(rows, indent=1))
+    print(json.dumps(rows, indent=1))
+
+
 def run_case(name, a, ts, ns, tail):
     attention, sigma = ATTENTIONS[name.split("-")[0]], (a.sigma if name.endswith("-noisy") else 0.0)
     pde_dyn = tp.Sphere(attention.identity(3, a.beta))
@@ -165,8 +218,7 @@ def run_case(name, a, ts, ns, tail):
         refs.append(r)
     pde_s = time.perf_counter() - t0
     ref_c = np.concatenate([np.asarray(jax.lax.complex(r.solution.xs[:, 0], r.solution.xs[:, 1])) for r in refs])
-    c0 = tp.SphereDensity(rho0, degree=a.degree).coefficients  # ρ0's own, for the starts at t = 0
-    ref0 = np.asarray(jax.lax.complex(c0[0], c0[1]))[None]
+    ref0 = rho0_coefficients(a.degree)[None]  # for the starts at t = 0
     exact = tp.Sphere(attention.identity(3, a.beta, backend=tp.kernels.Exact()))
     fast = tp.Sphere(attention.identity(3, a.beta, backend=tp.kernels.Fast(tol=a.fast_tol)))
     dist = np.zeros((len(ts), len(ns), a.seeds))
@@ -201,7 +253,8 @@ def run_case(name, a, ts, ns, tail):
     return {"case": name, "sigma": sigma, "times": fit_rows(ns, dist, ts, tail, a.s),
             "plain_times": fit_rows(ns, plain, ts, tail, a.s) if sigma else None,
             "bias_over_mean_square": bias.tolist(), "t0": fit_rows(ns, dist0, [0.0], tail, a.s)[0],
-            "bias_over_mean_square_t0": bias0.tolist(), "step_check": step_check, "fast_kernel": fast_rows,
+            "bias_over_mean_square_t0": bias0.tolist(), "minus_t0": paired_rows(ns, dist, dist0, ts),
+            "step_check": step_check, "fast_kernel": fast_rows,
             "pde": [{"t": float(t), "resolution_error": r.resolution_error, "spatial_error": r.spatial_error,
                      "time_error": r.time_error, "mass_error": r.mass_error, "resolved_to_1e-8": r.resolved}
                     for t, r in zip(ts, refs)], "pde_s": pde_s, "seconds_per_n": seconds}, dist, plain
@@ -262,6 +315,9 @@ def main(argv=None):
     p.add_argument("--cases", type=str, default="sa,usa,sa-noisy,usa-noisy")
     p.add_argument("--coverage-reps", type=int, default=200)
     p.add_argument("--out", type=Path, default=None)
+    p.add_argument("--paired-from", type=Path, default=None,
+                   help="only add the paired slope(t) - slope(0) rows to the finished run in this folder "
+                        "(give the run's own flags)")
     p.add_argument("--time-fast", type=str, default=None,
                    help="only time one fast-kernel field evaluation at n = 2^k for these k (e.g. 14,16,18,20)")
     a = p.parse_args(argv)
@@ -279,6 +335,9 @@ def main(argv=None):
     ns = 2 ** np.arange(a.log2_n_min, a.log2_n_max + 1)
     ls = np.arange(a.degree + 1, 20 * a.degree)
     tail = np.sum((2 * ls + 1) * (1 + ls * (ls + 1.0)) ** -a.s)
+    if a.paired_from is not None:
+        paired_from(a, ts, ns, a.paired_from)
+        return
     start = time.perf_counter()
     rows, dists = [], {}
     for name in cases:
@@ -293,8 +352,7 @@ def main(argv=None):
         (a.out / "sphere_chaos.json").write_text(json.dumps(out, indent=1))
         np.savez(a.out / "distances.npz", **dists)
     t0 = time.perf_counter()
-    c0 = tp.SphereDensity(rho0, degree=a.degree).coefficients  # (2, L+1, L+1): Re, Im
-    cov = coverage(a, ns, np.asarray(jax.lax.complex(c0[0], c0[1]))) if a.coverage_reps else None
+    cov = coverage(a, ns, rho0_coefficients(a.degree)) if a.coverage_reps else None
     out.update(coverage_t0=cov, coverage_s=time.perf_counter() - t0, total_s=time.perf_counter() - start)
     print(json.dumps(out, indent=1))
     if a.out is not None:

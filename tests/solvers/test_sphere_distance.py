@@ -53,3 +53,27 @@ def test_expected_square_of_a_sample_of_a_non_uniform_law():
     se = d2.std() / np.sqrt(R)
     assert abs(d2.mean() - closed) < 4 * se, (d2.mean(), closed, se)
     assert abs(d2.mean() - uniform) > 8 * se, (d2.mean(), uniform, se)
+
+
+def test_paired_slope_is_the_difference_of_the_slopes_and_pairs_the_seeds():
+    # benchmarks/sphere_chaos.py's paired rows: the slope is exactly fit_rate's slope at t minus its slope
+    # at t = 0 (both fitted to mean logs), and with every seed's d_t = 2 d_0 n^{−0.1} (the seeds vary,
+    # the ratio does not) the paired interval is the point −0.1, where the two slopes' own intervals are wide
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[2] / "benchmarks" / "sphere_chaos.py"
+    spec = importlib.util.spec_from_file_location("sphere_chaos", path)
+    chaos = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(chaos)
+    ns = 2 ** np.arange(5, 9)
+    rng = np.random.default_rng(0)
+    dist0 = ns[None, :, None] ** -0.5 * np.exp(rng.normal(0.0, 0.3, size=(1, 4, 16)))
+    dist = np.stack([2 * dist0[0] * ns[:, None] ** -0.1, dist0[0] * np.exp(rng.normal(0.0, 0.3, size=(4, 16)))])
+    rows = chaos.paired_rows(ns, dist, dist0, [0.5, 1.0])
+    for j, row in enumerate(rows):
+        want = tp.statistics.fit_rate(ns, dist[j]).slope - tp.statistics.fit_rate(ns, dist0[0]).slope
+        assert abs(row["slope_minus_t0"] - want) < 1e-12
+    assert np.allclose(rows[0]["ci95"], [-0.1, -0.1], atol=1e-12) and not rows[0]["covers_0"]
+    lo, hi = tp.statistics.fit_rate(ns, dist0[0]).slope_ci
+    assert hi - lo > 0.05
