@@ -149,3 +149,21 @@ def test_a_decorated_function_is_kept_as_what_it_computes(store):
         third = tp.runs.kept(_logged(_batched(3.0)))(x)
     assert TRACED == [2.0, 3.0] and len(list(store.iterdir())) == 2
     np.testing.assert_allclose(np.asarray(third[0]), 2 * np.sin(3.0), rtol=1e-14)
+
+
+def _draws(keys):
+    return jax.vmap(lambda k: jax.random.normal(k, (3,)))(keys)
+
+
+def test_typed_prng_keys_are_kept_arguments(store):
+    """A typed key array (``jax.random.key``) is a jax.Array without a ``weak_type`` attribute of
+    its own: kept, loaded by a later process, the same draws as filter_jit's."""
+    keys = jax.random.split(jax.random.key(3), 4)
+    plain = eqx.filter_jit(_draws)(keys)
+    with tp.runs.kept_programs():
+        first = tp.runs.kept(_draws)(keys)
+        _new_process()
+        second = tp.runs.kept(_draws)(keys)
+    assert [p.suffix for p in store.iterdir()] == [".jaxcall"]
+    np.testing.assert_array_equal(np.asarray(first), np.asarray(plain))
+    np.testing.assert_array_equal(np.asarray(second), np.asarray(plain))

@@ -289,8 +289,14 @@ class _Aval(tuple):
     def of(cls, a):
         import jax
 
-        # a JAX array (a tracer too) and a ShapeDtypeStruct carry a weak type; NumPy's arrays and scalars none
-        weak = a.weak_type if isinstance(a, (jax.Array, jax.ShapeDtypeStruct)) else False
+        # a JAX array (a tracer too) carries a weak type in its abstract value (a typed PRNG key array
+        # has no weak_type attribute of its own), a ShapeDtypeStruct in a field; NumPy's none
+        if isinstance(a, jax.ShapeDtypeStruct):
+            weak = a.weak_type
+        elif isinstance(a, jax.Array):
+            weak = jax.typeof(a).weak_type
+        else:
+            weak = False
         return cls((tuple(a.shape), str(a.dtype), bool(weak)))
 
 
