@@ -638,22 +638,16 @@ def fast_lse_average_with_info(
     return avg, lse, info
 
 
-def fast_lse_average(
-    a: Float[ArrayLike, "m k"],
-    b: Float[ArrayLike, "n k"],
-    v: Float[ArrayLike, "n e"],
-    bias: Float[ArrayLike, " n"],
-    gamma: RealArray[ArrayLike, ""],
-    plan: GaussianSumPlan,
-    *,
-    throw: bool = True,
-) -> tuple[Float[Array, "m e"], Float[Array, " m"]]:
+def fast_lse_average(a, b, v, bias, gamma, plan: GaussianSumPlan, *,
+                     throw: bool = True) -> tuple[Float[Array, "m e"], Float[Array, " m"]]:
     r"""Softmax average and log-normalizer of the logits ``gamma * a_i·b_j + bias_j``, fast.
 
     The contract of :func:`transformer_pde.kernels.exact.lse_average` with ``q = gamma * a``,
     ``k = b`` (non-causal only: a causal mask is not a convolution), to the accuracy of ``plan``
     (module docstring): ``|lse_i - exact| <= -log(1 - η ρ_i)`` and
     ``|avg_i - exact|_∞ <= 2 V η ρ_i / (1 - η ρ_i)``, with η = ``plan.eta`` <= ``plan.tol``.
+
+    The arguments are typed once, on :func:`fast_lse_average_with_info`, which computes this.
 
     Args:
         a: queries' score coordinates (``Q x_i``), inside the plan's box.
