@@ -55,6 +55,16 @@ def finish_panel(ax, *, legend: float = 8, grid: str = "major", **props) -> None
     ax.grid(alpha=0.3, which=grid)
 
 
+def clustered_pairs_described(over: str) -> dict[str, tuple[str, str]]:
+    """The ``describe=`` entries (:func:`~transformer_pde.runs.result.grid`) of
+    ``tp.diagnostics.clustered_pair_fraction`` averaged over ``over`` ("draws", "starts"):
+    ``fraction`` and its standard error ``fraction_sem``, worded once for every experiment that
+    saves them (on the sphere a token is its own direction)."""
+    return {"fraction": ("P(clustered pair): fraction of ordered pairs i != j of directions with "
+                         f"<θ_i, θ_j> > threshold, mean over the {over}", ""),
+            "fraction_sem": (f"standard error over the {over} of fraction", "")}
+
+
 ATTENTIONS = {"SA": lambda: tp.SoftmaxAttention, "USA": lambda: tp.UnnormalizedAttention}
 """GLPR's two models on the sphere (docs: math/sphere.md#the-projected-flow), by option name: SA (softmax) and USA
 (unnormalized, GLPR's 1/n); each entry gives its class (reached lazily: printing ``--help``

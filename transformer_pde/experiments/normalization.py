@@ -61,7 +61,7 @@ import transformer_pde as tp
 
 from ..runs.programs import lower_program
 from ..runs.result import Result, grid
-from ._common import import_end_modules_meanwhile
+from ._common import clustered_pairs_described, import_end_modules_meanwhile
 from ._progress import progress_bar
 from .configs.normalization import NormalizationConfig
 
@@ -293,9 +293,7 @@ def compute(cfg: NormalizationConfig, progress: bool = False) -> Result:
                      "beta": ("inverse temperature β of the attention", ""),
                      "causal": ("whether the attention is causal (token i attends to j <= i)", ""),
                      "layer": ("layer index l (depth t = l h)", ""),
-                     "fraction": ("P(clustered pair): fraction of ordered pairs i != j of directions with "
-                                  "<θ_i, θ_j> > threshold, mean over the draws", ""),
-                     "fraction_sem": ("standard error over the draws of fraction", ""),
+                     **clustered_pairs_described("draws"),
                      "speed": ("token speed (1/n) Σ_i |θ_i(l) − θ_i(l − 1)| / h, mean over the draws "
                                "(NaN at l = 0)", ""),
                      "speed_sem": ("standard error over the draws of speed", ""),

@@ -25,7 +25,7 @@ import transformer_pde as tp
 
 from ..runs.programs import lower_program
 from ..runs.result import Result, grid
-from ._common import circle_angles, compile_importing_end_modules, model_dynamics
+from ._common import circle_angles, clustered_pairs_described, compile_importing_end_modules, model_dynamics
 from .configs.phase_diagram import PhaseDiagramConfig
 
 # the published runs (docs: math/sphere.md#published-runs): fraction of clustered pairs, rows β,
@@ -173,9 +173,7 @@ def compute(cfg: PhaseDiagramConfig, progress: bool = False) -> Result:
                           describe={
                               "beta": ("inverse temperature β of the attention", ""),
                               "t": ("depth (time) t of the layer dynamics", ""),
-                              "fraction": ("fraction of ordered token pairs i != j with <x_i, x_j> > threshold, "
-                                           "mean over the starts", ""),
-                              "fraction_sem": ("standard error over the starts of fraction", ""),
+                              **clustered_pairs_described("starts"),
                               "clusters": ("number of clusters (single linkage at the threshold), mean over "
                                            "the starts", "")})}
     if cfg.d == 2:
