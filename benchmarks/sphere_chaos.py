@@ -62,13 +62,17 @@ With ``--out``, each finished n of a case is kept in OUT/per_n/CASE_nN.json (its
 checks, the flags); ``--resume`` reuses those (refused under other flags) and runs the rest, so an
 interrupted large run loses only the n in progress; ``--seed-batch B`` solves the seeds B at a time
 (the same numbers, a bounded memory); ``--fit-from OUT`` refits the kept n's of the flags' range
-(e.g. the top octaves alone) without rerunning. Larger n (the fourth table, SA noiseless, 16 seeds,
-n = 2^8 .. 2^16, interrupted and resumed as the CPU allows):
+(e.g. the top octaves alone) without rerunning. Larger n ("Larger n" in benchmarks/README.md, SA
+noiseless, 16 seeds, n = 2^8 .. 2^17, 26 minutes of CPU; run first to 2^16, then resumed to 2^17):
 
-    python benchmarks/sphere_chaos.py --cases sa --log2-n-min 8 --log2-n-max 16 --log2-fast 11 --degree 28 \
+    python benchmarks/sphere_chaos.py --cases sa --log2-n-min 8 --log2-n-max 17 --log2-fast 11 --degree 28 \
         --coverage-reps 0 --seeds 16 --out benchmarks/results/sphere_chaos_large/sa --resume
-    python benchmarks/sphere_chaos.py --cases sa --log2-n-min 12 --log2-n-max 16 --log2-fast 11 --degree 28 \
+    python benchmarks/sphere_chaos.py --cases sa --log2-n-min 12 --log2-n-max 17 --log2-fast 11 --degree 28 \
         --seeds 16 --fit-from benchmarks/results/sphere_chaos_large/sa
+
+Extend such a run by raising --log2-n-max with --resume over the same --log2-n-min: the exact-kernel
+check runs at the run's first fast n (kept there), and a run starting at a large n would run it there
+(the exact kernel costs n^2).
 
 The cost of one fast-kernel field evaluation at large n (what n = 2^20 would cost per step):
 
