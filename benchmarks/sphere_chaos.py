@@ -58,6 +58,22 @@ bit for bit), 23 minutes of CPU:
     for c in sa usa-noisy; do python benchmarks/sphere_chaos.py --cases $c --log2-n-min 8 --log2-n-max 12 \
         --log2-fast 11 --degree 28 --coverage-reps 0 --seeds 64 --out benchmarks/results/sphere_chaos_64seeds/$c; done
 
+With ``--out``, each finished n of a case is kept in OUT/per_n/CASE_nN.json (its seeds' distances, the
+checks, the flags); ``--resume`` reuses those (refused under other flags) and runs the rest, so an
+interrupted large run loses only the n in progress; ``--seed-batch B`` solves the seeds B at a time
+(the same numbers, a bounded memory); ``--fit-from OUT`` refits the kept n's of the flags' range
+(e.g. the top octaves alone) without rerunning. Larger n ("Larger n" in benchmarks/README.md, SA
+noiseless, 16 seeds, n = 2^8 .. 2^17, 26 minutes of CPU; run first to 2^16, then resumed to 2^17):
+
+    python benchmarks/sphere_chaos.py --cases sa --log2-n-min 8 --log2-n-max 17 --log2-fast 11 --degree 28 \
+        --coverage-reps 0 --seeds 16 --out benchmarks/results/sphere_chaos_large/sa --resume
+    python benchmarks/sphere_chaos.py --cases sa --log2-n-min 12 --log2-n-max 17 --log2-fast 11 --degree 28 \
+        --seeds 16 --fit-from benchmarks/results/sphere_chaos_large/sa
+
+Extend such a run by raising --log2-n-max with --resume over the same --log2-n-min: the exact-kernel
+check runs at the run's first fast n (kept there), and a run starting at a large n would run it there
+(the exact kernel costs n^2).
+
 The cost of one fast-kernel field evaluation at large n (what n = 2^20 would cost per step):
 
     python benchmarks/sphere_chaos.py --time-fast 14,16,18,20
@@ -135,15 +151,26 @@ def noisy(dyn, x0s, ws, keys, ts, sigma, h, cell):
                                              key=k).xs)(x0s, ws, keys)
 
 
+def batched(solve, batch, *per_seed):
+    """``solve(*per_seed)`` over the seeds ``batch`` at a time (0: all in one call), to bound the memory at
+    large n; the arrays in ``per_seed`` have the seeds first. The seeds are independent, so a batch is
+    the same program on fewer rows."""
+    seeds = per_seed[0].shape[0]
+    size = seeds if batch == 0 else batch
+    return jnp.concatenate([solve(*(b[k:k + size] for b in per_seed)) for k in range(0, seeds, size)])
+
+
 def particle_coefficients(dyn, x0s, ws, ts, sigma, a, degree, seed):
     """(μ̂ used for the distance, μ̂ plain) ``(S, T, L+1, L+1)`` each."""
     if sigma == 0.0:
-        c = coefficients(noiseless(dyn, x0s, ws, ts, a.dt), ws, degree)
+        c = coefficients(batched(lambda x, w: noiseless(dyn, x, w, ts, a.dt), a.seed_batch, x0s, ws), ws, degree)
         return c, c
     keys = jax.random.split(jax.random.key(seed), x0s.shape[0])
     h = a.dt_noise
-    coarse = coefficients(noisy(dyn, x0s, ws, keys, ts, sigma, h, h / 2), ws, degree)
-    fine = coefficients(noisy(dyn, x0s, ws, keys, ts, sigma, h / 2, h / 2), ws, degree)
+    coarse = coefficients(batched(lambda x, w, k: noisy(dyn, x, w, k, ts, sigma, h, h / 2), a.seed_batch, x0s,
+                                  ws, keys), ws, degree)
+    fine = coefficients(batched(lambda x, w, k: noisy(dyn, x, w, k, ts, sigma, h / 2, h / 2), a.seed_batch, x0s,
+                                ws, keys), ws, degree)
     return 2 * fine - coarse, fine
 
 
@@ -207,6 +234,72 @@ def paired_from(a, ts, ns, run):
     print(json.dumps(rows, indent=1))
 
 
+def _flags(a, name, n):
+    """What one n's distances depend on: a kept n is reused only under the same flags."""
+    return {"case": name, "n": int(n), "seeds": a.seeds, "beta": a.beta, "sigma": a.sigma, "degree": a.degree,
+            "s": a.s, "dt": a.dt, "dt_noise": a.dt_noise, "times": a.times, "log2_fast": a.log2_fast,
+            "log2_pad": a.log2_pad, "fast_tol": a.fast_tol}  # not --seed-batch: the same numbers
+
+
+def _kept_path(out, name, n):
+    return None if out is None else out / "per_n" / f"{name}_n{int(n)}.json"
+
+
+def _read_kept(path, a, name, n):
+    """One finished n (``--resume``), refused when it was run under other flags."""
+    kept = json.loads(path.read_text())
+    if kept["flags"] != _flags(a, name, n):
+        raise ValueError(f"--resume: {path} was run with {kept['flags']}, not these flags' {_flags(a, name, n)}")
+    return kept
+
+
+def one_n(a, ts, n, sigma, exact, fast, ref_c, ref0, check_step, check_exact):
+    """The distances of one n (every seed), as plain lists: kept on disk as each n finishes."""
+    t1 = time.perf_counter()
+    x0s, ws = starts(n, a.seeds, max(int(n), 2**a.log2_pad))
+    dyn = fast if n >= 2**a.log2_fast else exact
+    c, c_plain = particle_coefficients(dyn, x0s, ws, jnp.asarray(ts), sigma, a, a.degree, int(n))
+    dist, plain = h2(c, ref_c[None], a.s).T, h2(c_plain, ref_c[None], a.s).T  # (T, S)
+    bias = bias_over_mean_square(c, ref_c, dist, a.s)
+    start = coefficients(x0s[:, None], ws, a.degree)
+    dist0 = h2(start, ref0[None], a.s).T
+    bias0 = bias_over_mean_square(start, ref0, dist0, a.s)[0]
+    step_check = fast_row = None
+    if check_step and sigma == 0.0:  # Tsit5's step error: the same seeds at h/2
+        half = coefficients(batched(lambda x, w: noiseless(dyn, x, w, jnp.asarray(ts), a.dt / 2), a.seed_batch, x0s, ws),
+                            ws, a.degree)
+        step = h2(c, half, a.s)  # (S, T)
+        step_check = {"n": int(n), "step_over_distance": (step.mean(0) / dist.mean(1)).tolist()}
+    if dyn is fast:
+        report = fast.dynamics.kernel_report(x0s[0], ws[0])
+        fast_row = {"n": int(n), "max_field_bound": report.max_avg_bound, "max_lse_bound": report.max_lse_bound}
+        if check_exact:  # the first fast n: seed 0 again with the exact kernel
+            ce, _ = particle_coefficients(exact, x0s[:1], ws[:1], jnp.asarray(ts), sigma, a, a.degree, int(n))
+            fast_row["fast_vs_exact_over_distance"] = (h2(c[:1], ce, a.s)[0] / dist.mean(1)).tolist()
+    return {"dist": dist.tolist(), "plain": plain.tolist(), "bias": bias.tolist(), "dist0": dist0[0].tolist(),
+            "bias0": float(bias0), "step_check": step_check, "fast_row": fast_row,
+            "seconds": time.perf_counter() - t1}
+
+
+def fit_from(a, ts, ns, tail, cases, run):
+    """``--fit-from DIR``: the fits over this run's n range (the flags' ``--log2-n-min/max``, e.g. the top
+    octaves alone) from the n's kept in DIR/per_n, nothing rerun; with each n's mean log(d_t / d_0) over
+    the seeds and its standard error (where the paired shift comes from). Written to DIR/fit_nLO-HI.json."""
+    rows = {}
+    for name in cases:
+        kept = [_read_kept(_kept_path(run, name, n), a, name, n) for n in ns]
+        dist = np.stack([np.asarray(k["dist"]) for k in kept], 1)  # (T, N, S)
+        dist0 = np.stack([np.asarray(k["dist0"]) for k in kept])[None]  # (1, N, S)
+        ratio = np.log(dist / dist0)
+        rows[name] = {"times": fit_rows(ns, dist, ts, tail, a.s), "t0": fit_rows(ns, dist0, [0.0], tail, a.s)[0],
+                      "minus_t0": paired_rows(ns, dist, dist0, ts),
+                      "mean_log_ratio": ratio.mean(2).tolist(),
+                      "mean_log_ratio_stderr": (ratio.std(2, ddof=1) / np.sqrt(a.seeds)).tolist()}
+    out = {"ns": ns.tolist(), "seeds": a.seeds, "degree": a.degree, "cases": rows}
+    (run / f"fit_n{ns[0]}-{ns[-1]}.json").write_text(json.dumps(out, indent=1))
+    print(json.dumps(out, indent=1))
+
+
 def run_case(name, a, ts, ns, tail):
     attention, sigma = ATTENTIONS[name.split("-")[0]], (a.sigma if name.endswith("-noisy") else 0.0)
     pde_dyn = tp.Sphere(attention.identity(3, a.beta))
@@ -226,29 +319,23 @@ def run_case(name, a, ts, ns, tail):
     bias = np.zeros((len(ts), len(ns)))
     dist0, bias0 = np.zeros((1, len(ns), a.seeds)), np.zeros(len(ns))  # the same starts at t = 0
     fast_rows, step_check, seconds = [], None, []
+    first_fast = next((n for n in ns if n >= 2**a.log2_fast), None)
     for i, n in enumerate(ns):
-        t1 = time.perf_counter()
-        x0s, ws = starts(n, a.seeds, max(int(n), 2**a.log2_pad))
-        dyn = fast if n >= 2**a.log2_fast else exact
-        c, c_plain = particle_coefficients(dyn, x0s, ws, jnp.asarray(ts), sigma, a, a.degree, int(n))
-        dist[:, i] = h2(c, ref_c[None], a.s).T
-        plain[:, i] = h2(c_plain, ref_c[None], a.s).T
-        bias[:, i] = bias_over_mean_square(c, ref_c, dist[:, i], a.s)
-        start = coefficients(x0s[:, None], ws, a.degree)
-        dist0[:, i] = h2(start, ref0[None], a.s).T
-        bias0[i] = bias_over_mean_square(start, ref0, dist0[:, i], a.s)[0]
-        if i == 0 and sigma == 0.0:  # Tsit5's step error: the same seeds at h/2
-            half = coefficients(noiseless(dyn, x0s, ws, jnp.asarray(ts), a.dt / 2), ws, a.degree)
-            step = h2(c, half, a.s)  # (S, T)
-            step_check = {"n": int(n), "step_over_distance": (step.mean(0) / dist[:, i].mean(1)).tolist()}
-        if dyn is fast:
-            report = fast.dynamics.kernel_report(x0s[0], ws[0])
-            row = {"n": int(n), "max_field_bound": report.max_avg_bound, "max_lse_bound": report.max_lse_bound}
-            if not fast_rows:  # the first fast n: seed 0 again with the exact kernel
-                ce, _ = particle_coefficients(exact, x0s[:1], ws[:1], jnp.asarray(ts), sigma, a, a.degree, int(n))
-                row["fast_vs_exact_over_distance"] = (h2(c[:1], ce, a.s)[0] / dist[:, i].mean(1)).tolist()
-            fast_rows.append(row)
-        seconds.append(time.perf_counter() - t1)
+        kept = _kept_path(a.out, name, n)
+        if a.resume and kept is not None and kept.exists():
+            r = _read_kept(kept, a, name, n)
+        else:
+            r = one_n(a, ts, n, sigma, exact, fast, ref_c, ref0, check_step=i == 0, check_exact=n == first_fast)
+            if kept is not None:
+                kept.parent.mkdir(parents=True, exist_ok=True)
+                kept.write_text(json.dumps({"flags": _flags(a, name, n), "seed_batch": a.seed_batch, **r}, indent=1))
+        dist[:, i], plain[:, i], bias[:, i] = r["dist"], r["plain"], r["bias"]
+        dist0[0, i], bias0[i] = r["dist0"], r["bias0"]
+        if r["step_check"] is not None:
+            step_check = r["step_check"]
+        if r["fast_row"] is not None:
+            fast_rows.append(r["fast_row"])
+        seconds.append(r["seconds"])
         print(f"{name} n={n}: {seconds[-1]:.1f} s, mean distance {dist[:, i].mean(1).round(5).tolist()}", flush=True)
     return {"case": name, "sigma": sigma, "times": fit_rows(ns, dist, ts, tail, a.s),
             "plain_times": fit_rows(ns, plain, ts, tail, a.s) if sigma else None,
@@ -314,10 +401,17 @@ def main(argv=None):
     p.add_argument("--times", type=str, default="0.5,1,2")
     p.add_argument("--cases", type=str, default="sa,usa,sa-noisy,usa-noisy")
     p.add_argument("--coverage-reps", type=int, default=200)
-    p.add_argument("--out", type=Path, default=None)
+    p.add_argument("--out", type=Path, default=None,
+                   help="the results; with it each finished n of a case is kept in OUT/per_n/CASE_nN.json")
+    p.add_argument("--resume", action="store_true",
+                   help="reuse the n's already kept in OUT/per_n (run under the same flags) instead of rerunning them")
+    p.add_argument("--seed-batch", type=int, default=0,
+                   help="solve the seeds this many at a time (0: all in one vmapped solve) to bound memory at large n")
     p.add_argument("--paired-from", type=Path, default=None,
                    help="only add the paired slope(t) - slope(0) rows to the finished run in this folder "
                         "(give the run's own flags)")
+    p.add_argument("--fit-from", type=Path, default=None,
+                   help="only refit the n's of --log2-n-min..max kept in this run folder's per_n (give the run's flags)")
     p.add_argument("--time-fast", type=str, default=None,
                    help="only time one fast-kernel field evaluation at n = 2^k for these k (e.g. 14,16,18,20)")
     a = p.parse_args(argv)
@@ -337,6 +431,9 @@ def main(argv=None):
     tail = np.sum((2 * ls + 1) * (1 + ls * (ls + 1.0)) ** -a.s)
     if a.paired_from is not None:
         paired_from(a, ts, ns, a.paired_from)
+        return
+    if a.fit_from is not None:
+        fit_from(a, ts, ns, tail, cases, a.fit_from)
         return
     start = time.perf_counter()
     rows, dists = [], {}

@@ -59,13 +59,7 @@ def test_paired_slope_is_the_difference_of_the_slopes_and_pairs_the_seeds():
     # benchmarks/sphere_chaos.py's paired rows: the slope is exactly fit_rate's slope at t minus its slope
     # at t = 0 (both fitted to mean logs), and with every seed's d_t = 2 d_0 n^{−0.1} (the seeds vary,
     # the ratio does not) the paired interval is the point −0.1, where the two slopes' own intervals are wide
-    import importlib.util
-    from pathlib import Path
-
-    path = Path(__file__).resolve().parents[2] / "benchmarks" / "sphere_chaos.py"
-    spec = importlib.util.spec_from_file_location("sphere_chaos", path)
-    chaos = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(chaos)
+    chaos = _chaos_script()
     ns = 2 ** np.arange(5, 9)
     rng = np.random.default_rng(0)
     dist0 = ns[None, :, None] ** -0.5 * np.exp(rng.normal(0.0, 0.3, size=(1, 4, 16)))
@@ -77,3 +71,53 @@ def test_paired_slope_is_the_difference_of_the_slopes_and_pairs_the_seeds():
     assert np.allclose(rows[0]["ci95"], [-0.1, -0.1], atol=1e-12) and not rows[0]["covers_0"]
     lo, hi = tp.statistics.fit_rate(ns, dist0[0]).slope_ci
     assert hi - lo > 0.05
+
+
+def _chaos_script():
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[2] / "benchmarks" / "sphere_chaos.py"
+    spec = importlib.util.spec_from_file_location("sphere_chaos", path)
+    chaos = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(chaos)
+    return chaos
+
+
+def test_kept_n_refit_and_refused_under_other_flags(tmp_path):
+    # benchmarks/sphere_chaos.py keeps each finished n in OUT/per_n; --fit-from refits them without
+    # rerunning: its slope is fit_rate's on the same distances, its paired shift the planted −0.1 of
+    # d_t = 2 d_0 n^{−0.1}, its mean log ratio ln 2 − 0.1 ln n; a kept n of other flags is refused
+    import argparse
+    import json
+
+    import pytest
+
+    chaos = _chaos_script()
+    a = argparse.Namespace(out=tmp_path, seeds=16, beta=1.0, sigma=0.5, degree=6, s=2.0, dt=0.125, dt_noise=0.05,
+                           times="1", log2_fast=10, log2_pad=9, fast_tol=1e-10, seed_batch=0)
+    ns = 2 ** np.arange(5, 9)
+    rng = np.random.default_rng(0)
+    dist0 = ns[:, None] ** -0.5 * np.exp(rng.normal(0.0, 0.3, size=(4, 16)))
+    dist = 2 * dist0 * ns[:, None] ** -0.1
+    (tmp_path / "per_n").mkdir()
+    for i, n in enumerate(ns):
+        (tmp_path / "per_n" / f"sa_n{n}.json").write_text(json.dumps(
+            {"flags": chaos._flags(a, "sa", n), "dist": dist[i][None].tolist(), "dist0": dist0[i].tolist()}))
+    chaos.fit_from(a, np.array([1.0]), ns, 0.0, ["sa"], tmp_path)
+    row = json.loads((tmp_path / "fit_n32-256.json").read_text())["cases"]["sa"]
+    assert abs(row["times"][0]["slope"] - tp.statistics.fit_rate(ns, dist).slope) < 1e-12
+    assert np.allclose(row["minus_t0"][0]["ci95"], [-0.1, -0.1], atol=1e-12)
+    assert np.allclose(row["mean_log_ratio"][0], np.log(2) - 0.1 * np.log(ns), atol=1e-12)
+    a.degree = 7
+    with pytest.raises(ValueError, match="sa_n32.json was run with"):
+        chaos.fit_from(a, np.array([1.0]), ns, 0.0, ["sa"], tmp_path)
+
+
+def test_seed_batches_give_the_all_at_once_rows():
+    # sphere_chaos.batched: 5 seeds 2 at a time (the last batch short) give the rows of one call
+    chaos = _chaos_script()
+    x, w = jnp.arange(5 * 4 * 3.0).reshape(5, 4, 3), jnp.arange(5 * 4.0).reshape(5, 4)
+    solve = lambda x, w: x * w[..., None] + x.sum(1, keepdims=True)  # noqa: E731
+    assert np.array_equal(chaos.batched(solve, 2, x, w), solve(x, w))
+    assert np.array_equal(chaos.batched(solve, 0, x, w), solve(x, w))
