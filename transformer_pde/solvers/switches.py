@@ -11,7 +11,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .._checks import is_concrete
+from .._checks import is_concrete, runtime_check
 from ..models.base import AbstractRetractedDynamics
 from ..params import PiecewiseConstant
 
@@ -35,8 +35,8 @@ class _JumpingStepTo(diffrax.StepTo):
     jumps: jax.Array = eqx.field(converter=jnp.asarray)
 
     def wrap(self, direction):
-        ts = eqx.error_if(self.ts * direction, self.ts[1:] * direction <= self.ts[:-1] * direction,
-                          "the step grid must be strictly increasing")
+        ts = runtime_check(self.ts * direction, self.ts[1:] * direction <= self.ts[:-1] * direction,
+                           "the step grid must be strictly increasing")
         return type(self)(ts=ts, jumps=self.jumps)
 
     def adapt_step_size(self, t0, t1, y0, y1_candidate, args, y_error, error_order, controller_state):
