@@ -2,6 +2,9 @@
 
 Three layers (see STYLE.md): a ``ValueError`` naming the bad value when it is concrete
 (outside ``jit``), ``eqx.error_if`` when it is traced, and ``throw=`` switches on long runs.
+Every runtime check of the library goes through :func:`runtime_check` (:func:`runtime_checks`
+for one of several messages), so that a program kept between processes can report its checks as
+values (``runs/reported_checks.py``).
 """
 
 from __future__ import annotations
