@@ -69,6 +69,25 @@ def test_a_failed_check_raises_its_exact_message_after_the_kept_program(calls, b
     assert message in _raised(lambda: eqx.filter_jit(_rows_checked)(jnp.asarray(bad)))
 
 
+def _row_sums_checked(xs):
+    """A check in a while loop under a vmap: each row's running sum."""
+
+    def one(x):
+        def body(carry):
+            i, total = carry
+            return i + 1, runtime_check(total + x[i], total + x[i] > 10, LARGE)
+
+        return jax.lax.while_loop(lambda c: c[0] < x.shape[0], body, (0, jnp.zeros((), x.dtype)))[1]
+
+    return jax.vmap(one)(xs)
+
+
+def test_a_check_in_a_vmapped_while_loop_is_reported(calls):
+    np.testing.assert_array_equal(np.asarray(programs.call_kept(_row_sums_checked, (jnp.ones((2, 3)),))), [3.0, 3.0])
+    assert [p.suffix for p in calls.iterdir()] == [".jaxcall"]
+    assert _raised(lambda: programs.call_kept(_row_sums_checked, (jnp.array([[1.0, 1.0], [5.0, 6.0]]),))) == LARGE
+
+
 def test_the_normal_path_raises_inside_jit():
     """Outside a kept program's trace a check is eqx.error_if: a host callback in the program,
     raised while it runs."""

@@ -224,10 +224,10 @@ def call_kept(fn, args: tuple):
     and shapes (or another static part with the same key) runs the same compiled program. Both
     the first run and later ones run the exported program, so their numbers are the same bits.
 
-    The program's runtime checks of this library (``runtime_check``, else ``eqx.error_if``: host
-    callbacks, which ``jax.export`` cannot serialize) are reported as values
-    (:mod:`.reported_checks`): a failed one raises ``eqx.EquinoxRuntimeError`` with its message
-    after the program ran.
+    The program's runtime checks of this library (``_checks.runtime_check``, elsewhere an
+    ``eqx.error_if``: a host callback, which ``jax.export`` cannot serialize) are reported as
+    values (:mod:`.reported_checks`): a failed one raises ``eqx.EquinoxRuntimeError`` with its
+    message after the program ran.
 
     Returns None, having run nothing, when the program cannot be kept (the compilation cache off,
     traced or multi-device arrays, a static part that cannot be identified or hashed, a program
