@@ -232,8 +232,8 @@ def call_kept(fn, args: tuple):
     Returns None, having run nothing, when the program cannot be kept (the compilation cache off,
     traced or multi-device arrays, a static part that cannot be identified or hashed, a program
     holding a host callback that is no check of this library (another library's ``eqx.error_if``,
-    diffrax's with ``throw=True``), or a check inside a vmapped while loop, which ``checkify``
-    cannot report, an output that cannot be pickled): the caller then runs ``fn``
+    diffrax's with ``throw=True``), or a check in a while loop whose condition is vmapped, which
+    ``checkify`` cannot report, an output that cannot be pickled): the caller then runs ``fn``
     itself. A program export refused leaves a ``<key>.refused`` mark, so a later process does not
     trace it twice."""
     import equinox as eqx
@@ -383,9 +383,10 @@ def _export_call(fn, treedef, spec, arrays, path: Path, key: str):
     program, messages = reporting(flat)
     try:
         exported = jax.export.export(jax.jit(program))(*arrays)
-    except Exception:  # noqa: BLE001 - a host callback (another library's check, which cannot be serialized), a
-        # check checkify cannot carry (in a vmapped while loop), anything else export refuses: the
-        # caller traces as before, and a later process does not try again (the key fixes the outcome)
+    except Exception:  # noqa: BLE001 - a host callback (another library's check, which cannot be
+        # serialized), a check checkify cannot carry (in a while loop with a vmapped condition), anything
+        # else export refuses: the caller traces as before, and a later process does not try again (the
+        # key fixes the outcome)
         _save(path.with_suffix(".refused"), key, b"")
         return None
     kept = _Reported(skeleton[0], tuple(messages))
