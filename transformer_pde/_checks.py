@@ -2,6 +2,9 @@
 
 Three layers (see STYLE.md): a ``ValueError`` naming the bad value when it is concrete
 (outside ``jit``), ``eqx.error_if`` when it is traced, and ``throw=`` switches on long runs.
+Every runtime check of the library goes through :func:`runtime_check` (:func:`runtime_checks`
+for one of several messages), so that a program kept between processes can report its checks as
+values (``runs/reported_checks.py``).
 """
 
 from __future__ import annotations
@@ -9,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import importlib
 import math
+import os
 import weakref
 
 import numpy as np
@@ -47,6 +51,30 @@ def without_checks(messages: tuple[str, ...]):
         yield
     finally:
         errors.branched_error_if_impl_jit = checked
+
+
+def runtime_check(x, pred, msg: str):
+    """``eqx.error_if(x, pred, msg)``: the library's runtime check of a traced value (returns
+    ``x``, which the caller must use). While the runs layer traces a program to keep
+    (:data:`~transformer_pde._programs.CHECK_REPORTER` set), a check whose predicate is traced is
+    made a value of that program instead, raised with the same message after it runs
+    (:mod:`transformer_pde.runs.reported_checks`)."""
+    return runtime_checks(x, pred, 0, (msg,))
+
+
+def runtime_checks(x, pred, index, msgs):
+    """``eqx.branched_error_if(x, pred, index, msgs)`` (the message ``msgs[index]``), reported as a
+    value as :func:`runtime_check` says. A predicate known at trace time, or an ``EQX_ON_ERROR``
+    other than ``raise``, is left to Equinox."""
+    from ._programs import CHECK_REPORTER
+
+    report = CHECK_REPORTER.get()
+    if (report is None or os.environ.get("EQX_ON_ERROR", "raise") != "raise"
+            or not any(isinstance(v, jax.core.Tracer) for v in (pred, index))):
+        if len(msgs) == 1 and isinstance(index, int) and index == 0:
+            return eqx.error_if(x, pred, msgs[0])
+        return eqx.branched_error_if(x, pred, index, msgs)
+    return report(x, pred, index, tuple(str(m) for m in msgs))
 
 
 def is_concrete(x) -> bool:
@@ -148,7 +176,7 @@ def check_finite(x, name: str):
         return x
     if is_covered(x):
         return x
-    x = eqx.error_if(x, ~jnp.all(jnp.isfinite(x)), f"{name} must be finite (found NaN or inf)")
+    x = runtime_check(x, ~jnp.all(jnp.isfinite(x)), f"{name} must be finite (found NaN or inf)")
     cover_finiteness([x])
     return x
 
@@ -210,9 +238,9 @@ def check_covariance(cov, name: str, *, definite: bool = False):
     need = d * eps * high if definite else -tol * xp.maximum(1.0, high)
     ok = low > need if definite else low >= need
     if xp is jnp:
-        cov = eqx.error_if(cov, ~(jnp.all(jnp.isfinite(cov)) & jnp.all(symmetric)),
-                           f"{name} must be symmetric and finite (a covariance)")
-        return eqx.error_if(cov, ~jnp.all(ok), f"{name} must be {kind} (a covariance)")
+        cov = runtime_check(cov, ~(jnp.all(jnp.isfinite(cov)) & jnp.all(symmetric)),
+                            f"{name} must be symmetric and finite (a covariance)")
+        return runtime_check(cov, ~jnp.all(ok), f"{name} must be {kind} (a covariance)")
     if not symmetric.all():
         raise ValueError(f"{name} must be symmetric, but max|cov - cov.T| = {float(asym[~symmetric].max()):.3g}")
     if not ok.all():
@@ -244,10 +272,10 @@ def check_weights(weights, n: int, dtype, name: str = "weights", tolerance_dtype
         if abs(s - 1.0) > tol:
             raise ValueError(f"{name} must sum to 1 (a probability measure), but they sum to {s!r}")
         return w
-    w = eqx.error_if(w, jnp.any(w < 0) | ~jnp.all(jnp.isfinite(w)),
-                     f"{name} must be finite and non-negative")
+    w = runtime_check(w, jnp.any(w < 0) | ~jnp.all(jnp.isfinite(w)),
+                      f"{name} must be finite and non-negative")
     total = jnp.sum(w, dtype=jnp.promote_types(w.dtype, jnp.float32))  # not summed in half precision
-    return eqx.error_if(w, jnp.abs(total - 1.0) > tol, f"{name} must sum to 1")
+    return runtime_check(w, jnp.abs(total - 1.0) > tol, f"{name} must sum to 1")
 
 
 def check_weights_of(weights, x_dtype, n: int, name: str = "weights"):
@@ -342,7 +370,7 @@ def check_in_range(value, name: str, *, low=None, high=None, low_open: bool = Fa
         bad = bad | ((v <= low) if low_open else (v < low))
     if high is not None:
         bad = bad | ((v >= high) if high_open else (v > high))
-    return eqx.error_if(v, bad, f"{where}, and be finite")
+    return runtime_check(v, bad, f"{where}, and be finite")
 
 
 def check_count(value, name: str, *, minimum: int | None = None, maximum: int | None = INT_LIMIT) -> int:
@@ -401,7 +429,7 @@ def check_real(x, name: str, *, positive: bool = False, nonnegative: bool = Fals
         bad = bad | ~(v > 0)
     elif nonnegative:
         bad = bad | ~(v >= 0)
-    return eqx.error_if(v, jnp.any(bad), f"{name} must be finite{cond}")
+    return runtime_check(v, jnp.any(bad), f"{name} must be finite{cond}")
 
 
 def check_key(key, name: str = "key"):

@@ -12,3 +12,10 @@ from __future__ import annotations
 import contextvars
 
 SOLVE_RUNNER: contextvars.ContextVar = contextvars.ContextVar("transformer_pde_solve_runner", default=None)
+
+CHECK_REPORTER: contextvars.ContextVar = contextvars.ContextVar("transformer_pde_check_reporter", default=None)
+"""How the library's runtime checks (:func:`transformer_pde._checks.runtime_check`) are traced.
+None (the default): as ``eqx.error_if``. Else ``report(x, pred, index, msgs)``, which makes the
+check a value of the program being traced and returns ``x``: :mod:`transformer_pde.runs.reported_checks`
+sets it while it traces a program to keep. A context variable, so another thread tracing at the same
+time is not affected."""

@@ -12,6 +12,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from transformer_pde._checks import runtime_check
 from transformer_pde.runs import programs
 
 
@@ -337,12 +338,12 @@ def test_a_program_with_a_host_callback_is_marked_and_left_to_the_caller(calls):
 
 def _checked_logged(x):
     _Log.traced.append("checked")
-    y = eqx.error_if(x, jnp.any(x < 0), "x must be >= 0")
-    return jax.vmap(lambda r: eqx.error_if(2 * r, r > 10, "x must be <= 10 {here}"))(y)
+    y = runtime_check(x, jnp.any(x < 0), "x must be >= 0")
+    return jax.vmap(lambda r: runtime_check(2 * r, r > 10, "x must be <= 10 {here}"))(y)
 
 
 def test_a_program_with_runtime_checks_is_kept_and_raises_their_messages_after_it(calls):
-    """The checks (eqx.error_if) are reported as values: the program is kept (loaded by a later
+    """The library's checks (runtime_check, eqx.error_if) are reported as values: the program is kept (loaded by a later
     process, no trace), its numbers are filter_jit's, and a failed check raises its own message,
     the first that fails, also from the loaded program."""
     x = jnp.arange(3.0)
@@ -366,7 +367,7 @@ def test_a_program_with_runtime_checks_is_kept_and_raises_their_messages_after_i
 def test_checks_reported_inside_leave_the_plain_programs_checks(calls):
     """A jitted function traced while a program's checks are reported (its own trace cached apart)
     still raises through its own check when called plainly afterwards."""
-    inner = eqx.filter_jit(lambda x: eqx.error_if(x, jnp.any(x < 0), "inner: x must be >= 0"))
+    inner = eqx.filter_jit(lambda x: runtime_check(x, jnp.any(x < 0), "inner: x must be >= 0"))
     x = jnp.arange(3.0)
     np.testing.assert_array_equal(np.asarray(programs.call_kept(lambda v: inner(v) + 1, (x,))), [1.0, 2.0, 3.0])
     np.testing.assert_array_equal(np.asarray(inner(x)), [0.0, 1.0, 2.0])

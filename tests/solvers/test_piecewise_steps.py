@@ -82,3 +82,21 @@ def test_numpy_values_inside_a_traced_solve():
                    dt0=T1 / (8 * L), solver=diffrax.Tsit5())
     np.testing.assert_allclose(sol.final_mean, exact, atol=1e-9)
     np.testing.assert_allclose(sol.final_cov, np.eye(3), atol=1e-12)
+
+
+def test_a_kept_solve_stepping_to_the_boundaries_is_kept_and_exact(tmp_path, monkeypatch):
+    """Constant steps stop at each layer boundary (a StepTo grid whose check of its ends is the
+    library's): a kept solve keeps its program (no host callback in it) and its numbers are the
+    plain solve's, bit for bit, and the product of matrix exponentials."""
+    from transformer_pde.runs import programs
+
+    monkeypatch.setattr(programs, "program_dir", lambda: tmp_path / "programs")
+    monkeypatch.setattr(programs, "_CALLS", {})
+    monkeypatch.setattr(programs, "_BY_KEY", {})
+    dyn, x0, exact = _problem()
+    plain = tp.solve(dyn, x0, t1=T1, dt0=T1 / L / 4, solver=diffrax.Tsit5()).final
+    with tp.runs.kept_programs():
+        kept = tp.solve(dyn, x0, t1=T1, dt0=T1 / L / 4, solver=diffrax.Tsit5()).final
+    assert [p.suffix for p in (tmp_path / "programs").iterdir()] == [".jaxcall"]
+    np.testing.assert_array_equal(np.asarray(kept), np.asarray(plain))
+    np.testing.assert_allclose(np.asarray(kept[0]), exact, rtol=0, atol=1e-8)

@@ -15,13 +15,12 @@ from __future__ import annotations
 
 import functools
 
-import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .._checks import (as_float_array, check_block_size, check_covariance, check_finite, check_int, check_points, check_scalar,
-                       check_weights, check_weights_of, is_concrete)
+from .._checks import (as_float_array, check_block_size, check_covariance, check_finite, check_int, check_points,
+                       check_scalar, check_weights, check_weights_of, is_concrete, runtime_check)
 from .._linalg import sqrtm_psd
 
 
@@ -92,9 +91,9 @@ def sinkhorn_divergence(x, y, a=None, b=None, *, epsilon, p: float = 2.0, thresh
     """
     div, converged = _checked_divergence(x, y, a, b, epsilon, p, threshold, max_iterations, batch_size)
     if throw:
-        div = eqx.error_if(div, ~converged, f"Sinkhorn divergence did not converge within "
-                           f"max_iterations={max_iterations} (threshold={threshold}); raise "
-                           "max_iterations or epsilon, or pass throw=False")
+        div = runtime_check(div, ~converged, f"Sinkhorn divergence did not converge within "
+                            f"max_iterations={max_iterations} (threshold={threshold}); raise "
+                            "max_iterations or epsilon, or pass throw=False")
     return div
 
 
@@ -212,7 +211,7 @@ def support_radius(x, weights=None) -> jax.Array:
     if is_concrete(R):
         return R
     # under jit (stats=, per save): one O(1) check of the answer, not of every token
-    return eqx.error_if(R, ~jnp.all(jnp.isfinite(R)), "x must be finite (a token of positive weight is NaN or inf)")
+    return runtime_check(R, ~jnp.all(jnp.isfinite(R)), "x must be finite (a token of positive weight is NaN or inf)")
 
 
 def stability_ratio(xs, ys, weights_x=None, weights_y=None, *, p: float = 2.0,

@@ -24,11 +24,10 @@ from __future__ import annotations
 import functools
 import math
 
-import equinox as eqx
 import jax
 import jax.numpy as jnp
 
-from .._checks import as_float_array, check_finite, check_scalar, check_weights, is_concrete
+from .._checks import as_float_array, check_finite, check_scalar, check_weights, is_concrete, runtime_check
 
 
 def _line_points(x, name):
@@ -115,8 +114,8 @@ def _angles(x, name):
                 raise ValueError(f"{name}[{int(jnp.argmax(zero))}] is the zero vector: a token on S^1 "
                                  f"needs a direction (its angle)")
         else:
-            x = eqx.error_if(x, jnp.any(zero), f"{name} holds a zero vector: a token on S^1 needs a "
-                             f"direction (its angle)")
+            x = runtime_check(x, jnp.any(zero), f"{name} holds a zero vector: a token on S^1 needs a "
+                              f"direction (its angle)")
         x = jnp.arctan2(x[:, 1], x[:, 0])
     if x.ndim != 1 or x.shape[0] < 1:
         raise ValueError(f"{name} must hold angles, shape (n,), or points on S^1, shape (n, 2), with "
@@ -155,8 +154,8 @@ def wasserstein_circle(x, y, a=None, b=None, *, p: float = 1.0, period: float = 
             if not math.isclose(float(period), 2 * math.pi, rel_tol=1e-6):
                 raise ValueError(f"period must be 2π when {why}, got {float(period)!r}")
         else:
-            period = eqx.error_if(period, jnp.abs(period - 2 * math.pi) > 1e-6 * 2 * math.pi,
-                                  f"period must be 2π when {why}")
+            period = runtime_check(period, jnp.abs(period - 2 * math.pi) > 1e-6 * 2 * math.pi,
+                                   f"period must be 2π when {why}")
     p = _check_p(p)
     x, y, period = x.astype(dtype), y.astype(dtype), jnp.asarray(period, dtype)
     if p == 1.0:

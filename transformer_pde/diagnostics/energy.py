@@ -21,12 +21,11 @@ Normalizations differ across papers (docs: math/sphere.md#normalizations-across-
 
 from __future__ import annotations
 
-import equinox as eqx
 import jax
 import jax.numpy as jnp
 
 from .._checks import (as_float_array, check_finite, check_in_range, check_points, check_scalar, check_weights,
-                       check_weights_of, is_concrete)
+                       check_weights_of, is_concrete, runtime_check)
 from .._types import PointsLike, WeightsLike
 from ..models.perceptron import AbstractPotentialActivation, PerceptronBlock
 from ..models.sphere import unchecked_tangent_projection
@@ -89,7 +88,7 @@ def normalized_energy(x: PointsLike, beta, weights: WeightsLike | None = None) -
         if not bool(jnp.isfinite(phi)):
             raise ValueError(f"normalized_energy overflowed at beta={float(beta):g}: {why}")
         return phi
-    return eqx.error_if(phi, ~jnp.isfinite(phi), f"normalized_energy overflowed: {why}")
+    return runtime_check(phi, ~jnp.isfinite(phi), f"normalized_energy overflowed: {why}")
 
 
 def attention_matrix(x: PointsLike, beta=1.0, *, Q=None, K=None, weights: WeightsLike | None = None,

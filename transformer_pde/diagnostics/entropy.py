@@ -17,12 +17,11 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .._checks import as_float_array, check_count, check_points, check_scalar, check_weights, is_concrete
+from .._checks import as_float_array, check_count, check_points, check_scalar, check_weights, is_concrete, runtime_check
 
 __all__ = ["check_normalized", "relative_entropy"]
 
@@ -70,10 +69,10 @@ def relative_entropy(x, log_rho, log_target: Callable, weights=None):
                 raise ValueError("relative_entropy: " + what.format(
                     i=i, x=np.asarray(x[i]).tolist(), v=float(log_nu[i]), r=float(log_rho[i])))
     else:
-        log_nu = eqx.error_if(log_nu, jnp.any(zero), "relative_entropy: the target has zero density "
-                              "(log ν = −inf) where the flow sends mass: KL = +inf")
-        log_nu = eqx.error_if(log_nu, jnp.any(bad_nu | bad_rho), "relative_entropy: log_target or "
-                              "log_rho is NaN or +inf at a token")
+        log_nu = runtime_check(log_nu, jnp.any(zero), "relative_entropy: the target has zero density "
+                               "(log ν = −inf) where the flow sends mass: KL = +inf")
+        log_nu = runtime_check(log_nu, jnp.any(bad_nu | bad_rho), "relative_entropy: log_target or "
+                               "log_rho is NaN or +inf at a token")
     terms = jnp.where(carried, log_rho - log_nu, 0.0)
     return jnp.sum(w * terms)
 

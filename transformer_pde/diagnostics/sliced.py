@@ -16,12 +16,11 @@ from __future__ import annotations
 
 import math
 
-import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .._checks import as_float_array, check_count, check_finite, check_key, check_weights, is_concrete
+from .._checks import as_float_array, check_count, check_finite, check_key, check_weights, is_concrete, runtime_check
 from ..models.sphere import check_unit_points
 from .distances_1d import _check_p, _lp_norm, _wasserstein_circle, _wasserstein_circle_p
 
@@ -58,8 +57,8 @@ def _check_frames(frames, d):
             raise ValueError(f"frames[{i}] must have orthonormal columns (UᵀU = I within {tol:g}), but "
                              f"|UᵀU − I| = {float(dev[i]):.3g}; random_great_circles draws valid frames")
         return frames
-    return eqx.error_if(frames, jnp.any(dev > tol), f"frames must have orthonormal columns (UᵀU = I "
-                                                     f"within {tol:g})")
+    return runtime_check(frames, jnp.any(dev > tol), f"frames must have orthonormal columns (UᵀU = I "
+                                                      f"within {tol:g})")
 
 
 def sliced_wasserstein_sphere(x, y, a=None, b=None, *, frames, p: float = 2.0) -> jax.Array:

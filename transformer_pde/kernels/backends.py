@@ -80,6 +80,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from .._checks import runtime_check
 from . import exact
 from .binding import ScoreBox, score_box
 from .exact import DEFAULT_LAYOUT, AbstractLayout
@@ -538,8 +539,8 @@ class Fast(_AbstractGaussianBackend):
         """A token outside the box or γ outside the window raises (compiled once per plan and
         shapes, ``eqx.filter_jit``, so eager calls are not op by op)."""
         avg, lse, info, in_window = _fast_sum(plan, a, b, v, bias, gamma, axis_name)
-        avg = eqx.error_if(avg, ~info.in_box, _box_message(self, plan))
-        avg = eqx.error_if(avg, ~in_window, _window_message(self, plan))
+        avg = runtime_check(avg, ~info.in_box, _box_message(self, plan))
+        avg = runtime_check(avg, ~in_window, _window_message(self, plan))
         return avg, lse
 
 

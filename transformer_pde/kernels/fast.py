@@ -123,6 +123,8 @@ import numpy as np
 from jaxtyping import Array, ArrayLike, Bool, Float
 from jaxtyping import Real as RealArray
 
+from .._checks import runtime_check
+
 __all__ = [
     "PLAN_MEMORY_BUDGET",
     "FastSumInfo",
@@ -483,9 +485,9 @@ def _check_gamma(gamma, plan: GaussianSumPlan, throw: bool):
         return jnp.asarray(gamma)
     gamma = jnp.asarray(gamma)
     if throw:
-        gamma = eqx.error_if(gamma, (gamma < lo) | (gamma > hi),
-                             f"gamma lies outside the plan's window "
-                             f"[{plan.gamma_min}, {plan.gamma_max}]; build a new plan")
+        gamma = runtime_check(gamma, (gamma < lo) | (gamma > hi),
+                              f"gamma lies outside the plan's window "
+                              f"[{plan.gamma_min}, {plan.gamma_max}]; build a new plan")
     return gamma
 
 
@@ -559,9 +561,9 @@ def fast_lse_average_with_info(
     if throw:
         if not any(isinstance(x, jax.core.Tracer) for x in (a, b, bias)):
             _raise_outside_box(np.asarray(a), np.asarray(b), np.asarray(bias), R)
-        a = eqx.error_if(a, ~in_box, f"fast_lse_average: a query or a weighted key lies outside "
-                                     f"the planned box |x|_inf <= radius = {R}; build a new plan "
-                                     f"with a larger radius (or use the exact kernel)")
+        a = runtime_check(a, ~in_box, f"fast_lse_average: a query or a weighted key lies outside "
+                                      f"the planned box |x|_inf <= radius = {R}; build a new plan "
+                                      f"with a larger radius (or use the exact kernel)")
     b = jnp.where(live[:, None], b, 0.0)
 
     # --- weights u_j = exp(bias_j + γ|b_j|²/2), shifted by their maximum ----------------------

@@ -30,7 +30,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .._checks import check_points, check_scalar, check_weights, is_concrete
+from .._checks import check_points, check_scalar, check_weights, is_concrete, runtime_check
 from .._types import Points, PointsLike, Weights, WeightsLike
 
 
@@ -129,16 +129,16 @@ def check_finite_output(v, dynamics, dtype, x=None):
     bad_params = jnp.asarray(False)
     for leaf in jax.tree_util.tree_leaves(params):
         bad_params = bad_params | ~jnp.all(jnp.isfinite(leaf))
-    v = eqx.error_if(v, bad_params, f"{name}: a parameter holds NaN or inf, so the velocity is not finite")
+    v = runtime_check(v, bad_params, f"{name}: a parameter holds NaN or inf, so the velocity is not finite")
     if x is not None:
         large = jnp.max(jnp.sum(jnp.asarray(x) ** 2, axis=-1)) > jnp.sqrt(jnp.finfo(dtype).max)
-        v = eqx.error_if(v, large & ~jnp.all(jnp.isfinite(v)),
-                         f"{name}: finite tokens gave a non-finite velocity: the largest |x|² is near the "
-                         f"range of {jnp.dtype(dtype).name} (scores ~ β|x|² may overflow): rescale, or "
-                         f"enable float64")
-    return eqx.error_if(v, ~jnp.all(jnp.isfinite(v)),
-                        f"{name}: finite tokens gave a non-finite velocity (under jit: call it outside "
-                        f"jit for a diagnosis of the parameters and token sizes)")
+        v = runtime_check(v, large & ~jnp.all(jnp.isfinite(v)),
+                          f"{name}: finite tokens gave a non-finite velocity: the largest |x|² is near the "
+                          f"range of {jnp.dtype(dtype).name} (scores ~ β|x|² may overflow): rescale, or "
+                          f"enable float64")
+    return runtime_check(v, ~jnp.all(jnp.isfinite(v)),
+                         f"{name}: finite tokens gave a non-finite velocity (under jit: call it outside "
+                         f"jit for a diagnosis of the parameters and token sizes)")
 
 
 class AbstractFieldDynamics(AbstractDynamics):

@@ -62,7 +62,7 @@ import numpy as np
 from jaxtyping import Array, Float
 
 from .._checks import (as_float_array, check_count, check_finite, check_points, check_scalar, cover_finiteness,
-                       has_unit_rows, is_concrete, is_covered, mark_unit_rows)
+                       has_unit_rows, is_concrete, is_covered, mark_unit_rows, runtime_check)
 from .._types import Points
 from ..params import scalar_param
 from .base import AbstractDynamics, AbstractManifoldDynamics, AbstractRetractedDynamics
@@ -143,7 +143,7 @@ def check_nonzero_points(x, name: str, dim):
             i = int(np.argmin(norms))
             raise ValueError(f"{name}[{i}] is the zero vector (|x| = 0 in {x.dtype}): {why}")
         return x
-    out = eqx.error_if(x, jnp.any(norms == 0), f"{name} holds a zero vector (|x| = 0 in {x.dtype}): {why}")
+    out = runtime_check(x, jnp.any(norms == 0), f"{name} holds a zero vector (|x| = 0 in {x.dtype}): {why}")
     if is_covered(x):  # the same values: their finiteness is still reported
         cover_finiteness([out])
     return out
@@ -354,7 +354,7 @@ class LNScaling(AbstractNormalizationScheme):
                                  f"{name} > -depth_scale = {-h0:g}")
             return t
         t = jnp.asarray(t)
-        return eqx.error_if(t, ~(1 + t / self.depth_scale > 0), f"LNScaling: {name} is before the first layer: {why}")
+        return runtime_check(t, ~(1 + t / self.depth_scale > 0), f"LNScaling: {name} is before the first layer: {why}")
 
     def layer_scale(self, t):
         """c(t) = (1 + t/h0)^{-1/2} = 1/√ℓ at t = (ℓ − 1) h0."""

@@ -12,8 +12,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from .._checks import (as_float_array, check_count, check_finite, check_int, check_key, check_points, check_scalar,
-                       cover_finiteness, has_unit_rows, is_concrete, is_covered,
-                       mark_unit_rows, unit_tolerance)
+                       cover_finiteness, has_unit_rows, is_concrete, is_covered, mark_unit_rows, runtime_check,
+                       unit_tolerance)
 from .._types import Points, PointsLike
 from .base import (
     AbstractDynamics,
@@ -55,7 +55,7 @@ def normalize(x: PointsLike) -> Points:
         if zero.any():
             raise ValueError(f"x must have no zero row (a zero token has no direction), but x[{int(np.argmax(zero))}] = 0")
     else:
-        norms = eqx.error_if(norms, jnp.any(norms == 0), "x must have no zero row (a zero token has no direction)")
+        norms = runtime_check(norms, jnp.any(norms == 0), "x must have no zero row (a zero token has no direction)")
     return mark_unit_rows(x / norms)
 
 
@@ -190,8 +190,8 @@ def check_unit_points(x, name: str, dim):
         if unit:
             return mark_unit_rows(x)
         dev = jnp.max(jnp.abs(jnp.linalg.norm(x, axis=-1) - 1))
-        out = eqx.error_if(x, dev > tol, f"{name} must lie on the unit sphere (|{name}_i| = 1 within "
-                                         f"{tol:.2g}); use tp.normalize({name}) first")
+        out = runtime_check(x, dev > tol, f"{name} must lie on the unit sphere (|{name}_i| = 1 within "
+                                          f"{tol:.2g}); use tp.normalize({name}) first")
         if is_covered(x):  # the same values: their finiteness is still reported
             cover_finiteness([out])
         return out

@@ -26,8 +26,9 @@ idea per module:
   (:func:`call_kept`);
 * :mod:`.kept_function`: :class:`Kept` (:func:`kept`), an experiment's own jitted (vmapped) function,
   its program kept as a solve's is;
-* :mod:`.reported_checks`: a kept program's runtime checks (``eqx.error_if``) reported as values
-  and raised after it with their messages, so that a program holding them can be kept.
+* :mod:`.reported_checks`: a kept program's runtime checks of this library (``runtime_check``,
+  ``eqx.error_if`` elsewhere) reported as values and raised after it with their messages, so that
+  a program holding them can be kept.
 
 Importing this package does not import JAX: :func:`solve_checkpointed` and
 :func:`run_fingerprint` load :mod:`.chunked` on first use, :class:`Kept` :mod:`.kept_function`, :class:`NonFiniteRun` and

@@ -25,7 +25,8 @@ file copied over another key's, edited, truncated or not a regular file is never
 traced again and replaced. A program holding a host callback (a runtime
 check, ``eqx.error_if``) cannot be serialized: :func:`lower_program` lowers it as before and does
 not keep it, as JAX's compilation cache does not keep its executable; :func:`call_kept` reports
-its checks as values instead (:mod:`.reported_checks`) and keeps it.
+this library's checks as values instead (:mod:`.reported_checks`) and keeps it (a program holding
+another library's check stays unkept).
 """
 
 from __future__ import annotations
@@ -223,13 +224,15 @@ def call_kept(fn, args: tuple):
     and shapes (or another static part with the same key) runs the same compiled program. Both
     the first run and later ones run the exported program, so their numbers are the same bits.
 
-    The program's runtime checks (``eqx.error_if``, host callbacks, which ``jax.export`` cannot
-    serialize) are reported as values (:mod:`.reported_checks`): a failed one raises
-    ``eqx.EquinoxRuntimeError`` with its message after the program ran.
+    The program's runtime checks of this library (``_checks.runtime_check``, elsewhere an
+    ``eqx.error_if``: a host callback, which ``jax.export`` cannot serialize) are reported as
+    values (:mod:`.reported_checks`): a failed one raises ``eqx.EquinoxRuntimeError`` with its
+    message after the program ran.
 
     Returns None, having run nothing, when the program cannot be kept (the compilation cache off,
     traced or multi-device arrays, a static part that cannot be identified or hashed, a program
-    holding a host callback that is no check, or a check inside a vmapped while loop, which
+    holding a host callback that is no check of this library (another library's ``eqx.error_if``,
+    diffrax's with ``throw=True``), or a check in a while loop whose condition is vmapped, which
     ``checkify`` cannot report, an output that cannot be pickled): the caller then runs ``fn``
     itself. A program export refused leaves a ``<key>.refused`` mark, so a later process does not
     trace it twice."""
@@ -375,14 +378,15 @@ def _export_call(fn, treedef, spec, arrays, path: Path, key: str):
                                                       for v in leaves])]
         return [v for v in leaves if eqx.is_array(v)]
 
-    # traced once, its eqx.error_if checks reported as values (raised after it runs): a program
+    # traced once, this library's checks reported as values (raised after it runs): a program
     # holding them is kept too; a program with no check reports none
     program, messages = reporting(flat)
     try:
         exported = jax.export.export(jax.jit(program))(*arrays)
-    except Exception:  # noqa: BLE001 - a host callback of another kind (which cannot be serialized), a
-        # check checkify cannot carry (in a vmapped while loop), anything else export refuses: the
-        # caller traces as before, and a later process does not try again (the key fixes the outcome)
+    except Exception:  # noqa: BLE001 - a host callback (another library's check, which cannot be
+        # serialized), a check checkify cannot carry (in a while loop with a vmapped condition), anything
+        # else export refuses: the caller traces as before, and a later process does not try again (the
+        # key fixes the outcome)
         _save(path.with_suffix(".refused"), key, b"")
         return None
     kept = _Reported(skeleton[0], tuple(messages))

@@ -1,29 +1,41 @@
 """Runtime checks reported as values, so that a program holding them can be kept.
 
 Every ``eqx.error_if`` traced into a program is a host callback, and ``jax.export`` (and JAX's
-persistent compilation cache) refuses a program holding one. :func:`reporting` traces a program
-with each such check, predicate and message unchanged, made a ``checkify`` check instead: the
-program returns, after its own outputs, whether a check failed and which one (the first in
-program order, the one that would have raised first; across a vmap, the first failing element's),
-and :func:`raise_reported` raises ``eqx.EquinoxRuntimeError`` with that check's message once the
-program has run. (Equinox is imported only when a check fails: a run that loads its programs
-traces nothing and needs none.) No check is dropped or weakened: a failed check raises the message it raised
-before, after the program instead of inside it.
+persistent compilation cache) refuses a program holding one. The library's own runtime checks go
+through one function, :func:`transformer_pde._checks.runtime_check`, which is ``eqx.error_if``
+except while :func:`reporting` traces a program: a context variable
+(:data:`~transformer_pde._programs.CHECK_REPORTER`; thread-safe, no module of another library
+touched) then makes each check whose predicate is traced a ``checkify.check``, predicate and
+message unchanged, its payload the message's index. The program returns, after its own outputs,
+whether a check failed and which one (the first in program order, the one that would have raised
+first; across a vmap, the first failing element's), and :func:`raise_reported` raises
+``eqx.EquinoxRuntimeError`` with that check's message once the program has run. (Equinox is
+imported only when a check fails: a run that loads its programs traces nothing and needs none.)
+No check is dropped or weakened: a failed check raises the message it raised before, after the
+program instead of inside it.
+
+Checks of other libraries traced into a program (diffrax's, optimistix's, Equinox's own) stay
+``eqx.error_if`` host callbacks: ``jax.export`` refuses such a program, which then runs as before,
+not kept. Checks an ``EQX_ON_ERROR`` other than ``raise`` asks for, and checks resolved at trace
+time, are left to Equinox too.
 
 Jitted functions traced inside (a solve's own ``eqx.filter_jit``) are cached apart while this
 runs (a JAX user context is part of their cache key), so a later plain call of them still holds
-its ``eqx.error_if`` checks. Checks an ``EQX_ON_ERROR`` other than ``raise`` asks for, and checks
-resolved at trace time, are left to Equinox.
+its ``eqx.error_if`` checks.
 """
 
 from __future__ import annotations
 
-import contextlib
 import functools
-import importlib
 
 import jax
 import jax.numpy as jnp
+
+from .._programs import CHECK_REPORTER
+
+_CODE = jnp.uint32
+"""The dtype of a reported check's payload (its message's index): no other leaf of a checkify
+error of this module's checks has it (:func:`_failed_and_code`)."""
 
 
 @functools.cache
@@ -41,26 +53,51 @@ def prepare_reporting() -> None:
 
 def reporting(flat):
     """``(program, messages)``: ``program(*arrays)`` is ``flat(*arrays)`` (a list of arrays) followed
-    by ``failed`` (bool) and ``code`` (int32, the failed check's index in ``messages``), every
-    ``eqx.error_if`` in it reported this way; ``messages`` fills while ``program`` is traced.
-    Tracing raises NotImplementedError where this Equinox offers no way to report its checks."""
+    by ``failed`` (bool) and ``code`` (uint32, the failed check's index in ``messages``), every
+    :func:`~transformer_pde._checks.runtime_check` in it reported this way; ``messages`` fills while
+    ``program`` is traced. Tracing raises NotImplementedError where this JAX's checkify error
+    cannot be read (:func:`_failed_and_code`): the program is then not kept."""
     from jax.experimental import checkify
 
     messages: list[str] = []
 
+    def report(x, pred, index, msgs):
+        for j, message in enumerate(msgs):
+            failing = jnp.any(jnp.asarray(pred) & (jnp.asarray(index) == j))
+            checkify.check(~failing, "{}", jnp.asarray(len(messages), _CODE))
+            messages.append(message)
+        return x
+
     def program(*arrays):
-        with _checks_as_values(messages), _reporting_context()(True):
-            error, outputs = checkify.checkify(flat)(*arrays)
-        found = list(error._pred.items())  # one kind of check: a message's code, int32
-        if not found:
-            return [*outputs, jnp.asarray(False), jnp.asarray(0, jnp.int32)]
-        if len(found) != 1:
-            raise NotImplementedError("reporting: checks of another kind than eqx.error_if's")
-        (kind, failed), = found
-        code, = error._payload[kind]
-        return [*outputs, failed, code]
+        token = CHECK_REPORTER.set(report)
+        try:
+            with _reporting_context()(True):
+                error, outputs = checkify.checkify(flat)(*arrays)
+        finally:
+            CHECK_REPORTER.reset(token)
+        return [*outputs, *_failed_and_code(error)]
 
     return program, messages
+
+
+def _failed_and_code(error) -> tuple:
+    """``(failed, code)`` of a checkify ``error`` of :func:`reporting`'s checks, traced.
+
+    Read through public tree functions only: a checkify ``Error`` is a pytree (it leaves a jitted
+    function so), whose leaves carry whether a check failed (its one bool leaf) and the failed
+    check's format arguments (our code: its one uint32 leaf). That layout is this module's one
+    assumption about checkify (JAX 0.10); where it no longer holds this raises NotImplementedError
+    (the program is then refused and runs under ``eqx.filter_jit``, its checks raising inside), and
+    ``tests/runs/test_reported_checks.py`` fails."""
+    leaves = [jnp.asarray(v) for v in jax.tree.leaves(error)]
+    if not leaves:  # no check traced
+        return jnp.asarray(False), jnp.asarray(0, _CODE)
+    flags = [v for v in leaves if v.dtype == jnp.bool_]
+    codes = [v for v in leaves if v.dtype == _CODE]
+    if len(flags) != 1 or len(codes) != 1 or flags[0].shape != () or codes[0].shape != ():
+        raise NotImplementedError(f"reporting: this JAX's checkify error holds {[str(v.dtype) for v in leaves]}, "
+                                  f"not one bool flag and one {jnp.dtype(_CODE)} code")
+    return flags[0], codes[0]
 
 
 def raise_reported(failed, code, messages) -> None:
@@ -70,33 +107,3 @@ def raise_reported(failed, code, messages) -> None:
         import equinox as eqx
 
         raise eqx.EquinoxRuntimeError(messages[int(code)])
-
-
-@contextlib.contextmanager
-def _checks_as_values(messages: list):
-    """While tracing in this block, each ``eqx.error_if`` with a traced predicate is a checkify
-    check whose payload is its message's index in ``messages``."""
-    from jax.experimental import checkify
-
-    errors = importlib.import_module("equinox._errors")
-    plain = vars(errors).get("branched_error_if_impl_jit")
-    if plain is None:
-        raise NotImplementedError("reporting: this Equinox has no branched_error_if_impl_jit to report through")
-    mode = vars(errors).get("EQX_ON_ERROR", "raise")
-
-    def as_value(x, pred, index, msgs, *, on_error):
-        resolved = mode if on_error == "default" else on_error
-        traced = isinstance(pred, jax.core.Tracer) or isinstance(index, jax.core.Tracer)
-        if resolved != "raise" or not traced:  # Equinox's own: no host callback, or one asked for
-            return plain(x, pred, index, msgs, on_error=on_error)
-        for j, message in enumerate(msgs):
-            checkify.check(~jnp.any(jnp.asarray(pred) & (jnp.asarray(index) == j)), "{}",
-                           jnp.asarray(len(messages), jnp.int32))
-            messages.append(str(message))
-        return x
-
-    errors.branched_error_if_impl_jit = as_value
-    try:
-        yield
-    finally:
-        errors.branched_error_if_impl_jit = plain

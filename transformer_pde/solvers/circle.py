@@ -31,7 +31,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .._checks import as_float_array, check_int, check_scalar, is_concrete
+from .._checks import as_float_array, check_int, check_scalar, is_concrete, runtime_check
 from ..models.attention.softmax import SoftmaxAttention
 from .density import (
     AbstractDensity,
@@ -150,9 +150,9 @@ class CircleDensity(AbstractDensity):
                 raise ValueError(f"CircleDensity: the density must be positive, got {r[j]:.3g} at "
                                  f"theta = {2 * np.pi * j / r.size:.4g}")
         else:  # traced (under jit/vmap): the same check at run time
-            rho = eqx.error_if(rho, ~(jnp.all(jnp.isfinite(rho)) & (jnp.min(rho) > 0)),
-                               "CircleDensity: the density must be finite and positive on the grid (a traced "
-                               "density held NaN, inf or a value <= 0)")
+            rho = runtime_check(rho, ~(jnp.all(jnp.isfinite(rho)) & (jnp.min(rho) > 0)),
+                                "CircleDensity: the density must be finite and positive on the grid (a traced "
+                                "density held NaN, inf or a value <= 0)")
         self.values = rho / jnp.mean(rho)
         self.sigma = jnp.asarray(sigma, self.values.dtype)
 

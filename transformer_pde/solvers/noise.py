@@ -46,7 +46,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .._checks import check_scalar, is_concrete
+from .._checks import check_scalar, is_concrete, runtime_check
 from ..models.base import AbstractCommonDiffusion
 from .brownian import AbstractBrownian, BrownianGrid, BrownianTree, brownian_levy_area
 from .states import AbstractNoisyState, Particles
@@ -113,8 +113,8 @@ class AbstractNoise(eqx.Module):
             return s
         if checked:
             return s
-        return eqx.error_if(s, ~(jnp.isfinite(s) & (s >= 0)),
-                            f"{name}.sigma(t) must be finite and >= 0 (got a negative or non-finite value)")
+        return runtime_check(s, ~(jnp.isfinite(s) & (s >= 0)),
+                             f"{name}.sigma(t) must be finite and >= 0 (got a negative or non-finite value)")
 
     def _sigma_of(self, t, name):
         """σ(t) from the user's function, whose failures are named as σ's."""
@@ -290,7 +290,7 @@ def brownian_spec(noise, shape, key, interval, state, dynamics, solver, controll
         raise ValueError(f"brownian_interval = ({float(T0)}, {float(T1)}) must contain [t0, t1] = "
                          f"[{float(t0)}, {float(t1)}]")
     if not all(is_concrete(v) for v in (T0, T1, t0, t1)):  # the program leaves diffrax's check of it out
-        T1 = eqx.error_if(T1, ~((T0 <= t0) & (t1 <= T1)), "brownian_interval must contain [t0, t1]")
+        T1 = runtime_check(T1, ~((T0 <= t0) & (t1 <= T1)), "brownian_interval must contain [t0, t1]")
     levy_area = brownian_levy_area(solver)
     path = noise.path_for(adaptive, levy_area)
     path.check(adaptive)

@@ -9,7 +9,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .._checks import NonFiniteStateError, check_scalar, cover_finiteness, is_concrete
+from .._checks import NonFiniteStateError, check_scalar, cover_finiteness, is_concrete, runtime_check
 from ..models.base import AbstractDynamics, retract_step, step_velocity
 from .noise import AbstractNoise, check_key
 from .saves import as_time, inf_from, saved_array
@@ -102,8 +102,8 @@ def _run(dynamics, x0, num_layers, step, t0, save_every, fn, noise, key, throw) 
                 f"layers: the tokens became non-finite (NaN or inf) by layer {k * int(save_every)} "
                 f"(t = {float(ts[k]):.6g}); the step or the parameters are too large")
     else:
-        saved = eqx.error_if(saved, jnp.any(flags), "layers: the tokens became non-finite (NaN or inf; "
-                             "the start is save 0); call it outside jit/vmap for the first such layer")
+        saved = runtime_check(saved, jnp.any(flags), "layers: the tokens became non-finite (NaN or inf; "
+                              "the start is save 0); call it outside jit/vmap for the first such layer")
     xs, stats = (saved, None) if fn is None else (None, saved)
     return Solution(ts=ts, xs=xs, stats=stats, weights=w, num_steps=jnp.asarray(int(num_layers)),
                     result=diffrax.RESULTS.successful, nonfinite_time=nonfinite_time)

@@ -18,7 +18,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .._checks import NonFiniteStateError, check_int, check_scalar, cover_finiteness, is_concrete, without_checks
+from .._checks import (NonFiniteStateError, check_int, check_scalar, cover_finiteness, is_concrete, runtime_check,
+                       runtime_checks, without_checks)
 from .._programs import SOLVE_RUNNER
 from ..models.base import AbstractDynamics, AbstractRetraction
 from ..models.switched import AbstractSwitched
@@ -213,7 +214,7 @@ def solve(
     criterion = None if event is None else state.resolve(event)
     t0a, t1a = as_time(t0, "t0", dtype), as_time(t1, "t1", dtype)
     if not (is_concrete(t0) and is_concrete(t1)):  # the concrete case was refused above
-        t1a = eqx.error_if(t1a, ~(t1a > t0a), "solve: must have t1 > t0 (time runs forward)")
+        t1a = runtime_check(t1a, ~(t1a > t0a), "solve: must have t1 > t0 (time runs forward)")
     ts = tuple(_check_traced_times(times, t0a, t1a) for times in ts)
     args = (dynamics, state, t0a, t1a,
             None if dt0 is None else jnp.asarray(check_scalar(dt0, "dt0", positive=True), dtype), ts, fn, solver,
@@ -243,12 +244,20 @@ def _raise_if_failed(sol):
     result = sol.result
     failed = ~((result == diffrax.RESULTS.successful) | (result == diffrax.RESULTS.event_occurred))
     if not is_concrete(failed):
-        return result.error_if(sol, failed)
+        code, = jax.tree.leaves(result)  # an enumeration item is a pytree of its index
+        return runtime_checks(sol, failed, code, _result_messages())
     failed = np.ravel(failed)
     if failed.any():  # vmapped runs: the first that failed
         first = jax.tree.map(lambda code: jnp.ravel(code)[int(np.argmax(failed))], result)
         raise eqx.EquinoxRuntimeError(diffrax.RESULTS[first])
     return sol
+
+
+@functools.cache
+def _result_messages() -> tuple[str, ...]:
+    """diffrax's messages of its result codes, by index (what ``RESULTS[item]`` says of each)."""
+    like = jax.tree.structure(diffrax.RESULTS.successful)
+    return tuple(diffrax.RESULTS[jax.tree.unflatten(like, [np.array(i, np.int32)])] for i in range(len(diffrax.RESULTS)))
 
 
 def _check_traced_times(ts, t0, t1):
@@ -257,8 +266,8 @@ def _check_traced_times(ts, t0, t1):
     drops diffrax's own checks of the times, see :func:`_solve`)."""
     if all(is_concrete(v) for v in (ts, t0, t1)):
         return ts
-    ts = eqx.error_if(ts, jnp.any(ts[1:] < ts[:-1]), "saveat.ts must be increasing or decreasing.")
-    return eqx.error_if(ts, jnp.any((ts > t1) | (ts < t0)), "saveat.ts must lie between t0 and t1.")
+    ts = runtime_check(ts, jnp.any(ts[1:] < ts[:-1]), "saveat.ts must be increasing or decreasing.")
+    return runtime_check(ts, jnp.any((ts > t1) | (ts < t0)), "saveat.ts must lie between t0 and t1.")
 
 
 def _solve_program(dynamics, state, t0, t1, dt0, ts, fn, solver, controller, adjoint, max_steps, meter,
@@ -410,7 +419,7 @@ def _raise_if_nonfinite(sol: Solution, watch: AbstractBlowUp, noisy: bool = Fals
     bad = jnp.any(jnp.isfinite(bad_t))
     msg = ("solve: the state became non-finite (NaN or inf) during the run; rerun with "
            "throw=False and read Solution.nonfinite_time for the time it appeared")
-    guarded = eqx.error_if((sol.ts, sol.xs, sol.stats), bad, msg)
+    guarded = runtime_check((sol.ts, sol.xs, sol.stats), bad, msg)
     return eqx.tree_at(lambda s: (s.ts, s.xs, s.stats), sol, guarded, is_leaf=lambda v: v is None)
 
 

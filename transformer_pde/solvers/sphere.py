@@ -29,7 +29,7 @@ import jax.numpy as jnp
 import numpy as np
 from scipy import special
 
-from .._checks import check_int, check_scalar, is_concrete
+from .._checks import check_int, check_scalar, is_concrete, runtime_check
 from ..models.attention.softmax import SoftmaxAttention
 from ..models.attention.unnormalized import UnnormalizedAttention
 from .density import AbstractDensity, DiagonalSolve, sphere_attention
@@ -194,9 +194,9 @@ class SphereDensity(AbstractDensity):
                                "the density at degree " + str(transform.degree))
         else:  # traced (under jit/vmap): the same check at run time
             values = transform.synthesis(c / mass)
-            c = eqx.error_if(c / mass, ~(jnp.all(jnp.isfinite(values)) & (jnp.min(values) > 0) & (mass > 0)),
-                             "SphereDensity: the density must be finite and positive on the grid (a traced "
-                             "density held NaN, inf or a value <= 0)")
+            c = runtime_check(c / mass, ~(jnp.all(jnp.isfinite(values)) & (jnp.min(values) > 0) & (mass > 0)),
+                              "SphereDensity: the density must be finite and positive on the grid (a traced "
+                              "density held NaN, inf or a value <= 0)")
         self.coefficients = _as_real(c)
         self.sigma = jnp.asarray(sigma, self.coefficients.dtype)
         self.transform = transform

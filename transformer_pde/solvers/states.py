@@ -31,7 +31,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .._checks import as_float_array, check_covariance, check_finite, check_points, check_weights, check_weights_of, is_concrete
+from .._checks import (as_float_array, check_covariance, check_finite, check_points, check_weights, check_weights_of,
+                       is_concrete, runtime_check)
 from .._types import PointsLike, WeightsLike
 from ..models.attention.base import AbstractFieldAttention, AbstractGaussianClosure
 from ..models.base import (
@@ -605,8 +606,8 @@ class WithLogDensity(AbstractState):
                 raise ValueError(f"WithLogDensity.log_rho0 must be finite (the tokens sit where ρ_0 > 0), "
                                  f"got log_rho0[{i}] = {float(np.asarray(log_rho0)[i])}")
         else:
-            log_rho0 = eqx.error_if(log_rho0, ~jnp.all(jnp.isfinite(log_rho0)),
-                                    "WithLogDensity.log_rho0 must be finite (tokens where ρ_0 > 0)")
+            log_rho0 = runtime_check(log_rho0, ~jnp.all(jnp.isfinite(log_rho0)),
+                                     "WithLogDensity.log_rho0 must be finite (tokens where ρ_0 > 0)")
         return WithLogDensity(tokens, log_rho0.astype(tokens.dtype))
 
     @property

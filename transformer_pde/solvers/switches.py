@@ -11,7 +11,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .._checks import is_concrete
+from .._checks import is_concrete, runtime_check
 from ..models.base import AbstractRetractedDynamics
 from ..params import PiecewiseConstant
 
@@ -35,9 +35,19 @@ class _JumpingStepTo(diffrax.StepTo):
     jumps: jax.Array = eqx.field(converter=jnp.asarray)
 
     def wrap(self, direction):
-        ts = eqx.error_if(self.ts * direction, self.ts[1:] * direction <= self.ts[:-1] * direction,
-                          "the step grid must be strictly increasing")
+        ts = runtime_check(self.ts * direction, self.ts[1:] * direction <= self.ts[:-1] * direction,
+                           "the step grid must be strictly increasing")
         return type(self)(ts=ts, jumps=self.jumps)
+
+    def init(self, terms, t0, t1, y0, dt0, args, func, error_order):
+        # StepTo's first step, its check of the ends through this library's runtime_check: a kept
+        # program reports it as a value (diffrax's own, a host callback, would keep the program out)
+        del terms, y0, args, func, error_order
+        if dt0 is not None:
+            raise ValueError("`dt0` should be `None`. Step location is already determined by "
+                             f"{type(self).__name__}(ts=...).")
+        ts = runtime_check(self.ts, (t0 != self.ts[0]) | (t1 != self.ts[-1]), "Must have `t0==ts[0]` and `t1==ts[-1]`.")
+        return ts[1], 2
 
     def adapt_step_size(self, t0, t1, y0, y1_candidate, args, y_error, error_order, controller_state):
         k = controller_state  # t1 == ts[k - 1]

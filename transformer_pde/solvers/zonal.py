@@ -26,7 +26,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .._checks import as_float_array, check_int, check_scalar, is_concrete
+from .._checks import as_float_array, check_int, check_scalar, is_concrete, runtime_check
 from ..models.attention.softmax import SoftmaxAttention
 from .density import AbstractDensity, DiagonalSolve, sphere_attention
 
@@ -211,8 +211,8 @@ class ZonalDensity(AbstractDensity):
                 raise ValueError(f"ZonalDensity: the density must be positive, got {r[j]:.3g} at u = cos(theta) = "
                                  f"{u[j]:.4g}")
         else:
-            rho = eqx.error_if(rho, ~(jnp.all(jnp.isfinite(rho)) & (jnp.min(rho) > 0)),
-                               "ZonalDensity: the density must be finite and positive at the nodes")
+            rho = runtime_check(rho, ~(jnp.all(jnp.isfinite(rho)) & (jnp.min(rho) > 0)),
+                                "ZonalDensity: the density must be finite and positive at the nodes")
         phi = jnp.asarray(_basis(u, rho.shape[0] - 1, d), rho.dtype)
         a = phi.T @ (jnp.asarray(w, rho.dtype) * rho)  # exact for degree <= L: Gauss with L + 1 nodes
         self.coeffs = a / a[0]

@@ -7,7 +7,8 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 
-from ..._checks import as_float_array, check_covariance, check_finite, check_int, check_points, check_scalar, check_weights, is_concrete
+from ..._checks import (as_float_array, check_covariance, check_finite, check_int, check_points, check_scalar,
+                        check_weights, is_concrete, runtime_check)
 from ..._linalg import sqrtm_psd, symmetrize
 from ..._types import Param
 from ...kernels.backends import AbstractBackend, bind_backend
@@ -134,11 +135,11 @@ class SinkhornAttention(AbstractBilinearAttention, AbstractKernelAttention, Abst
         pot = self._potentials(x, weights, t)
         g = pot.g
         if self.throw:
-            g = eqx.error_if(g, ~pot.converged,
-                             f"Sinkhorn attention did not converge in max_iterations="
-                             f"{self.max_iterations} (threshold={self.threshold}); raise "
-                             "max_iterations or epsilon, or pass throw=False and inspect "
-                             "SinkhornAttention.potentials(x)")
+            g = runtime_check(g, ~pot.converged,
+                              f"Sinkhorn attention did not converge in max_iterations="
+                              f"{self.max_iterations} (threshold={self.threshold}); raise "
+                              "max_iterations or epsilon, or pass throw=False and inspect "
+                              "SinkhornAttention.potentials(x)")
         avg, _ = self.backend.lse_average(self._reduction(queries, x, g, t))
         return avg
 
