@@ -12,3 +12,12 @@ from __future__ import annotations
 import contextvars
 
 SOLVE_RUNNER: contextvars.ContextVar = contextvars.ContextVar("transformer_pde_solve_runner", default=None)
+
+
+def run_program(fn, jitted, args: tuple):
+    """``fn(*args)`` through the runner when one is set and can keep it, else ``jitted(*args)``
+    (``eqx.filter_jit(fn)``): how ``tp.solve``, a study's runner, a sweep's chunks and
+    :class:`~transformer_pde.runs.Kept` run their programs."""
+    runner = SOLVE_RUNNER.get()
+    out = None if runner is None else runner(fn, args)
+    return jitted(*args) if out is None else out
