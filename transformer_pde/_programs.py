@@ -19,3 +19,12 @@ None (the default): as ``eqx.error_if``. Else ``report(x, pred, index, msgs)``, 
 check a value of the program being traced and returns ``x``: :mod:`transformer_pde.runs.reported_checks`
 sets it while it traces a program to keep. A context variable, so another thread tracing at the same
 time is not affected."""
+
+
+def run_program(fn, jitted, args: tuple):
+    """``fn(*args)`` through the runner when one is set and can keep it, else ``jitted(*args)``
+    (``eqx.filter_jit(fn)``): how ``tp.solve``, a study's runner, a sweep's chunks and
+    :class:`~transformer_pde.runs.Kept` run their programs."""
+    runner = SOLVE_RUNNER.get()
+    out = None if runner is None else runner(fn, args)
+    return jitted(*args) if out is None else out

@@ -29,6 +29,7 @@ import numpy as np
 from jaxtyping import ArrayLike
 
 from ._checks import check_count, check_real
+from ._programs import run_program
 
 if TYPE_CHECKING:  # imported when a sweep returns (importing the package stays light)
     import xarray as xr
@@ -50,10 +51,12 @@ def _device_mesh(devices):
     return Mesh(np.asarray(devices), ("points",))
 
 
-@eqx.filter_jit
-def _map_chunks(fn, params, static_kwargs):
+def _map_chunks_of(fn, params, static_kwargs):
     """params: dict of (num_chunks, chunk) arrays -> outputs (num_chunks, chunk, ...)."""
     return jax.lax.map(jax.vmap(lambda p: fn(**p, **static_kwargs)), params)
+
+
+_map_chunks = eqx.filter_jit(_map_chunks_of)
 
 
 def _estimate_bytes_per_point(fn, flat, static_kwargs):
@@ -176,7 +179,8 @@ def sweep(
 
             sharding = NamedSharding(_device_mesh(devices), PartitionSpec(None, "points"))
             params = jax.device_put(params, sharding)
-        out = _map_chunks(fn, params, skw)
+        # kept between processes inside tp.runs.kept_programs (fn's solves are traced in it)
+        out = run_program(_map_chunks_of, _map_chunks, (fn, params, skw))
         total = num_chunks * chunk
         out = jax.tree.map(lambda a, total=total: np.asarray(a).reshape(total, *a.shape[2:])[:P], out)
         outputs.append(out)

@@ -8,6 +8,7 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 
+from .._programs import run_program
 from ..diagnostics.study_distances import AbstractStudyDistance
 from ..solvers import Coupled, Particles, solve
 from .metrics import METRICS, measure
@@ -33,11 +34,16 @@ class StudySpec(eqx.Module):
     max_steps: int = eqx.field(static=True)
 
 
-@eqx.filter_jit
 def run(dynamics, reference, keys, n: int, spec: StudySpec) -> dict:
     """Metric name -> ``(seeds, times)`` for the n-particle systems of ``keys`` against
     ``reference``, with ``reference_error``: for each metric, the change when the reference's
-    coarser version replaces it where it has one, its ``own_error`` otherwise."""
+    coarser version replaces it where it has one, its ``own_error`` otherwise. One program per
+    ``n``, kept between processes inside :func:`~transformer_pde.runs.kept_programs` (its
+    solves are traced inside it, so it is this program that must be kept)."""
+    return run_program(_run, _jit_run, (dynamics, reference, keys, n, spec))
+
+
+def _run(dynamics, reference, keys, n: int, spec: StudySpec) -> dict:
     with_w2 = n <= spec.w2_max_n
 
     def one(key):
@@ -62,3 +68,6 @@ def run(dynamics, reference, keys, n: int, spec: StudySpec) -> dict:
                      saveat=diffrax.SaveAt(ts=spec.ts, fn=save)).stats
 
     return jax.lax.map(one, keys)
+
+
+_jit_run = eqx.filter_jit(_run)

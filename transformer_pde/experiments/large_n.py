@@ -45,8 +45,10 @@ def compute(cfg: LargeNConfig, progress: bool = False) -> Result:
     arrays = {
         "ts": np.asarray(ts), "overlap": np.asarray(sol.stats["overlap"]),
         "max_angle": np.asarray(sol.stats["max_angle"]), "sample": samples,
-        "sample_clusters": np.asarray(jax.vmap(lambda x: tp.diagnostics.cluster_count(x, cfg.threshold))(
-            jnp.asarray(samples))),
+        # one kept program (its checks reported as values), not an eager vmap recompiled every run;
+        # a map, not a vmap: checkify cannot report checks across a vmapped while loop
+        "sample_clusters": np.asarray(tp.runs.kept(lambda xs, threshold=cfg.threshold: jax.lax.map(
+            lambda x: tp.diagnostics.cluster_count(x, threshold), xs))(jnp.asarray(samples))),
         "fast_kernel": np.asarray(attn.kernel_choice(cfg.n, cfg.n, x0.dtype).fast),
     }
     labelled = grid({"t": arrays["ts"]}, overlap=(("t",), arrays["overlap"]),

@@ -24,7 +24,7 @@ from collections.abc import Callable
 import equinox as eqx
 import jax
 
-from .._programs import SOLVE_RUNNER
+from .._programs import run_program
 
 
 class Kept(eqx.Module):
@@ -45,9 +45,7 @@ class Kept(eqx.Module):
         self.jitted = eqx.filter_jit(fn)
 
     def __call__(self, *args):
-        runner = SOLVE_RUNNER.get()
-        out = None if runner is None else runner(self.fn, args)
-        return self.jitted(*args) if out is None else out
+        return run_program(self.fn, self.jitted, args)
 
 
 def _transformed(fn) -> bool:
