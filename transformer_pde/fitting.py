@@ -29,6 +29,7 @@ import numpy as np
 import optax
 
 from ._checks import check_count, check_scalar
+from ._programs import SOLVE_RUNNER
 
 
 class FitResult(NamedTuple):
@@ -156,16 +157,23 @@ def fit(
     # one compiled value-and-gradient serves every step and the final loss; its backward pass
     # goes through ott's Sinkhorn VJP and jax-finufft's JVP, which broadcast implicitly (traced
     # here, outside any context set inside the loss), hence the local "allow"
-    compiled = eqx.filter_jit(eqx.filter_value_and_grad(objective))
+    def loss_and_grad(params):
+        return eqx.filter_value_and_grad(objective)(params)
+
+    compiled = eqx.filter_jit(loss_and_grad)
 
     def value_and_grad(params):
         with jax.numpy_rank_promotion("allow"):
-            return compiled(params)
+            return _kept(loss_and_grad, compiled, (params,))
 
-    @eqx.filter_jit
-    def update(grads, opt_state, params):
+    def apply(grads, opt_state, params):
         updates, opt_state = optimizer.update(grads, opt_state, params)
         return eqx.apply_updates(params, updates), opt_state
+
+    apply_jitted = eqx.filter_jit(apply)
+
+    def update(grads, opt_state, params):
+        return _kept(apply, apply_jitted, (grads, opt_state, params))
 
     def step(params, opt_state):
         value, grads = value_and_grad(params)
@@ -208,6 +216,16 @@ def fit(
     if keep is not None and not final < best_loss:
         params, final = best, float(best_loss)
     return FitResult(eqx.combine(params, static), losses, final)
+
+
+def _kept(fn, jitted, args):
+    """``jitted(*args)`` (``jitted`` is ``eqx.filter_jit(fn)``), through the runs layer's kept
+    programs when it is on (as a concrete ``tp.solve`` runs: traced once, kept beside the compile
+    cache, loaded by a later process; a fit's step holds its solves' checks, which only a kept
+    program reports as values, so JAX's cache alone recompiles it in every process)."""
+    runner = SOLVE_RUNNER.get()
+    out = None if runner is None else runner(fn, args)
+    return jitted(*args) if out is None else out
 
 
 def _first_line(e: BaseException) -> str:

@@ -87,6 +87,21 @@ def test_traced_times_are_still_checked_inside_the_users_jit():
                                tp.solve(attn, x0, t1=1.0, dt0=0.1, saveat=jnp.array([0.2, 0.5])).xs, rtol=1e-14)
 
 
+def test_a_solve_inside_the_users_jit_saving_at_t1_holds_no_host_callback():
+    """The default save ([t1], saveat None) is in range and in order by construction: unchecked, so
+    a solve traced inside a caller's jit (finite start, throw=False) holds no host callback; given
+    save times are checked there (the control: the count sees them)."""
+    attn = tp.SoftmaxAttention.identity(2, 1.0)
+
+    def run(x0, saveat=None):
+        tp.runs.finite_by_construction([x0])
+        return tp.solve(attn, x0, t1=1.0, dt0=0.1, saveat=saveat, throw=False).xs
+
+    x0 = jnp.array([[1.0, 0.0], [0.0, 1.0]])
+    assert _callbacks(jax.jit(run).lower(x0)) == 0
+    assert _callbacks(jax.jit(lambda x: run(x, jnp.array([0.5, 1.0]))).lower(x0)) > 0
+
+
 def test_a_blown_up_statistic_is_reported_not_counted():
     """x' = e^{|x|²}x blows up at T = E1(|x0|²)/2 ≈ 0.11 (|x0| = 1): the statistic's input is
     flagged (it checked it itself, a host callback, before), its saves from there on are inf and

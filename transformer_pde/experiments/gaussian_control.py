@@ -116,17 +116,19 @@ def moment_loss(end, target_mean, target_cov):
 def make_fitter(end_fn, cfg):
     """``fit(controls, (m*, Σ*)) -> (controls, W₂ history)``: L-BFGS (optax, zoom line search) on
     the moment loss through ``end_fn(controls) -> (m, Σ)``; the history holds W₂ to the target
-    before each iteration and after the last. Compiled once, for every target of a depth."""
+    before each iteration and after the last. Compiled once, for every target of a depth, and
+    kept between processes (``tp.runs.kept``: JAX's cache alone recompiles a program holding the
+    solve's checks in every process)."""
     opt = optax.lbfgs()
 
-    @jax.jit
+    @tp.runs.kept
     def step(p, state, target_mean, target_cov):
         loss = lambda q: moment_loss(end_fn(q), target_mean, target_cov)  # noqa: E731
         value, grad = optax.value_and_grad_from_state(loss)(p, state=state)
         updates, state = opt.update(grad, state, p, value=value, grad=grad, value_fn=loss)
         return optax.apply_updates(p, updates), state
 
-    @jax.jit
+    @tp.runs.kept
     def distance(p, target_mean, target_cov):
         """W₂ to the target; inf where the moments overflowed (the controls blow the flow up)."""
         m, S = end_fn(p)

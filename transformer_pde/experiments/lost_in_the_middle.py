@@ -39,16 +39,37 @@ def _bin(values, bins):
 
 
 def _deltas(key, dyn, n, t, dt, num_runs, chunk):
-    """For num_runs i.i.d. uniform starts: θ_N(t) − θ_i(0) and θ_N(0) − θ_i(0), i = 1..N−1."""
+    """For num_runs i.i.d. uniform starts: θ_N(t) − θ_i(0) and θ_N(0) − θ_i(0), i = 1..N−1.
+
+    The program holds no host callback, so JAX's compilation cache keeps it between processes:
+    the starts are finite by construction (uniform draws), and each solve's failure code and
+    blow-up time are returned (``throw=False``) and raised after the program, as ``tp.solve``
+    would have raised them."""
     def one(k):
         th0 = jax.random.uniform(k, (n, 1), minval=0.0, maxval=2 * jnp.pi)
-        sol = tp.solve(dyn, th0, t1=t, dt0=dt, max_steps=int(np.ceil(t / dt)) + 1)
+        tp.runs.finite_by_construction([th0])
+        sol = tp.solve(dyn, th0, t1=t, dt0=dt, max_steps=int(np.ceil(t / dt)) + 1, throw=False)
         thN = sol.xs[0, -1, 0]
-        return thN - th0[:-1, 0], th0[-1, 0] - th0[:-1, 0]
+        return thN - th0[:-1, 0], th0[-1, 0] - th0[:-1, 0], sol.result, sol.nonfinite_time
 
     keys = jax.random.split(key, num_runs)
     out = jax.lax.map(jax.vmap(one), keys.reshape(-1, chunk))
+    _raise_if_failed(out[2], out[3])
     return out[0].reshape(num_runs, n - 1), out[1].reshape(num_runs, n - 1)
+
+
+def _raise_if_failed(result, nonfinite_times):
+    """The error ``tp.solve`` raises (throw=True) for the first run that failed or blew up."""
+    import equinox as eqx
+
+    failed = np.ravel(~((result == diffrax.RESULTS.successful) | (result == diffrax.RESULTS.event_occurred)))
+    if failed.any():
+        raise eqx.EquinoxRuntimeError(diffrax.RESULTS[jax.tree.map(lambda c: jnp.ravel(c)[int(np.argmax(failed))],
+                                                                   result)])
+    times = np.ravel(np.asarray(nonfinite_times))
+    if np.isfinite(times).any():
+        raise tp.NonFiniteStateError(f"lost-in-the-middle: a run's state became non-finite (NaN or inf) at "
+                                     f"t = {float(times[np.isfinite(times)][0]):.6g}; lower dt")
 
 
 def retrieval_monte_carlo(key, t, n: int, beta, lam, M: int = 8, n_max: int = 20, *,

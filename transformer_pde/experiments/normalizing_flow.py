@@ -213,7 +213,8 @@ def best_gaussian_kl(log_target, order: int = 48) -> float:
         x = p[:2][None, :] + z @ L.T
         return jnp.sum(wz * (base_log_density(z) - p[2] - p[4] - log_target(x)))
 
-    value_and_grad = jax.jit(jax.value_and_grad(kl))
+    # kept between processes (tp.runs.kept), as every program of a run
+    value_and_grad = tp.runs.kept(lambda p: jax.value_and_grad(kl)(p))
     res = minimize(lambda p: tuple(np.asarray(v, np.float64) for v in value_and_grad(jnp.asarray(p, z.dtype))),
                    np.zeros(5), jac=True, method="BFGS")
     return float(res.fun)
@@ -224,9 +225,17 @@ def _compiled_kl():
     return eqx.filter_jit(flow_kl)
 
 
+def _push_positional(controls, x0, log_rho0, t1, substeps, solver, activation):
+    return push(controls, x0, log_rho0, t1=t1, substeps=substeps, solver=solver, activation=activation)
+
+
 @functools.cache
 def _compiled_push():
-    return eqx.filter_jit(push)
+    """:func:`push`, compiled once and kept between processes (``tp.runs.kept``: the solves'
+    checks inside are host callbacks, which JAX's cache alone recompiles in every process)."""
+    kept = tp.runs.kept(_push_positional)
+    return lambda controls, x0, log_rho0, *, t1, substeps, solver=None, activation=None: kept(
+        controls, x0, log_rho0, t1, substeps, solver, activation)
 
 
 def fit_flow(log_target, x0, controls, *, t1, substeps, solver=None, steps=400, learning_rate=0.03,

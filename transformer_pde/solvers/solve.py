@@ -215,7 +215,10 @@ def solve(
     t0a, t1a = as_time(t0, "t0", dtype), as_time(t1, "t1", dtype)
     if not (is_concrete(t0) and is_concrete(t1)):  # the concrete case was refused above
         t1a = runtime_check(t1a, ~(t1a > t0a), "solve: must have t1 > t0 (time runs forward)")
-    ts = tuple(_check_traced_times(times, t0a, t1a) for times in ts)
+    # the default save (saveat None: [t1]) is t1 itself, in range and in order by construction: no
+    # check (under a caller's trace it is a tracer, and a check is a host callback)
+    ts = tuple(times if given is None else _check_traced_times(times, t0a, t1a)
+               for times, (given, _) in zip(ts, saves))
     args = (dynamics, state, t0a, t1a,
             None if dt0 is None else jnp.asarray(check_scalar(dt0, "dt0", positive=True), dtype), ts, fn, solver,
             stepsize_controller, adjoint, int(max_steps), progress_meter or diffrax.NoProgressMeter(),
