@@ -141,8 +141,6 @@ def attention(Q, K, beta, causal: bool):
     return tp.Causal(heads) if causal else heads
 
 
-SCHEME_BATCH = 16
-"""Draws whose layers run together (speed: cache-sized scores; a batch's draws are vmapped)."""
 STATISTICS_BATCH = 8
 """Draws whose pair statistics are computed together (memory, not numbers)."""
 
@@ -195,10 +193,7 @@ def scheme_states(cfg: NormalizationConfig, index: int, causal: bool, beta, x0, 
         sol = scheme.run(attention(q, k, beta, causal), mark_unit_rows(x), cfg.num_layers, cfg.step)
         return sol.xs, sol.nonfinite_time
 
-    # a few draws at a time, not all at once: each layer's (draws, H, n, n) scores and weights
-    # shrink from 8 MiB (64 draws at the peers' settings) to 2 MiB, near the core's 1 MiB L2 cache;
-    # the layers program took 0.7-0.8x the CPU time of every draw at once there (2-core EPYC, loaded)
-    return jax.lax.map(lambda a: one(*a), (x0, Q, K), batch_size=SCHEME_BATCH)
+    return jax.vmap(one)(x0, Q, K)
 
 
 def scheme_program(cfg: NormalizationConfig, index: int, causal: bool, dtype):
