@@ -29,7 +29,7 @@ import numpy as np
 import optax
 
 from ._checks import check_count, check_scalar
-from ._programs import SOLVE_RUNNER
+from ._programs import run_program
 
 
 class FitResult(NamedTuple):
@@ -161,10 +161,12 @@ def fit(
         return eqx.filter_value_and_grad(objective)(params)
 
     compiled = eqx.filter_jit(loss_and_grad)
+    # both programs are kept between processes inside tp.runs.kept_programs (run_program): a step
+    # holds its solves' checks, which only a kept program reports as values
 
     def value_and_grad(params):
         with jax.numpy_rank_promotion("allow"):
-            return _kept(loss_and_grad, compiled, (params,))
+            return run_program(loss_and_grad, compiled, (params,))
 
     def apply(grads, opt_state, params):
         updates, opt_state = optimizer.update(grads, opt_state, params)
@@ -173,7 +175,7 @@ def fit(
     apply_jitted = eqx.filter_jit(apply)
 
     def update(grads, opt_state, params):
-        return _kept(apply, apply_jitted, (grads, opt_state, params))
+        return run_program(apply, apply_jitted, (grads, opt_state, params))
 
     def step(params, opt_state):
         value, grads = value_and_grad(params)
@@ -216,16 +218,6 @@ def fit(
     if keep is not None and not final < best_loss:
         params, final = best, float(best_loss)
     return FitResult(eqx.combine(params, static), losses, final)
-
-
-def _kept(fn, jitted, args):
-    """``jitted(*args)`` (``jitted`` is ``eqx.filter_jit(fn)``), through the runs layer's kept
-    programs when it is on (as a concrete ``tp.solve`` runs: traced once, kept beside the compile
-    cache, loaded by a later process; a fit's step holds its solves' checks, which only a kept
-    program reports as values, so JAX's cache alone recompiles it in every process)."""
-    runner = SOLVE_RUNNER.get()
-    out = None if runner is None else runner(fn, args)
-    return jitted(*args) if out is None else out
 
 
 def _first_line(e: BaseException) -> str:
