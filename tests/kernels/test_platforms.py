@@ -46,3 +46,12 @@ def test_no_nufft_anywhere_forces_the_exact_kernel(monkeypatch):
     v = dyn.velocity(x)
     ref = tp.Sphere(tp.SoftmaxAttention.identity(3, 1.0, backend=tp.kernels.Exact())).velocity(x)
     np.testing.assert_array_equal(v, ref)
+
+
+def test_the_custom_calls_kept_programs_may_hold_are_jax_finuffts():
+    """runs/programs.py allows these calls by name in a kept program: they are the targets the
+    installed jax-finufft registers, every one of them."""
+    from jax_finufft import jax_finufft_cpu
+
+    assert sorted(platforms.FINUFFT_CUSTOM_CALLS) == sorted(jax_finufft_cpu.registrations())
+    assert platforms.register_finufft_calls() is True

@@ -406,3 +406,67 @@ def test_call_kept_keeps_what_it_cannot_identify_out(calls):
 
     assert programs.call_kept(lambda o, x: x, (Opaque(), x)) is None
     assert not calls.exists()
+
+
+# -- a program holding jax-finufft's NUFFT (the fast kernel: large-n) is kept too
+
+
+def _nufft_modes(x, c):
+    from jax_finufft import nufft1
+
+    _Log.traced.append("nufft")
+    return nufft1((8,), c, x, eps=1e-12)
+
+
+def _held_calls(path) -> set:
+    """The custom calls a kept program's file allows (``jax.export``'s disabled checks)."""
+    payload = programs._read(path, path.stem.rsplit("-", 1)[1])
+    size, _, rest = payload.partition(b"\n")
+    exported = jax.export.deserialize(bytearray(rest[int(size):]))
+    return {check.is_custom_call() for check in exported.disabled_safety_checks}
+
+
+def test_a_program_calling_the_nufft_is_kept_and_its_calls_registered_when_loaded(calls, monkeypatch):
+    pytest.importorskip("jax_finufft")
+    from transformer_pde.kernels import platforms
+
+    x = jnp.linspace(-3.0, 3.0, 11)
+    c = jnp.exp(1j * jnp.arange(11.0))
+    first = programs.call_kept(_nufft_modes, (x, c))
+    kept = list(calls.iterdir())
+    assert [p.suffix for p in kept] == [".jaxcall"] and TRACED == ["nufft"]
+    assert _held_calls(kept[0]) == {"nufft1d1"}  # the calls it holds, not every one allowed
+    # the type-1 sum f_k = sum_j c_j e^{i k x_j}, k = -4..3, written plainly
+    xn, cn = np.asarray(x), np.asarray(c)
+    direct = np.array([np.sum(cn * np.exp(1j * k * xn)) for k in range(-4, 4)])
+    np.testing.assert_allclose(np.asarray(first), direct, rtol=1e-10, atol=1e-10)
+    registered = []
+    monkeypatch.setattr(platforms, "register_finufft_calls", lambda: registered.append(1) or True)
+    _new_call_process()
+    second = programs.call_kept(_nufft_modes, (x, c))
+    assert TRACED == ["nufft"] and registered == [1]  # loaded, its calls registered first
+    np.testing.assert_array_equal(np.asarray(second), np.asarray(first))
+    # a program without them, exported in a process that imported jax-finufft, allows none
+    programs.call_kept(_scaled_by(2.0), (x,))
+    plain = [p for p in calls.iterdir() if p.name.startswith("scaled")]
+    assert len(plain) == 1 and _held_calls(plain[0]) == set()
+
+
+def test_a_kept_program_allowing_another_custom_call_is_not_trusted(calls, monkeypatch):
+    """Only jax-finufft's calls (kernels.platforms.FINUFFT_CUSTOM_CALLS) are allowed: a file whose
+    program allows another one is traced again; so is one whose jax-finufft is not installed."""
+    import dataclasses
+
+    from transformer_pde.kernels import platforms
+
+    x = jnp.arange(3.0)
+    exported = jax.export.export(jax.jit(lambda v: 2 * v))(x)
+    assert programs._deserialize(exported.serialize()) is not None
+    other = dataclasses.replace(exported, disabled_safety_checks=(
+        jax.export.DisabledSafetyCheck.custom_call("not_finufft"),))
+    assert programs._deserialize(other.serialize()) is None
+    finufft = dataclasses.replace(exported, disabled_safety_checks=(
+        jax.export.DisabledSafetyCheck.custom_call("nufft2d1"),))
+    assert programs._deserialize(finufft.serialize()) is not None or not platforms.register_finufft_calls()
+    monkeypatch.setattr(platforms, "register_finufft_calls", lambda: False)
+    assert programs._deserialize(finufft.serialize()) is None

@@ -15,7 +15,8 @@ import functools
 import importlib.util
 import os
 
-__all__ = ["INSTALL_HINT", "current_platform", "fast_platforms", "no_fast_path_message"]
+__all__ = ["FINUFFT_CUSTOM_CALLS", "INSTALL_HINT", "current_platform", "fast_platforms", "no_fast_path_message",
+           "register_finufft_calls"]
 
 INSTALL_HINT = {
     "cpu": "pip install jax-finufft (CPU wheels on PyPI)",
@@ -24,6 +25,24 @@ INSTALL_HINT = {
             "jax-finufft jax-finufft (the PyPI wheels are CPU-only)"),
 }
 """What to install for the fast kernel on each JAX platform (``jax.default_backend()`` names)."""
+
+FINUFFT_CUSTOM_CALLS = tuple(f"nufft{dim}d{kind}{single}" for dim in (1, 2, 3) for kind in (1, 2, 3)
+                             for single in ("", "f"))
+"""The XLA custom calls jax-finufft registers (a transform in 1-3 dimensions, of type 1-3, in
+float64 or float32 ``f``): the only calls outside JAX's stable list that a program kept by the runs
+layer may hold (the fast kernel's, :mod:`transformer_pde.runs.programs`). The key of a kept program
+names jax-finufft's version, so a program is never run by another build of these calls."""
+
+
+def register_finufft_calls() -> bool:
+    """Import jax-finufft, which registers :data:`FINUFFT_CUSTOM_CALLS` with XLA, so that a program
+    holding them (a kept program read back) compiles and runs; False when it is not installed."""
+    try:
+        import jax_finufft  # noqa: F401 - the import registers its calls
+    except ImportError:
+        return False
+    return True
+
 
 # the extension module of each platform, and the JAX platform it serves ("gpu" is CUDA here)
 _EXTENSIONS = {"jax_finufft_cpu": "cpu", "jax_finufft_gpu": "gpu"}

@@ -26,17 +26,23 @@ traced again and replaced. A program holding a host callback (a runtime
 check, ``eqx.error_if``) cannot be serialized: :func:`lower_program` lowers it as before and does
 not keep it, as JAX's compilation cache does not keep its executable; :func:`call_kept` reports
 this library's checks as values instead (:mod:`.reported_checks`) and keeps it (a program holding
-another library's check stays unkept).
+another library's check stays unkept). A program may hold jax-finufft's NUFFT calls (the fast
+kernel's), which ``jax.export`` does not list as stable: :func:`_export` allows them by name
+(:data:`~transformer_pde.kernels.platforms.FINUFFT_CUSTOM_CALLS`, and no other), the file
+records the ones the program holds, and loading it imports jax-finufft (which registers them)
+before the program is compiled; a file allowing any other call is not run.
 """
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import functools
 import hashlib
 import importlib.metadata
 import os
 import pickle
+import re
 import stat
 import sys
 import tempfile
@@ -184,7 +190,7 @@ def _lower(fn, static, args, key, compiler_options):
         exported = _load(path, key)
         if exported is None:
             try:
-                exported = jax.export.export(jax.jit(functools.partial(fn, *static)))(*args)
+                exported = _export(jax.jit(functools.partial(fn, *static)), args)
             except NotImplementedError as e:  # a host callback (a runtime check) cannot be serialized
                 if "host_callbacks" not in str(e):
                     raise
@@ -382,7 +388,7 @@ def _export_call(fn, treedef, spec, arrays, path: Path, key: str):
     # holding them is kept too; a program with no check reports none
     program, messages = reporting(flat)
     try:
-        exported = jax.export.export(jax.jit(program))(*arrays)
+        exported = _export(jax.jit(program), arrays)
     except Exception:  # noqa: BLE001 - a host callback (another library's check, which cannot be
         # serialized), a check checkify cannot carry (in a while loop with a vmapped condition), anything
         # else export refuses: the caller traces as before, and a later process does not try again (the
@@ -412,10 +418,10 @@ def _load_call(path: Path, key: str):
     try:
         size, _, rest = payload.partition(b"\n")
         skeleton = pickle.loads(rest[:int(size)])
-        exported = jax.export.deserialize(bytearray(rest[int(size):]))
+        exported = _deserialize(rest[int(size):])
     except Exception:  # noqa: BLE001 - a payload this version cannot read is traced again
         return None
-    return jax.jit(exported.call), skeleton
+    return None if exported is None else (jax.jit(exported.call), skeleton)
 
 
 MAGIC = b"transformer-pde program 1\n"
@@ -431,9 +437,52 @@ def _load(path: Path, key: str):
     if payload is None:
         return None
     try:
-        return jax.export.deserialize(bytearray(payload))
+        return _deserialize(payload)
     except Exception:  # noqa: BLE001 - a payload this version cannot read is traced again
         return None
+
+
+def _export(jitted, args):
+    """``jax.export.export(jitted)(*args)``, where the program may also hold jax-finufft's custom
+    calls (the fast kernel's NUFFT: :data:`~transformer_pde.kernels.platforms.FINUFFT_CUSTOM_CALLS`,
+    allowed here and nowhere else), which ``jax.export`` refuses by default (they are not on its
+    list of calls stable across versions; a kept program's key names jax-finufft's version). The
+    export lists the ones the program holds among its disabled checks, and only those:
+    :func:`_deserialize` registers them before such a program is run."""
+    import jax
+
+    from ..kernels.platforms import FINUFFT_CUSTOM_CALLS
+
+    allowed = [jax.export.DisabledSafetyCheck.custom_call(t) for t in FINUFFT_CUSTOM_CALLS]
+    exported = jax.export.export(jitted, disabled_checks=allowed)(*args)
+    # jax-finufft's rules, registered when it is imported (while tracing), lower to its calls: a
+    # program traced in a process without it holds none (no need to read the module's text)
+    held = set()
+    if "jax_finufft" in sys.modules:
+        held = {a or b for a, b in _CUSTOM_CALL.findall(exported.mlir_module())}
+    return dataclasses.replace(exported, disabled_safety_checks=tuple(
+        check for check in allowed if check.is_custom_call() in held))
+
+
+_CUSTOM_CALL = re.compile(r'custom_call @([\w.$-]+)|call_target_name = "([^"]+)"')
+"""A custom call in a module's text (the pretty form, or the generic one): its target's name."""
+
+
+def _deserialize(payload: bytes | bytearray):
+    """The ``jax.export.Exported`` serialized in ``payload`` (a verified kept file's), with the
+    custom calls it holds registered; None when it allows a check other than jax-finufft's calls
+    (a file not written by :func:`_export`) or jax-finufft, which it calls, is not installed."""
+    import jax
+
+    from ..kernels.platforms import FINUFFT_CUSTOM_CALLS, register_finufft_calls
+
+    exported = jax.export.deserialize(bytearray(payload))
+    calls = [check.is_custom_call() for check in exported.disabled_safety_checks]
+    if not calls:
+        return exported
+    if not all(c in FINUFFT_CUSTOM_CALLS for c in calls) or not register_finufft_calls():
+        return None
+    return exported
 
 
 def _read(path: Path, key: str) -> bytes | None:
