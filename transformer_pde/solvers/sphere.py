@@ -27,7 +27,6 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
-from scipy import special
 
 from .._checks import check_int, check_scalar, is_concrete, runtime_check
 from ..models.attention.softmax import SoftmaxAttention
@@ -44,6 +43,8 @@ ratio is ≈ e^{−L²/(2a)}: a = β needs L >= 8 at β = 4, L >= 30 at β = 64)
 def funk_hecke_s2(degree: int, a: float) -> np.ndarray:
     """e^{−a}c_l(a) = e^{−a} sqrt(π/(2a)) I_{l+1/2}(a), l = 0..degree (float64): the scaled eigenvalues
     of ρ ↦ ∫e^{a⟨x,y⟩}ρ(y)dσ(y) on S² (= ``theory.noisy_sphere.funk_hecke(l, a, 3)`` e^{−a})."""
+    from scipy import special  # here, not at import: 0.15 s of every process that solves anything
+
     return np.sqrt(np.pi / (2 * a)) * special.ive(np.arange(degree + 1) + 0.5, a)
 
 
