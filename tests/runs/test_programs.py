@@ -237,6 +237,30 @@ def test_a_second_cli_run_loads_its_program(tmp_path):
         np.testing.assert_array_equal(a[k], b[k])
 
 
+
+@pytest.mark.slow
+def test_a_second_large_n_run_loads_its_nufft_program(tmp_path):
+    """large-n's solve holds jax-finufft's calls: kept by the first tiny run, loaded by the second
+    (a fresh process, which registers the calls before running it), the same bits."""
+    pytest.importorskip("jax_finufft")
+    import os
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("JAX_", "TRANSFORMER_PDE_"))}
+    for i in range(2):
+        cmd = [sys.executable, "-m", "transformer_pde.cli", "run", "large-n", "--n", "256", "--t1", "2",
+               "--num-saves", "3", "--num-plotted", "20", "--no-progress", "--out", str(tmp_path / f"run{i}"),
+               "--compile-cache", str(tmp_path / "cache")]
+        res = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=env)
+        assert res.returncode == 0, res.stderr
+    kept = sorted(p.suffix for p in (tmp_path / "cache" / "programs").iterdir())
+    assert kept == [".jaxcall", ".jaxcall"]  # the solve's and the cluster counts', none refused
+    a, b = (np.load(tmp_path / f"run{i}" / "data.npz") for i in range(2))
+    assert bool(a["fast_kernel"]) and sorted(a.files) == sorted(b.files)
+    for k in a.files:
+        np.testing.assert_array_equal(a[k], b[k])
+
 # -- every concrete solve's program kept (issue 36 item 5): runs.programs.kept_programs / call_kept
 
 
