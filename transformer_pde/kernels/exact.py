@@ -114,8 +114,10 @@ def _dense_weights(logits, causal, q0):
     """``(p, s, mx)``: the unnormalized softmax weights exp(logit - mx) of the last axis, their sums
     and the row maxima (both kept as an axis), the causal mask applied to the last two axes."""
     if causal:
-        mask = _causal_mask(*logits.shape[-2:], q0)
-        logits = jnp.where(mask.reshape((1,) * (logits.ndim - 2) + mask.shape), logits, -jnp.inf)
+        # the mask as a key bias (0 or -inf): an add, which XLA:CPU fuses into the logits'
+        # product where a select was a pass of its own; the same weights for finite logits
+        mask = jnp.where(_causal_mask(*logits.shape[-2:], q0), 0.0, -jnp.inf).astype(logits.dtype)
+        logits = logits + mask.reshape((1,) * (logits.ndim - 2) + mask.shape)
     # a row that sees no key has max -inf: the dtype's lowest finite value stands in for it (its
     # weights are exp(-inf) = 0 all the same); jnp.maximum fuses where _safe's isfinite/where did not
     # (a third of the dense kernel's time at n = 64)
@@ -131,8 +133,13 @@ def _dense_lse_average(q, k, v, bias, causal, q0=0):
 
 def _dense_head_sum(q, k, v, bias, causal, q0=0):
     # every head's weights normalized, summed over the heads, then applied to the shared values
-    # once: one (m, n) x (n, e) product instead of one per head
-    logits = jnp.einsum("hmp,hnp->hmn" if q.ndim == 3 else "mp,hnp->hmn", q, k) + bias[None, None, :]
+    # once: one (m, n) x (n, e) product instead of one per head. Queries shared by the heads are
+    # broadcast to one set per head: the product is then batched over the heads and comes out in
+    # (head, query, key) order, where "mp,hnp->hmn" came out as (key, query) and was transposed (a
+    # copy of the scores, and XLA:CPU fuses the batched product with the bias, max and exp that
+    # follow: normalization's layers at the peers' settings, benchmarks/README.md)
+    q = jnp.broadcast_to(q, (k.shape[0], *q.shape[-2:]))
+    logits = jnp.einsum("hmp,hnp->hmn", q, k) + bias[None, None, :]
     p, s, _ = _dense_weights(logits, causal, q0)
     return jnp.sum(p / jnp.where(s > 0, s, 1.0), axis=0) @ v
 
