@@ -38,7 +38,7 @@ from .noise import AbstractNoise, brownian_spec, noisy_terms
 from .residual import ResidualLayer
 from .retracted import Retracted
 from .saves import as_time, check_times, inf_from, parse_saveat, saved_array, several_saves
-from .solution import GaussianSolution, Solution
+from .solution import GaussianSolution, Solution, raise_if_failed
 from .states import AbstractState, as_state
 from .switches import jump_at_switches
 
@@ -252,18 +252,16 @@ def solve(
 def _raise_if_failed(sol):
     """Raise the failure a solve program reported as its result code (``Solution.result``: steps
     exhausted, a step size too small, ...), with diffrax's message: an ``eqx.EquinoxRuntimeError``
-    now when the result is concrete, through ``eqx.error_if`` under an outer ``jit``/``vmap``
-    (raised while that program runs). A blow-up is reported by its time, not here. Returns ``sol``."""
+    now when the result is concrete (:func:`~.solution.raise_if_failed`), through ``eqx.error_if``
+    under an outer ``jit``/``vmap`` (raised while that program runs). A blow-up is reported by its
+    time, not here. Returns ``sol``."""
     result = sol.result
+    code, = jax.tree.leaves(result)  # an enumeration item is a pytree of its index
+    if is_concrete(code):
+        raise_if_failed(result)
+        return sol
     failed = ~((result == diffrax.RESULTS.successful) | (result == diffrax.RESULTS.event_occurred))
-    if not is_concrete(failed):
-        code, = jax.tree.leaves(result)  # an enumeration item is a pytree of its index
-        return runtime_checks(sol, failed, code, _result_messages())
-    failed = np.ravel(failed)
-    if failed.any():  # vmapped runs: the first that failed
-        first = jax.tree.map(lambda code: jnp.ravel(code)[int(np.argmax(failed))], result)
-        raise eqx.EquinoxRuntimeError(diffrax.RESULTS[first])
-    return sol
+    return runtime_checks(sol, failed, code, _result_messages())
 
 
 @functools.cache
