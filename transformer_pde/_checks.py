@@ -34,8 +34,8 @@ _SKIPPED: contextvars.ContextVar[tuple[str, ...]] = contextvars.ContextVar("tran
 _FILTER_LOCK = threading.Lock()
 EQUINOX_CHECK_HOOK = "branched_error_if_impl_jit"
 """The private function of ``equinox._errors`` through which every traced ``eqx.error_if`` passes
-(equinox 0.13): :func:`install_check_filter` wraps it, once. ``tests/test_checks.py`` fails if it is
-gone."""
+(equinox 0.13): :func:`install_check_filter` wraps it, once.
+``tests/solvers/test_solve_programs.py`` fails if it is gone."""
 
 
 def install_check_filter() -> bool:
