@@ -96,6 +96,13 @@ def _skipping_context():
     return jax.make_user_context(False)
 
 
+def prepare_skipping() -> None:
+    """Make the user context of :func:`skipping_checks` now (JAX only; making one changes every jit
+    cache key, so what was traced before is traced again once): the runs layer does it with its
+    own before a run computes, so the keys change once."""
+    _skipping_context()
+
+
 def runtime_check(x, pred, msg: str):
     """``eqx.error_if(x, pred, msg)``: the library's runtime check of a traced value (returns
     ``x``, which the caller must use). While the runs layer traces a program to keep
