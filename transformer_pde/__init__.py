@@ -38,7 +38,7 @@ _NAMES = {
     "AbstractNoise": ".solvers", "CommonNoise": ".solvers", "Noise": ".solvers",
     "Particles": ".solvers", "CircleRule": ".measures", "SphereRule": ".measures", "GaussHermiteRule": ".measures", "ResidualLayer": ".solvers", "Retracted": ".solvers", "Solution": ".solvers", "SphereDensity": ".solvers", "Tracers": ".solvers",
     "WithLogDensity": ".solvers",
-    "layers": ".solvers", "solve": ".solvers", "solve_density": ".solvers",
+    "layers": ".solvers", "raise_if_failed": ".solvers", "solve": ".solvers", "solve_density": ".solvers",
     "ZonalDensity": ".solvers",
     "heatmap": ".sweeps", "sweep": ".sweeps",
 }
@@ -92,6 +92,7 @@ if TYPE_CHECKING:  # what static tools see: the same names, imported eagerly
         WithLogDensity,
         ZonalDensity,
         layers,
+        raise_if_failed,
         solve,
         solve_density,
     )

@@ -10,9 +10,12 @@ values (``runs/reported_checks.py``).
 from __future__ import annotations
 
 import contextlib
+import contextvars
+import functools
 import importlib
 import math
 import os
+import threading
 import weakref
 
 import numpy as np
@@ -26,31 +29,78 @@ class NonFiniteStateError(FloatingPointError):
     """A run produced NaN or inf; the message names the time it first appeared."""
 
 
-@contextlib.contextmanager
-def without_checks(messages: tuple[str, ...]):
-    """While tracing inside this block, leave out the ``eqx.error_if`` checks whose messages start
-    with one of ``messages`` (a library's checks the caller made before the program): each is a
-    host callback, and JAX's persistent compilation cache keeps no program holding one. Equinox
-    routes every ``error_if`` through ``equinox._errors.branched_error_if_impl_jit``; this wraps
-    it for the block (with an equinox that has no such function every check stays: correct, only
-    uncached). The caller must trace a function under this block only (a function's
-    jitted trace is cached without regard to it)."""
+_SKIPPED: contextvars.ContextVar[tuple[str, ...]] = contextvars.ContextVar("transformer_pde_skipped_checks",
+                                                                           default=())
+_FILTER_LOCK = threading.Lock()
+EQUINOX_CHECK_HOOK = "branched_error_if_impl_jit"
+"""The private function of ``equinox._errors`` through which every traced ``eqx.error_if`` passes
+(equinox 0.13): :func:`install_check_filter` wraps it, once.
+``tests/solvers/test_solve_programs.py`` fails if it is gone."""
+
+
+def install_check_filter() -> bool:
+    """Wrap Equinox's traced ``error_if`` once per process (idempotent, thread-safe), so that it
+    leaves out the checks :func:`skipping_checks` names in the current context, and nothing
+    elsewhere (there it calls Equinox's own). Done when ``tp.solve`` is imported, before anything
+    is traced: it also makes the JAX user context that keeps traces made while skipping apart
+    (making one changes every jit cache key). False where this Equinox has no such function
+    (every check then stays: correct, only not cached)."""
     errors = importlib.import_module("equinox._errors")
-    checked = vars(errors).get("branched_error_if_impl_jit")
-    if checked is None:  # another equinox: keep every check (the program is then not cached)
+    with _FILTER_LOCK:
+        checked = vars(errors).get(EQUINOX_CHECK_HOOK)
+        if checked is None:
+            return False
+        if getattr(checked, "_transformer_pde_filter", False):
+            return True
+        _skipping_context()
+
+        def check(x, pred, index, msgs, *, on_error):
+            skipped = _SKIPPED.get()
+            if skipped and all(str(m).startswith(skipped) for m in msgs):
+                return x
+            return checked(x, pred, index, msgs, on_error=on_error)
+
+        check._transformer_pde_filter = True
+        setattr(errors, EQUINOX_CHECK_HOOK, check)
+        return True
+
+
+@contextlib.contextmanager
+def skipping_checks(messages: tuple[str, ...]):
+    """While tracing inside this block (in this thread or task), leave out another library's
+    ``eqx.error_if`` checks whose messages start with one of ``messages``: checks the caller made
+    before the program, or made impossible. Each is a host callback, and JAX's persistent
+    compilation cache (and ``jax.export``) keeps no program holding one.
+
+    Only for checks that no public way avoids (``tp.solve``: diffrax's checks of the save times and
+    its virtual Brownian tree's checks of its times, on traced values). Equinox routes every traced
+    ``error_if`` through one private function, wrapped once per process
+    (:func:`install_check_filter`, not swapped during a trace); the wrapper reads a context
+    variable, so another thread tracing at the same time keeps its checks. A jitted function traced
+    inside the block is cached apart (a JAX user context), so a call of it outside still holds its
+    checks."""
+    if not install_check_filter():
         yield
         return
-
-    def check(x, pred, index, msgs, *, on_error):
-        if all(str(m).startswith(messages) for m in msgs):
-            return x
-        return checked(x, pred, index, msgs, on_error=on_error)
-
-    errors.branched_error_if_impl_jit = check
+    token = _SKIPPED.set(_SKIPPED.get() + tuple(messages))
     try:
-        yield
+        with _skipping_context()(True):
+            yield
     finally:
-        errors.branched_error_if_impl_jit = checked
+        _SKIPPED.reset(token)
+
+
+@functools.cache
+def _skipping_context():
+    """A JAX user context: jit caches keep traces made inside :func:`skipping_checks` apart."""
+    return jax.make_user_context(False)
+
+
+def prepare_skipping() -> None:
+    """Make the user context of :func:`skipping_checks` now (JAX only; making one changes every jit
+    cache key, so what was traced before is traced again once): the runs layer does it with its
+    own before a run computes, so the keys change once."""
+    _skipping_context()
 
 
 def runtime_check(x, pred, msg: str):

@@ -131,20 +131,19 @@ def test_float32_velocity():
 
 def test_monte_carlo_runs_raise_what_solve_raises_after_the_program():
     """The Monte Carlo program returns each run's result code and blow-up time (throw=False, no host
-    callback); the first failure is raised after it, with diffrax's message or the blow-up time."""
+    callback); the first failure is raised after it (tp.raise_if_failed), with diffrax's message
+    or the blow-up time."""
     import diffrax
     import equinox as eqx
     import jax
-
-    from transformer_pde.experiments.lost_in_the_middle import _raise_if_failed
 
     def codes(pred, other):  # a vmapped run's result codes
         return jax.vmap(lambda p: diffrax.RESULTS.where(p, diffrax.RESULTS.successful, other))(jnp.array(pred))
 
     ok = codes([True, False], diffrax.RESULTS.event_occurred)
-    _raise_if_failed(ok, jnp.array([jnp.inf, jnp.inf]))  # success and a watch that found nothing
+    tp.raise_if_failed(ok, jnp.array([jnp.inf, jnp.inf]))  # success and a watch that found nothing
     steps = codes([True, False], diffrax.RESULTS.max_steps_reached)
     with pytest.raises(eqx.EquinoxRuntimeError, match="maximum number of solver steps"):
-        _raise_if_failed(steps, jnp.array([jnp.inf, jnp.inf]))
-    with pytest.raises(tp.NonFiniteStateError, match="t = 0.25"):
-        _raise_if_failed(ok, jnp.array([jnp.inf, 0.25]))
+        tp.raise_if_failed(steps, jnp.array([jnp.inf, jnp.inf]))
+    with pytest.raises(tp.NonFiniteStateError, match="lost-in-the-middle: .* at t = 0.25 in run 1 .*; lower dt"):
+        tp.raise_if_failed(ok, jnp.array([jnp.inf, 0.25]), where="lost-in-the-middle", advice="lower dt")

@@ -151,3 +151,52 @@ def test_the_persistent_cache_keeps_a_solve_program(persistent_cache, caplog):
         seen = entries()
         jax.jit(lambda x: eqx.error_if(x, jnp.any(x < 0), "x must be >= 0")).lower(x).compile()
         assert entries() == seen and "because it uses host callbacks" in caplog.text
+
+
+def test_the_check_filter_wraps_equinox_once_and_skips_only_where_asked():
+    """The filter is installed once, on Equinox's private hook (this fails loudly when a new
+    Equinox renames it: the solve programs would then hold diffrax's checks, correct but never
+    kept). Outside ``skipping_checks``, in another thread while one skips, and in a jitted function
+    traced inside the block then called outside, diffrax's checks stay."""
+    import threading
+
+    from transformer_pde import _checks
+
+    errors = importlib.import_module("equinox._errors")
+    assert _checks.install_check_filter()
+    hook = getattr(errors, _checks.EQUINOX_CHECK_HOOK)
+    assert hook._transformer_pde_filter and _checks.install_check_filter()
+    assert getattr(errors, _checks.EQUINOX_CHECK_HOOK) is hook  # not wrapped twice
+
+    message = "Cannot evaluate VirtualBrownianTree outside of its range [t0, t1]."
+    tree = diffrax.VirtualBrownianTree(0.0, 1.0, tol=0.25, shape=(2,), key=jax.random.key(0))
+    evaluate = jax.jit(lambda t: tree.evaluate(t))
+    with _checks.skipping_checks((message,)):
+        assert _callbacks(evaluate.lower(0.5)) == 0
+        seen = []
+        elsewhere = lambda: seen.append(_callbacks(jax.jit(lambda t: tree.evaluate(t)).lower(0.5)))  # noqa: E731
+        other = threading.Thread(target=elsewhere)
+        other.start()
+        other.join()
+        assert seen[0] > 0  # another thread keeps its checks
+    assert _callbacks(evaluate.lower(0.5)) > 0
+    with pytest.raises((eqx.EquinoxRuntimeError, jax.errors.JaxRuntimeError), match="outside of its range"):
+        jax.block_until_ready(evaluate(2.0))
+
+
+def test_bad_times_of_a_traced_solve_still_raise_clear_errors():
+    """diffrax's checks of dt0, the save times and the Brownian interval are not in the program:
+    solve's own say the same under a caller's jit (and before the program when concrete)."""
+    x0 = jnp.array([[1.0, 0.0], [0.0, 1.0]])
+    attn = tp.SoftmaxAttention.identity(2, 1.0)
+    errors = (eqx.EquinoxRuntimeError, jax.errors.JaxRuntimeError)
+    with pytest.raises(errors, match="dt0 must be .*> 0"):
+        jax.block_until_ready(jax.jit(lambda dt: tp.solve(attn, x0, t1=1.0, dt0=dt, max_steps=64).xs)(-0.1))
+    with pytest.raises(errors, match="t1 > t0"):
+        jax.block_until_ready(jax.jit(lambda t1: tp.solve(attn, x0, t1=t1, dt0=0.1, max_steps=64).xs)(-1.0))
+    noisy = jax.jit(lambda T1: tp.solve(attn, x0, t1=1.0, dt0=0.1, noise=tp.Noise(0.3),
+                                        key=jax.random.key(0), brownian_interval=(0.0, T1)).xs)
+    with pytest.raises(errors, match="brownian_interval must contain"):
+        jax.block_until_ready(noisy(0.5))
+    with pytest.raises(ValueError, match="dt0 must be > 0"):
+        tp.solve(attn, x0, t1=1.0, dt0=-0.1)

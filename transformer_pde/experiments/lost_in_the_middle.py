@@ -44,7 +44,7 @@ def _deltas(key, dyn, n, t, dt, num_runs, chunk):
     The program holds no host callback, so JAX's compilation cache keeps it between processes:
     the starts are finite by construction (uniform draws), and each solve's failure code and
     blow-up time are returned (``throw=False``) and raised after the program, as ``tp.solve``
-    would have raised them."""
+    would have raised them (``tp.raise_if_failed``)."""
     def one(k):
         th0 = jax.random.uniform(k, (n, 1), minval=0.0, maxval=2 * jnp.pi)
         tp.runs.finite_by_construction([th0])
@@ -54,22 +54,8 @@ def _deltas(key, dyn, n, t, dt, num_runs, chunk):
 
     keys = jax.random.split(key, num_runs)
     out = jax.lax.map(jax.vmap(one), keys.reshape(-1, chunk))
-    _raise_if_failed(out[2], out[3])
+    tp.raise_if_failed(out[2], out[3], where="lost-in-the-middle", advice="lower dt")
     return out[0].reshape(num_runs, n - 1), out[1].reshape(num_runs, n - 1)
-
-
-def _raise_if_failed(result, nonfinite_times):
-    """The error ``tp.solve`` raises (throw=True) for the first run that failed or blew up."""
-    import equinox as eqx
-
-    failed = np.ravel(~((result == diffrax.RESULTS.successful) | (result == diffrax.RESULTS.event_occurred)))
-    if failed.any():
-        raise eqx.EquinoxRuntimeError(diffrax.RESULTS[jax.tree.map(lambda c: jnp.ravel(c)[int(np.argmax(failed))],
-                                                                   result)])
-    times = np.ravel(np.asarray(nonfinite_times))
-    if np.isfinite(times).any():
-        raise tp.NonFiniteStateError(f"lost-in-the-middle: a run's state became non-finite (NaN or inf) at "
-                                     f"t = {float(times[np.isfinite(times)][0]):.6g}; lower dt")
 
 
 def retrieval_monte_carlo(key, t, n: int, beta, lam, M: int = 8, n_max: int = 20, *,

@@ -31,6 +31,7 @@ import functools
 import jax
 import jax.numpy as jnp
 
+from .._checks import prepare_skipping
 from .._programs import CHECK_REPORTER
 
 _CODE = jnp.uint32
@@ -47,7 +48,10 @@ def _reporting_context():
 def prepare_reporting() -> None:
     """Make the user context :func:`reporting` uses now: making one changes every jit cache key
     of the process, so this process's programs compile again once. Done on entering
-    ``kept_programs``, before a run computes, not in the middle of one."""
+    ``kept_programs``, before a run computes, not in the middle of one; the user context of the
+    solve's skipped checks (:func:`~transformer_pde._checks.prepare_skipping`) is made at the same
+    moment, so the keys change once (Equinox still unimported)."""
+    prepare_skipping()
     _reporting_context()
 
 

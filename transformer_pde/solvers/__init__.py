@@ -21,7 +21,7 @@ from .layers import layers
 from .noise import AbstractNoise, CommonNoise, Noise
 from .residual import ResidualLayer
 from .retracted import Retracted
-from .solution import GaussianSolution, Solution
+from .solution import GaussianSolution, Solution, raise_if_failed
 from .solve import solve
 from .sphere import SphereDensity
 from .states import (
@@ -44,5 +44,5 @@ __all__ = ["AbstractBlowUp", "AbstractBrownian", "AbstractDensity", "AbstractNoi
            "Gaussian", "GaussianSolution", "Noise", "ODEState", "Particles", "ResidualLayer", "Retracted", "Solution",
            "SphereDensity", "Tracers", "UnderResolvedError", "WithLogDensity", "circle",
            "ZonalDensity",
-           "layers", "random_transformer", "solve", "solve_density", "sphere",
+           "layers", "raise_if_failed", "random_transformer", "solve", "solve_density", "sphere",
            "sphere_harmonics", "zonal"]

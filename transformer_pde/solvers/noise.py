@@ -289,12 +289,14 @@ def brownian_spec(noise, shape, key, interval, state, dynamics, solver, controll
     if all(is_concrete(v) for v in (T0, T1, t0, t1)) and not (float(T0) <= float(t0) < float(t1) <= float(T1)):
         raise ValueError(f"brownian_interval = ({float(T0)}, {float(T1)}) must contain [t0, t1] = "
                          f"[{float(t0)}, {float(t1)}]")
-    if not all(is_concrete(v) for v in (T0, T1, t0, t1)):  # the program leaves diffrax's check of it out
-        T1 = runtime_check(T1, ~((T0 <= t0) & (t1 <= T1)), "brownian_interval must contain [t0, t1]")
+    concrete = all(is_concrete(v) for v in (T0, T1, t0, t1))
+    T0, T1 = (jnp.asarray(v, dtype) for v in (T0, T1))
+    if not concrete:  # the program leaves diffrax's check of it out
+        # on both ends, arrays: a path that reads only T0 (the grid's) keeps the check too
+        T0, T1 = runtime_check((T0, T1), ~((T0 <= t0) & (t1 <= T1)), "brownian_interval must contain [t0, t1]")
     levy_area = brownian_levy_area(solver)
     path = noise.path_for(adaptive, levy_area)
     path.check(adaptive)
-    T0, T1 = (jnp.asarray(v, dtype) for v in (T0, T1))
     path.check_interval(T0, T1)
     dt = None if dt0 is None else jnp.asarray(dt0, dtype)
     return _BrownianSpec(path, T0, T1, dt, adaptive, shape, key, levy_area)

@@ -9,6 +9,7 @@ import diffrax
 import equinox as eqx
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 
 class Solution(eqx.Module):
@@ -108,4 +109,56 @@ class GaussianSolution(eqx.Module):
             self.result == diffrax.RESULTS.event_occurred)
 
 
-__all__ = ["GaussianSolution", "Solution"]
+def raise_if_failed(result, nonfinite_time=None, *, where: str = "solve",
+                    advice: str = "lower the step dt0 or the parameters") -> None:
+    """Raise what ``tp.solve`` raises (``throw=True``) for the first of these runs that failed,
+    after the program that ran them: such a program (``tp.solve(..., throw=False)`` under your own
+    ``jit``/``vmap``) then holds no check, a host callback, and JAX can keep it between processes.
+
+    Args:
+        result: ``Solution.result`` of one run or of many (a ``vmap``: any batch shape), or a
+            :class:`Solution` (its ``result`` and ``nonfinite_time``). A failure (the steps
+            exhausted, a step size too small, ...) raises ``eqx.EquinoxRuntimeError`` with diffrax's
+            message, as ``tp.solve`` does, for the first failed run in row-major order.
+        nonfinite_time: ``Solution.nonfinite_time`` of the same runs (inf where a run stayed
+            finite), or None: a finite one raises :class:`~transformer_pde.NonFiniteStateError`
+            naming the first such run and its time.
+        where, advice: what ran (the message's start) and what to change.
+
+    Concrete values only (what a program returned); inside a trace let ``tp.solve`` raise
+    (``throw=True``)."""
+    from .._checks import NonFiniteStateError, is_concrete
+
+    if isinstance(result, Solution):
+        result, nonfinite_time = result.result, result.nonfinite_time if nonfinite_time is None else nonfinite_time
+    if not isinstance(result, diffrax.RESULTS):
+        raise ValueError(f"raise_if_failed: result must be diffrax's result code (Solution.result), "
+                         f"got {result!r}"[:300])
+    code, = jax.tree.leaves(result)  # an enumeration item is a pytree of its index
+    if not (is_concrete(code) and is_concrete(nonfinite_time)):
+        raise ValueError("raise_if_failed takes the values a program returned (concrete), not traced ones: "
+                         "inside jit or vmap let tp.solve raise (throw=True)")
+    codes = np.asarray(code)
+    times = None if nonfinite_time is None else np.asarray(nonfinite_time)
+    if times is not None and (times.shape != codes.shape or not np.issubdtype(times.dtype, np.floating)):
+        raise ValueError(f"raise_if_failed: nonfinite_time must be the runs' times (floats of shape {codes.shape}, "
+                         f"inf where a run stayed finite), got {nonfinite_time!r}"[:300])
+    ok = (codes == _code(diffrax.RESULTS.successful)) | (codes == _code(diffrax.RESULTS.event_occurred))
+    if not ok.all():
+        first = np.asarray(np.ravel(codes)[int(np.argmax(~np.ravel(ok)))])
+        raise eqx.EquinoxRuntimeError(diffrax.RESULTS[jax.tree.unflatten(jax.tree.structure(result), [first])])
+    if times is None or not np.isfinite(times).any():
+        return
+    bad = np.isfinite(times)
+    index = tuple(int(i) for i in np.argwhere(bad)[0])
+    run = "" if times.ndim == 0 else (f" in run {index[0] if len(index) == 1 else index} "
+                                      f"({int(bad.sum())} of {bad.size} runs)")
+    raise NonFiniteStateError(f"{where}: the state became non-finite (NaN or inf) at t = {float(times[index]):.6g}"
+                              f"{run}; {advice}")
+
+
+def _code(item) -> int:
+    return int(np.asarray(jax.tree.leaves(item)[0]))
+
+
+__all__ = ["GaussianSolution", "Solution", "raise_if_failed"]

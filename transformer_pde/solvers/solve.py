@@ -18,17 +18,27 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .._checks import (NonFiniteStateError, check_int, check_scalar, cover_finiteness, is_concrete, runtime_check,
-                       runtime_checks, without_checks)
+from .._checks import (
+    NonFiniteStateError,
+    check_int,
+    check_scalar,
+    cover_finiteness,
+    install_check_filter,
+    is_concrete,
+    runtime_check,
+    runtime_checks,
+    skipping_checks,
+)
 from .._programs import SOLVE_RUNNER
 from ..models.base import AbstractDynamics, AbstractRetraction
 from ..models.switched import AbstractSwitched
 from .events import AbstractBlowUp, BlowUp
+from .first_step import with_first_step
 from .noise import AbstractNoise, brownian_spec, noisy_terms
 from .residual import ResidualLayer
 from .retracted import Retracted
 from .saves import as_time, check_times, inf_from, parse_saveat, saved_array, several_saves
-from .solution import GaussianSolution, Solution
+from .solution import GaussianSolution, Solution, raise_if_failed
 from .states import AbstractState, as_state
 from .switches import jump_at_switches
 
@@ -242,18 +252,16 @@ def solve(
 def _raise_if_failed(sol):
     """Raise the failure a solve program reported as its result code (``Solution.result``: steps
     exhausted, a step size too small, ...), with diffrax's message: an ``eqx.EquinoxRuntimeError``
-    now when the result is concrete, through ``eqx.error_if`` under an outer ``jit``/``vmap``
-    (raised while that program runs). A blow-up is reported by its time, not here. Returns ``sol``."""
+    now when the result is concrete (:func:`~.solution.raise_if_failed`), through ``eqx.error_if``
+    under an outer ``jit``/``vmap`` (raised while that program runs). A blow-up is reported by its
+    time, not here. Returns ``sol``."""
     result = sol.result
+    code, = jax.tree.leaves(result)  # an enumeration item is a pytree of its index
+    if is_concrete(code):
+        raise_if_failed(result)
+        return sol
     failed = ~((result == diffrax.RESULTS.successful) | (result == diffrax.RESULTS.event_occurred))
-    if not is_concrete(failed):
-        code, = jax.tree.leaves(result)  # an enumeration item is a pytree of its index
-        return runtime_checks(sol, failed, code, _result_messages())
-    failed = np.ravel(failed)
-    if failed.any():  # vmapped runs: the first that failed
-        first = jax.tree.map(lambda code: jnp.ravel(code)[int(np.argmax(failed))], result)
-        raise eqx.EquinoxRuntimeError(diffrax.RESULTS[first])
-    return sol
+    return runtime_checks(sol, failed, code, _result_messages())
 
 
 @functools.cache
@@ -277,9 +285,11 @@ def _solve_program(dynamics, state, t0, t1, dt0, ts, fn, solver, controller, adj
                    watch, criterion, noise, brownian, several, sigma_checked):
     """The program of a solve. It holds no host callback (JAX's persistent cache keeps no program
     that does): diffrax runs with ``throw=False`` and reports a failure as the result code that
-    :func:`_raise_if_failed` raises after the program, and diffrax's checks of the times (as
-    ``eqx.error_if``) are left out, ``solve`` having checked the same before the program."""
-    with without_checks(_DIFFRAX_TIME_CHECKS):
+    :func:`_raise_if_failed` raises after the program; its check of dt0 is never made (dt0 goes to
+    the controller, :func:`~.first_step.with_first_step`) and its checks of the save times and of
+    the Brownian tree's times are left out (:data:`_DIFFRAX_TIME_CHECKS`), ``solve`` having checked
+    the same before the program."""
+    with skipping_checks(_DIFFRAX_TIME_CHECKS):
         return _program(dynamics, state, t0, t1, dt0, ts, fn, solver, controller, adjoint, max_steps, meter,
                         watch, criterion, noise, brownian, several, sigma_checked)
 
@@ -311,7 +321,9 @@ def _program(dynamics, state, t0, t1, dt0, ts, fn, solver, controller, adjoint, 
         # diffrax pre-fills every save buffer with inf, an integer statistic's too, where the cast
         # has no value to give: integer saves after a stop are not inf (BlowUpAtSaves says so)
         warnings.filterwarnings("ignore", message="invalid value encountered in cast", category=RuntimeWarning)
-        sol = diffrax.diffeqsolve(term, solver, t0, t1, dt0, state.y, saveat=saveat,
+        if dt0 is not None:  # given to diffeqsolve, dt0 would be checked there (a host callback)
+            controller = with_first_step(controller, dt0)
+        sol = diffrax.diffeqsolve(term, solver, t0, t1, None, state.y, saveat=saveat,
                                   stepsize_controller=controller, adjoint=adjoint, max_steps=max_steps,
                                   throw=False, event=event, progress_meter=meter)
     save_ts, saved, (t_end, final, *final_flag) = tuple(sol.ts[:-1]), tuple(sol.ys[:-1]), sol.ys[-1]
@@ -345,14 +357,19 @@ def _program(dynamics, state, t0, t1, dt0, ts, fn, solver, controller, adjoint, 
                           sol.stats["num_accepted_steps"], result, criterion)
 
 
-_DIFFRAX_TIME_CHECKS = ("Must have (t1 - t0) * dt0 >= 0", "saveat.ts must be increasing or decreasing.",
-                        "saveat.ts must lie between t0 and t1.",
+_DIFFRAX_TIME_CHECKS = ("saveat.ts must be increasing or decreasing.", "saveat.ts must lie between t0 and t1.",
                         "Cannot evaluate VirtualBrownianTree outside of its range [t0, t1].",
                         "t0 must be strictly less than t1")
-"""The messages of diffrax's checks of the times: ``solve`` checks t1 > t0, dt0 > 0 and the save
-times before the program (:func:`~.saves.check_times`, :func:`_check_traced_times`), and the
-Brownian interval holds [t0, t1] (``brownian_spec``: the tree's interval is not empty, diffrax
-steps within it, the grid's bridges evaluate their unit tree at fractions in [0, 1])."""
+"""The messages of diffrax's checks of the times that the program leaves out
+(:func:`~transformer_pde._checks.skipping_checks`): ``solve`` checks t1 > t0 and the save times before
+the program (:func:`~.saves.check_times`, :func:`_check_traced_times`), and the Brownian interval
+holds [t0, t1] (``brownian_spec``: the tree's interval is not empty, diffrax steps within it, the
+grid's bridges evaluate their unit tree at fractions in [0, 1]). No public way leaves them out:
+diffrax checks the save times after scaling them by the direction of time, a traced value, so
+they are traced even when given as NumPy arrays, unless t0 and t1 are constants of the program
+(then a new t1, a sweep's or a chunk's, would be a new program); a virtual Brownian tree checks
+every time it evaluates, through no unchecked public method."""
+install_check_filter()  # once, on import: before anything is traced
 
 
 def _saver(state, dynamics, fn, check, flag_input=False):
