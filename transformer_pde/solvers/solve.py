@@ -18,8 +18,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .._checks import (NonFiniteStateError, check_int, check_scalar, cover_finiteness, is_concrete, runtime_check,
-                       runtime_checks, without_checks)
+from .._checks import (NonFiniteStateError, carry_checks, check_int, check_scalar, cover_finiteness, is_concrete,
+                       runtime_check, runtime_checks, without_checks)
 from .._programs import SOLVE_RUNNER
 from ..models.base import AbstractDynamics, AbstractRetraction
 from ..models.switched import AbstractSwitched
@@ -30,7 +30,7 @@ from .retracted import Retracted
 from .saves import as_time, check_times, inf_from, parse_saveat, saved_array, several_saves
 from .solution import GaussianSolution, Solution
 from .states import AbstractState, as_state
-from .switches import jump_at_switches
+from .switches import checked_steps, jump_at_switches
 
 MAX_STEPS = 2**31 - 1
 """diffrax counts steps in int32: no solve can ask for more."""
@@ -284,7 +284,8 @@ def _solve_program(dynamics, state, t0, t1, dt0, ts, fn, solver, controller, adj
                         watch, criterion, noise, brownian, several, sigma_checked)
 
 
-_solve = eqx.filter_jit(_solve_program)
+# a kept program collecting its checks (runs/reported_checks.py) carries those traced in it out of this jit
+_solve = carry_checks(eqx.filter_jit, _solve_program)
 
 
 def _program(dynamics, state, t0, t1, dt0, ts, fn, solver, controller, adjoint, max_steps, meter,
@@ -292,6 +293,7 @@ def _program(dynamics, state, t0, t1, dt0, ts, fn, solver, controller, adjoint, 
     term = state.term(dynamics)
     if noise is not None:
         term = noisy_terms(dynamics, state, noise, brownian, sigma_checked)
+    controller = checked_steps(controller, t0, t1)
     if state.retracts(dynamics):
         if isinstance(adjoint, diffrax.DirectAdjoint):
             solver = _bounded_stages(solver)
