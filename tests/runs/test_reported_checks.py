@@ -17,7 +17,7 @@ from jax.experimental import checkify
 import transformer_pde as tp
 from transformer_pde._checks import runtime_check
 from transformer_pde.runs import programs
-from transformer_pde.runs.reported_checks import _failed_and_code, reporting
+from transformer_pde.runs.reported_checks import _failed_and_code, collecting, reporting
 
 NEGATIVE = "x must be >= 0 {not a format field}"
 LARGE = "a row sum must be <= 10"
@@ -303,3 +303,30 @@ def test_carry_checks_is_the_transform_outside_a_collecting_program():
         lambda x: runtime_check(2 * x, x < 0, NEGATIVE)))(jnp.ones(2)))
     with pytest.raises(ValueError, match="carry_checks: transform and fn must be callable"):
         tp.runs.carry_checks(jax.vmap, 3)
+
+
+INNER = "the inner check"
+
+
+def _inner(x):
+    return runtime_check(2 * x, jnp.any(x > 5), INNER)
+
+
+_INNER_JIT = tp.runs.carry_checks(eqx.filter_jit, _inner)  # one jit, traced once per shape
+
+
+def _loop_then_inner(x):  # a vmapped while loop: collected, not checkified
+    return tp.runs.carry_checks(jax.vmap, lambda v: jax.lax.while_loop(lambda s: s < v, lambda s: s + 1.0, v))(
+        _INNER_JIT(x))
+
+
+@pytest.mark.parametrize("build, then", [(collecting, _loop_then_inner), (reporting, _INNER_JIT)])
+def test_a_jit_shared_by_two_kept_programs_reports_its_own_message_in_each(build, then):
+    """The same jit (same shapes) in two programs traced to keep, the second with a check before
+    it: each program's trace traces the jit again, so its check's message index is the second
+    program's (a cached trace would hold the first's index)."""
+    first, _ = build(lambda x: [then(x)])
+    jax.jit(first)(jnp.ones(3))
+    second, messages = build(lambda x: [then(runtime_check(x, jnp.any(x < -100), NEGATIVE))])
+    out = jax.jit(second)(jnp.array([1.0, 9.0, 1.0]))
+    assert bool(out[-2]) and messages[int(out[-1])] == INNER

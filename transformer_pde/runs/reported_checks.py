@@ -25,12 +25,14 @@ time, are left to Equinox too.
 
 Jitted functions traced inside (a solve's own ``eqx.filter_jit``) are cached apart while this
 runs (a JAX user context is part of their cache key), so a later plain call of them still holds
-its ``eqx.error_if`` checks.
+its ``eqx.error_if`` checks; and apart for each program traced, whose message indices their
+checks hold (another program's trace of the same jit is not reused).
 """
 
 from __future__ import annotations
 
 import functools
+import itertools
 
 import jax
 import jax.numpy as jnp
@@ -47,6 +49,15 @@ error of this module's checks has it (:func:`_failed_and_code`)."""
 def _reporting_context():
     """A JAX user context: jit caches keep the traces made while reporting apart from the others."""
     return jax.make_user_context(False)
+
+
+_TRACES = itertools.count()
+
+
+def _apart(mode: str):
+    """The user context of one program's trace, its own: a jit traced in it (a solve's) holds the
+    indices of this program's messages, so another program tracing it again must not reuse it."""
+    return _reporting_context()((mode, next(_TRACES)))
 
 
 def prepare_reporting() -> None:
@@ -76,7 +87,7 @@ def reporting(flat):
     def program(*arrays):
         token = CHECK_REPORTER.set(report)
         try:
-            with _reporting_context()(True):
+            with _apart("checkify"):
                 error, outputs = checkify.checkify(flat)(*arrays)
         finally:
             CHECK_REPORTER.reset(token)
@@ -104,7 +115,7 @@ def collecting(flat):
         top = CheckCollector(messages)
         token = CHECK_REPORTER.set(top)
         try:
-            with _reporting_context()("collect"):  # apart from reporting's traces and the plain ones
+            with _apart("collect"):
                 outputs = flat(*arrays)
         finally:
             CHECK_REPORTER.reset(token)
