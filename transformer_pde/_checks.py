@@ -127,6 +127,98 @@ def runtime_checks(x, pred, index, msgs):
     return report(x, pred, index, tuple(str(m) for m in msgs))
 
 
+class CheckCollector:
+    """The checks traced at one level of a program the runs layer keeps without ``checkify``
+    (:func:`transformer_pde.runs.reported_checks.collecting`), as values: the program's top, or
+    the body of a transform run through :func:`carry_checks` (a vmapped element, a mapped chunk, a
+    jitted call). ``checkify`` cannot carry a check out of a program holding a vmapped while loop
+    (a vmapped cluster count or Sinkhorn divergence), and a value traced in a transform's body
+    cannot leave it but as its output: each level collects its own checks, and
+    :func:`carry_checks` hands a body's to the level
+    around it. A check traced in any other body (a while loop's, a caller's own ``vmap``) would
+    leave it as a value of a finished trace: JAX refuses that, and the program is not kept.
+
+    ``messages`` is the program's list of messages (shared by its levels): a failed check's code
+    is its message's index there. Called as the check reporter
+    (:data:`~transformer_pde._programs.CHECK_REPORTER`)."""
+
+    def __init__(self, messages: list):
+        self.messages = messages
+        self.entries: list = []  # (failed, code), in program order
+
+    def __call__(self, x, pred, index, msgs):
+        pred = jnp.asarray(pred)
+        if pred.size == 0:
+            return x
+        where = jnp.argmax(jnp.ravel(pred))  # the first failing position: its message index
+        index = jnp.ravel(jnp.broadcast_to(jnp.asarray(index), pred.shape))[where]
+        self.add(jnp.any(pred), (len(self.messages) + index).astype(jnp.uint32))
+        self.messages.extend(msgs)
+        return x
+
+    def add(self, failed, code) -> None:
+        """A check of this level: ``failed`` (bool) and the failed message's ``code`` (uint32)."""
+        self.entries.append((failed, code))
+
+    def outcome(self) -> tuple:
+        """``(failed, rank, code)``: whether a check of this level failed, the rank (in program
+        order) of the first that did (the number of checks when none did), and its code."""
+        failed = jnp.asarray(False)
+        rank = jnp.asarray(len(self.entries), jnp.int32)
+        code = jnp.asarray(0, jnp.uint32)
+        for i in reversed(range(len(self.entries))):
+            f, c = self.entries[i]
+            failed, rank, code = failed | f, jnp.where(f, i, rank), jnp.where(f, c, code)
+        return failed, rank, code
+
+
+def _collector():
+    """The current check reporter when it is a :class:`CheckCollector`, else None."""
+    from ._programs import CHECK_REPORTER
+
+    report = CHECK_REPORTER.get()
+    return report if isinstance(report, CheckCollector) else None
+
+
+def carry_checks(transform, fn):
+    """``transform(fn)`` (``jax.vmap``, ``jax.jit``, ``lax.map`` as ``partial(lax.map, ...)``: a
+    transform whose function's outputs come back as its outputs), with the library's runtime checks
+    traced in ``fn`` carried out of it while the runs layer keeps a program without ``checkify``
+    (:class:`CheckCollector`): ``fn`` then also returns its checks' outcome, and the failed check
+    reported after the transform is the first in program order, of the first element that failed
+    it (as ``checkify`` orders them). Otherwise exactly ``transform(fn)``: a plain run, and a kept
+    program ``checkify`` can carry, trace the same program as before."""
+    if not callable(transform) or not callable(fn):
+        raise ValueError(f"carry_checks: transform and fn must be callable (e.g. carry_checks(jax.vmap, f)), got "
+                         f"{transform!r} and {fn!r}"[:300])
+    plain = transform(fn)
+    carrying = []
+
+    def outcome_too(*args, **kwargs):
+        from ._programs import CHECK_REPORTER
+
+        inner = CheckCollector(_collector().messages)
+        token = CHECK_REPORTER.set(inner)
+        try:
+            out = fn(*args, **kwargs)
+        finally:
+            CHECK_REPORTER.reset(token)
+        return out, inner.outcome()
+
+    def run(*args, **kwargs):
+        outer = _collector()
+        if outer is None:
+            return plain(*args, **kwargs)
+        if not carrying:
+            carrying.append(transform(outcome_too))
+        out, (failed, rank, code) = carrying[0](*args, **kwargs)
+        first = jnp.argmin(jnp.ravel(rank))  # the first check in program order, then the first element
+        outer.add(jnp.any(failed), jnp.ravel(code)[first])
+        return out
+
+    return run
+
+
 def is_concrete(x) -> bool:
     """True when ``x`` holds values (not a tracer inside ``jit``/``vmap``/``grad``)."""
     return not isinstance(x, jax.core.Tracer)

@@ -18,6 +18,7 @@ grid axes, with the swept values as coordinates (``out.sel(beta=2.0)``, ``out.me
 
 from __future__ import annotations
 
+import functools
 import itertools
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING
@@ -28,7 +29,7 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import ArrayLike
 
-from ._checks import check_count, check_real
+from ._checks import carry_checks, check_count, check_real
 from ._programs import run_program
 
 if TYPE_CHECKING:  # imported when a sweep returns (importing the package stays light)
@@ -52,8 +53,14 @@ def _device_mesh(devices):
 
 
 def _map_chunks_of(fn, params, static_kwargs):
-    """params: dict of (num_chunks, chunk) arrays -> outputs (num_chunks, chunk, ...)."""
-    return jax.lax.map(jax.vmap(lambda p: fn(**p, **static_kwargs)), params)
+    """params: dict of (num_chunks, chunk) arrays -> outputs (num_chunks, chunk, ...). The map and
+    the vmap carry ``fn``'s checks out when the program is kept (``carry_checks``)."""
+    one_chunk = carry_checks(jax.vmap, lambda p: fn(**p, **static_kwargs))
+    return carry_checks(_lax_map, one_chunk)(params)
+
+
+def _lax_map(f):
+    return functools.partial(jax.lax.map, f)
 
 
 _map_chunks = eqx.filter_jit(_map_chunks_of)

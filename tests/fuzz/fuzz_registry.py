@@ -709,6 +709,8 @@ REGISTRY: list[Entry] = [
           (Param("fn", bad=OBJECT), Param("args", bad=OBJECT))),
     Entry("runs.kept", tp.runs.kept, lambda: dict(fn=_program_to_lower), (Param("fn", bad=OBJECT),),
           covers=("runs.Kept",)),
+    Entry("runs.carry_checks", tp.runs.carry_checks, lambda: dict(transform=jax.vmap, fn=_program_to_lower),
+          (Param("transform", bad=OBJECT), Param("fn", bad=OBJECT))),
     Entry("runs.finite_by_construction", tp.runs.finite_by_construction, lambda: dict(arrays=[X.copy()]),
           (Param("arrays", bad=OBJECT),)),
     Entry("runs.raise_if_nonfinite", tp.runs.raise_if_nonfinite,

@@ -17,7 +17,7 @@ from jax.experimental import checkify
 import transformer_pde as tp
 from transformer_pde._checks import runtime_check
 from transformer_pde.runs import programs
-from transformer_pde.runs.reported_checks import _failed_and_code, reporting
+from transformer_pde.runs.reported_checks import _failed_and_code, collecting, reporting
 
 NEGATIVE = "x must be >= 0 {not a format field}"
 LARGE = "a row sum must be <= 10"
@@ -186,3 +186,147 @@ def test_checkify_errors_are_read_as_this_module_assumes():
     program, messages = reporting(lambda x: [runtime_check(x, x < 0, NEGATIVE)])
     out = jax.jit(program)(jnp.asarray(-2.0))
     assert messages == [NEGATIVE] and bool(out[1]) and int(out[2]) == 0
+
+
+# A solve and a statistic computed in a while loop (cluster_count, as sweep-phase saves it) under
+# a vmap: the loop's condition is vmapped, which checkify cannot pass (JAX 0.10:
+# "checkify-of-vmap-of-while"; diffrax's own loop un-vmaps its condition); the program collects its
+# checks instead (collecting, carry_checks): kept, a failed check raised after it with its message.
+X0 = jnp.array([[[1.0, 0.0], [0.0, 0.6], [0.3, 0.3]], [[0.5, 0.5], [0.2, -0.4], [-1.0, 0.1]]])
+NONFINITE_X0 = "x0 must be finite (found NaN or inf)"
+
+
+def _solve_one(x0):
+    sol = tp.solve(tp.SoftmaxAttention.identity(2, 1.0), x0, t1=1.0, dt0=0.1, saveat=diffrax.SaveAt(t1=True))
+    return sol.xs[-1], tp.diagnostics.cluster_count(sol.xs[-1], 0.9)
+
+
+def _solves(x0s):
+    return tp.runs.carry_checks(jax.vmap, _solve_one)(x0s)
+
+
+def _solves_plain(x0s):
+    return jax.vmap(_solve_one)(x0s)
+
+
+def _kept_files(calls) -> list:
+    return sorted(p.suffix for p in calls.iterdir())
+
+
+def test_a_vmapped_solve_is_kept_and_its_failed_check_raises_as_the_plain_path(calls, monkeypatch):
+    good = eqx.filter_jit(_solves_plain)(X0)
+    jax.tree.map(np.testing.assert_array_equal, programs.call_kept(_solves, (X0,)), good)
+    assert _kept_files(calls) == [".jaxcall"]  # kept, no .refused mark
+    bad = X0.at[1, 2, 0].set(jnp.nan)  # the second element only
+    assert _raised(lambda: programs.call_kept(_solves, (bad,))) == NONFINITE_X0
+    assert NONFINITE_X0 in _raised(lambda: eqx.filter_jit(_solves_plain)(bad))  # the plain path's message
+    # checkify alone cannot keep it: the reason the collecting way exists
+    program, _ = reporting(lambda x: [_solves(x)])
+    with pytest.raises(ValueError, match="checkify-of-vmap-of-while"):
+        jax.export.export(jax.jit(program))(X0)
+    _new_process()  # a later process loads the program: nothing traced or exported again
+
+    def no_export(*args):
+        raise AssertionError("the kept program was traced again")
+
+    monkeypatch.setattr(programs, "_export_call", no_export)
+    jax.tree.map(np.testing.assert_array_equal, programs.call_kept(_solves, (X0,)), good)
+    assert _raised(lambda: programs.call_kept(_solves, (bad,))) == NONFINITE_X0
+
+
+FIRST = "x must be >= 0"
+SECOND = "the loop's total less x must be <= 11.5"
+
+
+def _two_checks(x):
+    """A check, a while loop whose condition is vmapped under a vmap, a check after it."""
+    x = runtime_check(x, x < 0, FIRST)
+    total = jax.lax.while_loop(lambda s: s < 10 + x, lambda s: s + 3.0, jnp.zeros_like(x))
+    return runtime_check(total, total - x > 11.5, SECOND)  # x = 0: 12
+
+
+@pytest.mark.parametrize("bad, message", [([-1.0, 0.0, 0.5], FIRST),  # the second element fails SECOND
+                                          ([0.0, 0.5, -1.0], FIRST),  # the first check, whichever element
+                                          ([0.5, 1.0, 0.0], SECOND),  # the last element only
+                                          ([1.0, 1.5, 0.5], None)])
+def test_collected_checks_raise_the_first_in_program_order_as_the_plain_path(calls, bad, message):
+    def kept(xs):
+        return tp.runs.carry_checks(jax.vmap, _two_checks)(xs)
+
+    def plain(xs):
+        return jax.vmap(_two_checks)(xs)
+
+    xs = jnp.asarray(bad)
+    if message is None:
+        expected = np.asarray(eqx.filter_jit(plain)(xs))
+        np.testing.assert_array_equal(np.asarray(programs.call_kept(kept, (xs,))), expected)
+    else:
+        assert _raised(lambda: programs.call_kept(kept, (xs,))) == message
+        assert message in _raised(lambda: eqx.filter_jit(plain)(xs))
+    assert _kept_files(calls) == [".jaxcall"]
+
+
+def test_a_check_a_vmap_does_not_carry_keeps_the_program_out(calls):
+    """A check in a caller's own vmap of a solve (no carry_checks) cannot leave it as a value:
+    the program is refused (its mark says why) and runs as before, its check raising inside."""
+    assert programs.call_kept(_solves_plain, (X0,)) is None
+    assert _kept_files(calls) == [".refused"]
+    reason = next(calls.iterdir()).read_bytes()
+    assert b"checkify-of-vmap-of-while" in reason and b"collecting:" in reason
+    with tp.runs.kept_programs():
+        assert NONFINITE_X0 in _raised(lambda: tp.runs.kept(_solves_plain)(X0.at[0, 0, 0].set(jnp.inf)))
+
+
+def test_a_sweeps_chunks_are_kept_and_raise_the_plain_sweeps_message(calls):
+    """tp.sweep's chunks (a lax.map of a vmap of solves) carry their checks: a non-finite β in one
+    point raises the attention's message after the kept program, as the plain sweep does."""
+    def run(beta):
+        x = tp.solve(tp.SoftmaxAttention.identity(2, beta), X0[0], t1=1.0, dt0=0.1).xs[-1]
+        return {"sum": jnp.sum(x), "clusters": tp.diagnostics.cluster_count(x, 0.9)}
+
+    betas = {"beta": jnp.array([0.5, 1.0, 2.0])}
+    plain = tp.sweep(run, betas, chunk_size=2)
+    with tp.runs.kept_programs():
+        kept = tp.sweep(run, betas, chunk_size=2)
+        assert _kept_files(calls) == [".jaxcall"]
+        for k in plain:
+            np.testing.assert_array_equal(kept[k].values, plain[k].values)
+        bad = {"beta": jnp.array([0.5, 1.0, jnp.nan])}
+        message = _raised(lambda: tp.sweep(run, bad, chunk_size=2))
+    assert "beta must be finite" in message
+    assert message in _raised(lambda: tp.sweep(run, bad, chunk_size=2))
+
+
+def test_carry_checks_is_the_transform_outside_a_collecting_program():
+    f = tp.runs.carry_checks(jax.vmap, lambda x: runtime_check(2 * x, x < 0, NEGATIVE))
+    assert str(jax.make_jaxpr(f)(jnp.ones(2))) == str(jax.make_jaxpr(jax.vmap(
+        lambda x: runtime_check(2 * x, x < 0, NEGATIVE)))(jnp.ones(2)))
+    with pytest.raises(ValueError, match="carry_checks: transform and fn must be callable"):
+        tp.runs.carry_checks(jax.vmap, 3)
+
+
+INNER = "the inner check"
+
+
+def _inner(x):
+    return runtime_check(2 * x, jnp.any(x > 5), INNER)
+
+
+_INNER_JIT = tp.runs.carry_checks(eqx.filter_jit, _inner)  # one jit, traced once per shape
+
+
+def _loop_then_inner(x):  # a vmapped while loop: collected, not checkified
+    return tp.runs.carry_checks(jax.vmap, lambda v: jax.lax.while_loop(lambda s: s < v, lambda s: s + 1.0, v))(
+        _INNER_JIT(x))
+
+
+@pytest.mark.parametrize("build, then", [(collecting, _loop_then_inner), (reporting, _INNER_JIT)])
+def test_a_jit_shared_by_two_kept_programs_reports_its_own_message_in_each(build, then):
+    """The same jit (same shapes) in two programs traced to keep, the second with a check before
+    it: each program's trace traces the jit again, so its check's message index is the second
+    program's (a cached trace would hold the first's index)."""
+    first, _ = build(lambda x: [then(x)])
+    jax.jit(first)(jnp.ones(3))
+    second, messages = build(lambda x: [then(runtime_check(x, jnp.any(x < -100), NEGATIVE))])
+    out = jax.jit(second)(jnp.array([1.0, 9.0, 1.0]))
+    assert bool(out[-2]) and messages[int(out[-1])] == INNER

@@ -51,10 +51,11 @@ def flow(model, inputs, *, t1, dt0, weights=None, solver=None, adjoint=None):
     def one(x0, w):
         return tp.solve(model, tp.Particles(x0, w), t1=t1, dt0=dt0, solver=solver, adjoint=adjoint).final
 
+    # the solves' checks carried out of the vmap when the program is kept (tp.runs.carry_checks)
     w = None if weights is None else jnp.asarray(weights)
     if w is None:
-        return jax.vmap(lambda x0: one(x0, None))(inputs)
-    return jax.vmap(one)(inputs, w)
+        return tp.runs.carry_checks(jax.vmap, lambda x0: one(x0, None))(inputs)
+    return tp.runs.carry_checks(jax.vmap, one)(inputs, w)
 
 
 def _interpolation_loss(model, inputs, targets, *, t1, dt0, epsilon, solver=None, adjoint=None):
@@ -66,12 +67,12 @@ def _interpolation_loss(model, inputs, targets, *, t1, dt0, epsilon, solver=None
         raise ValueError(f"targets must have shape (N, m, d) with N = {jnp.shape(inputs)[0]} "
                          f"inputs, got {targets.shape}")
     out = flow(model, inputs, t1=t1, dt0=dt0, solver=solver, adjoint=adjoint)
-    return jnp.mean(jax.vmap(lambda x, y: tp.diagnostics.sinkhorn_divergence(
+    return jnp.mean(tp.runs.carry_checks(jax.vmap, lambda x, y: tp.diagnostics.sinkhorn_divergence(
         x, y, epsilon=epsilon, threshold=1e-5, max_iterations=1000, throw=False))(out, targets))
 
 @functools.cache
 def _compiled_loss():
-    return eqx.filter_jit(_interpolation_loss)
+    return tp.runs.carry_checks(eqx.filter_jit, _interpolation_loss)
 
 
 def interpolation_loss(model, inputs, targets, *, t1, dt0, epsilon, solver=None, adjoint=None):
@@ -89,11 +90,13 @@ def compute(cfg: InterpolationConfig, progress: bool = False) -> Result:
         return interpolation_loss(m, inputs, targets, t1=cfg.t1, dt0=dt0, epsilon=cfg.epsilon,
                                   solver=solver)
 
-    before = flow(model, inputs, t1=cfg.t1, dt0=dt0, solver=solver)
+    # the pushes are kept between processes (tp.runs.kept), as the fit's programs are
+    push = tp.runs.kept(lambda m, x: flow(m, x, t1=cfg.t1, dt0=dt0, solver=solver))
+    before = push(model, inputs)
     observer = tp.fitting.tqdm_progress(cfg.steps, "interpolation") if progress else None
     trained, losses, final = tp.fit(model, loss, optimizer=optax.adam(cfg.learning_rate), steps=cfg.steps,
                                     progress=observer)
-    after = flow(trained, inputs, t1=cfg.t1, dt0=dt0, solver=solver)
+    after = push(trained, inputs)
     return Result({
         "inputs": np.asarray(inputs), "targets": np.asarray(targets),
         "outputs_before": np.asarray(before), "outputs": np.asarray(after),

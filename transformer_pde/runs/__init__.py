@@ -44,6 +44,7 @@ from .checkpoint import DEFAULT_EVERY, Checkpoint
 from .info import run_info
 from .programs import (
     call_kept,
+    carry_checks,
     finite_by_construction,
     kept_programs,
     lower_program,
@@ -77,6 +78,6 @@ def __dir__():
 
 
 __all__ = ["DEFAULT_EVERY", "Checkpoint", "FailedRun", "InterruptedRun", "Kept", "NonFiniteRun", "Result", "SignalReceived",
-           "call_kept", "finite_by_construction", "grid", "kept", "kept_programs",
+           "call_kept", "carry_checks", "finite_by_construction", "grid", "kept", "kept_programs",
            "load_run", "lower_program", "program_key", "raise_if_nonfinite", "redraw", "run_experiment", "run_fingerprint", "run_info",
            "solve_checkpointed", "stop_on_signals", "unit_row_tolerance", "unit_rows_by_construction"]

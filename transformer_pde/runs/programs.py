@@ -49,7 +49,8 @@ import tempfile
 import types
 from pathlib import Path
 
-__all__ = ["call_kept", "finite_by_construction", "kept_programs", "lower_program", "program_dir", "program_key",
+__all__ = ["call_kept", "carry_checks", "finite_by_construction", "kept_programs", "lower_program", "program_dir",
+           "program_key",
            "unit_row_tolerance", "unit_rows_by_construction"]
 
 TRACED_THROUGH = ("jax", "jaxlib", "equinox", "diffrax", "optimistix", "lineax", "ott-jax",
@@ -131,6 +132,19 @@ def finite_by_construction(arrays) -> None:
         raise ValueError(f"finite_by_construction: arrays must be a list of traced arrays, got "
                          f"{type(arrays).__name__}"[:300])
     cover_finiteness(list(arrays))
+
+
+def carry_checks(transform, fn):
+    """``transform(fn)`` for a transform that returns its function's outputs (``jax.vmap``,
+    ``jax.jit``, ``eqx.filter_jit``), whose body can hold the library's runtime checks in a program
+    the runs layer keeps: an experiment's own ``vmap`` of ``tp.solve`` wrapped so is kept where
+    ``checkify`` cannot carry its checks (a while loop under the vmap: a cluster count, a Sinkhorn
+    divergence), each failed check raised after the program with its message
+    (:mod:`.reported_checks`). Outside such a program,
+    exactly ``transform(fn)``: ``carry_checks(jax.vmap, f)(xs)`` is ``jax.vmap(f)(xs)``."""
+    from .._checks import carry_checks as carry
+
+    return carry(transform, fn)
 
 
 def unit_rows_by_construction(x):
@@ -238,8 +252,9 @@ def call_kept(fn, args: tuple):
     Returns None, having run nothing, when the program cannot be kept (the compilation cache off,
     traced or multi-device arrays, a static part that cannot be identified or hashed, a program
     holding a host callback that is no check of this library (another library's ``eqx.error_if``,
-    diffrax's with ``throw=True``), or a check in a while loop whose condition is vmapped, which
-    ``checkify`` cannot report, an output that cannot be pickled): the caller then runs ``fn``
+    diffrax's with ``throw=True``), a check neither ``checkify`` nor collecting can carry (one in a
+    program holding a vmapped while loop, traced in a body no ``carry_checks`` hands out), an
+    output that cannot be pickled): the caller then runs ``fn``
     itself. A program export refused leaves a ``<key>.refused`` mark, so a later process does not
     trace it twice."""
     import equinox as eqx
@@ -371,7 +386,7 @@ def _export_call(fn, treedef, spec, arrays, path: Path, key: str):
     import equinox as eqx
     import jax
 
-    from .reported_checks import reporting
+    from .reported_checks import collecting, reporting
 
     skeleton = []
 
@@ -385,15 +400,23 @@ def _export_call(fn, treedef, spec, arrays, path: Path, key: str):
         return [v for v in leaves if eqx.is_array(v)]
 
     # traced once, this library's checks reported as values (raised after it runs): a program
-    # holding them is kept too; a program with no check reports none
-    program, messages = reporting(flat)
-    try:
-        exported = _export(jax.jit(program), arrays)
-    except Exception:  # noqa: BLE001 - a host callback (another library's check, which cannot be
-        # serialized), a check checkify cannot carry (in a while loop with a vmapped condition), anything
-        # else export refuses: the caller traces as before, and a later process does not try again (the
-        # key fixes the outcome)
-        _save(path.with_suffix(".refused"), key, b"")
+    # holding them is kept too; a program with no check reports none. checkify carries a check from
+    # anywhere, but not past a while loop under a vmap (a vmapped cluster count or Sinkhorn); collecting
+    # passes those, carrying checks from the top and the library's transforms only: tried second
+    reasons, exported = [], None
+    for build in (reporting, collecting):
+        program, messages = build(flat)
+        try:
+            exported = _export(jax.jit(program), arrays)
+            break
+        except Exception as e:  # noqa: BLE001 - a host callback (another library's check, which cannot
+            # be serialized: in either way), a check neither can carry, anything else export refuses
+            reasons.append(f"{build.__name__}: {type(e).__name__}: {e}"[:2000])
+            if isinstance(e, NotImplementedError) and "host_callbacks" in str(e):
+                break
+    if exported is None:  # the caller traces as before; a later process does not try again (the key
+        # fixes the outcome); the mark says why
+        _save(path.with_suffix(".refused"), key, "\n".join(reasons).encode())
         return None
     kept = _Reported(skeleton[0], tuple(messages))
     try:

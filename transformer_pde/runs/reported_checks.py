@@ -14,6 +14,10 @@ imported only when a check fails: a run that loads its programs traces nothing a
 No check is dropped or weakened: a failed check raises the message it raised before, after the
 program instead of inside it.
 
+A program ``checkify`` cannot carry (a while loop under a ``vmap``) is traced again with its checks
+collected instead (:func:`collecting`): from its top level and from the bodies of the library's
+transforms, which hand theirs out (:func:`~transformer_pde._checks.carry_checks`).
+
 Checks of other libraries traced into a program (diffrax's, optimistix's, Equinox's own) stay
 ``eqx.error_if`` host callbacks: ``jax.export`` refuses such a program, which then runs as before,
 not kept. Checks an ``EQX_ON_ERROR`` other than ``raise`` asks for, and checks resolved at trace
@@ -21,17 +25,19 @@ time, are left to Equinox too.
 
 Jitted functions traced inside (a solve's own ``eqx.filter_jit``) are cached apart while this
 runs (a JAX user context is part of their cache key), so a later plain call of them still holds
-its ``eqx.error_if`` checks.
+its ``eqx.error_if`` checks; and apart for each program traced, whose message indices their
+checks hold (another program's trace of the same jit is not reused).
 """
 
 from __future__ import annotations
 
 import functools
+import itertools
 
 import jax
 import jax.numpy as jnp
 
-from .._checks import prepare_skipping
+from .._checks import CheckCollector, prepare_skipping
 from .._programs import CHECK_REPORTER
 
 _CODE = jnp.uint32
@@ -43,6 +49,15 @@ error of this module's checks has it (:func:`_failed_and_code`)."""
 def _reporting_context():
     """A JAX user context: jit caches keep the traces made while reporting apart from the others."""
     return jax.make_user_context(False)
+
+
+_TRACES = itertools.count()
+
+
+def _apart(mode: str):
+    """The user context of one program's trace, its own: a jit traced in it (a solve's) holds the
+    indices of this program's messages, so another program tracing it again must not reuse it."""
+    return _reporting_context()((mode, next(_TRACES)))
 
 
 def prepare_reporting() -> None:
@@ -75,11 +90,40 @@ def reporting(flat):
     def program(*arrays):
         token = CHECK_REPORTER.set(report)
         try:
-            with _reporting_context()(True):
+            with _apart("checkify"):
                 error, outputs = checkify.checkify(flat)(*arrays)
         finally:
             CHECK_REPORTER.reset(token)
         return [*outputs, *_failed_and_code(error)]
+
+    return program, messages
+
+
+def collecting(flat):
+    """``(program, messages)`` as :func:`reporting` gives them, with no ``checkify``: each
+    :func:`~transformer_pde._checks.runtime_check` traced at the program's top level, or in the
+    body of a transform run through :func:`~transformer_pde._checks.carry_checks` (the library's
+    vmaps, a sweep's chunks, a solve's jit), is collected as a value
+    (:class:`~transformer_pde._checks.CheckCollector`) and the first failed one returned.
+
+    For programs ``checkify`` refuses: it cannot pass a while loop whose condition is vmapped
+    ("checkify-of-vmap-of-while"), even one holding no check (a vmapped cluster count or Sinkhorn
+    divergence: diffrax's own loop un-vmaps its condition), and JAX 0.10 cannot vmap a checkified
+    one either (its ``dce_sink`` has no batching rule that returns no value). A check traced in
+    another body (a while loop's, a caller's own ``vmap`` or ``jit``, another library's jit) cannot
+    leave it: tracing raises (JAX refuses the escaped value) and the program is not kept."""
+    messages: list[str] = []
+
+    def program(*arrays):
+        top = CheckCollector(messages)
+        token = CHECK_REPORTER.set(top)
+        try:
+            with _apart("collect"):
+                outputs = flat(*arrays)
+        finally:
+            CHECK_REPORTER.reset(token)
+        failed, _, code = top.outcome()
+        return [*outputs, failed, code]
 
     return program, messages
 

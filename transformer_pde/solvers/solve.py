@@ -20,6 +20,7 @@ import numpy as np
 
 from .._checks import (
     NonFiniteStateError,
+    carry_checks,
     check_int,
     check_scalar,
     cover_finiteness,
@@ -40,7 +41,7 @@ from .retracted import Retracted
 from .saves import as_time, check_times, inf_from, parse_saveat, saved_array, several_saves
 from .solution import GaussianSolution, Solution, raise_if_failed
 from .states import AbstractState, as_state
-from .switches import jump_at_switches
+from .switches import checked_steps, jump_at_switches
 
 MAX_STEPS = 2**31 - 1
 """diffrax counts steps in int32: no solve can ask for more."""
@@ -294,7 +295,8 @@ def _solve_program(dynamics, state, t0, t1, dt0, ts, fn, solver, controller, adj
                         watch, criterion, noise, brownian, several, sigma_checked)
 
 
-_solve = eqx.filter_jit(_solve_program)
+# a kept program collecting its checks (runs/reported_checks.py) carries those traced in it out of this jit
+_solve = carry_checks(eqx.filter_jit, _solve_program)
 
 
 def _program(dynamics, state, t0, t1, dt0, ts, fn, solver, controller, adjoint, max_steps, meter,
@@ -302,6 +304,7 @@ def _program(dynamics, state, t0, t1, dt0, ts, fn, solver, controller, adjoint, 
     term = state.term(dynamics)
     if noise is not None:
         term = noisy_terms(dynamics, state, noise, brownian, sigma_checked)
+    controller = checked_steps(controller, t0, t1)
     if state.retracts(dynamics):
         if isinstance(adjoint, diffrax.DirectAdjoint):
             solver = _bounded_stages(solver)

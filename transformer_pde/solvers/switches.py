@@ -15,7 +15,7 @@ from .._checks import is_concrete, runtime_check
 from ..models.base import AbstractRetractedDynamics
 from ..params import PiecewiseConstant
 
-__all__ = ["jump_at_switches", "parameter_switch_times"]
+__all__ = ["checked_steps", "jump_at_switches", "parameter_switch_times"]
 
 
 def parameter_switch_times(dynamics, dtype) -> tuple[float, ...]:
@@ -34,20 +34,28 @@ class _JumpingStepTo(diffrax.StepTo):
 
     jumps: jax.Array = eqx.field(converter=jnp.asarray)
 
-    def wrap(self, direction):
-        ts = runtime_check(self.ts * direction, self.ts[1:] * direction <= self.ts[:-1] * direction,
+    def checked(self, t0, t1):
+        """This grid, checked against the run's ``t0 < t1`` (StepTo's checks, in its order: the grid
+        increasing in the direction of time, its ends t0 and t1), through this library's
+        ``runtime_check``: called by the solve's program before ``diffeqsolve``, so the checks sit
+        in the library's own jit, not in diffrax's (a kept program reports them as values, and one
+        collecting them, :func:`~transformer_pde._checks.carry_checks`, can reach them there)."""
+        direction = jnp.where(t0 < t1, 1, -1)
+        ts = runtime_check(self.ts, self.ts[1:] * direction <= self.ts[:-1] * direction,
                            "the step grid must be strictly increasing")
+        ts = runtime_check(ts, (t0 != ts[0]) | (t1 != ts[-1]), "Must have `t0==ts[0]` and `t1==ts[-1]`.")
         return type(self)(ts=ts, jumps=self.jumps)
 
+    def wrap(self, direction):  # checked before the solve (checked)
+        return type(self)(ts=self.ts * direction, jumps=self.jumps)
+
     def init(self, terms, t0, t1, y0, dt0, args, func, error_order):
-        # StepTo's first step, its check of the ends through this library's runtime_check: a kept
-        # program reports it as a value (diffrax's own, a host callback, would keep the program out)
-        del terms, y0, args, func, error_order
+        # StepTo's first step; its check of the ends was made before the solve (checked)
+        del terms, t0, t1, y0, args, func, error_order
         if dt0 is not None:
             raise ValueError("`dt0` should be `None`. Step location is already determined by "
                              f"{type(self).__name__}(ts=...).")
-        ts = runtime_check(self.ts, (t0 != self.ts[0]) | (t1 != self.ts[-1]), "Must have `t0==ts[0]` and `t1==ts[-1]`.")
-        return ts[1], 2
+        return self.ts[1], 2
 
     def adapt_step_size(self, t0, t1, y0, y1_candidate, args, y_error, error_order, controller_state):
         k = controller_state  # t1 == ts[k - 1]
@@ -56,6 +64,13 @@ class _JumpingStepTo(diffrax.StepTo):
         next_t0 = jnp.where(jump, self.ts[jnp.minimum(k, last)], t1)
         next_t1 = jnp.where(jump, self.ts[jnp.minimum(k + 1, last)], self.ts[jnp.minimum(k, last)])
         return True, next_t0, next_t1, jump, k + jnp.where(jump, 2, 1), diffrax.RESULTS.successful
+
+
+def checked_steps(controller, t0, t1):
+    """The solve's step-size controller with the checks of a grid :func:`jump_at_switches` made
+    (:meth:`_JumpingStepTo.checked`), traced in the solve's program before ``diffeqsolve``; any
+    other controller as it is."""
+    return controller.checked(t0, t1) if isinstance(controller, _JumpingStepTo) else controller
 
 
 def jump_at_switches(dynamics, controller, t0, t1, dt0, dtype):
