@@ -497,12 +497,14 @@ def _deserialize(payload: bytes | bytearray):
     (a file not written by :func:`_export`) or jax-finufft, which it calls, is not installed."""
     import jax
 
-    from ..kernels.platforms import FINUFFT_CUSTOM_CALLS, register_finufft_calls
-
     exported = jax.export.deserialize(bytearray(payload))
     calls = [check.is_custom_call() for check in exported.disabled_safety_checks]
     if not calls:
         return exported
+    # only now: importing the kernels package imports its backends (equinox), which a second run
+    # whose programs are all loaded never needs
+    from ..kernels.platforms import FINUFFT_CUSTOM_CALLS, register_finufft_calls
+
     if not all(c in FINUFFT_CUSTOM_CALLS for c in calls) or not register_finufft_calls():
         return None
     return exported
