@@ -105,8 +105,13 @@ class GaussianSolution(eqx.Module):
 
     @property
     def succeeded(self):
-        return (self.result == diffrax.RESULTS.successful) | (
-            self.result == diffrax.RESULTS.event_occurred)
+        return finished(self.result)
+
+
+def finished(result):
+    """Where a run's diffrax result code says it did not fail: it reached t1, or stopped on its
+    event (a blow-up, reported by its time)."""
+    return (result == diffrax.RESULTS.successful) | (result == diffrax.RESULTS.event_occurred)
 
 
 def raise_if_failed(result, nonfinite_time=None, *, where: str = "solve",
@@ -143,7 +148,7 @@ def raise_if_failed(result, nonfinite_time=None, *, where: str = "solve",
     if times is not None and (times.shape != codes.shape or not np.issubdtype(times.dtype, np.floating)):
         raise ValueError(f"raise_if_failed: nonfinite_time must be the runs' times (floats of shape {codes.shape}, "
                          f"inf where a run stayed finite), got {nonfinite_time!r}"[:300])
-    ok = (codes == _code(diffrax.RESULTS.successful)) | (codes == _code(diffrax.RESULTS.event_occurred))
+    ok = np.asarray(finished(result))
     if not ok.all():
         first = np.asarray(np.ravel(codes)[int(np.argmax(~np.ravel(ok)))])
         raise eqx.EquinoxRuntimeError(diffrax.RESULTS[jax.tree.unflatten(jax.tree.structure(result), [first])])
@@ -155,10 +160,6 @@ def raise_if_failed(result, nonfinite_time=None, *, where: str = "solve",
                                       f"({int(bad.sum())} of {bad.size} runs)")
     raise NonFiniteStateError(f"{where}: the state became non-finite (NaN or inf) at t = {float(times[index]):.6g}"
                               f"{run}; {advice}")
-
-
-def _code(item) -> int:
-    return int(np.asarray(jax.tree.leaves(item)[0]))
 
 
 __all__ = ["GaussianSolution", "Solution", "raise_if_failed"]

@@ -39,7 +39,7 @@ from .noise import AbstractNoise, brownian_spec, noisy_terms
 from .residual import ResidualLayer
 from .retracted import Retracted
 from .saves import as_time, check_times, inf_from, parse_saveat, saved_array, several_saves
-from .solution import GaussianSolution, Solution, raise_if_failed
+from .solution import GaussianSolution, Solution, finished, raise_if_failed
 from .states import AbstractState, as_state
 from .switches import checked_steps, jump_at_switches
 
@@ -261,8 +261,7 @@ def _raise_if_failed(sol):
     if is_concrete(code):
         raise_if_failed(result)
         return sol
-    failed = ~((result == diffrax.RESULTS.successful) | (result == diffrax.RESULTS.event_occurred))
-    return runtime_checks(sol, failed, code, _result_messages())
+    return runtime_checks(sol, ~finished(result), code, _result_messages())
 
 
 @functools.cache
