@@ -78,16 +78,22 @@ def main(argv=None):
     p.add_argument("--dt", type=float, default=0.04)
     p.add_argument("--beta", type=float, default=4.0)
     p.add_argument("--ratios", type=float, nargs="+", default=RATIOS, help="K/K_# of the up sweep (down: reversed)")
+    p.add_argument("--path", type=float, nargs="+", default=None,
+                   help="K/K_# in the order run, instead of --ratios up then down (e.g. 1.5 1.5 0.88 0.8 0.72: "
+                        "cluster from the uniform start, then the down sweep alone)")
     p.add_argument("--tol", type=float, default=1e-6, help="the fast kernel's planned error")
     p.add_argument("--exact", action="store_true", help="the exact kernel instead of the fast one")
     p.add_argument("--out", type=Path, default=None)
     a = p.parse_args(argv)
     d, beta = 3, a.beta
+    if round(a.run_time / a.dt) // 2 + 1 < BLOCKS:  # the smaller dt has twice the points
+        p.error(f"--run-time {a.run_time:g} / --dt {a.dt:g} leaves fewer than {BLOCKS} saves in the second half of "
+                f"a K's run (the {BLOCKS} blocks of the error bar): lengthen the run or shorten the step")
     f = tp.stationary.critical_coupling(tp.Sphere(tp.UnnormalizedAttention.identity(d, beta)), 1.0, degree=96,
                                         K_max=1.6 * float(tp.theory.noisy_sphere.critical_coupling(beta, d)))
     b = f.branch
     r = np.array(a.ratios)
-    path = np.concatenate([r, r[::-1]])
+    path = np.concatenate([r, r[::-1]]) if a.path is None else np.array(a.path)
     Ks = f.K_sharp * path
     # the window (beta, beta): the attention is built inside the jitted sweep, where beta is traced
     backend = tp.kernels.Exact() if a.exact else tp.kernels.Fast(tol=a.tol, beta=(beta, beta))
@@ -104,9 +110,10 @@ def main(argv=None):
     st = b.stable & (np.arange(len(b.K)) > np.argmin(b.K))
     order_pde = np.interp(Ks, b.K[st], b.order[st], left=np.nan, right=np.nan)
     rows = []
-    P = len(r)
     for j, (K, x) in enumerate(zip(Ks, path)):
-        rows.append(dict(way="up" if j < P else "down", K_ratio=float(x), K=float(K), m_dt=float(ms[a.dt][:, j].mean()),
+        # the start and each step up are the up sweep; a step down or a repeat (the turn) the down sweep
+        way = "up" if j == 0 or x > path[j - 1] else "down"
+        rows.append(dict(way=way, K_ratio=float(x), K=float(K), m_dt=float(ms[a.dt][:, j].mean()),
                          m_dt2=float(ms[a.dt / 2][:, j].mean()), m_richardson=float(mean[j]), err=float(err[j]),
                          branch=float(order_pde[j])))
     kernel = "exact kernel" if a.exact else f"fast kernel (NUFFT, tol {a.tol:g})"
