@@ -74,6 +74,27 @@ Extend such a run by raising --log2-n-max with --resume over the same --log2-n-m
 check runs at the run's first fast n (kept there), and a run starting at a large n would run it there
 (the exact kernel costs n^2).
 
+Add seeds to such a run with ``--first-seed F``: it runs seeds F .. F+S−1 (S = ``--seeds``), seed k
+drawing the same starts (rng([n, k])) and, with noise, the same Brownian key (``seed_keys``: key k of
+``split(key(n), F+S)``, which is key k of every longer split under JAX's default partitionable
+threefry) as in any run from seed 0 holding k; every call over the seeds is padded to a multiple of 8
+rows (``padded``: a call of 2 or 4 rows rounds differently, 1e-17), so its numbers are bit for bit those
+of one run of F+S seeds (checked: seeds 14, 15 of the committed 16-seed runs at n = 256, 512, SA and
+USA noisy, rerun with --first-seed 14 --seeds 2; the 16-seed run reruns to its committed numbers).
+A run from seed 0 draws exactly what it always drew. Its n's are kept beside the first
+run's, as OUT/per_n/CASE_nN_seedsF-L.json (L = F+S−1; the whole-run files as sphere_chaos_seedsF-L.json
+and distances_seedsF-L.npz), and ``--fit-from`` with ``--seeds`` S' fits seeds 0 .. S'−1 pooled from the
+ranges kept for each n (CASE_nN.json holds 0 .. its --seeds − 1), refusing ranges that overlap, leave
+a gap, or were run under other flags; every n of the fit must have those S' seeds (the bootstrap
+resamples S' seeds at every n). 16 more seeds at the top octaves of the run above, then their fit:
+
+    python benchmarks/sphere_chaos.py --cases sa --log2-n-min 13 --log2-n-max 19 --log2-fast 11 --degree 28 \
+        --coverage-reps 0 --seeds 16 --first-seed 16 --out benchmarks/results/sphere_chaos_large/sa --resume
+    python benchmarks/sphere_chaos.py --cases sa --log2-n-min 13 --log2-n-max 19 --log2-fast 11 --degree 28 \
+        --seeds 32 --fit-from benchmarks/results/sphere_chaos_large/sa    # fit_n8192-524288_seeds0-31.json
+
+(``--first-seed 16 --seeds 16 --fit-from`` fits the new seeds alone.)
+
 The cost of one fast-kernel field evaluation at large n (what n = 2^20 would cost per step):
 
     python benchmarks/sphere_chaos.py --time-fast 14,16,18,20
@@ -83,6 +104,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import time
 from pathlib import Path
 
@@ -124,13 +146,27 @@ def rho0_coefficients(degree):
 
 
 def starts(n, seeds, size):
-    """The seeds' initial tokens ``(S, size, 3)`` and weights ``(S, size)``: seed k of size n draws
-    from rng([n, k]); rows past n are the north pole with weight 0 (they move but act on nothing), so
-    every n up to ``size`` runs one compiled program."""
-    x = np.stack([sample(np.random.default_rng([int(n), k]), int(n)) for k in range(seeds)])
-    x = np.concatenate([x, np.tile([0.0, 0.0, 1.0], (seeds, size - n, 1))], 1)
-    w = np.concatenate([np.full((seeds, n), 1.0 / n), np.zeros((seeds, size - n))], 1)
+    """The initial tokens ``(S, size, 3)`` and weights ``(S, size)`` of the seeds in the range ``seeds``:
+    seed k of size n draws from rng([n, k]), whatever the range; rows past n are the north pole with
+    weight 0 (they move but act on nothing), so every n up to ``size`` runs one compiled program."""
+    x = np.stack([sample(np.random.default_rng([int(n), k]), int(n)) for k in seeds])
+    x = np.concatenate([x, np.tile([0.0, 0.0, 1.0], (len(seeds), size - n, 1))], 1)
+    w = np.concatenate([np.full((len(seeds), n), 1.0 / n), np.zeros((len(seeds), size - n))], 1)
     return jnp.asarray(x), jnp.asarray(w)
+
+
+def seed_keys(seed, seeds):
+    """The Brownian keys of the seeds in the range ``seeds``: ``split(key(seed), seeds.stop)[seeds.start:]``,
+    so a run of seeds 0..S-1 keeps the keys it always had (``split(key(seed), S)``). Seed k's key is the
+    same in every range holding k only where key k of ``split`` depends on k alone: threefry with
+    ``jax_threefry_partitionable`` (the default since JAX 0.5; the original threefry split mixes the
+    counters of k and k + S), so a range not starting at 0 is refused without it."""
+    if seeds.start > 0 and not (jax.config.jax_threefry_partitionable
+                                and jax.config.jax_default_prng_impl == "threefry2x32"):
+        raise ValueError(f"--first-seed {seeds.start} with noise needs the partitionable threefry PRNG (seed k's key "
+                         f"then depends on k alone); got jax_default_prng_impl={jax.config.jax_default_prng_impl!r}, "
+                         f"jax_threefry_partitionable={jax.config.jax_threefry_partitionable}")
+    return jax.random.split(jax.random.key(seed), seeds.stop)[seeds.start:]
 
 
 @eqx.filter_jit
@@ -151,31 +187,54 @@ def noisy(dyn, x0s, ws, keys, ts, sigma, h, cell):
                                              key=k).xs)(x0s, ws, keys)
 
 
+def padded(solve, *per_seed):
+    """``solve(*per_seed)`` with the seeds' rows padded to a multiple of 8 (the last repeated) and cut back,
+    but for one row: XLA's CPU code for a call of 2 or 4 rows rounds differently from the same rows among
+    8, 16 or 64 (1e-17 apart, measured; 16 against 64 rows agree bit for bit), so without the padding a
+    seed's numbers would depend on how many seeds its run has. 16 or 64 seeds are not padded (the numbers
+    runs always had); one row is left alone (the exact-kernel check of one seed: 8 rows would cost 8x)."""
+    rows = per_seed[0].shape[0]
+    pad = 0 if rows == 1 else -rows % 8
+    return solve(*(jnp.concatenate([b, jnp.repeat(b[-1:], pad, 0)]) for b in per_seed))[:rows]
+
+
 def batched(solve, batch, *per_seed):
     """``solve(*per_seed)`` over the seeds ``batch`` at a time (0: all in one call), to bound the memory at
-    large n; the arrays in ``per_seed`` have the seeds first. The seeds are independent, so a batch is
-    the same program on fewer rows."""
+    large n, each call ``padded``; the arrays in ``per_seed`` have the seeds first. The seeds are
+    independent, so a batch is the same program on fewer rows."""
     seeds = per_seed[0].shape[0]
     size = seeds if batch == 0 else batch
-    return jnp.concatenate([solve(*(b[k:k + size] for b in per_seed)) for k in range(0, seeds, size)])
+    return jnp.concatenate([padded(solve, *(b[k:k + size] for b in per_seed)) for k in range(0, seeds, size)])
 
 
-def particle_coefficients(dyn, x0s, ws, ts, sigma, a, degree, seed):
-    """(μ̂ used for the distance, μ̂ plain) ``(S, T, L+1, L+1)`` each."""
+def particle_coefficients(dyn, x0s, ws, ts, sigma, a, degree, seed, seeds):
+    """(μ̂ used for the distance, μ̂ plain) ``(S, T, L+1, L+1)`` each, of the seeds in the range ``seeds``
+    (their starts ``x0s``, ``ws``; with noise, their keys ``seed_keys(seed, seeds)``)."""
     if sigma == 0.0:
-        c = coefficients(batched(lambda x, w: noiseless(dyn, x, w, ts, a.dt), a.seed_batch, x0s, ws), ws, degree)
+        c = seed_coefficients(batched(lambda x, w: noiseless(dyn, x, w, ts, a.dt), a.seed_batch, x0s, ws), ws, degree)
         return c, c
-    keys = jax.random.split(jax.random.key(seed), x0s.shape[0])
+    keys = seed_keys(seed, seeds)
     h = a.dt_noise
-    coarse = coefficients(batched(lambda x, w, k: noisy(dyn, x, w, k, ts, sigma, h, h / 2), a.seed_batch, x0s,
-                                  ws, keys), ws, degree)
-    fine = coefficients(batched(lambda x, w, k: noisy(dyn, x, w, k, ts, sigma, h / 2, h / 2), a.seed_batch, x0s,
-                                ws, keys), ws, degree)
+    coarse = seed_coefficients(batched(lambda x, w, k: noisy(dyn, x, w, k, ts, sigma, h, h / 2), a.seed_batch,
+                                       x0s, ws, keys), ws, degree)
+    fine = seed_coefficients(batched(lambda x, w, k: noisy(dyn, x, w, k, ts, sigma, h / 2, h / 2), a.seed_batch,
+                                     x0s, ws, keys), ws, degree)
     return 2 * fine - coarse, fine
 
 
 def h2(c, ref, s):
     return np.asarray(sh.negative_sobolev(c, ref, s))
+
+
+def seed_coefficients(xs, ws, degree):
+    """``coefficients``, ``padded``: each seed's μ̂ whatever the number of seeds in the call."""
+    return padded(lambda x, w: coefficients(x, w, degree), xs, ws)
+
+
+def seed_h2(c, ref, s):
+    """``h2`` of each seed's coefficients ``c`` ``(S, ...)``, ``padded`` (the reduction over few rows rounds
+    differently too)."""
+    return padded(lambda x: h2(x, ref, s), jnp.asarray(c))
 
 
 def bias_over_mean_square(c, ref, dist, s):
@@ -212,57 +271,114 @@ def start_distances(a, ns):
     ref0 = rho0_coefficients(a.degree)[None]
     dist0 = np.zeros((1, len(ns), a.seeds))
     for i, n in enumerate(ns):
-        x0s, ws = starts(n, a.seeds, max(int(n), 2**a.log2_pad))
-        dist0[:, i] = h2(coefficients(x0s[:, None], ws, a.degree), ref0[None], a.s).T
+        x0s, ws = starts(n, _seed_range(a), max(int(n), 2**a.log2_pad))
+        dist0[:, i] = seed_h2(seed_coefficients(x0s[:, None], ws, a.degree), ref0[None], a.s).T
     return dist0
 
 
 def paired_from(a, ts, ns, run):
     """``--paired-from DIR``: the paired rows of a finished run (its distances.npz; the starts' distances
-    recomputed and checked against the run's own t = 0 means), written to DIR/paired.json."""
-    out = json.loads((run / "sphere_chaos.json").read_text())
+    recomputed and checked against the run's own t = 0 means), written to DIR/paired.json (with
+    ``--first-seed F``, the files of that seed range: distances_seedsF-L.npz, paired_seedsF-L.json)."""
+    tag = _seed_tag(a)
+    out = json.loads((run / f"sphere_chaos{tag}.json").read_text())
     if out["ns"] != ns.tolist() or out["seeds"] != a.seeds or out["degree"] != a.degree:
         raise ValueError(f"--paired-from {run}: its ns, seeds, degree {out['ns'], out['seeds'], out['degree']} differ "
                          f"from these flags' {ns.tolist(), a.seeds, a.degree}")
-    dists, dist0 = np.load(run / "distances.npz"), start_distances(a, ns)
+    dists, dist0 = np.load(run / f"distances{tag}.npz"), start_distances(a, ns)
     rows = {}
     for case in out["cases"]:
         if not np.allclose(dist0[0].mean(1), case["t0"]["mean_distance"], rtol=1e-12, atol=0):
             raise ValueError(f"--paired-from {run}: the recomputed starts do not match the run's ({case['case']})")
         rows[case["case"]] = paired_rows(ns, dists[case["case"]], dist0, ts)
-    (run / "paired.json").write_text(json.dumps(rows, indent=1))
+    (run / f"paired{tag}.json").write_text(json.dumps(rows, indent=1))
     print(json.dumps(rows, indent=1))
+
+
+def _seed_range(a):
+    return range(a.first_seed, a.first_seed + a.seeds)
+
+
+def _seed_tag(a):
+    """The file-name tag of a run's seed range: none for seeds 0..S-1 (the names runs always had), else
+    ``_seedsF-L`` (F..L inclusive), so a run adding seeds writes beside the first run, never over it."""
+    return "" if a.first_seed == 0 else f"_seeds{a.first_seed}-{a.first_seed + a.seeds - 1}"
 
 
 def _flags(a, name, n):
     """What one n's distances depend on: a kept n is reused only under the same flags."""
-    return {"case": name, "n": int(n), "seeds": a.seeds, "beta": a.beta, "sigma": a.sigma, "degree": a.degree,
-            "s": a.s, "dt": a.dt, "dt_noise": a.dt_noise, "times": a.times, "log2_fast": a.log2_fast,
-            "log2_pad": a.log2_pad, "fast_tol": a.fast_tol}  # not --seed-batch: the same numbers
+    return {"case": name, "n": int(n), "first_seed": a.first_seed, "seeds": a.seeds, "beta": a.beta,
+            "sigma": a.sigma, "degree": a.degree, "s": a.s, "dt": a.dt, "dt_noise": a.dt_noise, "times": a.times,
+            "log2_fast": a.log2_fast, "log2_pad": a.log2_pad, "fast_tol": a.fast_tol}  # not --seed-batch: same numbers
 
 
-def _kept_path(out, name, n):
-    return None if out is None else out / "per_n" / f"{name}_n{int(n)}.json"
+def _kept_flags(kept):
+    """A kept n's flags; files kept before --first-seed existed hold seeds 0..S-1."""
+    return {"first_seed": 0, **kept["flags"]}
+
+
+def _kept_path(out, name, n, a):
+    return None if out is None else out / "per_n" / f"{name}_n{int(n)}{_seed_tag(a)}.json"
 
 
 def _read_kept(path, a, name, n):
     """One finished n (``--resume``), refused when it was run under other flags."""
     kept = json.loads(path.read_text())
-    if kept["flags"] != _flags(a, name, n):
+    if _kept_flags(kept) != _flags(a, name, n):
         raise ValueError(f"--resume: {path} was run with {kept['flags']}, not these flags' {_flags(a, name, n)}")
     return kept
+
+
+def _pooled_seeds(run, a, name, n):
+    """The kept files of one n in run/per_n whose seed ranges tile the flags' ``--first-seed`` ..
+    ``--first-seed + --seeds - 1``, in seed order: [(seed range, path, kept)]. Refused (ValueError naming
+    the files) when a kept range of this n was run under other flags (its seed range aside), two kept
+    ranges overlap, a range straddles the wanted one's ends, or some wanted seeds are kept nowhere."""
+    want, files = _seed_range(a), []
+    pattern = re.compile(rf"{re.escape(name)}_n{int(n)}(_seeds(\d+)-(\d+))?\.json")
+    mine = {k: v for k, v in _flags(a, name, n).items() if k not in ("first_seed", "seeds")}
+    for path in sorted((run / "per_n").glob(f"{name}_n{int(n)}*.json")):
+        if pattern.fullmatch(path.name) is None:
+            continue
+        kept = json.loads(path.read_text())
+        flags = _kept_flags(kept)
+        first, count = flags.pop("first_seed"), flags.pop("seeds")
+        if flags != mine:
+            raise ValueError(f"--fit-from: {path} was run with {kept['flags']}, not these flags' {mine} "
+                             f"(seed range aside)")
+        files.append((range(first, first + count), path, kept))
+    files.sort(key=lambda f: f[0].start)
+    for (r1, p1, _), (r2, p2, _) in zip(files, files[1:]):
+        if r2.start < r1.stop:
+            raise ValueError(f"--fit-from: {p1} (seeds {r1.start}..{r1.stop - 1}) and {p2} (seeds "
+                             f"{r2.start}..{r2.stop - 1}) overlap; keep one of them")
+    used = [f for f in files if f[0].start < want.stop and want.start < f[0].stop]
+    at = want.start
+    for r, path, _ in used:
+        if r.start > at:
+            raise ValueError(f"--fit-from: seeds {at}..{r.start - 1} of {name} n={int(n)} are kept in no file of "
+                             f"{run / 'per_n'} (the fit wants seeds {want.start}..{want.stop - 1})")
+        if r.start < want.start or r.stop > want.stop:
+            raise ValueError(f"--fit-from: {path} holds seeds {r.start}..{r.stop - 1}, across an end of the fit's "
+                             f"seeds {want.start}..{want.stop - 1}")
+        at = r.stop
+    if at < want.stop:
+        raise ValueError(f"--fit-from: seeds {at}..{want.stop - 1} of {name} n={int(n)} are kept in no file of "
+                         f"{run / 'per_n'} (the fit wants seeds {want.start}..{want.stop - 1})")
+    return used
 
 
 def one_n(a, ts, n, sigma, exact, fast, ref_c, ref0, check_step, check_exact):
     """The distances of one n (every seed), as plain lists: kept on disk as each n finishes."""
     t1 = time.perf_counter()
-    x0s, ws = starts(n, a.seeds, max(int(n), 2**a.log2_pad))
+    seeds = _seed_range(a)
+    x0s, ws = starts(n, seeds, max(int(n), 2**a.log2_pad))
     dyn = fast if n >= 2**a.log2_fast else exact
-    c, c_plain = particle_coefficients(dyn, x0s, ws, jnp.asarray(ts), sigma, a, a.degree, int(n))
-    dist, plain = h2(c, ref_c[None], a.s).T, h2(c_plain, ref_c[None], a.s).T  # (T, S)
+    c, c_plain = particle_coefficients(dyn, x0s, ws, jnp.asarray(ts), sigma, a, a.degree, int(n), seeds)
+    dist, plain = seed_h2(c, ref_c[None], a.s).T, seed_h2(c_plain, ref_c[None], a.s).T  # (T, S)
     bias = bias_over_mean_square(c, ref_c, dist, a.s)
-    start = coefficients(x0s[:, None], ws, a.degree)
-    dist0 = h2(start, ref0[None], a.s).T
+    start = seed_coefficients(x0s[:, None], ws, a.degree)
+    dist0 = seed_h2(start, ref0[None], a.s).T
     bias0 = bias_over_mean_square(start, ref0, dist0, a.s)[0]
     step_check = fast_row = None
     if check_step and sigma == 0.0:  # Tsit5's step error: the same seeds at h/2
@@ -273,8 +389,9 @@ def one_n(a, ts, n, sigma, exact, fast, ref_c, ref0, check_step, check_exact):
     if dyn is fast:
         report = fast.dynamics.kernel_report(x0s[0], ws[0])
         fast_row = {"n": int(n), "max_field_bound": report.max_avg_bound, "max_lse_bound": report.max_lse_bound}
-        if check_exact:  # the first fast n: seed 0 again with the exact kernel
-            ce, _ = particle_coefficients(exact, x0s[:1], ws[:1], jnp.asarray(ts), sigma, a, a.degree, int(n))
+        if check_exact:  # the first fast n: the run's first seed again with the exact kernel
+            ce, _ = particle_coefficients(exact, x0s[:1], ws[:1], jnp.asarray(ts), sigma, a, a.degree, int(n),
+                                          seeds[:1])
             fast_row["fast_vs_exact_over_distance"] = (h2(c[:1], ce, a.s)[0] / dist.mean(1)).tolist()
     return {"dist": dist.tolist(), "plain": plain.tolist(), "bias": bias.tolist(), "dist0": dist0[0].tolist(),
             "bias0": float(bias0), "step_check": step_check, "fast_row": fast_row,
@@ -284,33 +401,46 @@ def one_n(a, ts, n, sigma, exact, fast, ref_c, ref0, check_step, check_exact):
 def fit_from(a, ts, ns, tail, cases, run):
     """``--fit-from DIR``: the fits over this run's n range (the flags' ``--log2-n-min/max``, e.g. the top
     octaves alone) from the n's kept in DIR/per_n, nothing rerun; with each n's mean log(d_t / d_0) over
-    the seeds and its standard error (where the paired shift comes from). Written to DIR/fit_nLO-HI.json."""
-    rows = {}
+    the seeds and its standard error (where the paired shift comes from). The seeds are the flags'
+    ``--first-seed`` F .. F + ``--seeds`` − 1 at every n, pooled from the seed ranges kept for that n
+    (CASE_nN.json and CASE_nN_seedsF-L.json, see ``_pooled_seeds``); every n has the same seeds, since
+    the bootstrap resamples S seeds at each n from an (N, S) array (a range kept at some n's only is
+    refused at the others: fit those n's alone). Written to DIR/fit_nLO-HI.json when each n's seeds come
+    from its one CASE_nN.json (what runs wrote before seed ranges), else to DIR/fit_nLO-HI_seedsF-L.json."""
+    rows, pooled = {}, a.first_seed > 0
     for name in cases:
-        kept = [_read_kept(_kept_path(run, name, n), a, name, n) for n in ns]
-        dist = np.stack([np.asarray(k["dist"]) for k in kept], 1)  # (T, N, S)
-        dist0 = np.stack([np.asarray(k["dist0"]) for k in kept])[None]  # (1, N, S)
+        used = [_pooled_seeds(run, a, name, n) for n in ns]
+        pooled |= any(len(u) > 1 for u in used)
+        dist = np.stack([np.concatenate([np.asarray(k["dist"]) for _, _, k in u], 1) for u in used], 1)  # (T, N, S)
+        dist0 = np.stack([np.concatenate([np.asarray(k["dist0"]) for _, _, k in u]) for u in used])[None]  # (1, N, S)
         ratio = np.log(dist / dist0)
         rows[name] = {"times": fit_rows(ns, dist, ts, tail, a.s), "t0": fit_rows(ns, dist0, [0.0], tail, a.s)[0],
                       "minus_t0": paired_rows(ns, dist, dist0, ts),
                       "mean_log_ratio": ratio.mean(2).tolist(),
-                      "mean_log_ratio_stderr": (ratio.std(2, ddof=1) / np.sqrt(a.seeds)).tolist()}
-    out = {"ns": ns.tolist(), "seeds": a.seeds, "degree": a.degree, "cases": rows}
-    (run / f"fit_n{ns[0]}-{ns[-1]}.json").write_text(json.dumps(out, indent=1))
+                      "mean_log_ratio_stderr": (ratio.std(2, ddof=1) / np.sqrt(a.seeds)).tolist(),
+                      "seeds_per_n": [dist.shape[2]] * len(ns),
+                      "files": [[path.name for _, path, _ in u] for u in used]}
+    out = {"ns": ns.tolist(), "seeds": a.seeds, "first_seed": a.first_seed, "degree": a.degree, "cases": rows}
+    tag = f"_seeds{a.first_seed}-{a.first_seed + a.seeds - 1}" if pooled else ""
+    (run / f"fit_n{ns[0]}-{ns[-1]}{tag}.json").write_text(json.dumps(out, indent=1))
     print(json.dumps(out, indent=1))
+
+
+def references(attention, sigma, a, ts):
+    """The PDE's checked solves, one per save time (each time's own error: solve_density reports the max
+    over saves), and their coefficients ``(T, L+1, L+1)`` complex."""
+    pde_dyn = tp.Sphere(attention.identity(3, a.beta))
+    refs = [tp.solve_density(pde_dyn, tp.SphereDensity(rho0, sigma, degree=a.degree), t1=float(t), saveat=np.array([t]),
+                             tol=1e-8, stepsize_controller=diffrax.PIDController(rtol=1e-11, atol=1e-13), throw=False)
+            for t in ts]
+    return refs, np.concatenate([np.asarray(jax.lax.complex(r.solution.xs[:, 0], r.solution.xs[:, 1])) for r in refs])
 
 
 def run_case(name, a, ts, ns, tail):
     attention, sigma = ATTENTIONS[name.split("-")[0]], (a.sigma if name.endswith("-noisy") else 0.0)
-    pde_dyn = tp.Sphere(attention.identity(3, a.beta))
     t0 = time.perf_counter()
-    refs = []  # one checked solve per save time: each time's own error (solve_density reports the max over saves)
-    for t in ts:
-        r = tp.solve_density(pde_dyn, tp.SphereDensity(rho0, sigma, degree=a.degree), t1=float(t), saveat=np.array([t]),
-                             tol=1e-8, stepsize_controller=diffrax.PIDController(rtol=1e-11, atol=1e-13), throw=False)
-        refs.append(r)
+    refs, ref_c = references(attention, sigma, a, ts)
     pde_s = time.perf_counter() - t0
-    ref_c = np.concatenate([np.asarray(jax.lax.complex(r.solution.xs[:, 0], r.solution.xs[:, 1])) for r in refs])
     ref0 = rho0_coefficients(a.degree)[None]  # for the starts at t = 0
     exact = tp.Sphere(attention.identity(3, a.beta, backend=tp.kernels.Exact()))
     fast = tp.Sphere(attention.identity(3, a.beta, backend=tp.kernels.Fast(tol=a.fast_tol)))
@@ -321,7 +451,7 @@ def run_case(name, a, ts, ns, tail):
     fast_rows, step_check, seconds = [], None, []
     first_fast = next((n for n in ns if n >= 2**a.log2_fast), None)
     for i, n in enumerate(ns):
-        kept = _kept_path(a.out, name, n)
+        kept = _kept_path(a.out, name, n, a)
         if a.resume and kept is not None and kept.exists():
             r = _read_kept(kept, a, name, n)
         else:
@@ -392,6 +522,9 @@ def main(argv=None):
                    help="n below 2^this is padded to it (zero weights): one compiled program for those n")
     p.add_argument("--fast-tol", type=float, default=1e-10)
     p.add_argument("--seeds", type=int, default=16)
+    p.add_argument("--first-seed", type=int, default=0,
+                   help="run seeds F .. F+S-1 (S = --seeds), each bit for bit as in a run from seed 0; kept as "
+                        "OUT/per_n/CASE_nN_seedsF-L.json, beside the first run's files (--fit-from pools the ranges)")
     p.add_argument("--beta", type=float, default=1.0)
     p.add_argument("--sigma", type=float, default=0.5)
     p.add_argument("--degree", type=int, default=12)
@@ -406,7 +539,9 @@ def main(argv=None):
     p.add_argument("--resume", action="store_true",
                    help="reuse the n's already kept in OUT/per_n (run under the same flags) instead of rerunning them")
     p.add_argument("--seed-batch", type=int, default=0,
-                   help="solve the seeds this many at a time (0: all in one vmapped solve) to bound memory at large n")
+                   help="solve the seeds this many at a time (0: all in one vmapped solve) to bound memory at large "
+                        "n; a call is padded to a multiple of 8 seeds (1 is not padded: row by row, which may round "
+                        "differently)")
     p.add_argument("--paired-from", type=Path, default=None,
                    help="only add the paired slope(t) - slope(0) rows to the finished run in this folder "
                         "(give the run's own flags)")
@@ -423,8 +558,9 @@ def main(argv=None):
         return
     cases = a.cases.split(",")
     bad = [c for c in cases if c.removesuffix("-noisy") not in ATTENTIONS]
-    if bad or a.seeds < 2:
-        raise ValueError(f"--cases must name sa, usa, sa-noisy, usa-noisy (got {bad}); --seeds >= 2 (got {a.seeds})")
+    if bad or a.seeds < 2 or a.first_seed < 0:
+        raise ValueError(f"--cases must name sa, usa, sa-noisy, usa-noisy (got {bad}); --seeds >= 2 (got {a.seeds}); "
+                         f"--first-seed >= 0 (got {a.first_seed})")
     ts = np.array([float(t) for t in a.times.split(",")])
     ns = 2 ** np.arange(a.log2_n_min, a.log2_n_max + 1)
     ls = np.arange(a.degree + 1, 20 * a.degree)
@@ -441,20 +577,21 @@ def main(argv=None):
         row, dist, plain = run_case(name, a, ts, ns, tail)
         rows.append(row)
         dists[name], dists[name + "_plain"] = dist, plain
-    out = {"ns": ns.tolist(), "seeds": a.seeds, "beta": a.beta, "degree": a.degree, "s": a.s, "dt": a.dt,
-           "dt_noise": a.dt_noise, "log2_fast": a.log2_fast, "fast_tol": a.fast_tol, "cases": rows,
-           "cases_s": time.perf_counter() - start, "devices": str(jax.devices())}
+    out = {"ns": ns.tolist(), "seeds": a.seeds, "first_seed": a.first_seed, "beta": a.beta, "degree": a.degree,
+           "s": a.s, "dt": a.dt, "dt_noise": a.dt_noise, "log2_fast": a.log2_fast, "fast_tol": a.fast_tol,
+           "cases": rows, "cases_s": time.perf_counter() - start, "devices": str(jax.devices())}
+    tag = _seed_tag(a)  # a run adding seeds writes beside the first run's files
     if a.out is not None:  # the cases are kept before the coverage study starts
         a.out.mkdir(parents=True, exist_ok=True)
-        (a.out / "sphere_chaos.json").write_text(json.dumps(out, indent=1))
-        np.savez(a.out / "distances.npz", **dists)
+        (a.out / f"sphere_chaos{tag}.json").write_text(json.dumps(out, indent=1))
+        np.savez(a.out / f"distances{tag}.npz", **dists)
     t0 = time.perf_counter()
     cov = coverage(a, ns, rho0_coefficients(a.degree)) if a.coverage_reps else None
     out.update(coverage_t0=cov, coverage_s=time.perf_counter() - t0, total_s=time.perf_counter() - start)
     print(json.dumps(out, indent=1))
     if a.out is not None:
         a.out.mkdir(parents=True, exist_ok=True)
-        (a.out / "sphere_chaos.json").write_text(json.dumps(out, indent=1))
+        (a.out / f"sphere_chaos{tag}.json").write_text(json.dumps(out, indent=1))
 
 
 if __name__ == "__main__":
