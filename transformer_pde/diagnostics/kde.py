@@ -49,8 +49,11 @@ def _derivative_blocks(blocks, x, beta):
 def _bucket(nb: int) -> int:
     """``nb`` rounded up to 2^k or 3·2^(k−1) (at most a third more blocks), so that draws whose grids
     differ by a few points share a compiled program."""
-    m = 1 << (nb.bit_length() - 1)
-    return m if nb == m else 3 * m // 2 if nb <= 3 * m // 2 else 2 * m
+    m = 1 << (nb.bit_length() - 1)  # the largest power of two <= nb
+    for size in (m, 3 * m // 2):
+        if nb <= size:
+            return size
+    return 2 * m
 
 
 def kde_critical_points(samples, beta, *, resolution: float = 0.05, block: int = 2048):
