@@ -41,11 +41,16 @@ RATIOS = (0.70, 0.74, 0.77, 0.80, 0.83, 0.87, 0.92, 0.97, 1.02, 1.10, 1.20)
 BLOCKS = 5
 
 
+def steps_per_K(run_time, dt):
+    """Euler–Maruyama steps of one K's run (at least 4); its second half holds steps // 2 + 1 saves."""
+    return max(4, round(run_time / dt))
+
+
 def sweep(n, beta, Ks, dt, run_time, seeds, key, backend):
     """|(1/n)Σ X_i| along the K path ``Ks`` ``(P,)``: ``(seeds, P, BLOCKS)``, the means of BLOCKS
     consecutive blocks of each K's second half (their spread gives the sampling error of one seed)."""
     d = 3
-    steps = max(4, round(run_time / dt))
+    steps = steps_per_K(run_time, dt)
     h = run_time / steps
     ts = jnp.asarray(h * np.arange(steps - steps // 2, steps + 1))  # the second half, on the step grid
     noise = tp.Noise(1.0, path=tp.BrownianIncrements())
@@ -86,7 +91,7 @@ def main(argv=None):
     p.add_argument("--out", type=Path, default=None)
     a = p.parse_args(argv)
     d, beta = 3, a.beta
-    if round(a.run_time / a.dt) // 2 + 1 < BLOCKS:  # the smaller dt has twice the points
+    if steps_per_K(a.run_time, a.dt) // 2 + 1 < BLOCKS:  # the smaller dt has twice the saves
         p.error(f"--run-time {a.run_time:g} / --dt {a.dt:g} leaves fewer than {BLOCKS} saves in the second half of "
                 f"a K's run (the {BLOCKS} blocks of the error bar): lengthen the run or shorten the step")
     f = tp.stationary.critical_coupling(tp.Sphere(tp.UnnormalizedAttention.identity(d, beta)), 1.0, degree=96,
