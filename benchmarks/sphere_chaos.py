@@ -299,10 +299,11 @@ def _seed_range(a):
     return range(a.first_seed, a.first_seed + a.seeds)
 
 
-def _seed_tag(a):
-    """The file-name tag of a run's seed range: none for seeds 0..S-1 (the names runs always had), else
-    ``_seedsF-L`` (F..L inclusive), so a run adding seeds writes beside the first run, never over it."""
-    return "" if a.first_seed == 0 else f"_seeds{a.first_seed}-{a.first_seed + a.seeds - 1}"
+def _seed_tag(a, always=False):
+    """The file-name tag of a run's seed range: none for seeds 0..S-1 (the names runs always had) unless
+    ``always``, else ``_seedsF-L`` (F..L inclusive), so a run adding seeds writes beside the first run,
+    never over it."""
+    return "" if a.first_seed == 0 and not always else f"_seeds{a.first_seed}-{a.first_seed + a.seeds - 1}"
 
 
 def _flags(a, name, n):
@@ -407,7 +408,7 @@ def fit_from(a, ts, ns, tail, cases, run):
     the bootstrap resamples S seeds at each n from an (N, S) array (a range kept at some n's only is
     refused at the others: fit those n's alone). Written to DIR/fit_nLO-HI.json when each n's seeds come
     from its one CASE_nN.json (what runs wrote before seed ranges), else to DIR/fit_nLO-HI_seedsF-L.json."""
-    rows, pooled = {}, a.first_seed > 0
+    rows, pooled = {}, False
     for name in cases:
         used = [_pooled_seeds(run, a, name, n) for n in ns]
         pooled |= any(len(u) > 1 for u in used)
@@ -421,8 +422,7 @@ def fit_from(a, ts, ns, tail, cases, run):
                       "seeds_per_n": [dist.shape[2]] * len(ns),
                       "files": [[path.name for _, path, _ in u] for u in used]}
     out = {"ns": ns.tolist(), "seeds": a.seeds, "first_seed": a.first_seed, "degree": a.degree, "cases": rows}
-    tag = f"_seeds{a.first_seed}-{a.first_seed + a.seeds - 1}" if pooled else ""
-    (run / f"fit_n{ns[0]}-{ns[-1]}{tag}.json").write_text(json.dumps(out, indent=1))
+    (run / f"fit_n{ns[0]}-{ns[-1]}{_seed_tag(a, always=pooled)}.json").write_text(json.dumps(out, indent=1))
     print(json.dumps(out, indent=1))
 
 
