@@ -107,14 +107,16 @@ def main(argv=None) -> dict:
 
     names = sorted(REGISTRY) if args.only is None else args.only.split(",")
     args.out.mkdir(parents=True, exist_ok=True)
+    partial = args.out / "tiny_runs.partial.json"  # the results so far, for a run stopped midway
     with tempfile.TemporaryDirectory(prefix="tiny-runs-") as work:
-        results = measure(names, args.repeats, Path(work), args.out / "tiny_runs.partial.json", args.keep)
+        results = measure(names, args.repeats, Path(work), partial, args.keep)
     meta = {"machine": f"{platform.machine()} {platform.processor() or ''}".strip(), "cpus": os.cpu_count(),
             "python": platform.python_version(), "repeats": args.repeats,
             "command": "python -m transformer_pde.cli run NAME --config TINY.toml --out OUT "
                        "--compile-cache CACHE --no-progress"}
     (args.out / "tiny_runs.json").write_text(json.dumps({"meta": meta, "runs": results}, indent=1))
     (args.out / "tiny_runs.md").write_text(table(results))
+    partial.unlink(missing_ok=True)  # this run's own progress file: tiny_runs.json now holds all of it
     print(table(results))
     return results
 
