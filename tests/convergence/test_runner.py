@@ -27,12 +27,12 @@ def test_a_later_process_loads_the_study_program(tmp_path, monkeypatch):
     plain = _study()
     with tp.runs.kept_programs():
         first = _study()
-        kept = [p.name for p in store.iterdir() if p.name.startswith("_run-")]
+        kept = [p.name for p in store.glob("_run-*.jaxcall")]
         assert len(kept) == 1 and kept[0].endswith(".jaxcall")
         programs._CALLS.clear()  # a later process: none of this one's programs, the files stay
         programs._BY_KEY.clear()
         second = _study()
-    assert [p.name for p in store.iterdir() if p.name.startswith("_run-")] == kept
+    assert [p.name for p in store.glob("_run-*.jaxcall")] == kept
     for k in plain:
         np.testing.assert_array_equal(first[k], second[k])
         np.testing.assert_allclose(first[k], plain[k], rtol=1e-12, atol=1e-14)

@@ -270,8 +270,8 @@ def test_every_option_has_help(name):
 
 
 def test_end_modules_import_while_compiling_and_failures_are_left_to_the_main_thread():
-    """compile_importing_end_modules compiles what it is given (the program computes) and imports
-    the end-of-run modules in a thread meanwhile; one that fails to import there is not left in
+    """import_end_modules_meanwhile imports the end-of-run modules in a thread while the main
+    thread compiles (the program computes); one that fails to import there is not left in
     sys.modules, so the main thread's own import raises its error (fresh process)."""
     import subprocess
     import sys
@@ -280,7 +280,8 @@ def test_end_modules_import_while_compiling_and_failures_are_left_to_the_main_th
         "import sys, threading, jax, jax.numpy as jnp",
         "from transformer_pde.experiments import _common",
         "_common.END_MODULES = ('colorsys', 'no_such_module_here')",
-        "program = _common.compile_importing_end_modules(jax.jit(lambda x: 2 * x).trace(jnp.ones(3)).lower())",
+        "_common.import_end_modules_meanwhile()",
+        "program = jax.jit(lambda x: 2 * x).trace(jnp.ones(3)).lower().compile()",
         "print(program(jnp.arange(3.0)).tolist())",
         "[t.join(60) for t in threading.enumerate() if t.name == 'transformer-pde-end-imports']",
         "print('colorsys' in sys.modules, 'no_such_module_here' in sys.modules)",

@@ -101,7 +101,7 @@ I2 = np.eye(D)
 
 
 def _program_to_lower(scale, x):
-    """A module-level program for ``tp.runs.lower_program``."""
+    """A module-level program for ``tp.runs.lower_program`` and ``compile_program``."""
     return scale * x
 
 
@@ -705,6 +705,10 @@ REGISTRY: list[Entry] = [
           lambda: dict(fn=_program_to_lower, static=(2.0,), args=(X.copy(),)),
           (Param("fn", bad=OBJECT), Param("static", bad=OBJECT), Param("args", bad=OBJECT + ("shape",)),
            Param("compiler_options", bad=("str",))), covers=("runs.program_key",)),
+    Entry("runs.compile_program", tp.runs.compile_program,
+          lambda: dict(fn=_program_to_lower, static=(2.0,), args=(X.copy(),)),
+          (Param("fn", bad=OBJECT), Param("static", bad=OBJECT), Param("args", bad=OBJECT + ("shape",)),
+           Param("compiler_options", bad=("str",)))),
     Entry("runs.call_kept", tp.runs.call_kept, lambda: dict(fn=_program_to_lower, args=(2.0, X.copy())),
           (Param("fn", bad=OBJECT), Param("args", bad=OBJECT))),
     Entry("runs.kept", tp.runs.kept, lambda: dict(fn=_program_to_lower), (Param("fn", bad=OBJECT),),

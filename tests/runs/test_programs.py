@@ -11,6 +11,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from _kept import stored_programs
 
 from transformer_pde._checks import runtime_check
 from transformer_pde.runs import programs
@@ -36,13 +37,15 @@ def _checked(x):
 def store(tmp_path, monkeypatch):
     monkeypatch.setattr(programs, "program_dir", lambda: tmp_path / "programs")
     monkeypatch.setattr(programs, "_LOWERED", {})
+    monkeypatch.setattr(programs, "_COMPILED", {})
     TRACED.clear()
     return tmp_path / "programs"
 
 
 def _new_process():
-    """What a later process starts with: none of this one's lowered programs."""
+    """What a later process starts with: none of this one's lowered or compiled programs."""
     programs._LOWERED.clear()
+    programs._COMPILED.clear()
 
 
 def test_a_later_call_loads_the_program_instead_of_tracing_it(store):
@@ -230,7 +233,8 @@ def test_a_second_cli_run_loads_its_program(tmp_path):
         assert res.returncode == 0, res.stderr
         out.append(res.stdout.split()[-1])
     assert out == ["TRACED", "LOADED"]
-    assert len(list((tmp_path / "cache" / "programs").iterdir())) == 1
+    # the program and its executable
+    assert sorted(p.suffix for p in (tmp_path / "cache" / "programs").iterdir()) == [".jaxexe", ".jaxexport"]
     a, b = (np.load(tmp_path / f"run{i}" / "data.npz") for i in range(2))
     assert sorted(a.files) == sorted(b.files)
     for k in a.files:
@@ -255,7 +259,9 @@ def test_a_second_large_n_run_loads_its_nufft_program(tmp_path):
         res = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=env)
         assert res.returncode == 0, res.stderr
     kept = sorted(p.suffix for p in (tmp_path / "cache" / "programs").iterdir())
-    assert kept == [".jaxcall", ".jaxcall"]  # the solve's and the cluster counts', none refused
+    # the solve's and the cluster counts', none refused; only the counts' has an executable (the
+    # solve's holds jax-finufft's calls)
+    assert kept == [".jaxcall", ".jaxcall", ".jaxexe"]
     a, b = (np.load(tmp_path / f"run{i}" / "data.npz") for i in range(2))
     assert bool(a["fast_kernel"]) and sorted(a.files) == sorted(b.files)
     for k in a.files:
@@ -315,7 +321,7 @@ def test_a_kept_solve_is_traced_once_per_process_and_loaded_by_a_later_one(calls
     with programs.kept_programs():
         first = _a_solve()
         traced = len(TRACED)  # diffrax traces a statistic a few times in one trace of the program
-        assert traced > 0 and [p.suffix for p in calls.iterdir()] == [".jaxcall"]
+        assert traced > 0 and stored_programs(calls) == [".jaxcall"]
         assert _compiles(_a_solve) == 0 and len(TRACED) == traced  # this process: the same program
         _new_call_process()
         second = _a_solve()
@@ -333,7 +339,7 @@ def test_a_kept_solve_leaves_the_solves_own_jit_cache_alone(calls):
     with programs.kept_programs():
         _a_solve()
     assert _compiles(_a_solve) == 0
-    assert len(list(calls.iterdir())) == 1
+    assert len(list(calls.glob("*.jaxcall"))) == 1
 
 
 def test_nothing_is_kept_with_the_compile_cache_off(calls, monkeypatch):
@@ -374,7 +380,7 @@ def test_a_program_with_runtime_checks_is_kept_and_raises_their_messages_after_i
     plain = eqx.filter_jit(_checked_logged)(x)
     TRACED.clear()
     first = programs.call_kept(_checked_logged, (x,))
-    assert [p.suffix for p in calls.iterdir()] == [".jaxcall"] and TRACED == ["checked"]
+    assert stored_programs(calls) == [".jaxcall"] and TRACED == ["checked"]
     _new_call_process()
     second = programs.call_kept(_checked_logged, (x,))
     assert TRACED == ["checked"]  # loaded, not traced
@@ -415,7 +421,7 @@ def test_a_library_closure_is_keyed_by_what_it_holds(calls):
     two, three = _scaled_by(2.0), _scaled_by(3.0)
     np.testing.assert_array_equal(np.asarray(programs.call_kept(two, (x,))), [0.0, 2.0, 4.0])
     np.testing.assert_array_equal(np.asarray(programs.call_kept(three, (x,))), [0.0, 3.0, 6.0])
-    assert TRACED == [2.0, 3.0] and len(list(calls.iterdir())) == 2
+    assert TRACED == [2.0, 3.0] and len(list(calls.glob("*.jaxcall"))) == 2
     _new_call_process()
     np.testing.assert_array_equal(np.asarray(programs.call_kept(_scaled_by(3.0), (x,))), [0.0, 3.0, 6.0])
     assert TRACED == [2.0, 3.0]  # the same key as `three`: loaded
@@ -472,7 +478,7 @@ def test_a_program_calling_the_nufft_is_kept_and_its_calls_registered_when_loade
     np.testing.assert_array_equal(np.asarray(second), np.asarray(first))
     # a program without them, exported in a process that imported jax-finufft, allows none
     programs.call_kept(_scaled_by(2.0), (x,))
-    plain = [p for p in calls.iterdir() if p.name.startswith("scaled")]
+    plain = [p for p in calls.glob("*.jaxcall") if p.name.startswith("scaled")]
     assert len(plain) == 1 and _held_calls(plain[0]) == set()
 
 
@@ -494,3 +500,118 @@ def test_a_kept_program_allowing_another_custom_call_is_not_trusted(calls, monke
     assert programs._deserialize(finufft.serialize()) is not None or not platforms.register_finufft_calls()
     monkeypatch.setattr(platforms, "register_finufft_calls", lambda: False)
     assert programs._deserialize(finufft.serialize()) is None
+
+
+# -- a kept program's executable: a later process on this host loads it, neither lowering nor compiling
+
+_EXECUTABLES = """
+import sys
+from pathlib import Path
+import jax, jax.numpy as jnp, numpy as np
+from transformer_pde.runs import programs
+
+store, host = Path(sys.argv[1]), sys.argv[2]
+programs.program_dir = lambda: store  # the store without JAX's compilation cache: XLA compiles each program
+if host != "this":
+    programs._host = lambda: host
+called = set()
+for name in ("_deserialize", "_compile_kept", "_lower"):  # recorded, still made
+    def record(*args, _name=name, _real=getattr(programs, name), **kwargs):
+        called.add(_name)
+        return _real(*args, **kwargs)
+    setattr(programs, name, record)
+
+def tripled_sine(x):
+    return 3 * jnp.sin(x)
+
+def scaled_sums(scale, x):
+    return jnp.cumsum(scale * x)
+
+x = jnp.linspace(0.0, 1.0, 5)
+a = np.asarray(programs.call_kept(tripled_sine, (x,)))
+b = np.asarray(programs.compile_program(scaled_sums, (2.0,), (x,))(x))
+np.testing.assert_allclose(a, 3 * np.sin(np.linspace(0.0, 1.0, 5)), rtol=1e-6)
+np.testing.assert_allclose(b, np.cumsum(2 * np.linspace(0.0, 1.0, 5)), rtol=1e-6)
+print(a.tobytes().hex() + b.tobytes().hex())
+print(",".join(sorted(called)))
+print(",".join(sorted(p.suffix for p in store.iterdir())))
+"""
+
+
+def _executables_process(store, host="this") -> tuple[str, str, str]:
+    """A fresh process computing a kept call and a compiled program (``_EXECUTABLES``): their
+    outputs' bytes, which of reading a program, lowering it or compiling it it did, the store's
+    files."""
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("JAX_", "TRANSFORMER_PDE_"))}
+    res = subprocess.run([sys.executable, "-c", _EXECUTABLES, str(store), host], capture_output=True, text=True,
+                         timeout=300, env=env)
+    assert res.returncode == 0, res.stderr[-3000:]
+    return tuple(res.stdout.split("\n")[:3])
+
+
+def test_a_later_process_loads_the_executables_instead_of_the_programs(tmp_path):
+    """The first process traces, keeps and compiles (a kept call's and compile_program's programs,
+    each with its executable); a later one on this host loads the executables: it neither reads
+    the programs nor lowers nor compiles them, and its outputs are the first's bytes."""
+    out, did, files = _executables_process(tmp_path)
+    assert did == "_compile_kept,_lower" and files == ".jaxcall,.jaxexe,.jaxexe,.jaxexport"
+    assert _executables_process(tmp_path) == (out, "", files)
+
+
+def test_an_executable_of_another_host_or_damaged_is_not_loaded(tmp_path):
+    """Executables are kept under the host (backend, devices, processor flags): another host's
+    process compiles the programs from their exports and keeps its own beside them; a damaged
+    executable fails its hash and is compiled again and replaced; the outputs never change."""
+    out, _, _ = _executables_process(tmp_path)
+    mine = sorted(tmp_path.glob("*.jaxexe"))
+    assert _executables_process(tmp_path, "another machine") == (
+        out, "_compile_kept,_deserialize,_lower", ".jaxcall,.jaxexe,.jaxexe,.jaxexe,.jaxexe,.jaxexport")
+    for exe in mine:
+        data = bytearray(exe.read_bytes())
+        data[-100] ^= 0xFF
+        exe.write_bytes(bytes(data))
+    assert _executables_process(tmp_path)[:2] == (out, "_compile_kept,_deserialize,_lower")
+    assert _executables_process(tmp_path)[:2] == (out, "")  # replaced: loaded
+
+
+_SERVED_BY_THE_CACHE = """
+import sys
+from pathlib import Path
+import jax, jax.numpy as jnp, numpy as np
+from transformer_pde.runs import compile_cache, programs
+
+cache = Path(sys.argv[1])
+compile_cache.enable_compile_cache(cache)
+
+def doubled_sine(x):
+    return 2 * jnp.sin(x) + jnp.arange(x.shape[0])
+
+out = programs.call_kept(doubled_sine, (jnp.linspace(0.0, 1.0, 5),))
+np.testing.assert_allclose(np.asarray(out), 2 * np.sin(np.linspace(0.0, 1.0, 5)) + np.arange(5), rtol=1e-6)
+print(sorted(p.suffix for p in (cache / "programs").iterdir()))
+"""
+
+
+def test_an_executable_served_by_jaxs_cache_is_not_kept(tmp_path):
+    """JAX's persistent cache loads an executable that, serialized again, lacks its kernels on a
+    CPU (the copy loaded later fails: "NOT_FOUND: Function ... not found"). A process whose compile
+    the cache served keeps no executable, and a later one runs (fresh processes)."""
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("JAX_", "TRANSFORMER_PDE_"))}
+
+    def process():
+        res = subprocess.run([sys.executable, "-c", _SERVED_BY_THE_CACHE, str(tmp_path)], capture_output=True,
+                             text=True, timeout=300, env=env)
+        assert res.returncode == 0, res.stderr[-3000:]
+        return res.stdout.split("\n")[-2]
+
+    assert process() == "['.jaxcall', '.jaxexe']"  # XLA compiled it: kept
+    (exe,) = (tmp_path / "programs").glob("*.jaxexe")
+    exe.unlink()
+    assert process() == "['.jaxcall']"  # lowered from the kept program, compiled by JAX's cache: not kept
+    assert process() == "['.jaxcall']"  # and runs again

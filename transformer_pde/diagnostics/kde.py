@@ -24,6 +24,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from .._checks import as_float_array, check_count, check_finite, check_scalar
+from .._programs import run_program
 
 __all__ = ["kde_critical_points", "kde_modes"]
 
@@ -39,11 +40,13 @@ def _scaled_derivative(grid, x, beta):
     return jnp.sum(diff * jnp.exp(-(e - jnp.min(e, axis=1, keepdims=True))), axis=1)
 
 
-@jax.jit
 def _derivative_blocks(blocks, x, beta):
     """:func:`_scaled_derivative` on each row of ``blocks``, one block at a time (memory
     ``block × n``). One program per shape: the samples and β are arguments, not constants."""
     return jax.lax.map(lambda g: _scaled_derivative(g, x, beta), blocks)
+
+
+_derivative_blocks_jit = jax.jit(_derivative_blocks)
 
 
 def _bucket(nb: int) -> int:
@@ -77,7 +80,9 @@ def kde_critical_points(samples, beta, *, resolution: float = 0.05, block: int =
     grid = np.arange(x[0] - 6 / np.sqrt(beta), x[-1] + 6 / np.sqrt(beta) + h, h)
     nb = _bucket(-(-grid.size // block))
     gp = np.pad(grid, (0, nb * block - grid.size), mode="edge").reshape(nb, block)
-    vals = _derivative_blocks(jnp.asarray(gp), jnp.asarray(x), float(beta))
+    # through the runs layer's kept programs in a run (a later process loads it), else jitted
+    vals = run_program(_derivative_blocks, _derivative_blocks_jit,
+                       (jnp.asarray(gp), jnp.asarray(x), jnp.asarray(float(beta))))
     s = np.sign(np.asarray(vals).ravel()[: grid.size])
     s = s[s != 0]
     modes = int(np.sum((s[:-1] > 0) & (s[1:] < 0)))

@@ -111,21 +111,14 @@ END_MODULES = ("transformer_pde.plot", "xarray", "h5netcdf")
 """What a run imports only at its end: matplotlib for its figures, xarray for its labelled grids."""
 
 
-def compile_importing_end_modules(lowered):
-    """``lowered.compile()`` (a ``jax.stages.Lowered``), with :data:`END_MODULES` imported
-    meanwhile in a thread: XLA compiles without holding the GIL, so those imports (about 0.4 s)
-    take no wall time of their own (phase-diagram at the peers' settings 4.03 -> 3.75 s, its peak
-    memory unchanged). Started earlier, the thread competes with tracing, which holds the GIL
-    (measured slower); where a run's peak comes after its first compile the modules add to it
-    (normalization starts them once its programs exist, while they run: :func:`import_end_modules_meanwhile`).
-    An import that fails there is left to the main thread's own import, which raises it."""
-    import_end_modules_meanwhile()
-    return lowered.compile()
-
-
 def import_end_modules_meanwhile() -> None:
     """Start importing the :data:`END_MODULES` not imported yet in a thread: while XLA compiles
-    or runs a program, which do not hold the GIL, they take no wall time of their own."""
+    or runs a program, which do not hold the GIL, they take no wall time of their own (phase-diagram
+    at the peers' settings 4.03 -> 3.75 s, its peak memory unchanged). Started before tracing, the
+    thread competes with it (tracing holds the GIL: measured slower); where a run's peak comes
+    after its first compile the modules add to it (normalization starts them once its programs
+    exist, while they run). An import that fails there is left to the main thread's own import,
+    which raises it."""
     missing = [m for m in END_MODULES if m not in sys.modules]
     if missing:
         threading.Thread(target=_import_quietly, args=(missing,), name="transformer-pde-end-imports",

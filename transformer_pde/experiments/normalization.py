@@ -59,7 +59,7 @@ import numpy as np
 
 import transformer_pde as tp
 
-from ..runs.programs import lower_program
+from ..runs.programs import compile_program
 from ..runs.result import Result, grid
 from ._common import clustered_pairs_described, import_end_modules_meanwhile
 from ._progress import progress_bar
@@ -198,20 +198,19 @@ def scheme_states(cfg: NormalizationConfig, index: int, causal: bool, beta, x0, 
 
 def scheme_program(cfg: NormalizationConfig, index: int, causal: bool, dtype):
     """:func:`scheme_states` compiled for the config's draws in ``dtype`` (β an argument, not a
-    constant), through :func:`~transformer_pde.runs.programs.lower_program`: a later ``compute``
+    constant), through :func:`~transformer_pde.runs.programs.compile_program`: a later ``compute``
     with the same config in the same process compiles nothing (a new function per call compiled
     the two schemes' programs again, 0.25 s each at the peers' settings), and a later process
-    loads the traced program."""
+    loads the compiled program."""
     S, H, n, d = cfg.seeds, cfg.heads, cfg.n, cfg.d
     args = tuple(jax.ShapeDtypeStruct(shape, dtype) for shape in ((), (S, n, d), (S, H, d, d), (S, H, d, d)))
-    return lower_program(scheme_states, (cfg, index, causal), args).compile()
+    return compile_program(scheme_states, (cfg, index, causal), args)
 
 
 def statistics_program(step: float, threshold: float, shape: tuple, dtype):
     """:func:`depth_statistics` compiled for states of ``shape`` (S, L + 1, n, d), kept as
     :func:`scheme_program`."""
-    return lower_program(depth_statistics_program, (step, threshold),
-                         (jax.ShapeDtypeStruct(shape, dtype),)).compile()
+    return compile_program(depth_statistics_program, (step, threshold), (jax.ShapeDtypeStruct(shape, dtype),))
 
 
 def depth_statistics_program(step: float, threshold: float, xs):

@@ -23,9 +23,9 @@ import numpy as np
 
 import transformer_pde as tp
 
-from ..runs.programs import lower_program
+from ..runs.programs import compile_program
 from ..runs.result import Result, grid
-from ._common import circle_angles, clustered_pairs_described, compile_importing_end_modules, model_dynamics
+from ._common import circle_angles, clustered_pairs_described, import_end_modules_meanwhile, model_dynamics
 from .configs.phase_diagram import PhaseDiagramConfig
 
 # the published runs (docs: math/sphere.md#published-runs): fraction of clustered pairs, rows β,
@@ -156,8 +156,9 @@ def compute(cfg: PhaseDiagramConfig, progress: bool = False) -> Result:
     hist_rows = histogram_betas(np.linspace(cfg.beta_min, cfg.beta_max, cfg.num_betas))
     # traced once per config and kept beside the compile cache (runs/programs.py): a second
     # process neither traces nor compiles
-    program = compile_importing_end_modules(
-        lower_program(_summaries, (cfg, tuple(int(r) for r in hist_rows)), compiler_options=_compiler_options()))
+    program = compile_program(_summaries, (cfg, tuple(int(r) for r in hist_rows)),
+                              compiler_options=_compiler_options())
+    import_end_modules_meanwhile()  # while the program runs, which does not hold the GIL
     arrays = {k: np.asarray(v) for k, v in program().items()}
     raise_if_nonfinite(arrays.pop("nonfinite_time"), arrays["betas"], arrays.pop("hist_nonfinite_time"))
     arrays.update({

@@ -19,7 +19,8 @@ idea per module:
 * :mod:`.info`: :func:`run_info`, what ``transformer-pde info RUN_DIR`` prints;
 * :mod:`.compile_cache`: JAX's persistent compilation cache for CLI runs (where it goes, how it
   is turned off);
-* :mod:`.programs`: :func:`lower_program`, traced programs kept beside that cache
+* :mod:`.programs`: :func:`lower_program` and :func:`compile_program`, traced programs (and their
+  executables) kept beside that cache
   (``jax.export``), so a second run neither traces nor compiles; keyed by what the program
   computes and checked against its key and payload hash on load; :func:`kept_programs`, in which
   :func:`run_experiment` computes: every concrete ``tp.solve`` keeps its program
@@ -45,6 +46,7 @@ from .info import run_info
 from .programs import (
     call_kept,
     carry_checks,
+    compile_program,
     finite_by_construction,
     kept_programs,
     lower_program,
@@ -78,6 +80,6 @@ def __dir__():
 
 
 __all__ = ["DEFAULT_EVERY", "Checkpoint", "FailedRun", "InterruptedRun", "Kept", "NonFiniteRun", "Result", "SignalReceived",
-           "call_kept", "carry_checks", "finite_by_construction", "grid", "kept", "kept_programs",
+           "call_kept", "carry_checks", "compile_program", "finite_by_construction", "grid", "kept", "kept_programs",
            "load_run", "lower_program", "program_key", "raise_if_nonfinite", "redraw", "run_experiment", "run_fingerprint", "run_info",
            "solve_checkpointed", "stop_on_signals", "unit_row_tolerance", "unit_rows_by_construction"]

@@ -17,7 +17,11 @@ everything tracing reads, and a later process with the same key loads it instead
   ``EQX_*`` environment variables (Equinox reads them when tracing) and the platform.
 
 Both runs compile and run the exported program (the first exports, then calls it), so their
-numbers are the same bits. Not seen: a dependency edited in place without a new version (remove
+numbers are the same bits. Its compiled executable is kept too (``<name>-<key>.jaxexe``, for a
+program holding no custom call: :func:`_keep_executable`), keyed by the program's key, the compiler
+options and the host (backend, devices, the processor's model and flags): a later process on the
+same host loads it (``jax.experimental.serialize_executable``) instead of lowering the program and
+asking JAX's compilation cache, and runs the very executable the first ran. Not seen: a dependency edited in place without a new version (remove
 ``<cache>/programs``, or run with ``--compile-cache off``). Programs are kept when JAX's compilation cache is on (the CLI turns
 it on; ``--compile-cache off`` turns both off), in ``<cache>/programs``, written atomically.
 Each file carries its key and the SHA-256 of its payload, both checked when it is loaded: a
@@ -49,7 +53,7 @@ import tempfile
 import types
 from pathlib import Path
 
-__all__ = ["call_kept", "carry_checks", "finite_by_construction", "kept_programs", "lower_program", "program_dir",
+__all__ = ["call_kept", "carry_checks", "compile_program", "finite_by_construction", "kept_programs", "lower_program", "program_dir",
            "program_key",
            "unit_row_tolerance", "unit_rows_by_construction"]
 
@@ -80,26 +84,30 @@ def program_key(fn, static: tuple, args: tuple) -> str:
     """The key a program is kept under (see the module docstring): ``fn`` a Python function and
     ``static`` what :func:`~transformer_pde.runs.run_fingerprint` can identify (else a
     ValueError naming ``lower_program`` and the value), ``args`` arrays or ShapeDtypeStructs."""
+    return _program_key(fn, static, args, "lower_program")
+
+
+def _program_key(fn, static: tuple, args: tuple, caller: str) -> str:
     import jax
     import numpy as np
 
     from .fingerprint import run_fingerprint
 
     if not isinstance(fn, types.FunctionType):
-        raise ValueError(f"lower_program: fn must be a Python function, got {type(fn).__name__} "
+        raise ValueError(f"{caller}: fn must be a Python function, got {type(fn).__name__} "
                          f"{fn!r}"[:300])
     if not isinstance(static, tuple):
-        raise ValueError(f"lower_program: static must be a tuple (the arguments not traced), got "
+        raise ValueError(f"{caller}: static must be a tuple (the arguments not traced), got "
                          f"{type(static).__name__} {static!r}"[:300])
     if not isinstance(args, tuple) or not all(
             isinstance(a, (jax.Array, np.ndarray, jax.ShapeDtypeStruct)) for a in args):
-        raise ValueError(f"lower_program: args must be a tuple of arrays or jax.ShapeDtypeStruct, got "
+        raise ValueError(f"{caller}: args must be a tuple of arrays or jax.ShapeDtypeStruct, got "
                          f"{args!r}"[:300])
     name = f"{fn.__module__}.{fn.__qualname__}"
     try:
         identity = run_fingerprint(fn=fn, static=static)
     except ValueError as e:
-        raise ValueError(f"lower_program cannot key the program {name}: {e}") from None
+        raise ValueError(f"{caller} cannot key the program {name}: {e}") from None
     return _key(name, identity, args)
 
 
@@ -183,7 +191,7 @@ def lower_program(fn, static: tuple = (), args: tuple = (), *, compiler_options=
                          f"{compiler_options!r}"[:300])
     memo = (program_key(fn, static, args), repr(sorted((compiler_options or {}).items())))
     if memo not in _LOWERED:
-        _LOWERED[memo] = _lower(fn, static, args, memo[0], compiler_options)
+        _LOWERED[memo] = _lower(fn, static, args, memo[0], compiler_options)[0]
         while len(_LOWERED) > _KEEP_LOWERED:
             del _LOWERED[next(iter(_LOWERED))]
     return _LOWERED[memo]
@@ -194,7 +202,43 @@ _LOWERED: dict = {}
 _KEEP_LOWERED = 32
 
 
+def compile_program(fn, static: tuple = (), args: tuple = (), *, compiler_options=None):
+    """``lower_program(fn, static, args, compiler_options=...).compile()``, a ``jax.stages.Compiled``,
+    with its executable kept beside the program (:func:`_keep_executable`): a later process on this
+    host loads it, neither lowering the program nor asking JAX's compilation cache, and runs the
+    same bits. A later call in the same process returns the same object."""
+    if compiler_options is not None and not isinstance(compiler_options, dict):
+        raise ValueError(f"compile_program: compiler_options must be a dict of XLA options or None, got "
+                         f"{compiler_options!r}"[:300])
+    memo = (_program_key(fn, static, args, "compile_program"), repr(sorted((compiler_options or {}).items())))
+    if memo not in _COMPILED:
+        _COMPILED[memo] = _compile(fn, static, args, memo[0], compiler_options)
+        while len(_COMPILED) > _KEEP_LOWERED:
+            del _COMPILED[next(iter(_COMPILED))]
+    return _COMPILED[memo]
+
+
+def _compile(fn, static, args, key, compiler_options):
+    directory = program_dir()
+    path = None if directory is None else directory / f"{fn.__name__}-{key}.jaxexport"
+    compiled = None if path is None else _load_executable(path, key, compiler_options)
+    if compiled is None:
+        # lowered afresh (not lower_program's Lowered, which may have compiled before: see _keep_executable)
+        lowered, kept = _lower(fn, static, args, key, compiler_options)
+        with _compilations() as seen:
+            compiled = lowered.compile()
+        if kept:
+            _keep_executable(lowered, compiled, seen, path, key, compiler_options)
+    return compiled
+
+
+_COMPILED: dict = {}
+"""The programs this process compiled through :func:`compile_program`, as :data:`_LOWERED`."""
+
+
 def _lower(fn, static, args, key, compiler_options):
+    """``(Lowered, kept)``: lowered from the program kept under ``key`` (``kept`` True), traced and
+    kept first where none is; else (the store off, a host callback) traced as it is."""
     import jax
 
     jit = functools.partial(jax.jit, compiler_options=compiler_options)
@@ -211,8 +255,8 @@ def _lower(fn, static, args, key, compiler_options):
             else:
                 _save(path, key, exported.serialize())
         if exported is not None:
-            return jit(exported.call).trace(*args).lower()
-    return jit(fn, static_argnums=tuple(range(len(static)))).trace(*static, *args).lower()
+            return jit(exported.call).trace(*args).lower(), True
+    return jit(fn, static_argnums=tuple(range(len(static)))).trace(*static, *args).lower(), False
 
 
 @contextlib.contextmanager
@@ -373,7 +417,7 @@ def _kept_call(fn, treedef, spec, arrays, directory: Path):
     path = directory / f"{fn.__name__}-{key}"
     if _read(path.with_suffix(".refused"), key) is not None:
         return None
-    entry = _load_call(path.with_suffix(".jaxcall"), key)
+    entry = _load_call(path.with_suffix(".jaxcall"), key, arrays)
     if entry is None:
         entry = _export_call(fn, treedef, spec, arrays, path, key)
     _BY_KEY[key] = entry
@@ -428,23 +472,138 @@ def _export_call(fn, treedef, spec, arrays, path: Path, key: str):
     except Exception:  # noqa: BLE001 - an output pickle cannot hold as itself is not kept
         return None
     _save(path.with_suffix(".jaxcall"), key, f"{len(tree)}\n".encode() + tree + exported.serialize())
-    return jax.jit(exported.call), kept
+    return _compile_kept(exported, arrays, path, key), kept
 
 
-def _load_call(path: Path, key: str):
-    """(jitted program, output skeleton) kept at ``path`` under ``key``, else None."""
-    import jax
-
+def _load_call(path: Path, key: str, arrays):
+    """(compiled program, output skeleton) kept at ``path`` under ``key``, else None."""
     payload = _read(path, key)
     if payload is None:
         return None
     try:
         size, _, rest = payload.partition(b"\n")
         skeleton = pickle.loads(rest[:int(size)])
+        compiled = _load_executable(path, key)
+        if compiled is not None:
+            return compiled, skeleton
         exported = _deserialize(rest[int(size):])
     except Exception:  # noqa: BLE001 - a payload this version cannot read is traced again
         return None
-    return None if exported is None else (jax.jit(exported.call), skeleton)
+    return None if exported is None else (_compile_kept(exported, arrays, path, key), skeleton)
+
+
+EXECUTABLE = ".jaxexe"
+"""The suffix of a kept program's compiled executable (:func:`_compile_kept`)."""
+
+
+@functools.cache
+def _host() -> str:
+    """What a compiled executable depends on besides its program: the backend, its version and
+    devices, and on a CPU the processor (its model and instruction-set flags: XLA compiles for the
+    host it runs on, so a cache directory copied to another machine is not loaded there)."""
+    import platform
+
+    import jax
+
+    client = jax.devices()[0].client
+    parts = [client.platform, client.platform_version, platform.machine(), platform.processor(),
+             repr([d.device_kind for d in jax.devices()])]
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:
+            parts += sorted({line.strip() for line in f
+                             if line.startswith(("model name", "flags", "Features", "CPU implementer", "CPU part"))})
+    except OSError:  # no /proc (macOS, Windows): the machine and processor names above
+        pass
+    return "\n".join(parts)
+
+
+def _executable_place(path: Path, key: str, compiler_options) -> tuple[Path, str] | None:
+    """``(file, key)`` of the executable of the program kept at ``path`` under ``key`` compiled with
+    ``compiler_options`` on this host; None on a host with several devices (an executable is
+    compiled for one device, a jitted call follows its arguments')."""
+    import jax
+
+    if len(jax.devices()) != 1:
+        return None
+    exe_key = hashlib.sha256(f"{key}\n{sorted((compiler_options or {}).items())!r}\n{_host()}".encode()).hexdigest()
+    return path.with_name(f"{path.stem.rpartition('-')[0]}-{exe_key}{EXECUTABLE}"), exe_key
+
+
+def _compile_kept(exported, args, path: Path, key: str):
+    """``jax.jit(exported.call)`` compiled for ``args``, its executable kept (:func:`_keep_executable`)."""
+    import jax
+
+    lowered = jax.jit(exported.call).trace(*args).lower()
+    with _compilations() as seen:
+        compiled = lowered.compile()
+    _keep_executable(lowered, compiled, seen, path, key, None)
+    return compiled
+
+
+@contextlib.contextmanager
+def _compilations():
+    """A set filled while in this block, from any thread: ``"compiled"`` once XLA compiled a
+    program, ``"cache"`` once JAX's persistent cache served one (``jax.monitoring``'s events)."""
+    import jax
+
+    seen = set()
+
+    def compiled(event, duration, **kwargs):
+        if event == "/jax/core/compile/backend_compile_duration":
+            seen.add("compiled")
+
+    def served(event, **kwargs):
+        if event == "/jax/compilation_cache/cache_hits":
+            seen.add("cache")
+
+    jax.monitoring.register_event_duration_secs_listener(compiled)
+    jax.monitoring.register_event_listener(served)
+    try:
+        yield seen
+    finally:
+        jax.monitoring.unregister_event_duration_listener(compiled)
+        jax.monitoring.unregister_event_listener(served)
+
+
+def _keep_executable(lowered, compiled, seen: set, path: Path, key: str, compiler_options) -> None:
+    """Keep ``compiled`` (the program kept at ``path`` under ``key``, ``lowered`` from its export)
+    beside it (:func:`_executable_place`), so that a later process on this host loads it
+    (:func:`_load_executable`) instead of lowering the program and asking JAX's compilation cache:
+    that lowering (with JAX's import of SciPy's LAPACK, which lowering any exported program on a
+    CPU does) was about a third of a second of every second tiny run.
+
+    Only an executable XLA has just compiled (``seen``: :func:`_compilations`, with no executable
+    served by JAX's cache meanwhile, in any thread): one that JAX's persistent cache loaded
+    serializes without its kernels on a CPU (jaxlib 0.10: the loaded copy then fails with
+    "NOT_FOUND: Function ... not found"). And only a program holding no custom call: its
+    executable needs nothing registered."""
+    place = _executable_place(path, key, compiler_options)
+    if (place is None or seen != {"compiled"}
+            or _CUSTOM_CALL.search(lowered.as_text()) is not None):
+        return
+    try:
+        from jax.experimental import serialize_executable
+
+        payload = pickle.dumps(serialize_executable.serialize(compiled))
+    except Exception:  # noqa: BLE001 - an executable this backend cannot serialize is compiled again
+        return
+    _save(place[0], place[1], payload)
+
+
+def _load_executable(path: Path, key: str, compiler_options=None):
+    """The executable :func:`_compile_kept` kept for the program at ``path`` under ``key``, loaded
+    (a ``jax.stages.Compiled``, the same bits the first process ran), else None: none kept, not
+    this host's, or a file that does not verify (:func:`_read`) or does not load."""
+    place = _executable_place(path, key, compiler_options)
+    payload = None if place is None else _read(*place)
+    if payload is None:
+        return None
+    try:
+        from jax.experimental import serialize_executable
+
+        return serialize_executable.deserialize_and_load(*pickle.loads(payload))
+    except Exception:  # noqa: BLE001 - compiled again and replaced
+        return None
 
 
 MAGIC = b"transformer-pde program 1\n"
