@@ -225,10 +225,7 @@ def _compile(fn, static, args, key, compiler_options):
     if compiled is None:
         # lowered afresh (not lower_program's Lowered, which may have compiled before: see _keep_executable)
         lowered, kept = _lower(fn, static, args, key, compiler_options)
-        with _compilations() as seen:
-            compiled = lowered.compile()
-        if kept:
-            _keep_executable(lowered, compiled, seen, path, key, compiler_options)
+        compiled = _compile_and_keep(lowered, path, key, compiler_options) if kept else lowered.compile()
     return compiled
 
 
@@ -533,10 +530,14 @@ def _compile_kept(exported, args, path: Path, key: str):
     """``jax.jit(exported.call)`` compiled for ``args``, its executable kept (:func:`_keep_executable`)."""
     import jax
 
-    lowered = jax.jit(exported.call).trace(*args).lower()
+    return _compile_and_keep(jax.jit(exported.call).trace(*args).lower(), path, key, None)
+
+
+def _compile_and_keep(lowered, path: Path, key: str, compiler_options):
+    """``lowered.compile()`` (lowered from the program kept at ``path``), its executable kept."""
     with _compilations() as seen:
         compiled = lowered.compile()
-    _keep_executable(lowered, compiled, seen, path, key, None)
+    _keep_executable(lowered, compiled, seen, path, key, compiler_options)
     return compiled
 
 
