@@ -59,9 +59,6 @@ def main(argv=None) -> dict:
 
     import jax  # noqa: PLC0415
 
-    # JAX's own cache too (JAX_COMPILATION_CACHE_DIR in the environment turns it on, and with it the
-    # kept programs and executables beside it, which would make the first run a warm one)
-    jax.config.update("jax_compilation_cache_dir", None)
     from transformer_pde import cli  # noqa: PLC0415
 
     compiled = []  # XLA compilations, counted per run: a later run should have none

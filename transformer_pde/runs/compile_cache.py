@@ -5,7 +5,8 @@ and load them in the next process. :func:`resolve_compile_cache` picks the direc
 ``--compile-cache DIR|off``, else the environment variable ``TRANSFORMER_PDE_COMPILE_CACHE``
 (a directory, or ``off``), else ``$XDG_CACHE_HOME/transformer_pde/jax`` (``~/.cache/...`` when
 unset). :func:`enable_compile_cache` turns it on with no minimum compile time, so the many small
-programs of a short run are cached too (JAX's default caches only programs that took >= 1 s).
+programs of a short run are cached too (JAX's default caches only programs that took >= 1 s);
+given None (``off``) it turns JAX's cache off, whatever ``JAX_COMPILATION_CACHE_DIR`` says.
 Nothing here imports JAX at module level (``transformer-pde list`` and ``--help`` stay instant).
 """
 
@@ -40,17 +41,24 @@ def resolve_compile_cache(option: str | None = None) -> Path | None:
 
 
 def enable_compile_cache(path: Path | None) -> Path | None:
-    """Turn JAX's persistent compilation cache on at ``path`` (None: leave it off). A directory
-    that cannot be created leaves the cache off (a run never fails for its cache)."""
+    """Turn JAX's persistent compilation cache on at ``path``, or off for None and for a directory
+    that cannot be created (a run never fails for its cache). Off means off: also when the
+    environment (``JAX_COMPILATION_CACHE_DIR``) or an earlier run in this process turned JAX's cache
+    on, and with it the kept programs (:func:`.programs.program_dir` lives beside it)."""
+    if path is not None:
+        try:
+            Path(path).mkdir(parents=True, exist_ok=True)
+        except OSError:
+            path = None
+    import jax
+    from jax.experimental.compilation_cache import compilation_cache
+
+    # JAX opens its cache at the first compile of a process and keeps it: forget it, so the
+    # directory set here is the one the next compile uses (a no-op before any compile)
+    compilation_cache.reset_cache()
+    jax.config.update("jax_compilation_cache_dir", None if path is None else str(path))
     if path is None:
         return None
-    try:
-        Path(path).mkdir(parents=True, exist_ok=True)
-    except OSError:
-        return None
-    import jax
-
-    jax.config.update("jax_compilation_cache_dir", str(path))
     jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
     jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
     return Path(path)
