@@ -186,15 +186,24 @@ def lower_program(fn, static: tuple = (), args: tuple = (), *, compiler_options=
     exported, kept, then lowered from the export (so every run runs the same program). A later
     call in the same process returns the same ``Lowered``, whose ``compile()`` reuses its
     executable."""
+    return _memoized(_LOWERED, fn, static, args, compiler_options, "lower_program",
+                     lambda key: _lower(fn, static, args, key, compiler_options)[0])
+
+
+def _memoized(memo: dict, fn, static, args, compiler_options, caller: str, make):
+    """``make(key)`` once per program key and compiler options in this process (``memo`` keeps the
+    newest :data:`_KEEP_LOWERED`); a bad ``fn``, ``static``, ``args`` or ``compiler_options`` is a
+    ValueError naming ``caller``."""
     if compiler_options is not None and not isinstance(compiler_options, dict):
-        raise ValueError(f"lower_program: compiler_options must be a dict of XLA options or None, got "
+        raise ValueError(f"{caller}: compiler_options must be a dict of XLA options or None, got "
                          f"{compiler_options!r}"[:300])
-    memo = (program_key(fn, static, args), repr(sorted((compiler_options or {}).items())))
-    if memo not in _LOWERED:
-        _LOWERED[memo] = _lower(fn, static, args, memo[0], compiler_options)[0]
-        while len(_LOWERED) > _KEEP_LOWERED:
-            del _LOWERED[next(iter(_LOWERED))]
-    return _LOWERED[memo]
+    key = _program_key(fn, static, args, caller)
+    entry = (key, repr(sorted((compiler_options or {}).items())))
+    if entry not in memo:
+        memo[entry] = make(key)
+        while len(memo) > _KEEP_LOWERED:
+            del memo[next(iter(memo))]
+    return memo[entry]
 
 
 _LOWERED: dict = {}
@@ -207,15 +216,8 @@ def compile_program(fn, static: tuple = (), args: tuple = (), *, compiler_option
     with its executable kept beside the program (:func:`_keep_executable`): a later process on this
     host loads it, neither lowering the program nor asking JAX's compilation cache, and runs the
     same bits. A later call in the same process returns the same object."""
-    if compiler_options is not None and not isinstance(compiler_options, dict):
-        raise ValueError(f"compile_program: compiler_options must be a dict of XLA options or None, got "
-                         f"{compiler_options!r}"[:300])
-    memo = (_program_key(fn, static, args, "compile_program"), repr(sorted((compiler_options or {}).items())))
-    if memo not in _COMPILED:
-        _COMPILED[memo] = _compile(fn, static, args, memo[0], compiler_options)
-        while len(_COMPILED) > _KEEP_LOWERED:
-            del _COMPILED[next(iter(_COMPILED))]
-    return _COMPILED[memo]
+    return _memoized(_COMPILED, fn, static, args, compiler_options, "compile_program",
+                     lambda key: _compile(fn, static, args, key, compiler_options))
 
 
 def _compile(fn, static, args, key, compiler_options):
