@@ -234,7 +234,7 @@ def test_a_second_cli_run_loads_its_program(tmp_path):
         out.append(res.stdout.split()[-1])
     assert out == ["TRACED", "LOADED"]
     # the program and its executable
-    assert sorted(p.suffix for p in (tmp_path / "cache" / "programs").iterdir()) == [".jaxexe", ".jaxexport"]
+    assert sorted(p.suffix for p in (tmp_path / "cache" / "programs").iterdir()) == [".jaxexe", ".jaxexport", ".jaxlink"]
     a, b = (np.load(tmp_path / f"run{i}" / "data.npz") for i in range(2))
     assert sorted(a.files) == sorted(b.files)
     for k in a.files:
@@ -261,7 +261,7 @@ def test_a_second_large_n_run_loads_its_nufft_program(tmp_path):
     kept = sorted(p.suffix for p in (tmp_path / "cache" / "programs").iterdir())
     # the solve's and the cluster counts', none refused; only the counts' has an executable (the
     # solve's holds jax-finufft's calls)
-    assert kept == [".jaxcall", ".jaxcall", ".jaxexe"]
+    assert kept == [".jaxcall", ".jaxcall", ".jaxexe", ".jaxlink"]
     a, b = (np.load(tmp_path / f"run{i}" / "data.npz") for i in range(2))
     assert bool(a["fast_kernel"]) and sorted(a.files) == sorted(b.files)
     for k in a.files:
@@ -557,7 +557,7 @@ def test_a_later_process_loads_the_executables_instead_of_the_programs(tmp_path)
     each with its executable); a later one on this host loads the executables: it neither reads
     the programs nor lowers nor compiles them, and its outputs are the first's bytes."""
     out, did, files = _executables_process(tmp_path)
-    assert did == "_compile_kept,_lower" and files == ".jaxcall,.jaxexe,.jaxexe,.jaxexport"
+    assert did == "_compile_kept,_lower" and files == ".jaxcall,.jaxexe,.jaxexe,.jaxexport,.jaxlink,.jaxlink"
     assert _executables_process(tmp_path) == (out, "", files)
 
 
@@ -568,7 +568,8 @@ def test_an_executable_of_another_host_or_damaged_is_not_loaded(tmp_path):
     out, _, _ = _executables_process(tmp_path)
     mine = sorted(tmp_path.glob("*.jaxexe"))
     assert _executables_process(tmp_path, "another machine") == (
-        out, "_compile_kept,_deserialize,_lower", ".jaxcall,.jaxexe,.jaxexe,.jaxexe,.jaxexe,.jaxexport")
+        out, "_compile_kept,_deserialize,_lower",
+        ".jaxcall,.jaxexe,.jaxexe,.jaxexe,.jaxexe,.jaxexport,.jaxlink,.jaxlink,.jaxlink,.jaxlink")
     for exe in mine:
         data = bytearray(exe.read_bytes())
         data[-100] ^= 0xFF
@@ -583,35 +584,48 @@ from pathlib import Path
 import jax, jax.numpy as jnp, numpy as np
 from transformer_pde.runs import compile_cache, programs
 
-cache = Path(sys.argv[1])
+cache, edited = Path(sys.argv[1]), sys.argv[2] == "edited"
 compile_cache.enable_compile_cache(cache)
+if edited:  # the package edited elsewhere: every program key changes, this program's module does not
+    programs._source_digest = lambda: "edited"
+lowered = []
+real_lower = programs._compile_kept
+programs._compile_kept = lambda *a, **k: lowered.append(1) or real_lower(*a, **k)
 
 def doubled_sine(x):
     return 2 * jnp.sin(x) + jnp.arange(x.shape[0])
 
 out = programs.call_kept(doubled_sine, (jnp.linspace(0.0, 1.0, 5),))
 np.testing.assert_allclose(np.asarray(out), 2 * np.sin(np.linspace(0.0, 1.0, 5)) + np.arange(5), rtol=1e-6)
-print(sorted(p.suffix for p in (cache / "programs").iterdir()))
+print(sorted(p.suffix for p in (cache / "programs").iterdir()), "lowered" if lowered else "loaded")
 """
 
 
-def test_an_executable_served_by_jaxs_cache_is_not_kept(tmp_path):
+def test_an_executable_served_by_jaxs_cache_is_linked_not_kept(tmp_path):
     """JAX's persistent cache loads an executable that, serialized again, lacks its kernels on a
     CPU (the copy loaded later fails: "NOT_FOUND: Function ... not found"). A process whose compile
-    the cache served keeps no executable, and a later one runs (fresh processes)."""
+    the cache served writes no executable: it links its program to the one an earlier compile of the
+    same module kept (after an edit of the package, which changes every program's key), or to none;
+    a later process loads the linked executable (fresh processes)."""
     import subprocess
     import sys
 
     env = {k: v for k, v in os.environ.items() if not k.startswith(("JAX_", "TRANSFORMER_PDE_"))}
 
-    def process():
-        res = subprocess.run([sys.executable, "-c", _SERVED_BY_THE_CACHE, str(tmp_path)], capture_output=True,
-                             text=True, timeout=300, env=env)
+    def process(edited=""):
+        res = subprocess.run([sys.executable, "-c", _SERVED_BY_THE_CACHE, str(tmp_path), edited],
+                             capture_output=True, text=True, timeout=300, env=env)
         assert res.returncode == 0, res.stderr[-3000:]
         return res.stdout.split("\n")[-2]
 
-    assert process() == "['.jaxcall', '.jaxexe']"  # XLA compiled it: kept
-    (exe,) = (tmp_path / "programs").glob("*.jaxexe")
-    exe.unlink()
-    assert process() == "['.jaxcall']"  # lowered from the kept program, compiled by JAX's cache: not kept
-    assert process() == "['.jaxcall']"  # and runs again
+    kept = "['.jaxcall', '.jaxexe', '.jaxlink']"
+    assert process() == f"{kept} lowered"  # XLA compiled it: kept
+    assert process() == f"{kept} loaded"
+    edited = "['.jaxcall', '.jaxcall', '.jaxexe', '.jaxlink', '.jaxlink']"
+    assert process("edited") == f"{edited} lowered"  # a new key, JAX's cache served it: linked
+    assert process("edited") == f"{edited} loaded"
+    for exe in (tmp_path / "programs").glob("*.jaxexe"):
+        exe.unlink()
+    # lowered from the kept program, compiled by JAX's cache: nothing to link to, nothing kept
+    assert process("edited") == "['.jaxcall', '.jaxcall', '.jaxlink', '.jaxlink'] lowered"
+    assert process() == "['.jaxcall', '.jaxcall', '.jaxlink', '.jaxlink'] lowered"  # and runs again

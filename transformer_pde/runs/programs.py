@@ -17,11 +17,14 @@ everything tracing reads, and a later process with the same key loads it instead
   ``EQX_*`` environment variables (Equinox reads them when tracing) and the platform.
 
 Both runs compile and run the exported program (the first exports, then calls it), so their
-numbers are the same bits. Its compiled executable is kept too (``<name>-<key>.jaxexe``, for a
-program holding no custom call: :func:`_keep_executable`), keyed by the program's key, the compiler
-options and the host (backend, devices, the processor's model and flags): a later process on the
-same host loads it (``jax.experimental.serialize_executable``) instead of lowering the program and
-asking JAX's compilation cache, and runs the very executable the first ran. Not seen: a dependency edited in place without a new version (remove
+numbers are the same bits. Its compiled executable is kept too (``xla-<key>.jaxexe``, for a
+program holding no custom call: :func:`_keep_executable`), keyed by the lowered module, the
+compiler options, the JAX version and the host (backend, devices, the processor's model and
+flags), and a link to it under the program's key (``<name>-<key>.jaxlink``): a later process on
+the same host loads it (``jax.experimental.serialize_executable``) instead of lowering the program
+and asking JAX's compilation cache, and runs the very executable the first ran; after an edit of
+the package (every program's key changes) a program whose module did not change is linked to the
+executable it had. Not seen: a dependency edited in place without a new version (remove
 ``<cache>/programs``, or run with ``--compile-cache off``). Programs are kept when JAX's compilation cache is on (the CLI turns
 it on; ``--compile-cache off`` turns both off), in ``<cache>/programs``, written atomically.
 Each file carries its key and the SHA-256 of its payload, both checked when it is loaded: a
@@ -492,7 +495,10 @@ def _load_call(path: Path, key: str, arrays):
 
 
 EXECUTABLE = ".jaxexe"
-"""The suffix of a kept program's compiled executable (:func:`_compile_kept`)."""
+"""The suffix of a compiled executable (``xla-<its XLA key>.jaxexe``: :func:`_keep_executable`)."""
+LINK = ".jaxlink"
+"""The suffix of a kept program's link to its executable (``<name>-<key>.jaxlink``, holding the
+executable's XLA key)."""
 
 
 @functools.cache
@@ -516,16 +522,30 @@ def _host() -> str:
     return "\n".join(parts)
 
 
-def _executable_place(path: Path, key: str, compiler_options) -> tuple[Path, str] | None:
-    """``(file, key)`` of the executable of the program kept at ``path`` under ``key`` compiled with
-    ``compiler_options`` on this host; None on a host with several devices (an executable is
-    compiled for one device, a jitted call follows its arguments')."""
+def _link_place(path: Path, key: str, compiler_options) -> tuple[Path, str] | None:
+    """``(file, key)`` of the link from the program kept at ``path`` under ``key``, compiled with
+    ``compiler_options`` on this host, to its executable; None on a host with several devices (an
+    executable is compiled for one device, a jitted call follows its arguments')."""
     import jax
 
     if len(jax.devices()) != 1:
         return None
-    exe_key = hashlib.sha256(f"{key}\n{sorted((compiler_options or {}).items())!r}\n{_host()}".encode()).hexdigest()
-    return path.with_name(f"{path.stem.rpartition('-')[0]}-{exe_key}{EXECUTABLE}"), exe_key
+    link_key = hashlib.sha256(f"{key}\n{sorted((compiler_options or {}).items())!r}\n{_host()}".encode()).hexdigest()
+    return path.with_name(f"{path.stem.rpartition('-')[0]}-{link_key}{LINK}"), link_key
+
+
+def _xla_key(text: str, compiler_options) -> str:
+    """What XLA compiles from: the lowered module's text (``Lowered.as_text()``, without debug
+    locations, as JAX's own cache key strips them), the compiler options and ``XLA_FLAGS``, JAX's
+    and jaxlib's versions and the host. Programs kept under different keys (the same solve after an
+    edit elsewhere in the package, which changes every program key) share one executable."""
+    parts = [hashlib.sha256(text.encode()).hexdigest(), repr(sorted((compiler_options or {}).items())),
+             os.environ.get("XLA_FLAGS", ""), _version("jax"), _version("jaxlib"), _host()]
+    return hashlib.sha256("\n".join(parts).encode()).hexdigest()
+
+
+def _executable_file(directory: Path, xla_key: str) -> Path:
+    return directory / f"xla-{xla_key}{EXECUTABLE}"
 
 
 def _compile_kept(exported, args, path: Path, key: str):
@@ -570,35 +590,46 @@ def _compilations():
 
 def _keep_executable(lowered, compiled, seen: set, path: Path, key: str, compiler_options) -> None:
     """Keep ``compiled`` (the program kept at ``path`` under ``key``, ``lowered`` from its export)
-    beside it (:func:`_executable_place`), so that a later process on this host loads it
-    (:func:`_load_executable`) instead of lowering the program and asking JAX's compilation cache:
-    that lowering (with JAX's import of SciPy's LAPACK, which lowering any exported program on a
-    CPU does) was about a third of a second of every second tiny run.
+    and a link to it from the program (:func:`_link_place`), so that a later process on this host
+    loads it (:func:`_load_executable`) instead of lowering the program and asking JAX's compilation
+    cache: that lowering (with JAX's import of SciPy's LAPACK, which lowering any exported program on
+    a CPU does) was about a third of a second of every second tiny run.
 
-    Only an executable XLA has just compiled (``seen``: :func:`_compilations`, with no executable
-    served by JAX's cache meanwhile, in any thread): one that JAX's persistent cache loaded
-    serializes without its kernels on a CPU (jaxlib 0.10: the loaded copy then fails with
-    "NOT_FOUND: Function ... not found"). And only a program holding no custom call: its
-    executable needs nothing registered."""
-    place = _executable_place(path, key, compiler_options)
-    if (place is None or seen != {"compiled"}
-            or _CUSTOM_CALL.search(lowered.as_text()) is not None):
+    An executable is written only where XLA has just compiled it (``seen``: :func:`_compilations`,
+    with no executable served by JAX's cache meanwhile, in any thread): one that JAX's persistent
+    cache loaded serializes without its kernels on a CPU (jaxlib 0.10: the loaded copy then fails
+    with "NOT_FOUND: Function ... not found"). Where JAX's cache served it, the program is linked
+    to the executable an earlier compile of the same module kept (:func:`_xla_key`), if there is
+    one. Only a program holding no custom call: its executable needs nothing registered."""
+    link = _link_place(path, key, compiler_options)
+    text = None if link is None else lowered.as_text()
+    if text is None or _CUSTOM_CALL.search(text) is not None:
         return
-    try:
-        from jax.experimental import serialize_executable
+    xla_key = _xla_key(text, compiler_options)
+    exe = _executable_file(path.parent, xla_key)
+    if seen == {"compiled"}:
+        try:
+            from jax.experimental import serialize_executable
 
-        payload = pickle.dumps(serialize_executable.serialize(compiled))
-    except Exception:  # noqa: BLE001 - an executable this backend cannot serialize is compiled again
+            payload = pickle.dumps(serialize_executable.serialize(compiled))
+        except Exception:  # noqa: BLE001 - an executable this backend cannot serialize is compiled again
+            return
+        _save(exe, xla_key, payload)
+    elif not exe.is_file():
         return
-    _save(place[0], place[1], payload)
+    _save(link[0], link[1], xla_key.encode())
 
 
 def _load_executable(path: Path, key: str, compiler_options=None):
-    """The executable :func:`_compile_kept` kept for the program at ``path`` under ``key``, loaded
-    (a ``jax.stages.Compiled``, the same bits the first process ran), else None: none kept, not
-    this host's, or a file that does not verify (:func:`_read`) or does not load."""
-    place = _executable_place(path, key, compiler_options)
-    payload = None if place is None else _read(*place)
+    """The executable linked from the program kept at ``path`` under ``key``
+    (:func:`_keep_executable`), loaded (a ``jax.stages.Compiled``, the same bits the process that
+    compiled it ran), else None: no link, not this host's, or a file that does not verify
+    (:func:`_read`) or does not load."""
+    link = _link_place(path, key, compiler_options)
+    xla_key = None if link is None else _read(*link)
+    if xla_key is None or not re.fullmatch(rb"[0-9a-f]{64}", xla_key):
+        return None
+    payload = _read(_executable_file(path.parent, xla_key.decode()), xla_key.decode())
     if payload is None:
         return None
     try:
