@@ -588,9 +588,9 @@ cache, edited = Path(sys.argv[1]), sys.argv[2] == "edited"
 compile_cache.enable_compile_cache(cache)
 if edited:  # the package edited elsewhere: every program key changes, this program's module does not
     programs._source_digest = lambda: "edited"
-lowered = []
-real_lower = programs._compile_kept
-programs._compile_kept = lambda *a, **k: lowered.append(1) or real_lower(*a, **k)
+lowered = []  # calls of _compile_kept: the program lowered (and compiled), not its executable loaded
+real_compile_kept = programs._compile_kept
+programs._compile_kept = lambda *a, **k: lowered.append(1) or real_compile_kept(*a, **k)
 
 def doubled_sine(x):
     return 2 * jnp.sin(x) + jnp.arange(x.shape[0])

@@ -201,7 +201,7 @@ def _memoized(memo: dict, fn, static, args, compiler_options, caller: str, make)
         raise ValueError(f"{caller}: compiler_options must be a dict of XLA options or None, got "
                          f"{compiler_options!r}"[:300])
     key = _program_key(fn, static, args, caller)
-    entry = (key, repr(sorted((compiler_options or {}).items())))
+    entry = (key, _options_key(compiler_options))
     if entry not in memo:
         memo[entry] = make(key)
         while len(memo) > _KEEP_LOWERED:
@@ -522,6 +522,11 @@ def _host() -> str:
     return "\n".join(parts)
 
 
+def _options_key(compiler_options) -> str:
+    """XLA compiler options (a dict or None) as they enter a key, whatever their order."""
+    return repr(sorted((compiler_options or {}).items()))
+
+
 def _link_place(path: Path, key: str, compiler_options) -> tuple[Path, str] | None:
     """``(file, key)`` of the link from the program kept at ``path`` under ``key``, compiled with
     ``compiler_options`` on this host, to its executable; None on a host with several devices (an
@@ -530,7 +535,7 @@ def _link_place(path: Path, key: str, compiler_options) -> tuple[Path, str] | No
 
     if len(jax.devices()) != 1:
         return None
-    link_key = hashlib.sha256(f"{key}\n{sorted((compiler_options or {}).items())!r}\n{_host()}".encode()).hexdigest()
+    link_key = hashlib.sha256(f"{key}\n{_options_key(compiler_options)}\n{_host()}".encode()).hexdigest()
     return path.with_name(f"{path.stem.rpartition('-')[0]}-{link_key}{LINK}"), link_key
 
 
@@ -539,7 +544,7 @@ def _xla_key(text: str, compiler_options) -> str:
     locations, as JAX's own cache key strips them), the compiler options and ``XLA_FLAGS``, JAX's
     and jaxlib's versions and the host. Programs kept under different keys (the same solve after an
     edit elsewhere in the package, which changes every program key) share one executable."""
-    parts = [hashlib.sha256(text.encode()).hexdigest(), repr(sorted((compiler_options or {}).items())),
+    parts = [hashlib.sha256(text.encode()).hexdigest(), _options_key(compiler_options),
              os.environ.get("XLA_FLAGS", ""), _version("jax"), _version("jaxlib"), _host()]
     return hashlib.sha256("\n".join(parts).encode()).hexdigest()
 
