@@ -1,5 +1,5 @@
 """Command line: ``transformer-pde list``, ``transformer-pde run NAME [--option value ...]``,
-``transformer-pde plot RUN_DIR`` and ``transformer-pde info RUN_DIR``.
+``transformer-pde plot RUN_DIR``, ``transformer-pde info RUN_DIR`` and ``transformer-pde cache``.
 
 Options of ``run`` come from the experiment's config dataclass. They resolve in three
 layers, later ones winning: defaults, ``--config file.toml``, explicit ``--option`` flags.
@@ -7,7 +7,7 @@ An option is spelled one way, in kebab case (``--num-saves``, field ``num_saves`
 ``--animate`` / ``--no-animate``). List options are comma-separated on the command line
 (``--betas 0.5,1,4``) and arrays in TOML (``betas = [0.5, 1, 4]``); each item is checked, and
 an error names the option and item. ``run NAME --help`` shows each option's meaning, range and
-default. ``list``, ``--help`` and ``info`` import no JAX: they answer at once.
+default. ``list``, ``--help``, ``info`` and ``cache`` import no JAX: they answer at once.
 
 ``transformer-pde plot RUN_DIR [--out DIR]`` redraws the figures of a complete run from its
 saved ``data.npz`` / ``results.nc``, without recomputing. ``transformer-pde info RUN_DIR``
@@ -29,7 +29,8 @@ instead of compiling; every experiment's concrete solves (and phase-diagram's an
 normalization's whole programs) also keep their traced programs there (``programs/``,
 runs/programs.py), so a second run does not trace them either. ``--compile-cache DIR`` moves it, ``--compile-cache off``
 turns both off, as does the environment variable ``TRANSFORMER_PDE_COMPILE_CACHE`` (a directory
-or ``off``).
+or ``off``). ``transformer-pde cache`` says what the cache holds; ``--clear`` empties it of what
+runs wrote there (each edit or upgrade starts a new set of programs beside the old ones).
 
 Errors are one line on stderr, never a traceback (``--debug``, or the environment variable
 ``TRANSFORMER_PDE_DEBUG=1``, prints it too). Exit status: 0 done; 2 bad input: a bad option,
@@ -57,6 +58,7 @@ _RUN_USAGE = ("transformer-pde run NAME [--config FILE.toml] [--option VALUE ...
               "       transformer-pde run --resume DIR")
 _PLOT_USAGE = "transformer-pde plot RUN_DIR [--out DIR]"
 _INFO_USAGE = "transformer-pde info RUN_DIR"
+_CACHE_USAGE = "transformer-pde cache [--compile-cache DIR] [--clear]"
 _DEBUG_ENV = "TRANSFORMER_PDE_DEBUG"
 
 
@@ -288,6 +290,18 @@ def _main(argv: list[str]) -> int:
     info_p = sub.add_parser("info", help="what a run directory holds: experiment, status, options, "
                             "provenance, outputs: transformer-pde info RUN_DIR", usage=_INFO_USAGE)
     info_p.add_argument("run_dir", type=_directory, metavar="RUN_DIR", help="output directory of a run")
+    cache_p = sub.add_parser("cache", help="what the compile cache holds, and clearing it: "
+                             "transformer-pde cache [--clear]", usage=_CACHE_USAGE,
+                             description="Runs keep their compiled and traced programs in the compile "
+                             "cache. Each edit or upgrade of transformer-pde or the libraries it "
+                             "traces through starts a new set beside the old ones, which no run reads "
+                             "again: --clear removes what JAX and transformer-pde wrote there (and "
+                             "nothing else); the next run of each experiment compiles again.")
+    cache_p.add_argument("--compile-cache", default=None, metavar="DIR",
+                         help="the cache to look at (default: as run finds it, from "
+                              "TRANSFORMER_PDE_COMPILE_CACHE or $XDG_CACHE_HOME/transformer_pde/jax)")
+    cache_p.add_argument("--clear", action="store_true",
+                         help="remove what JAX and transformer-pde wrote there (the next run compiles again)")
     if len(argv) >= 1 and argv[0] == "run" and (len(argv) == 1 or argv[1].startswith("-")):
         # `run --resume DIR` / `run --config FILE`: no NAME (argparse would take DIR for it)
         args, rest = argparse.Namespace(command="run", name=None), argv[1:]
@@ -311,6 +325,11 @@ def _main(argv: list[str]) -> int:
         print(run_info(args.run_dir))
         return 0
 
+    if args.command == "cache":
+        if rest:
+            cache_p.error(f"unrecognized arguments: {' '.join(rest)}")
+        return _cache(args.compile_cache, args.clear)
+
     if args.command == "list":
         if rest:
             top.error(f"unrecognized arguments: {' '.join(rest)}")
@@ -319,6 +338,28 @@ def _main(argv: list[str]) -> int:
             print(f"{name:<{width}}  {experiments.REGISTRY[name].summary}")
         return 0
     return _run(experiments, args.name, rest)
+
+
+def _cache(option: str | None, clear: bool) -> int:
+    """``transformer-pde cache``: where the compile cache is and what it holds, or ``--clear``."""
+    from .runs.cache_contents import cache_contents, clear_compile_cache
+    from .runs.compile_cache import resolve_compile_cache
+
+    directory = resolve_compile_cache(option)
+    if directory is None:
+        print("the compile cache is off (--compile-cache off or TRANSFORMER_PDE_COMPILE_CACHE=off): "
+              "nothing to show; name a directory with --compile-cache DIR")
+        return 0
+    if clear:
+        removed = clear_compile_cache(directory)
+        print(f"compile cache {directory}: removed {removed.total()}")
+    held = cache_contents(directory)  # a ValueError names a path that is not a directory
+    if not directory.exists():
+        print(f"compile cache {directory}: not made yet (the first run makes it)")
+        return 0
+    print(f"compile cache {directory}:")
+    print(held.table())
+    return 0
 
 
 def _run(experiments, name: str | None, rest: list[str]) -> int:

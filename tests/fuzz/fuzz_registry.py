@@ -709,6 +709,10 @@ REGISTRY: list[Entry] = [
           lambda: dict(fn=_program_to_lower, static=(2.0,), args=(X.copy(),)),
           (Param("fn", bad=OBJECT), Param("static", bad=OBJECT), Param("args", bad=OBJECT + ("shape",)),
            Param("compiler_options", bad=("str",)))),
+    Entry("runs.cache_contents", tp.runs.cache_contents, lambda: dict(directory="/nonexistent-fuzz"),
+          (Param("directory", bad=("none", "huge")),)),
+    Entry("runs.clear_compile_cache", tp.runs.clear_compile_cache, lambda: dict(directory="/nonexistent-fuzz"),
+          (Param("directory", bad=("none", "huge")),)),
     Entry("runs.call_kept", tp.runs.call_kept, lambda: dict(fn=_program_to_lower, args=(2.0, X.copy())),
           (Param("fn", bad=OBJECT), Param("args", bad=OBJECT))),
     Entry("runs.kept", tp.runs.kept, lambda: dict(fn=_program_to_lower), (Param("fn", bad=OBJECT),),
@@ -763,7 +767,7 @@ _exempt("an exception the library raises", "NonFiniteStateError", "kernels.PlanT
         "runs.FailedRun", "runs.InterruptedRun", "runs.NonFiniteRun", "runs.SignalReceived")
 _exempt("a result the library builds (users read it, never construct it)",
         "Solution", "GaussianSolution", "solvers.DensitySolution", "FitResult", "Result", "kernels.KernelReport",
-        "SinkhornPotentials", "convergence.ConvergenceResult", "convergence.QuadratureReference",
+        "SinkhornPotentials", "runs.CacheContents", "convergence.ConvergenceResult", "convergence.QuadratureReference",
         "convergence.StationaryReference", "convergence.GaussianClosureReference", "convergence.ParticleReference",
         "statistics.RateFit", "statistics.LogLawFit", "stationary.Branch", "stationary.ZonalBranch", "stationary.Fold", "kernels.ScoreBox", "kernels.SoftmaxReduction", "solvers.ODEState", "RandomHeadsField")
 _exempt("takes no parameter (nothing to fuzz)", "BrownianIncrements", "ResidualLayer", "ReLU", "Softplus", "UnitSphere",

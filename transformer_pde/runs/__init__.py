@@ -19,6 +19,8 @@ idea per module:
 * :mod:`.info`: :func:`run_info`, what ``transformer-pde info RUN_DIR`` prints;
 * :mod:`.compile_cache`: JAX's persistent compilation cache for CLI runs (where it goes, how it
   is turned off);
+* :mod:`.cache_contents`: :func:`cache_contents` and :func:`clear_compile_cache`, what that cache
+  holds and removing what JAX and this package wrote there (``transformer-pde cache``);
 * :mod:`.programs`: :func:`lower_program` and :func:`compile_program`, traced programs (and their
   executables) kept beside that cache
   (``jax.export``), so a second run neither traces nor compiles; keyed by what the program
@@ -41,6 +43,7 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING
 
+from .cache_contents import CacheContents, cache_contents, clear_compile_cache
 from .checkpoint import DEFAULT_EVERY, Checkpoint
 from .info import run_info
 from .programs import (
@@ -79,7 +82,7 @@ def __dir__():
     return sorted(set(globals()) | set(_LAZY))
 
 
-__all__ = ["DEFAULT_EVERY", "Checkpoint", "FailedRun", "InterruptedRun", "Kept", "NonFiniteRun", "Result", "SignalReceived",
-           "call_kept", "carry_checks", "compile_program", "finite_by_construction", "grid", "kept", "kept_programs",
+__all__ = ["CacheContents", "DEFAULT_EVERY", "Checkpoint", "FailedRun", "InterruptedRun", "Kept", "NonFiniteRun", "Result", "SignalReceived",
+           "cache_contents", "call_kept", "carry_checks", "clear_compile_cache", "compile_program", "finite_by_construction", "grid", "kept", "kept_programs",
            "load_run", "lower_program", "program_key", "raise_if_nonfinite", "redraw", "run_experiment", "run_fingerprint", "run_info",
            "solve_checkpointed", "stop_on_signals", "unit_row_tolerance", "unit_rows_by_construction"]
