@@ -496,6 +496,59 @@ def coverage(a, ns, rho_c):
             "covers_-1/2": float(np.mean((cis[:, 0] <= -0.5) & (-0.5 <= cis[:, 1])))}
 
 
+def figure_panels(fit_files) -> list:
+    """``(case, ns, rows)`` of each case of each ``FILE[@T]`` (the times above T left out)."""
+    panels = []
+    for item in fit_files:
+        f, _, t_max = item.partition("@")
+        fit = json.loads(Path(f).read_text())
+        for name, rows in fit["cases"].items():
+            rows = {**rows, "times": [r for r in rows["times"] if not t_max or r["t"] <= float(t_max)]}
+            panels.append((name, np.asarray(fit["ns"], float), rows))
+    return panels
+
+
+def figure(fit_files, path: Path):
+    """``--figure-from F1,F2,...``: one panel per case of each fit file (``fit_n*.json``, written by
+    ``--fit-from``): the seeds' mean H^{−2} distance against n for the starts (t = 0) and at every time,
+    each time's fitted slope with its 95 % interval (the line drawn with that slope through the centre
+    of its points), and n^{−1/2} through the starts'. ``F@T`` draws the times up to T only (a time whose
+    reference is not resolved is not a measurement: USA noiseless at t = 2)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    panels = figure_panels(fit_files)
+    cols = 2 if len(panels) > 2 else len(panels)
+    rows_of = -(-len(panels) // cols)
+    fig, axes = plt.subplots(rows_of, cols, figsize=(5.2 * cols, 4.3 * rows_of), squeeze=False, layout="constrained")
+    for ax in axes.flat[len(panels):]:
+        ax.set_axis_off()
+    for ax, (name, ns, rows) in zip(axes.flat, panels):
+        for k, row in enumerate([rows["t0"], *rows["times"]]):
+            md = np.asarray(row["mean_distance"])
+            lo, hi = row["slope_ci95"]
+            centre = np.exp(np.mean(np.log(md))) * np.exp(row["slope"] * (np.log(ns) - np.mean(np.log(ns))))
+            label = (f"t = {row['t']:g}" + (" (starts)" if k == 0 else "")
+                     + f": {row['slope']:+.3f} [{lo:+.3f}, {hi:+.3f}]")
+            ax.loglog(ns, md, "o", ms=4, color=f"C{k}", label=label)
+            ax.loglog(ns, centre, "-", lw=0.8, color=f"C{k}")
+        d0 = np.asarray(rows["t0"]["mean_distance"])
+        ax.loglog(ns, np.exp(np.mean(np.log(d0))) * (ns / np.exp(np.mean(np.log(ns)))) ** -0.5, "k--", lw=0.8,
+                  label="n^(−1/2)")
+        ax.set_xlabel("n (tokens)")
+        ax.set_ylabel("mean ‖μⁿ_t − ρ_t‖ in H^(−2)")
+        title = {"sa": "SA", "usa": "USA", "sa-noisy": "SA with noise", "usa-noisy": "USA with noise"}[name]
+        ax.set_title(f"{title}: n = 2^{int(np.log2(ns[0]))} … 2^{int(np.log2(ns[-1]))}, {rows['seeds_per_n'][0]} seeds",
+                     fontsize=10)
+        ax.legend(fontsize=7, title="slope [95 %]", title_fontsize=7)
+        ax.grid(True, which="both", lw=0.3)
+    fig.suptitle("Propagation of chaos on S² against the spectral PDE (β = 1, ρ0 ∝ exp(x₃ + x₁/2))")
+    tp.plot.save_figure(fig, path, trim=False)
+    print(f"figure: {path}")
+
+
 def time_fast(a, log2s):
     """CPU and wall seconds of one field evaluation (SA, fast kernel) at each n = 2^k, k in ``log2s``:
     a Tsit5 step is 6 of them, a noisy Euler step 1 plus the draws."""
@@ -547,9 +600,17 @@ def main(argv=None):
                         "(give the run's own flags)")
     p.add_argument("--fit-from", type=Path, default=None,
                    help="only refit the n's of --log2-n-min..max kept in this run folder's per_n (give the run's flags)")
+    p.add_argument("--figure-from", type=str, default=None,
+                   help="only draw the fits in these fit_n*.json files (comma-separated; one panel per case) "
+                        "into --out (a .png path)")
     p.add_argument("--time-fast", type=str, default=None,
                    help="only time one fast-kernel field evaluation at n = 2^k for these k (e.g. 14,16,18,20)")
     a = p.parse_args(argv)
+    if a.figure_from is not None:
+        if a.out is None or a.out.suffix != ".png":
+            raise ValueError(f"--figure-from draws into --out FIGURE.png (got --out {a.out})")
+        figure(a.figure_from.split(","), a.out)
+        return
     if a.time_fast is not None:
         rows = time_fast(a, [int(k) for k in a.time_fast.split(",")])
         if a.out is not None:

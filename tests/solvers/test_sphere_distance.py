@@ -108,6 +108,13 @@ def test_kept_n_refit_and_refused_under_other_flags(tmp_path):
     assert abs(row["times"][0]["slope"] - tp.statistics.fit_rate(ns, dist).slope) < 1e-12
     assert np.allclose(row["minus_t0"][0]["ci95"], [-0.1, -0.1], atol=1e-12)
     assert np.allclose(row["mean_log_ratio"][0], np.log(2) - 0.1 * np.log(ns), atol=1e-12)
+    # --figure-from draws that fit; FILE@T leaves out the times above T (a reference not resolved there)
+    fit = tmp_path / "fit_n32-256.json"
+    (name, drawn_ns, rows), = chaos.figure_panels([str(fit)])
+    assert name == "sa" and np.array_equal(drawn_ns, ns) and [r["t"] for r in rows["times"]] == [1.0]
+    assert chaos.figure_panels([f"{fit}@0.5"])[0][2]["times"] == []
+    chaos.figure([str(fit)], tmp_path / "fit.png")
+    assert (tmp_path / "fit.png").read_bytes().startswith(b"\x89PNG")
     a.degree = 7
     with pytest.raises(ValueError, match="sa_n32.json was run with"):
         chaos.fit_from(a, np.array([1.0]), ns, 0.0, ["sa"], tmp_path)
