@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from transformer_pde.cli import main
+from transformer_pde.runs import programs
 from transformer_pde.runs.cache_contents import KINDS, STALE_WRITE_S, cache_contents, clear_compile_cache
 
 _FILL = """
@@ -100,6 +101,19 @@ def test_a_filled_cache_is_counted_and_cleared_leaving_everything_else(tmp_path)
     after = cache_contents(cache)
     assert after.files == 1 and after.counts[KINDS[5]][0] == 1  # the write in progress
     assert after.other == before.other
+
+
+def test_a_link_in_the_place_of_the_programs_folder_is_not_followed(tmp_path):
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    kept = elsewhere / f"double-{KEY}.jaxexport"
+    kept.write_bytes(programs.MAGIC + b"looks kept")
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    (cache / "programs").symlink_to(elsewhere)
+    (tmp_path / "link").symlink_to(cache)  # the cache itself may be reached through a link
+    assert cache_contents(tmp_path / "link").other == 1
+    assert clear_compile_cache(tmp_path / "link").files == 0 and kept.exists()
 
 
 def test_the_cli_shows_and_clears_the_cache(tmp_path, capsys):

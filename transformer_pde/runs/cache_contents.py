@@ -101,8 +101,10 @@ def _walk(directory: Path, remove: bool) -> CacheContents:
     other = 0
     for folder, kind_of in ((directory, _jax_kind), (directory / "programs", _kept_kind)):
         try:
+            if folder != directory and not stat.S_ISDIR(os.lstat(folder).st_mode):
+                continue  # a link in the place of programs/ is not followed (the cache itself may be one)
             entries = list(os.scandir(folder))
-        except (FileNotFoundError, NotADirectoryError):
+        except OSError:
             continue
         for entry in entries:
             try:
