@@ -95,6 +95,13 @@ resamples S' seeds at every n). 16 more seeds at the top octaves of the run abov
 
 (``--first-seed 16 --seeds 16 --fit-from`` fits the new seeds alone.)
 
+The four cases at a glance (the figure in benchmarks/README.md), drawn from their fits (nothing rerun;
+``@1``: USA noiseless to t = 1, where its reference is resolved):
+
+    D=benchmarks/results/sphere_chaos_large
+    python benchmarks/sphere_chaos.py --out $D/chaos.png --figure-from \
+        $D/sa/fit_n256-1048576.json,$D/usa/fit_n256-65536.json@1,$D/sa-noisy/fit_n256-131072.json,$D/usa-noisy-h4/fit_n256-65536.json
+
 The cost of one fast-kernel field evaluation at large n (what n = 2^20 would cost per step):
 
     python benchmarks/sphere_chaos.py --time-fast 14,16,18,20
