@@ -22,7 +22,7 @@ import stat
 import time
 from pathlib import Path
 
-from .programs import EXECUTABLE, LINK, MAGIC
+from .programs import CALL, EXECUTABLE, EXPORTED, LINK, MAGIC, REFUSED
 
 __all__ = ["CacheContents", "cache_contents", "clear_compile_cache"]
 
@@ -32,12 +32,18 @@ KINDS = ("JAX's compiled programs", "kept traced programs", "kept executables",
 
 _KEY = "[0-9a-f]{64}"
 _JAX_ENTRY = re.compile(rf".+-{_KEY}-(cache|atime)")
-_KEPT = {re.compile(rf".+-{_KEY}\.(jaxexport|jaxcall|refused)"): KINDS[1],
+
+
+def _any(*suffixes: str) -> str:
+    return "(" + "|".join(map(re.escape, suffixes)) + ")"
+
+
+_KEPT = {re.compile(rf".+-{_KEY}{_any(EXPORTED, CALL, REFUSED)}"): KINDS[1],
          re.compile(rf"xla-{_KEY}{re.escape(EXECUTABLE)}"): KINDS[2],
          re.compile(rf".+-{_KEY}{re.escape(LINK)}"): KINDS[3],
          # before the executables were keyed by their lowered module (no link reads these)
          re.compile(rf"(?!xla-).+-{_KEY}{re.escape(EXECUTABLE)}"): KINDS[4]}
-_UNFINISHED = re.compile(rf"\..+-{_KEY}\.(jaxexport|jaxcall|refused|jaxexe|jaxlink)\..+")
+_UNFINISHED = re.compile(rf"\..+-{_KEY}{_any(EXPORTED, CALL, REFUSED, EXECUTABLE, LINK)}\..+")
 STALE_WRITE_S = 3600.0
 """Age after which a kept file's temporary (its writer was killed mid-write) may be removed."""
 

@@ -225,7 +225,7 @@ def compile_program(fn, static: tuple = (), args: tuple = (), *, compiler_option
 
 def _compile(fn, static, args, key, compiler_options):
     directory = program_dir()
-    path = None if directory is None else directory / f"{fn.__name__}-{key}.jaxexport"
+    path = None if directory is None else directory / f"{fn.__name__}-{key}{EXPORTED}"
     compiled = None if path is None else _load_executable(path, key, compiler_options)
     if compiled is None:
         # lowered afresh (not lower_program's Lowered, which may have compiled before: see _keep_executable)
@@ -246,7 +246,7 @@ def _lower(fn, static, args, key, compiler_options):
     jit = functools.partial(jax.jit, compiler_options=compiler_options)
     directory = program_dir()
     if directory is not None:
-        path = directory / f"{fn.__name__}-{key}.jaxexport"
+        path = directory / f"{fn.__name__}-{key}{EXPORTED}"
         exported = _load(path, key)
         if exported is None:
             try:
@@ -417,9 +417,9 @@ def _kept_call(fn, treedef, spec, arrays, directory: Path):
     if key in _BY_KEY:
         return _BY_KEY[key]
     path = directory / f"{fn.__name__}-{key}"
-    if _read(path.with_suffix(".refused"), key) is not None:
+    if _read(path.with_suffix(REFUSED), key) is not None:
         return None
-    entry = _load_call(path.with_suffix(".jaxcall"), key, arrays)
+    entry = _load_call(path.with_suffix(CALL), key, arrays)
     if entry is None:
         entry = _export_call(fn, treedef, spec, arrays, path, key)
     _BY_KEY[key] = entry
@@ -462,7 +462,7 @@ def _export_call(fn, treedef, spec, arrays, path: Path, key: str):
                 break
     if exported is None:  # the caller traces as before; a later process does not try again (the key
         # fixes the outcome); the mark says why
-        _save(path.with_suffix(".refused"), key, "\n".join(reasons).encode())
+        _save(path.with_suffix(REFUSED), key, "\n".join(reasons).encode())
         return None
     kept = _Reported(skeleton[0], tuple(messages))
     try:
@@ -473,7 +473,7 @@ def _export_call(fn, treedef, spec, arrays, path: Path, key: str):
             return None
     except Exception:  # noqa: BLE001 - an output pickle cannot hold as itself is not kept
         return None
-    _save(path.with_suffix(".jaxcall"), key, f"{len(tree)}\n".encode() + tree + exported.serialize())
+    _save(path.with_suffix(CALL), key, f"{len(tree)}\n".encode() + tree + exported.serialize())
     return _compile_kept(exported, arrays, path, key), kept
 
 
@@ -494,6 +494,12 @@ def _load_call(path: Path, key: str, arrays):
     return None if exported is None else (_compile_kept(exported, arrays, path, key), skeleton)
 
 
+EXPORTED = ".jaxexport"
+"""The suffix of a whole program kept by :func:`lower_program` (``<fn>-<key>.jaxexport``)."""
+CALL = ".jaxcall"
+"""The suffix of a solve's program kept by :func:`call_kept` (``<fn>-<key>.jaxcall``)."""
+REFUSED = ".refused"
+"""The suffix of the reasons a program was not kept (``<fn>-<key>.refused``: :func:`call_kept`)."""
 EXECUTABLE = ".jaxexe"
 """The suffix of a compiled executable (``xla-<its XLA key>.jaxexe``: :func:`_keep_executable`)."""
 LINK = ".jaxlink"
