@@ -59,10 +59,12 @@ class CacheContents:
 
     @property
     def files(self) -> int:
+        """How many files of the kinds counted."""
         return sum(n for n, _ in self.counts.values())
 
     @property
     def bytes(self) -> int:
+        """Their size in bytes."""
         return sum(b for _, b in self.counts.values())
 
     def total(self) -> str:
