@@ -77,3 +77,27 @@ def test_a_saveat_fn_returning_a_python_number_is_saved():
         sol = tp.solve(ATTN, X, t1=1.0, dt0=0.5, solver=diffrax.Euler(),
                        saveat=diffrax.SaveAt(ts=jnp.array([0.5, 1.0]), fn=lambda t, x, a: 3))
     np.testing.assert_array_equal(sol.stats, [3, 3])
+
+
+def test_save_times_given_as_values_are_checked_while_tracing():
+    """Under a caller's jit, save times and a span given as numbers are checked before the program
+    (ValueError naming them) and the program holds no check of them (no host callback, so it can be
+    kept); times the caller traces are still checked inside it."""
+    x0 = jnp.array([[0.0], [0.3], [1.0]])
+    model = tp.MeanShift(4.0)
+
+    def saved(x, ts):
+        tp.runs.finite_by_construction([x])
+        return tp.solve(model, x, t1=2.0, dt0=0.25, solver=diffrax.Euler(), saveat=ts, throw=False).xs
+
+    ts = np.array([0.0, 1.0, 2.0])
+    lowered = jax.jit(lambda x: saved(x, ts)).lower(x0)
+    assert "callback" not in lowered.as_text()
+    np.testing.assert_allclose(lowered.compile()(x0), saved(x0, ts), rtol=1e-6)
+    with pytest.raises(ValueError, match=r"must lie in \[t0, t1\] = \[0.0, 2.0\], got \[0.0, 3.0\]"):
+        jax.jit(lambda x: saved(x, np.array([0.0, 3.0]))).lower(x0)
+    with pytest.raises(ValueError, match="non-decreasing"):
+        jax.jit(lambda x: saved(x, np.array([1.0, 0.5]))).lower(x0)
+    traced = eqx.filter_jit(saved)
+    with pytest.raises(eqx.EquinoxRuntimeError, match="saveat.ts must lie between t0 and t1"):
+        traced(x0, jnp.array([0.0, 3.0]))

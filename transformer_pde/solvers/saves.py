@@ -18,6 +18,12 @@ def as_time(value, name, dtype):
     return jnp.asarray(check_scalar(value, name), dtype=dtype)
 
 
+def times_known(ts, t0, t1) -> bool:
+    """Whether the save times ``ts`` and the span (t0, t1) hold values now (none traced), so that
+    :func:`check_times` checks them before any program."""
+    return is_concrete(ts) and is_concrete(t0) and is_concrete(t1)
+
+
 def check_times(t0, t1, dt0, ts, dtype):
     """Check (t0, t1, dt0) and the save times ``ts`` (None: ``[t1]``); returns ``ts`` as an array."""
     check_scalar(t0, "t0")
@@ -28,17 +34,21 @@ def check_times(t0, t1, dt0, ts, dtype):
         check_scalar(dt0, "dt0", positive=True)
     if ts is None:
         return jnp.asarray([t1], dtype=dtype)
+    ts_given = ts
     try:
         kind = ts.dtype if isinstance(ts, (np.ndarray, jax.Array)) else jnp.asarray(ts).dtype
     except (TypeError, ValueError):
         raise ValueError(f"saveat must be an array of real times, got {ts!r}"[:300]) from None
     if kind == bool or not (jnp.issubdtype(kind, jnp.floating) or jnp.issubdtype(kind, jnp.integer)):
         raise ValueError(f"saveat times must be real numbers, got dtype {kind}: {ts!r}"[:300])
+    # values known now (given as numbers, even under a caller's trace, where the conversion below
+    # is traced) are checked now: the program then holds no runtime check of them
+    known = times_known(ts, t0, t1)
     ts = jnp.asarray(ts, dtype=dtype)
     if ts.ndim != 1 or ts.shape[0] < 1:
         raise ValueError(f"saveat must be a non-empty 1-D array of times, got shape {ts.shape}")
-    if is_concrete(ts) and is_concrete(t0) and is_concrete(t1):
-        a = np.asarray(ts)
+    if known:
+        a = np.asarray(ts_given, dtype=dtype)
         if not np.isfinite(a).all():
             raise ValueError(f"saveat must be finite, got {a}")
         if np.any(np.diff(a) < 0):

@@ -38,7 +38,7 @@ from .first_step import with_first_step
 from .noise import AbstractNoise, brownian_spec, noisy_terms
 from .residual import ResidualLayer
 from .retracted import Retracted
-from .saves import as_time, check_times, inf_from, parse_saveat, saved_array, several_saves
+from .saves import as_time, check_times, inf_from, parse_saveat, saved_array, several_saves, times_known
 from .solution import GaussianSolution, Solution, finished, raise_if_failed
 from .states import AbstractState, as_state
 from .switches import checked_steps, jump_at_switches
@@ -228,7 +228,7 @@ def solve(
         t1a = runtime_check(t1a, ~(t1a > t0a), "solve: must have t1 > t0 (time runs forward)")
     # the default save (saveat None: [t1]) is t1 itself, in range and in order by construction: no
     # check (under a caller's trace it is a tracer, and a check is a host callback)
-    ts = tuple(times if given is None else _check_traced_times(times, t0a, t1a)
+    ts = tuple(times if given is None or times_known(given, t0, t1) else _check_traced_times(times, t0a, t1a)
                for times, (given, _) in zip(ts, saves))
     args = (dynamics, state, t0a, t1a,
             None if dt0 is None else jnp.asarray(check_scalar(dt0, "dt0", positive=True), dtype), ts, fn, solver,
@@ -272,11 +272,10 @@ def _result_messages() -> tuple[str, ...]:
 
 
 def _check_traced_times(ts, t0, t1):
-    """Save times within [t0, t1] and in order: checked before the program when they and the
-    span are concrete (``check_times``); traced ones here, as diffrax checked them (the program
-    drops diffrax's own checks of the times, see :func:`_solve`)."""
-    if all(is_concrete(v) for v in (ts, t0, t1)):
-        return ts
+    """Save times within [t0, t1] and in order, for times or a span traced by the caller, as diffrax
+    checked them (the program drops diffrax's own checks of the times, see :func:`_solve`); times
+    and a span given as values are checked before the program (``check_times``, even under a
+    caller's trace)."""
     ts = runtime_check(ts, jnp.any(ts[1:] < ts[:-1]), "saveat.ts must be increasing or decreasing.")
     return runtime_check(ts, jnp.any((ts > t1) | (ts < t0)), "saveat.ts must lie between t0 and t1.")
 
