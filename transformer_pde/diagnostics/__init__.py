@@ -6,26 +6,9 @@ checked against (:mod:`.bounds`).
 Usable as statistics inside a solve: ``tp.solve(..., saveat=diffrax.SaveAt(ts=ts, fn=...))``.
 """
 
-from . import bounds, clusters, distances, distances_1d, energy, entropy, kde, moments, sliced, study_distances
-from .bounds import *  # noqa: F403  (each module's __all__ is its public part)
-from .clusters import *  # noqa: F403
-from .distances import *  # noqa: F403
-from .distances_1d import *  # noqa: F403
-from .energy import *  # noqa: F403
-from .entropy import *  # noqa: F403
-from .kde import *  # noqa: F403
-from .moments import *  # noqa: F403
-from .sliced import *  # noqa: F403
-from .study_distances import *  # noqa: F403
+from .._lazy import attach_stub as _attach_stub
 
-__all__ = []
-__all__ += bounds.__all__
-__all__ += clusters.__all__
-__all__ += distances.__all__
-__all__ += distances_1d.__all__
-__all__ += energy.__all__
-__all__ += entropy.__all__
-__all__ += kde.__all__
-__all__ += moments.__all__
-__all__ += sliced.__all__
-__all__ += study_distances.__all__
+# the names, and the modules that define them, are listed in the stub __init__.pyi (each module's
+# __all__): a name's module is imported on first access, so a run that counts KDE modes or gaps
+# imports no model (and no Equinox)
+__getattr__, __dir__, __all__ = _attach_stub(__name__, __file__)
