@@ -30,3 +30,23 @@ def test_footprint_names_the_layout_the_model_uses(n):
     assert (blocks is None) == (n * n <= DENSE_PAIRS)
     if blocks is not None:
         assert tuple(blocks) == TILE
+
+
+def test_a_run_that_turns_nonfinite_is_reported_per_radius():
+    """The kept program reports a NaN as each radius' time (checks are not in it), which compute
+    raises: started from a NaN token, every radius' run is non-finite from t = 0."""
+    import jax
+    import jax.numpy as jnp
+
+    from transformer_pde.experiments.configs.krause import KrauseConfig
+    from transformer_pde.experiments.krause import final_positions
+    from transformer_pde.runs import NonFiniteRun, raise_if_nonfinite
+
+    cfg = KrauseConfig(n=5, radii=(0.2, 0.5), t1=1.0, dt=0.25)
+    x0 = jnp.linspace(0.0, 1.0, cfg.n)[:, None]
+    finals, nonfinite = jax.jit(final_positions, static_argnums=0)(cfg, x0)
+    assert np.all(np.isinf(nonfinite)) and np.isfinite(finals).all()
+    _, nonfinite = jax.jit(final_positions, static_argnums=0)(cfg, x0.at[2, 0].set(jnp.nan))
+    np.testing.assert_array_equal(nonfinite, [0.0, 0.0])
+    with pytest.raises(NonFiniteRun, match="radius"):
+        raise_if_nonfinite("krause", nonfinite, {"radius": np.asarray(cfg.radii)}, "the step dt is too large")

@@ -8,14 +8,15 @@ blurring mean shift (self-attention on R with a Gaussian kernel) started from th
 """
 from __future__ import annotations
 
-import diffrax
+import jax
 import jax.numpy as jnp
 import numpy as np
 
 import transformer_pde as tp
 
+from ..runs.programs import compile_program
 from ..runs.result import Result, grid
-from ._common import finish_panel
+from ._common import finish_panel, import_end_modules_meanwhile
 from .configs.kde_modes import KDEModesConfig
 
 
@@ -34,6 +35,35 @@ def kde_mode_fit(betas, counts):
     return {"slope_beta": float(s1), "slope_beta_log_beta": float(s2), "const": const}
 
 
+def save_times(cfg: KDEModesConfig):
+    """The mean shift's saved times 0, t/2, t, 2t (t = ``cfg.t_dynamics``), in JAX's default float
+    (a NumPy array: concrete, so checked when traced, inside the program too)."""
+    dtype = jax.dtypes.canonicalize_dtype(np.float64)
+    return np.asarray([0.0, 0.5 * cfg.t_dynamics, cfg.t_dynamics, 2 * cfg.t_dynamics], dtype=dtype)
+
+
+def mean_shift_states(cfg: KDEModesConfig, x0):
+    """The blurring mean shift (``tp.MeanShift``) from the tokens ``x0``, saved at :func:`save_times`,
+    for each β of ``cfg.betas_dynamics`` (a ``lax.map``), and each run's ``nonfinite_time`` (inf
+    where it stayed finite): one program, which :func:`compute` keeps between processes (a second
+    run does not import diffrax). Its inputs are checked before it (the β by the config, x0 drawn
+    from N(0, 1)): it holds no runtime check, so a NaN or inf is reported as a value."""
+    import diffrax
+    import equinox as eqx
+
+    tp.runs.finite_by_construction([x0])
+    ts = save_times(cfg)
+    t1 = float(ts[-1])
+    model = tp.MeanShift(cfg.betas_dynamics[0])
+
+    def one(beta):
+        sol = tp.solve(eqx.tree_at(lambda m: m.beta, model, beta), x0, t1=t1,  # β > 1: the config
+                       dt0=cfg.dt, solver=diffrax.Euler(), saveat=ts, throw=False)
+        return sol.xs, sol.nonfinite_time
+
+    return jax.lax.map(one, jnp.asarray(cfg.betas_dynamics, dtype=model.beta.dtype))
+
+
 def compute(cfg: KDEModesConfig, progress: bool = False) -> Result:
     rng = np.random.default_rng(cfg.seed)
     betas = np.asarray(cfg.betas)
@@ -47,14 +77,14 @@ def compute(cfg: KDEModesConfig, progress: bool = False) -> Result:
     # metastable clusters of the 1-D attention dynamics, against the modes of the same samples
     bd = np.asarray(cfg.betas_dynamics)
     X = rng.standard_normal(cfg.n_dynamics)
-    ts = jnp.array([0.0, 0.5 * cfg.t_dynamics, cfg.t_dynamics, 2 * cfg.t_dynamics])
-    clusters = np.zeros((len(bd), len(ts)), dtype=int)
-    modes_dyn = np.zeros(len(bd), dtype=int)
-    for a, b in enumerate(bd):
-        modes_dyn[a] = tp.diagnostics.kde_modes(X, b)
-        sol = tp.solve(tp.MeanShift(float(b)), jnp.asarray(X)[:, None], t1=float(ts[-1]), dt0=cfg.dt,
-                    solver=diffrax.Euler(), saveat=ts)
-        clusters[a] = [tp.diagnostics.gap_clusters(x, cfg.cluster_gap / np.sqrt(b)) for x in np.asarray(sol.xs)]
+    ts = save_times(cfg)
+    program = compile_program(mean_shift_states, (cfg,), (jnp.asarray(X)[:, None],))
+    import_end_modules_meanwhile()  # while the program runs, which does not hold the GIL
+    states, nonfinite = (np.asarray(a) for a in program(jnp.asarray(X)[:, None]))
+    tp.runs.raise_if_nonfinite("kde-modes", nonfinite, {"beta": bd}, "the step dt is too large")
+    modes_dyn = np.asarray([tp.diagnostics.kde_modes(X, b) for b in bd], dtype=int)
+    clusters = np.asarray([[tp.diagnostics.gap_clusters(x, cfg.cluster_gap / np.sqrt(b)) for x in xs]
+                           for b, xs in zip(bd, states)], dtype=int)
     fit_clusters = kde_mode_fit(bd, clusters[:, 2])
     arrays = {
         "betas": betas, "modes": modes, "minima": minima, "mean_modes": modes.mean(1),
@@ -86,7 +116,7 @@ def compute(cfg: KDEModesConfig, progress: bool = False) -> Result:
 def figures(res: Result, cfg: KDEModesConfig, out_dir) -> list:
     import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(1, 2, figsize=(11, 4))
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4), layout="constrained")
     ax = axes[0]
     b = res["betas"]
     ax.errorbar(b, res["mean_modes"], yerr=res["modes"].std(1), fmt="o", capsize=3,
@@ -106,4 +136,4 @@ def figures(res: Result, cfg: KDEModesConfig, out_dir) -> list:
                 label=f"mean-shift clusters, t={float(res['ts_dynamics'][k]):g}")
     finish_panel(ax, grid="both", xscale="log", yscale="log", xlabel="β",
                  title=f"1-D self-attention (mean shift), n={cfg.n_dynamics}")
-    return [tp.plot.save_figure(fig, out_dir / "kde_modes.png")]
+    return [tp.plot.save_figure(fig, out_dir / "kde_modes.png", trim=False)]  # laid out: drawn once

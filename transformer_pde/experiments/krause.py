@@ -15,13 +15,15 @@ benchmarks/README.md#krause-attention-at-large-n).
 """
 from __future__ import annotations
 
-import diffrax
+import jax
 import jax.numpy as jnp
 import numpy as np
 
 import transformer_pde as tp
 
+from ..runs.programs import compile_program
 from ..runs.result import Result, grid
+from ._common import import_end_modules_meanwhile
 from .configs.krause import KrauseConfig
 
 
@@ -32,15 +34,35 @@ def line_clusters(x, threshold) -> int:
     return 1 + int(np.sum(np.diff(np.sort(x)) >= threshold))
 
 
+def final_positions(cfg: KrauseConfig, x0):
+    """The tokens at t1 from ``x0`` for each radius of ``cfg.radii`` (one solve per radius, a
+    ``lax.map``) and each run's ``nonfinite_time`` (inf where it stayed finite): one program, which
+    :func:`compute` keeps between processes (a second run imports neither diffrax nor equinox).
+    Its inputs are checked before it (the radii by the config, x0 an even grid): it holds no
+    runtime check, so a NaN or inf is reported as a value, raised after the program."""
+    import diffrax
+    import equinox as eqx
+
+    tp.runs.finite_by_construction([x0])
+    attention = tp.KrauseAttention.identity(1, sigma=cfg.sigma, radius=cfg.radii[0])
+
+    def one(r):
+        attn = eqx.tree_at(lambda a: a.radius, attention, r)  # r > 0: KrauseConfig.validate
+        sol = tp.solve(attn, x0, t1=cfg.t1, dt0=cfg.dt, solver=diffrax.Euler(),
+                       saveat=diffrax.SaveAt(t1=True), throw=False)
+        return sol.xs[-1, :, 0], sol.nonfinite_time
+
+    return jax.lax.map(one, jnp.asarray(cfg.radii, dtype=attention.radius.dtype))
+
+
 def compute(cfg: KrauseConfig, progress: bool = False) -> Result:
     x0 = jnp.linspace(0.0, 1.0, cfg.n)[:, None]
-    finals, counts = [], []
-    for r in cfg.radii:
-        attn = tp.KrauseAttention.identity(1, sigma=cfg.sigma, radius=r)
-        x = tp.solve(attn, x0, t1=cfg.t1, dt0=cfg.dt, solver=diffrax.Euler(),
-                     saveat=diffrax.SaveAt(t1=True)).xs[-1]
-        finals.append(np.asarray(x[:, 0]))
-        counts.append(line_clusters(np.asarray(x[:, 0]), cfg.threshold))
+    program = compile_program(final_positions, (cfg,), (x0,))
+    import_end_modules_meanwhile()  # while the program runs, which does not hold the GIL
+    finals, nonfinite = (np.asarray(a) for a in program(x0))
+    tp.runs.raise_if_nonfinite("krause", nonfinite, {"radius": np.asarray(cfg.radii, dtype=float)},
+                               "the step dt is too large")
+    counts = [line_clusters(x, cfg.threshold) for x in finals]
     radii = np.asarray(cfg.radii, dtype=float)
     arrays = {"radii": radii, "final": np.stack(finals), "clusters": np.asarray(counts)}
     labelled = grid({"r": radii, "token": np.arange(cfg.n)},
@@ -68,4 +90,4 @@ def figures(res: Result, cfg: KrauseConfig, out_dir) -> list:
     ax2.set_yscale("log")
     ax2.legend()
     fig.suptitle(f"Krause attention on [0, 1], n = {cfg.n}, σ = {cfg.sigma:g}, t1 = {cfg.t1:g}")
-    return [tp.plot.save_figure(fig, out_dir / "krause.png")]
+    return [tp.plot.save_figure(fig, out_dir / "krause.png", trim=False)]  # laid out: drawn once
