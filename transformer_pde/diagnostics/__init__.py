@@ -7,8 +7,10 @@ Usable as statistics inside a solve: ``tp.solve(..., saveat=diffrax.SaveAt(ts=ts
 """
 
 from .._lazy import attach_stub as _attach_stub
+from .._lazy import stub_exports as _stub_exports
 
 # the names, and the modules that define them, are listed in the stub __init__.pyi (each module's
 # __all__): a name's module is imported on first access, so a run that counts KDE modes or gaps
-# imports no model (and no Equinox)
-__getattr__, __dir__, __all__ = _attach_stub(__name__, __file__)
+# imports no model (and no Equinox). The modules are attributes, not exports.
+__getattr__, __dir__, _ = _attach_stub(__name__, __file__)
+__all__ = sorted(name for name, (_, attr) in _stub_exports(__file__).items() if attr is not None)
