@@ -290,3 +290,25 @@ def test_end_modules_import_while_compiling_and_failures_are_left_to_the_main_th
     res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert res.stdout.split("\n")[:2] == ["[0.0, 2.0, 4.0]", "True False"], res.stderr[-2000:]
     assert "ModuleNotFoundError: No module named 'no_such_module_here'" in res.stderr
+
+
+def test_one_lookup_imports_one_entry_and_listing_imports_all():
+    """A run of one experiment imports its entry only (configs/<name>.py); a name whose entry is
+    another module's (convergence-moving, in configs/convergence.py) and any listing import all."""
+    import subprocess
+    import sys
+
+    code = ("import sys, pkgutil; import transformer_pde.experiments as ex, transformer_pde.experiments.configs as c\n"
+            "loaded = lambda: sorted(m.rsplit('.', 1)[1] for m in sys.modules if m.startswith(c.__name__ + '.'))\n"
+            "print(loaded()); print(ex.get('kde-modes').name, loaded())\n"
+            "print('convergence-moving' in ex.REGISTRY, len(loaded()) == len(list(pkgutil.iter_modules(c.__path__))))\n"
+            "print('nope' in ex.REGISTRY, len(ex.REGISTRY))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, check=True)
+    assert out.stdout.splitlines() == ["[]", "kde-modes ['kde_modes']", "True True", f"False {len(REGISTRY)}"]
+
+
+def test_register_refuses_a_taken_name():
+    with pytest.raises(ValueError, match="experiment 'krause' is registered twice"):
+        from transformer_pde.experiments import register
+
+        register(get("krause"))

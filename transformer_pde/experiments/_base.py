@@ -17,20 +17,81 @@ from __future__ import annotations
 
 import dataclasses
 import importlib
+import importlib.util
+import pkgutil
 import json
 import math
 import sys
 import typing
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping, MutableMapping
 from pathlib import Path
 from typing import Any
 
 from ..runs.result import Result
 from ._options import Options, coerce_option, format_value
 
-REGISTRY: dict[str, "Experiment"] = {}
-"""Every registered experiment by its command-line name (filled as the experiment modules are
-imported: ``import transformer_pde.experiments``)."""
+class Registry(MutableMapping):
+    """The experiments by command-line name, each entry (``configs/<module>.py``, which calls
+    :func:`register`) imported when first needed: looking up one name imports its entry
+    (``configs/<name with - as _>.py``; a name defined elsewhere, such as the second experiment of
+    one entry, is found by importing all), and listing, counting or iterating imports every entry.
+    A run of one experiment so imports one entry, not all 29 (about 0.1 s of every run)."""
+
+    def __init__(self, package: str):
+        self._package = package
+        self._entries: dict[str, Experiment] = {}
+        self._complete = False
+
+    def add(self, experiment: Experiment) -> None:
+        """Register ``experiment`` (:func:`register`); an error if its name is taken."""
+        if experiment.name in self._entries:
+            raise ValueError(f"experiment '{experiment.name}' is registered twice")
+        self._entries[experiment.name] = experiment
+
+    def _import_all(self) -> None:
+        if not self._complete:
+            package = importlib.import_module(self._package)
+            for info in pkgutil.iter_modules(package.__path__):
+                importlib.import_module(f"{self._package}.{info.name}")
+            self._complete = True
+
+    def __getitem__(self, name: str) -> Experiment:
+        if name not in self._entries and isinstance(name, str) and not self._complete:
+            module = name.replace("-", "_")
+            if module.isidentifier() and importlib.util.find_spec(f"{self._package}.{module}") is not None:
+                importlib.import_module(f"{self._package}.{module}")
+            if name not in self._entries:
+                self._import_all()
+        return self._entries[name]
+
+    def __contains__(self, name) -> bool:
+        try:
+            self[name]
+        except KeyError:
+            return False
+        return True
+
+    def __iter__(self) -> Iterator[str]:
+        self._import_all()
+        return iter(dict(self._entries))
+
+    def __len__(self) -> int:
+        self._import_all()
+        return len(self._entries)
+
+    def __setitem__(self, name: str, experiment: Experiment) -> None:
+        self._entries[name] = experiment
+
+    def __delitem__(self, name: str) -> None:
+        del self._entries[name]
+
+    def __repr__(self) -> str:
+        return f"Registry({sorted(self)})"
+
+
+REGISTRY: Registry = Registry(__name__.rsplit(".", 1)[0] + ".configs")
+"""Every experiment by its command-line name (:class:`Registry`: each entry imported when first
+looked up, all of them when listed)."""
 
 #: Keys a TOML config may hold besides the option fields.
 _META_KEYS = ("experiment",)
@@ -190,9 +251,7 @@ class Deferred:
 def register(experiment: Experiment) -> Experiment:
     """Add ``experiment`` to :data:`REGISTRY` under its name (an error if the name is taken);
     returns it. Each experiment's entry (``configs/<name>.py``) calls this once, on import."""
-    if experiment.name in REGISTRY:
-        raise ValueError(f"experiment '{experiment.name}' is registered twice")
-    REGISTRY[experiment.name] = experiment
+    REGISTRY.add(experiment)
     return experiment
 
 
