@@ -22,7 +22,8 @@ def test_the_stub_lists_every_modules_exports_and_nothing_else():
         assert listed == sorted(module.__all__), name
     for name, (where, attr) in stub.items():
         if attr is not None:
-            assert getattr(diagnostics, name) is getattr(importlib.import_module(where, "transformer_pde.diagnostics"), attr)
+            module = importlib.import_module(where, "transformer_pde.diagnostics")
+            assert getattr(diagnostics, name) is getattr(module, attr)
 
 
 def test_a_kde_count_imports_no_model():

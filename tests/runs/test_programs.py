@@ -240,7 +240,8 @@ def test_a_second_cli_run_loads_its_program(tmp_path, args, absent):
         out.append(res.stdout.split()[-1])
     assert out == ["TRACED", "LOADED"]
     if args[0] != "kde-modes":  # the program and its executable (kde-modes keeps its KDE blocks' too)
-        assert sorted(p.suffix for p in (tmp_path / "cache" / "programs").iterdir()) == [".jaxexe", ".jaxexport", ".jaxlink"]
+        kept = sorted(p.suffix for p in (tmp_path / "cache" / "programs").iterdir())
+        assert kept == [".jaxexe", ".jaxexport", ".jaxlink"]
     a, b = (np.load(tmp_path / f"run{i}" / "data.npz") for i in range(2))
     assert sorted(a.files) == sorted(b.files)
     for k in a.files:

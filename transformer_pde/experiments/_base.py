@@ -18,9 +18,9 @@ from __future__ import annotations
 import dataclasses
 import importlib
 import importlib.util
-import pkgutil
 import json
 import math
+import pkgutil
 import sys
 import typing
 from collections.abc import Callable, Iterator, Mapping, MutableMapping
@@ -29,6 +29,7 @@ from typing import Any
 
 from ..runs.result import Result
 from ._options import Options, coerce_option, format_value
+
 
 class Registry(MutableMapping):
     """The experiments by command-line name, each entry (``configs/<module>.py``, which calls
