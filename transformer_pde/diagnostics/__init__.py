@@ -1,7 +1,7 @@
 """Pure functions of a state: clusters, energies, moments, distances (one Sinkhorn divergence), the
-modes of a KDE, the sliced Wasserstein distance on the sphere (:mod:`.sliced`), relative entropy to a target density (:mod:`.entropy`); the distances a convergence
-study measures, values it is given (:mod:`.study_distances`); and the a-priori bounds those are
-checked against (:mod:`.bounds`).
+modes of a KDE, the sliced Wasserstein distance on the sphere (:mod:`.sliced`), relative entropy to
+a target density (:mod:`.entropy`); the distances a convergence study measures, values it is given
+(:mod:`.study_distances`); and the a-priori bounds those are checked against (:mod:`.bounds`).
 
 Usable as statistics inside a solve: ``tp.solve(..., saveat=diffrax.SaveAt(ts=ts, fn=...))``.
 """

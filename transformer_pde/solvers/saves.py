@@ -39,7 +39,8 @@ def check_times(t0, t1, dt0, ts, dtype):
         kind = ts.dtype if isinstance(ts, (np.ndarray, jax.Array)) else jnp.asarray(ts).dtype
     except (TypeError, ValueError):
         raise ValueError(f"saveat must be an array of real times, got {ts!r}"[:300]) from None
-    if kind == bool or not (jnp.issubdtype(kind, jnp.floating) or jnp.issubdtype(kind, jnp.integer)):
+    if np.dtype(kind) == np.dtype(bool) or not (jnp.issubdtype(kind, jnp.floating)
+                                                or jnp.issubdtype(kind, jnp.integer)):
         raise ValueError(f"saveat times must be real numbers, got dtype {kind}: {ts!r}"[:300])
     # values known now (given as numbers, even under a caller's trace, where the conversion below
     # is traced) are checked now: the program then holds no runtime check of them

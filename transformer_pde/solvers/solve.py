@@ -268,7 +268,8 @@ def _raise_if_failed(sol):
 def _result_messages() -> tuple[str, ...]:
     """diffrax's messages of its result codes, by index (what ``RESULTS[item]`` says of each)."""
     like = jax.tree.structure(diffrax.RESULTS.successful)
-    return tuple(diffrax.RESULTS[jax.tree.unflatten(like, [np.array(i, np.int32)])] for i in range(len(diffrax.RESULTS)))
+    return tuple(diffrax.RESULTS[jax.tree.unflatten(like, [np.array(i, np.int32)])]
+                 for i in range(len(diffrax.RESULTS)))
 
 
 def _check_traced_times(ts, t0, t1):
