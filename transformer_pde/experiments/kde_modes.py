@@ -78,9 +78,10 @@ def compute(cfg: KDEModesConfig, progress: bool = False) -> Result:
     bd = np.asarray(cfg.betas_dynamics)
     X = rng.standard_normal(cfg.n_dynamics)
     ts = save_times(cfg)
-    program = compile_program(mean_shift_states, (cfg,), (jnp.asarray(X)[:, None],))
+    x0 = jnp.asarray(X)[:, None]
+    program = compile_program(mean_shift_states, (cfg,), (x0,))
     import_end_modules_meanwhile()  # while the program runs, which does not hold the GIL
-    states, nonfinite = (np.asarray(a) for a in program(jnp.asarray(X)[:, None]))
+    states, nonfinite = (np.asarray(a) for a in program(x0))
     tp.runs.raise_if_nonfinite("kde-modes", nonfinite, {"beta": bd}, "the step dt is too large")
     modes_dyn = np.asarray([tp.diagnostics.kde_modes(X, b) for b in bd], dtype=int)
     clusters = np.asarray([[tp.diagnostics.gap_clusters(x, cfg.cluster_gap / np.sqrt(b)) for x in xs]
