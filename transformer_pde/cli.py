@@ -108,7 +108,8 @@ def _directory(text: str) -> Path:
 def _common_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--out", type=_directory, default=None, help="output directory (default runs/NAME)")
     p.add_argument("--replace", action="store_true",
-                   help="replace a complete run in the output directory (of other options; or of these: compute it again)")
+                   help="replace a complete run in the output directory (of other options; or of these: "
+                        "compute it again)")
     p.add_argument("--no-progress", action="store_true", help="hide the progress bar")
     p.add_argument("--config", type=Path, default=None, metavar="FILE.toml",
                    help="options from a TOML file (flat 'key = value'; flags given here win)")
@@ -364,13 +365,15 @@ def _cache(option: str | None, clear: bool) -> int:
 
 def _run(experiments, name: str | None, rest: list[str]) -> int:
     """``transformer-pde run``: resolve the experiment and its options, then run it."""
-    from .runs.compile_cache import enable_compile_cache, resolve_compile_cache
     from .experiments._base import load_toml
     from .runs import FailedRun, InterruptedRun, SignalReceived, run_experiment, stop_on_signals
+    from .runs.compile_cache import enable_compile_cache, resolve_compile_cache
     from .runs.directory import read_metadata
     from .runs.signals import pending_signal
 
-    available = ", ".join(sorted(experiments.REGISTRY))
+    def available() -> str:  # only for help and errors: listing imports every experiment's config
+        return ", ".join(sorted(experiments.REGISTRY))
+
     resume_dir = None
     if name is None:
         pre = _Parser(prog="transformer-pde run", usage=_RUN_USAGE, add_help=False)
@@ -379,7 +382,7 @@ def _run(experiments, name: str | None, rest: list[str]) -> int:
         pre.add_argument("-h", "--help", action="store_true")
         known, _ = pre.parse_known_args(rest)
         if known.help:
-            print(f"usage: {_RUN_USAGE}\n\nexperiments: {available}")
+            print(f"usage: {_RUN_USAGE}\n\nexperiments: {available()}")
             return 0
         if known.resume is not None:
             resume_dir = known.resume
@@ -393,10 +396,10 @@ def _run(experiments, name: str | None, rest: list[str]) -> int:
                 raise ValueError(f"{known.config} names no experiment; use transformer-pde run NAME "
                                  f"--config {known.config}")
         else:
-            raise ValueError(f"run needs an experiment NAME or --resume DIR; available: {available}")
+            raise ValueError(f"run needs an experiment NAME or --resume DIR; available: {available()}")
 
     if not isinstance(name, str) or name not in experiments.REGISTRY:
-        raise ValueError(f"unknown experiment {name!r}; available: {available} "
+        raise ValueError(f"unknown experiment {name!r}; available: {available()} "
                          f"(see 'transformer-pde list')")
     exp = experiments.REGISTRY[name]
     opts = vars(_option_parser(exp).parse_args(rest))

@@ -215,21 +215,24 @@ def test_the_experiments_programs_hold_no_host_callback():
 
 @pytest.mark.slow
 @pytest.mark.parametrize("args, absent", [
-    (["phase-diagram", "--batch", "4", "--num-betas", "2", "--t1", "3", "--num-saves", "4"], "equinox"),
-    (["krause", "--n", "20", "--radii", "0.1,0.4", "--t1", "4"], "equinox"),
+    (["phase-diagram", "--batch", "4", "--num-betas", "2", "--t1", "3", "--num-saves", "4"], ("equinox",)),
+    (["krause", "--n", "20", "--radii", "0.1,0.4", "--t1", "4"], ("equinox",)),
     (["kde-modes", "--n", "300", "--betas", "100,300", "--runs", "1", "--n-dynamics", "100",
-      "--betas-dynamics", "30,100", "--t-dynamics", "2", "--dt", "0.25"], "diffrax"),
+      "--betas-dynamics", "30,100", "--t-dynamics", "2", "--dt", "0.25"], ("diffrax", "equinox")),
 ])
 def test_a_second_cli_run_loads_its_program(tmp_path, args, absent):
     """Two tiny runs in fresh processes sharing a cache: the second traces nothing (it never
-    imports equinox, which every trace of a model does, or diffrax, which every solve's trace does:
-    kde-modes counts gaps with an Equinox metric) and saves the same bits."""
+    imports equinox, which every trace of a model does, or diffrax, which every solve's trace does)
+    and saves the same bits. Neither imports another experiment's options module (a run looks up
+    its own name; only help and errors list them all)."""
     import os
     import subprocess
     import sys
 
+    other = "transformer_pde.experiments.configs.lost_in_the_middle"
     code = ("import sys; from transformer_pde import cli; cli.main(sys.argv[1:]); "
-            f"print('TRACED' if {absent!r} in sys.modules else 'LOADED')")
+            f"print('OTHER' if {other!r} in sys.modules else "
+            f"'TRACED' if any(m in sys.modules for m in {absent!r}) else 'LOADED')")
     env = {k: v for k, v in os.environ.items() if not k.startswith(("JAX_", "TRANSFORMER_PDE_"))}
     out = []
     for i in range(2):
@@ -442,6 +445,14 @@ def test_call_kept_keeps_what_it_cannot_identify_out(calls):
 
     assert programs.call_kept(lambda o, x: x, (Opaque(), x)) is None
     assert not calls.exists()
+
+
+def test_call_kept_traces_what_filter_jit_traces():
+    """call_kept splits its arguments into traced and static leaves as ``eqx.filter_jit`` does
+    (without importing Equinox): the same verdict as ``eqx.is_array`` on every kind of leaf."""
+    leaves = [np.float32(1.0), np.int64(2), np.ones(2), np.bool_(True), jnp.ones(2), jnp.float32(3.0),
+              jax.device_put(np.ones(3)), 1.0, 2, True, "a", None, (1.0,), jax.ShapeDtypeStruct((2,), jnp.float32)]
+    assert [programs._is_array(v) for v in leaves] == [eqx.is_array(v) for v in leaves]
 
 
 # -- a program holding jax-finufft's NUFFT (the fast kernel: large-n) is kept too

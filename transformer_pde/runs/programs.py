@@ -25,8 +25,9 @@ the same host loads it (``jax.experimental.serialize_executable``) instead of lo
 and asking JAX's compilation cache, and runs the very executable the first ran; after an edit of
 the package (every program's key changes) a program whose module did not change is linked to the
 executable it had. Not seen: a dependency edited in place without a new version (remove
-``<cache>/programs``, or run with ``--compile-cache off``). Programs are kept when JAX's compilation cache is on (the CLI turns
-it on; ``--compile-cache off`` turns both off), in ``<cache>/programs``, written atomically.
+``<cache>/programs``, or run with ``--compile-cache off``). Programs are kept when JAX's
+compilation cache is on (the CLI turns it on; ``--compile-cache off`` turns both off), in
+``<cache>/programs``, written atomically.
 Each file carries its key and the SHA-256 of its payload, both checked when it is loaded: a
 file copied over another key's, edited, truncated or not a regular file is never run; it is
 traced again and replaced. A program holding a host callback (a runtime
@@ -56,9 +57,8 @@ import tempfile
 import types
 from pathlib import Path
 
-__all__ = ["call_kept", "carry_checks", "compile_program", "finite_by_construction", "kept_programs", "lower_program", "program_dir",
-           "program_key",
-           "unit_row_tolerance", "unit_rows_by_construction"]
+__all__ = ["call_kept", "carry_checks", "compile_program", "finite_by_construction", "kept_programs",
+           "lower_program", "program_dir", "program_key", "unit_row_tolerance", "unit_rows_by_construction"]
 
 TRACED_THROUGH = ("jax", "jaxlib", "equinox", "diffrax", "optimistix", "lineax", "ott-jax",
                   "jax-finufft", "numpy")
@@ -303,7 +303,6 @@ def call_kept(fn, args: tuple):
     output that cannot be pickled): the caller then runs ``fn``
     itself. A program export refused leaves a ``<key>.refused`` mark, so a later process does not
     trace it twice."""
-    import equinox as eqx
     import jax
 
     from .reported_checks import raise_reported
@@ -317,11 +316,11 @@ def call_kept(fn, args: tuple):
     if directory is None:
         return None
     leaves, treedef = jax.tree.flatten(args)
-    arrays = [v for v in leaves if eqx.is_array(v)]
+    arrays = [v for v in leaves if _is_array(v)]
     if any(isinstance(a, jax.core.Tracer) or (isinstance(a, jax.Array) and len(a.sharding.device_set) > 1)
            for a in arrays):
         return None
-    spec = tuple(_Aval.of(v) if eqx.is_array(v) else v for v in leaves)
+    spec = tuple(_Aval.of(v) if _is_array(v) else v for v in leaves)
     memo = (fn, treedef, spec)
     try:
         entry = _CALLS.get(memo, _MISSING)
@@ -349,6 +348,15 @@ _CALLS: dict = {}
 _BY_KEY: dict = {}
 """The same programs by their key (a static part equal by fingerprint, not by ``==``)."""
 _KEEP_CALLS = 64
+
+
+def _is_array(value) -> bool:
+    """``eqx.is_array``: what ``eqx.filter_jit`` traces (a JAX or NumPy array or NumPy scalar),
+    without importing Equinox, which a run loading its kept programs need not (about 0.2 s)."""
+    import jax
+    import numpy as np
+
+    return isinstance(value, (jax.Array, np.ndarray, np.generic))
 
 
 class _Aval(tuple):
@@ -429,7 +437,6 @@ def _kept_call(fn, treedef, spec, arrays, directory: Path):
 
 
 def _export_call(fn, treedef, spec, arrays, path: Path, key: str):
-    import equinox as eqx
     import jax
 
     from .reported_checks import collecting, reporting
@@ -441,9 +448,9 @@ def _export_call(fn, treedef, spec, arrays, path: Path, key: str):
         out = fn(*jax.tree.unflatten(treedef, [next(given) if isinstance(v, _Aval) else v for v in spec]))
         leaves, out_tree = jax.tree.flatten(out)
         index = iter(range(len(leaves)))
-        skeleton[:] = [jax.tree.unflatten(out_tree, [_Slot(next(index)) if eqx.is_array(v) else v
+        skeleton[:] = [jax.tree.unflatten(out_tree, [_Slot(next(index)) if _is_array(v) else v
                                                       for v in leaves])]
-        return [v for v in leaves if eqx.is_array(v)]
+        return [v for v in leaves if _is_array(v)]
 
     # traced once, this library's checks reported as values (raised after it runs): a program
     # holding them is kept too; a program with no check reports none. checkify carries a check from
@@ -658,7 +665,6 @@ MAGIC = b"transformer-pde program 1\n"
 def _load(path: Path, key: str):
     """The program kept at ``path`` if it is a regular file written under ``key`` whose payload
     hashes as it says (else None: it is traced again and replaced)."""
-    import jax
 
     payload = _read(path, key)
     if payload is None:
