@@ -11,6 +11,7 @@ from . import distances_1d as distances_1d
 from . import energy as energy
 from . import entropy as entropy
 from . import kde as kde
+from . import line_clusters as line_clusters
 from . import moments as moments
 from . import sliced as sliced
 from . import study_distances as study_distances
@@ -26,7 +27,6 @@ from .clusters import cluster_count as cluster_count
 from .clusters import cluster_labels as cluster_labels
 from .clusters import cluster_masses as cluster_masses
 from .clusters import clustered_pair_fraction as clustered_pair_fraction
-from .clusters import gap_clusters as gap_clusters
 from .clusters import renyi_centers as renyi_centers
 from .distances import bures_wasserstein as bures_wasserstein
 from .distances import exact_wasserstein as exact_wasserstein
@@ -49,6 +49,7 @@ from .entropy import check_normalized as check_normalized
 from .entropy import relative_entropy as relative_entropy
 from .kde import kde_critical_points as kde_critical_points
 from .kde import kde_modes as kde_modes
+from .line_clusters import gap_clusters as gap_clusters
 from .moments import empirical_moments as empirical_moments
 from .moments import mean_overlap as mean_overlap
 from .sliced import random_great_circles as random_great_circles

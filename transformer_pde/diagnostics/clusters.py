@@ -23,7 +23,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .._checks import as_float_array, check_finite, check_in_range, check_points, check_scalar, check_weights
+from .._checks import check_in_range, check_points, check_scalar, check_weights
 from .._types import PointsLike, Scalar, WeightsLike
 
 
@@ -196,13 +196,5 @@ def renyi_centers(x, delta):
     return ~jnp.any(earlier & (ang <= delta), axis=1)
 
 
-def gap_clusters(x, gap) -> int:
-    """Clusters of points on the line: split the sorted points where consecutive gaps exceed ``gap``."""
-    x = check_finite(as_float_array(x, "x"), "x")
-    gap = check_scalar(gap, "gap", nonnegative=True)
-    xs = np.sort(np.asarray(x, dtype=float).ravel())
-    return int(1 + np.sum(np.diff(xs) > gap))
-
-
 __all__ = ["AbstractClusterMetric", "Cosine", "Euclidean", "atoms", "cluster_count", "cluster_labels",
-           "cluster_masses", "clustered_pair_fraction", "gap_clusters", "renyi_centers"]
+           "cluster_masses", "clustered_pair_fraction", "renyi_centers"]

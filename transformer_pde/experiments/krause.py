@@ -27,13 +27,6 @@ from ._common import import_end_modules_meanwhile
 from .configs.krause import KrauseConfig
 
 
-def line_clusters(x, threshold) -> int:
-    """Single-linkage clusters of points on a line (tokens closer than ``threshold`` joined): one
-    more than the gaps >= threshold between sorted neighbours; O(n log n), where the pairwise
-    ``tp.diagnostics.cluster_count`` holds an n x n adjacency (17 GB at n = 2¹⁶)."""
-    return 1 + int(np.sum(np.diff(np.sort(x)) >= threshold))
-
-
 def final_positions(cfg: KrauseConfig, x0):
     """The tokens at t1 from ``x0`` for each radius of ``cfg.radii`` (one solve per radius, a
     ``lax.map``) and each run's ``nonfinite_time`` (inf where it stayed finite): one program, which
@@ -62,7 +55,7 @@ def compute(cfg: KrauseConfig, progress: bool = False) -> Result:
     finals, nonfinite = (np.asarray(a) for a in program(x0))
     tp.runs.raise_if_nonfinite("krause", nonfinite, {"radius": np.asarray(cfg.radii, dtype=float)},
                                "the step dt is too large")
-    counts = [line_clusters(x, cfg.threshold) for x in finals]
+    counts = [tp.diagnostics.gap_clusters(x, cfg.threshold) for x in finals]  # O(n log n): no n × n adjacency
     radii = np.asarray(cfg.radii, dtype=float)
     arrays = {"radii": radii, "final": np.stack(finals), "clusters": np.asarray(counts)}
     labelled = grid({"r": radii, "token": np.arange(cfg.n)},

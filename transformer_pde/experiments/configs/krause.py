@@ -29,7 +29,7 @@ class KrauseConfig(Options):
     t1: Annotated[float, Gt(0)] = 60.0
     dt: Annotated[float, Gt(0)] = 0.1
     threshold: Annotated[float, Interval(gt=0, lt=1)] = 1e-3
-    """tokens closer than this at t1 are in one cluster."""
+    """tokens at most this far apart at t1 are in one cluster (single linkage on the line)."""
 
     def validate(self):
         if any(not r > 0 for r in self.radii):
