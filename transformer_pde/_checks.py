@@ -188,9 +188,10 @@ def carry_checks(transform, fn):
     reported after the transform is the first in program order, of the first element that failed
     it (as ``checkify`` orders them). Otherwise exactly ``transform(fn)``: a plain run, and a kept
     program ``checkify`` can carry, trace the same program as before."""
-    if not callable(transform) or not callable(fn):
-        raise ValueError(f"carry_checks: transform and fn must be callable (e.g. carry_checks(jax.vmap, f)), got "
-                         f"{transform!r} and {fn!r}"[:300])
+    for name, value in (("transform", transform), ("fn", fn)):
+        if not callable(value):
+            raise ValueError(f"carry_checks: {name} must be callable (e.g. carry_checks(jax.vmap, f)), got "
+                             f"{type(value).__name__} {value!r}"[:300])
     plain = transform(fn)
     carrying = []
 

@@ -302,8 +302,10 @@ def test_carry_checks_is_the_transform_outside_a_collecting_program():
     f = tp.runs.carry_checks(jax.vmap, lambda x: runtime_check(2 * x, x < 0, NEGATIVE))
     assert str(jax.make_jaxpr(f)(jnp.ones(2))) == str(jax.make_jaxpr(jax.vmap(
         lambda x: runtime_check(2 * x, x < 0, NEGATIVE)))(jnp.ones(2)))
-    with pytest.raises(ValueError, match="carry_checks: transform and fn must be callable"):
+    with pytest.raises(ValueError, match=r"carry_checks: fn must be callable .*, got int 3$"):
         tp.runs.carry_checks(jax.vmap, 3)
+    with pytest.raises(ValueError, match=r"carry_checks: transform must be callable .*, got str 'vmap'$"):
+        tp.runs.carry_checks("vmap", jnp.sin)
 
 
 INNER = "the inner check"
