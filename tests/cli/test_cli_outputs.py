@@ -107,6 +107,29 @@ def test_a_figure_with_some_finite_data_is_drawn(tmp_path):
         tp.plot.save_figure(fig, tmp_path / "g.png")
 
 
+def test_plain_log_labels_keep_the_ticks_and_drop_the_mathtext():
+    """The same major and minor ticks as matplotlib's default log axis, labelled by their values
+    (1, 10, 100 and 0.1 as 1e-01), with no mathtext."""
+    def labelled(plain):
+        fig, ax = plt.subplots()
+        ax.plot([1, 2, 3], [0.5, 4.0, 120.0])
+        ax.set_yscale("log")
+        if plain:
+            tp.plot.plain_log_labels(ax.yaxis)
+        fig.canvas.draw()
+        out = [(t.get_loc(), t.label1.get_text()) for t in ax.yaxis.get_major_ticks() + ax.yaxis.get_minor_ticks()]
+        plt.close(fig)
+        return out
+
+    default, plain = labelled(False), labelled(True)
+    assert [loc for loc, _ in plain] == [loc for loc, _ in default]
+    assert [bool(text) for _, text in plain] == [bool(text) for _, text in default]  # the same ticks labelled
+    assert all("$" in text for _, text in default if text) and not any("$" in text for _, text in plain)
+    for loc, text in plain:
+        if text:
+            assert float(text.replace("\u2212", "-")) == pytest.approx(loc)
+
+
 def test_a_complete_run_of_other_options_is_refused_naming_them(plotter, tmp_path, capsys):
     out = tmp_path / "run"
     assert cli.main(["run", "plotter-exp", "--out", str(out), "--x", "2"]) == 0

@@ -48,8 +48,9 @@ def run_grid(cfg: PhaseDiagramConfig, betas, keys):
     the statistics taken at the saves inside the loop (no state is kept). Through ``tp.solve``'s
     diffrax Euler the grid's program traced for 0.96 s and compiled for 0.83 s at the peers'
     settings, as scans about 0.45 and 0.75 s (the histograms' run included); float64 outputs are
-    the same bits, float32 ones moved by round-off (diffrax's step is t_{k+1} − t_k, the layer's dt). The (β, start) pairs are one
-    batch, so one vmap: a vmap over β of a vmap over starts batches the loops twice.
+    the same bits, float32 ones moved by round-off (diffrax's step is t_{k+1} − t_k, the layer's dt).
+    The (β, start) pairs are one batch, so one vmap: a vmap over β of a vmap over starts batches the
+    loops twice.
 
     The program holds no runtime check (a host callback, which keeps a program out of JAX's
     persistent compilation cache): β is a linspace of endpoints checked finite in float32 (``Options``), the
@@ -218,7 +219,9 @@ def figures(res: Result, cfg: PhaseDiagramConfig, out_dir) -> list:
         im = ax.imshow(res[key], origin="lower", aspect="auto", extent=ext,
                        cmap="viridis" if key == "fraction" else "magma_r",
                        norm=None if key == "fraction" else plt.matplotlib.colors.LogNorm())
-        fig.colorbar(im, ax=ax, label=label, fraction=0.06, pad=0.02)
+        bar = fig.colorbar(im, ax=ax, label=label, fraction=0.06, pad=0.02)
+        if key == "clusters":
+            tp.plot.plain_log_labels(bar.ax.yaxis)
         ax.set_xlabel("t (depth)")
         ax.set_ylabel("β")
         ax.set_title(f"SA on S^{cfg.d - 1}: {label}", y=1.0)
