@@ -665,7 +665,6 @@ MAGIC = b"transformer-pde program 1\n"
 def _load(path: Path, key: str):
     """The program kept at ``path`` if it is a regular file written under ``key`` whose payload
     hashes as it says (else None: it is traced again and replaced)."""
-
     payload = _read(path, key)
     if payload is None:
         return None
