@@ -75,9 +75,13 @@ def plain_log_labels(axis) -> None:
     """Label a log-scaled ``axis`` (``ax.yaxis``, a colorbar's ``cb.ax.yaxis``) with plain numbers
     (1, 10, 100: matplotlib's ``LogFormatter``, minor ticks labelled by the same rule as the default)
     instead of mathtext powers 10^k: the same ticks, and no mathtext parser for the process to build
-    (0.1–0.2 s of the first figure it draws)."""
+    (a cost of the first figure a process draws with mathtext)."""
+    from matplotlib.axis import Axis
     from matplotlib.ticker import LogFormatter
 
+    if not isinstance(axis, Axis):
+        raise ValueError(f"plain_log_labels: axis must be a matplotlib Axis (ax.xaxis, ax.yaxis, a colorbar's "
+                         f"cb.ax.yaxis), got {type(axis).__name__} {axis!r}"[:300])
     axis.set_major_formatter(LogFormatter())
     axis.set_minor_formatter(LogFormatter(labelOnlyBase=False))
 

@@ -128,6 +128,12 @@ def test_plain_log_labels_keep_the_ticks_and_drop_the_mathtext():
     for loc, text in plain:
         if text:
             assert float(text.replace("\u2212", "-")) == pytest.approx(loc)
+    fig, ax = plt.subplots()
+    with pytest.raises(ValueError, match=r"plain_log_labels: axis must be a matplotlib Axis .*, got Axes"):
+        tp.plot.plain_log_labels(ax)  # the axes, not one of its axes
+    with pytest.raises(ValueError, match=r"axis must be a matplotlib Axis .*, got str 'y'"):
+        tp.plot.plain_log_labels("y")
+    plt.close(fig)
 
 
 def test_a_complete_run_of_other_options_is_refused_naming_them(plotter, tmp_path, capsys):
