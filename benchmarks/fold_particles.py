@@ -131,7 +131,7 @@ def main(argv=None):
              "|---|---|---|---|---|---|"]
     for row in rows:
         br = f"{row['branch']:.4f}" if np.isfinite(row["branch"]) else "—"
-        lines.append(f"| {row['way']} | {row['K_ratio']:.2f} | {row['m_dt']:.4f} | {row['m_dt2']:.4f} | "
+        lines.append(f"| {row['way']} | {row['K_ratio']:g} | {row['m_dt']:.4f} | {row['m_dt2']:.4f} | "
                      f"{row['m_richardson']:.4f} ± {row['err']:.4f} | {br} |")
     md = "\n".join(lines)
     print(md)
