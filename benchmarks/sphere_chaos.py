@@ -626,9 +626,10 @@ def main(argv=None):
         return
     cases = a.cases.split(",")
     bad = [c for c in cases if c.removesuffix("-noisy") not in ATTENTIONS]
-    if bad or a.seeds < 2 or a.first_seed < 0:
+    if bad or a.seeds < 2 or a.first_seed < 0 or a.log2_n_max <= a.log2_n_min:
         raise ValueError(f"--cases must name sa, usa, sa-noisy, usa-noisy (got {bad}); --seeds >= 2 (got {a.seeds}); "
-                         f"--first-seed >= 0 (got {a.first_seed})")
+                         f"--first-seed >= 0 (got {a.first_seed}); --log2-n-max > --log2-n-min, a slope needs two "
+                         f"particle counts (got {a.log2_n_min} .. {a.log2_n_max})")
     ts = np.array([float(t) for t in a.times.split(",")])
     ns = 2 ** np.arange(a.log2_n_min, a.log2_n_max + 1)
     ls = np.arange(a.degree + 1, 20 * a.degree)

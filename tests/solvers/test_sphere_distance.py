@@ -120,6 +120,13 @@ def test_kept_n_refit_and_refused_under_other_flags(tmp_path):
         chaos.fit_from(a, np.array([1.0]), ns, 0.0, ["sa"], tmp_path)
 
 
+def test_one_particle_count_is_refused_before_any_run():
+    # a fit needs two n: --log2-n-min 8 --log2-n-max 8 is refused at once, not after the run of that n
+    chaos = _chaos_script()
+    with pytest.raises(ValueError, match=r"two particle counts \(got 8 \.\. 8\)"):
+        chaos.main(["--log2-n-min", "8", "--log2-n-max", "8", "--cases", "sa"])
+
+
 def test_seed_batches_give_the_all_at_once_rows():
     # sphere_chaos.batched: 5 seeds 2 at a time (the last batch short) give the rows of one call
     chaos = _chaos_script()
