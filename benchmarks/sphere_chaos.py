@@ -390,8 +390,8 @@ def one_n(a, ts, n, sigma, exact, fast, ref_c, ref0, check_step, check_exact):
     bias0 = bias_over_mean_square(start, ref0, dist0, a.s)[0]
     step_check = fast_row = None
     if check_step and sigma == 0.0:  # Tsit5's step error: the same seeds at h/2
-        half = coefficients(batched(lambda x, w: noiseless(dyn, x, w, jnp.asarray(ts), a.dt / 2), a.seed_batch, x0s, ws),
-                            ws, a.degree)
+        half_step = lambda x, w: noiseless(dyn, x, w, jnp.asarray(ts), a.dt / 2)  # noqa: E731
+        half = coefficients(batched(half_step, a.seed_batch, x0s, ws), ws, a.degree)
         step = h2(c, half, a.s)  # (S, T)
         step_check = {"n": int(n), "step_over_distance": (step.mean(0) / dist.mean(1)).tolist()}
     if dyn is fast:
@@ -606,7 +606,8 @@ def main(argv=None):
                    help="only add the paired slope(t) - slope(0) rows to the finished run in this folder "
                         "(give the run's own flags)")
     p.add_argument("--fit-from", type=Path, default=None,
-                   help="only refit the n's of --log2-n-min..max kept in this run folder's per_n (give the run's flags)")
+                   help="only refit the n's of --log2-n-min..max kept in this run folder's per_n "
+                        "(give the run's flags)")
     p.add_argument("--figure-from", type=str, default=None,
                    help="only draw the fits in these fit_n*.json files (comma-separated; one panel per case) "
                         "into --out (a .png path)")
