@@ -100,7 +100,7 @@ The four cases at a glance (the figure in benchmarks/README.md), drawn from thei
 
     D=benchmarks/results/sphere_chaos_large
     python benchmarks/sphere_chaos.py --out $D/chaos.png --figure-from \
-        $D/sa/fit_n256-1048576.json,$D/usa/fit_n256-65536.json@1,$D/sa-noisy/fit_n256-131072.json,$D/usa-noisy-h4/fit_n256-131072.json
+        $D/sa/fit_n256-1048576.json,$D/usa/fit_n256-262144.json@1,$D/sa-noisy/fit_n256-131072.json,$D/usa-noisy-h4/fit_n256-131072.json
 
 The cost of one fast-kernel field evaluation at large n (what n = 2^20 would cost per step):
 
