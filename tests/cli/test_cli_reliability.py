@@ -42,7 +42,7 @@ import transformer_pde as tp
 from transformer_pde import cli, runs
 from transformer_pde.experiments import REGISTRY, Experiment, Result
 from transformer_pde.experiments._options import Options
-from transformer_pde.runs import Checkpoint, SignalReceived
+from transformer_pde.runs import Checkpoint
 from transformer_pde.runs import run as runner
 
 ROOT = Path(__file__).resolve().parents[2]
